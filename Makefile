@@ -1,0 +1,38 @@
+# Everything runs from a local virtual environment made by `make venv`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+DEMO   := build/demo
+
+.PHONY: venv demo test test-fast bench clean
+
+$(BIN)/eaglepatch: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(BIN)/eaglepatch
+
+# Copy the bundled fixture tree into a throwaway git repository, then check, diff and apply.
+demo: venv
+	rm -rf $(DEMO) && mkdir -p $(DEMO)
+	cp -r fixtures/checkout/. $(DEMO)/
+	cd $(DEMO) && git init -q -b main && git add -A && git -c user.name=demo -c user.email=demo@example.invalid commit -qm "fixture tree"
+	-$(BIN)/eaglepatch check $(DEMO)
+	-$(BIN)/eaglepatch diff $(DEMO)
+	$(BIN)/eaglepatch apply $(DEMO)
+	$(BIN)/eaglepatch check $(DEMO)
+
+# The whole suite, integration tests on real SGLang releases included (downloaded once into .cache/).
+test: venv
+	$(BIN)/python -m pytest -q
+
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not integration"
+
+bench: venv
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) build .cache .pytest_cache

@@ -1,0 +1,585 @@
+"""Stage 3: infer the EAGLE-3 protocol from the code that consumes it.
+
+Nothing here lists member names.  The protocol is every member that EAGLE-3 code reads
+or calls on a model object:
+
+* in speculative modules whose name says EAGLE (all of their code), and
+* in any other file, inside a branch guarded by an EAGLE condition
+  (`if self.eagle_use_aux_hidden_state:`, `if spec_algorithm.is_eagle3() and ...:`), and
+* inside helpers that EAGLE-3 code hands a model to (`resolve(target_model=runner.model)`),
+  followed a few calls deep.
+
+A "model object" is a runner's model (`self.target_worker.model_runner.model`,
+`self.model` inside a runner class), a name or attribute that holds a model
+(`target_model`, `self.draft_model`), or a local alias of either.  Members guarded by
+`hasattr(...)` or read with `getattr(..., default)` are optional.  Members that the model
+runner uses on every model outside EAGLE-3 branches (`forward`, ...) are the general model
+interface, not EAGLE-3 protocol, and are set aside.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+
+from patcher.errors import EaglepatchError
+from patcher.imports import ImportTable
+from patcher.locate import SourceTree
+from patcher.records import Protocol, ProtocolMember, Use
+from patcher.source import Parsed, SourceCache, SourceFile
+
+_EAGLE_BYTES = re.compile(rb"eagle", re.IGNORECASE)
+_EAGLE = re.compile(r"eagle", re.IGNORECASE)
+# a model object used on this line: `x.model.y`, `target_model.y`, passed on (`model,`) or aliased
+_MODEL_USE = re.compile(r"(?:(?<![\w])model|_model)\s*(?:\.\s*\w|[,)\]=])|\.model\s*$")
+# `x.model.member` / `model.member` / `target_model.member` in plain text, for the general interface
+_GENERAL_USE = re.compile(r"(?:(?<![\w])model|\.model|\w_model)\.(\w+)")
+MAX_HELPER_DEPTH = 3
+
+
+def role_from_text(text: str) -> str:
+    lowered = text.lower()
+    if "target" in lowered:
+        return "target"
+    if "draft" in lowered or "mtp" in lowered:
+        return "draft"
+    return "unknown"
+
+
+def _last_name(node: cst.BaseExpression) -> str:
+    """`self.draft_runner_list[i]` -> draft_runner_list; `self.mtp_model_runner(i)` -> mtp_model_runner."""
+    while True:
+        if isinstance(node, cst.Name):
+            return node.value
+        if isinstance(node, cst.Attribute):
+            return node.attr.value
+        if isinstance(node, cst.Subscript):
+            node = node.value
+        elif isinstance(node, cst.Call):
+            node = node.func
+        else:
+            return ""
+
+
+def _identifiers(node: cst.CSTNode) -> list[str]:
+    """Names and attribute names in an expression (not strings)."""
+    found: list[str] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            found.append(n.value)
+
+    node.visit(Collect())
+    return found
+
+
+def mentions_eagle(test: cst.CSTNode) -> bool:
+    return any(_EAGLE.search(name) for name in _identifiers(test))
+
+
+def _string_value(node: cst.CSTNode) -> str | None:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+@dataclass
+class Frame:
+    """What a piece of code knows while it is walked."""
+
+    in_scope: bool
+    guard: str
+    aliases: dict[str, str]  # local name -> role
+    optional: frozenset[str] = frozenset()
+    class_name: str = ""
+    depth: int = 0
+
+    def child(self, **changes) -> Frame:
+        values = {
+            "in_scope": self.in_scope,
+            "guard": self.guard,
+            "aliases": self.aliases,
+            "optional": self.optional,
+            "class_name": self.class_name,
+            "depth": self.depth,
+        }
+        values.update(changes)
+        return Frame(**values)
+
+
+@dataclass
+class Extraction:
+    uses: list[Use] = field(default_factory=list)
+    consumers: set[str] = field(default_factory=set)
+    eagle_lines: dict[str, set[int]] = field(default_factory=dict)  # file -> lines inside EAGLE scope
+    warnings: list[str] = field(default_factory=list)
+    followed: set[tuple[str, int, tuple]] = field(default_factory=set)
+
+
+class ConsumerWalker:
+    """Walks one parsed slice and records every model member EAGLE-3 code touches."""
+
+    def __init__(self, protocol_reader: ProtocolReader, parsed: Parsed):
+        self.reader = protocol_reader
+        self.parsed = parsed
+        self.out = protocol_reader.extraction
+
+    # -- receivers -----------------------------------------------------------------
+    def model_role(self, node: cst.BaseExpression, frame: Frame) -> str | None:
+        """The role of `node` if it is a model object, else None."""
+        if isinstance(node, cst.Name):
+            if node.value in frame.aliases:
+                return frame.aliases[node.value]
+            if node.value == "model" or node.value.endswith("_model"):
+                return role_from_text(node.value)
+            return None
+        if isinstance(node, cst.Attribute):
+            attr = node.attr.value
+            if attr == "model":
+                holder = _last_name(node.value).lower()
+                if "runner" in holder or "worker" in holder:
+                    return self._chain_role(node.value, frame)
+                if isinstance(node.value, cst.Name) and node.value.value == "self":
+                    owner = frame.class_name.lower()
+                    if "runner" in owner or "worker" in owner:
+                        return role_from_text(frame.class_name)
+                return None
+            if attr.endswith("_model") and not attr.startswith("_"):
+                return role_from_text(attr)
+        return None
+
+    def _chain_role(self, holder: cst.BaseExpression, frame: Frame) -> str:
+        text = self.parsed.module.code_for_node(holder)
+        role = role_from_text(text)
+        if role == "unknown" and isinstance(holder, cst.Name) and holder.value in frame.aliases:
+            role = frame.aliases[holder.value]
+        if role == "unknown":
+            role = role_from_text(frame.class_name)
+        return role
+
+    # -- recording -----------------------------------------------------------------
+    def record(self, name: str, kind: str, role: str, required: bool, at_node: cst.CSTNode, frame: Frame) -> None:
+        if name.startswith("__") and name.endswith("__"):
+            return
+        self.out.uses.append(
+            Use(
+                name=name,
+                kind=kind,
+                role=role,
+                required=required and name not in frame.optional,
+                at=self.parsed.where(at_node),
+                guard=frame.guard,
+            )
+        )
+        self.out.consumers.add(self.parsed.source.rel)
+
+    def mark_scope(self, node: cst.CSTNode) -> None:
+        lines = self.out.eagle_lines.setdefault(self.parsed.source.rel, set())
+        lines.update(self.parsed.span_of(node))
+
+    # -- walking -------------------------------------------------------------------
+    def walk(self, node: cst.CSTNode, frame: Frame, parent: cst.CSTNode | None = None) -> None:
+        method = getattr(self, f"walk_{type(node).__name__}", None)
+        if method is not None:
+            method(node, frame, parent)
+            return
+        for child in node.children:
+            self.walk(child, frame, node)
+
+    def walk_ClassDef(self, node: cst.ClassDef, frame: Frame, parent) -> None:
+        self.walk(node.body, frame.child(class_name=node.name.value, aliases={}), node)
+
+    def walk_FunctionDef(self, node: cst.FunctionDef, frame: Frame, parent) -> None:
+        aliases = dict(frame.aliases)
+        for param in _all_params(node.params):
+            aliases.pop(param.name.value, None)
+        self.walk(node.body, frame.child(aliases=aliases), node)
+
+    def walk_If(self, node: cst.If, frame: Frame, parent) -> None:
+        self.walk(node.test, frame, node)
+        body_frame = frame
+        if not frame.in_scope and mentions_eagle(node.test) and not _negated_eagle(node.test):
+            guard = f"if {_short(self.parsed.module.code_for_node(node.test))}"
+            body_frame = frame.child(in_scope=True, guard=f"{self.parsed.source.rel}: {guard}")
+            self.mark_scope(node.body)
+        probed = _positive_hasattr(node.test)
+        if probed:
+            body_frame = body_frame.child(optional=body_frame.optional | probed)
+        self.walk(node.body, body_frame, node)
+        if node.orelse is not None:
+            else_frame = frame
+            if not frame.in_scope and isinstance(node.orelse, cst.Else) and _negated_eagle(node.test):
+                else_frame = frame.child(in_scope=True, guard=f"{self.parsed.source.rel}: else of eagle guard")
+                self.mark_scope(node.orelse)
+            self.walk(node.orelse, else_frame, node)
+
+    def walk_BooleanOperation(self, node: cst.BooleanOperation, frame: Frame, parent) -> None:
+        self.walk(node.left, frame, node)
+        right = frame
+        if isinstance(node.operator, cst.And):
+            probed = _positive_hasattr(node.left)
+            if probed:
+                right = frame.child(optional=frame.optional | probed)
+        self.walk(node.right, right, node)
+
+    def walk_IfExp(self, node: cst.IfExp, frame: Frame, parent) -> None:
+        self.walk(node.test, frame, node)
+        probed = _positive_hasattr(node.test)
+        self.walk(node.body, frame.child(optional=frame.optional | probed) if probed else frame, node)
+        self.walk(node.orelse, frame, node)
+
+    def walk_Assign(self, node: cst.Assign, frame: Frame, parent) -> None:
+        self.walk(node.value, frame, node)
+        for target in node.targets:
+            self._bind(target.target, node.value, frame)
+            self._walk_target(target.target, frame)
+
+    def walk_AnnAssign(self, node: cst.AnnAssign, frame: Frame, parent) -> None:
+        if node.value is not None:
+            self.walk(node.value, frame, node)
+            self._bind(node.target, node.value, frame)
+        self._walk_target(node.target, frame)
+
+    def walk_AugAssign(self, node: cst.AugAssign, frame: Frame, parent) -> None:
+        self.walk(node.value, frame, node)
+        self._walk_target(node.target, frame)
+
+    def _walk_target(self, target: cst.BaseExpression, frame: Frame) -> None:
+        """Writing `model.x = ...` needs nothing from the model; reads inside the target still count."""
+        if isinstance(target, cst.Attribute):
+            self.walk(target.value, frame, target)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._walk_target(element.value, frame)
+        elif isinstance(target, cst.Subscript):
+            for child in target.children:
+                self.walk(child, frame, target)
+
+    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression, frame: Frame) -> None:
+        if not isinstance(target, cst.Name):
+            return
+        role = self.model_role(value, frame)
+        if role is not None:
+            frame.aliases[target.value] = role
+        else:
+            frame.aliases.pop(target.value, None)
+
+    def walk_Attribute(self, node: cst.Attribute, frame: Frame, parent) -> None:
+        self.walk(node.value, frame, node)
+        if not frame.in_scope:
+            return
+        role = self.model_role(node.value, frame)
+        if role is None:
+            return
+        is_call = isinstance(parent, cst.Call) and parent.func is node
+        self.record(node.attr.value, "call" if is_call else "attribute", role, True, node.attr, frame)
+
+    def walk_Call(self, node: cst.Call, frame: Frame, parent) -> None:
+        func = node.func
+        if frame.in_scope and isinstance(func, cst.Name) and func.value in ("getattr", "hasattr") and len(node.args) >= 2:
+            role = self.model_role(node.args[0].value, frame)
+            name = _string_value(node.args[1].value)
+            if role is not None and name and func.value == "getattr":
+                required = len(node.args) == 2
+                self.record(name, "attribute", role, required, node.args[1].value, frame)
+        self.walk(func, frame, node)
+        for arg in node.args:
+            self.walk(arg, frame, node)
+        if frame.in_scope and frame.depth < MAX_HELPER_DEPTH:
+            self.reader.follow_helper(self, node, frame)
+
+    def walk_Lambda(self, node: cst.Lambda, frame: Frame, parent) -> None:
+        self.walk(node.body, frame, node)
+
+
+def _all_params(params: cst.Parameters) -> list[cst.Param]:
+    out = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            out.append(star)
+    return out
+
+
+def _short(text: str, limit: int = 70) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _negated_eagle(test: cst.CSTNode) -> bool:
+    return (
+        isinstance(test, cst.UnaryOperation)
+        and isinstance(test.operator, cst.Not)
+        and mentions_eagle(test.expression)
+    )
+
+
+def _positive_hasattr(test: cst.CSTNode) -> frozenset[str]:
+    """Member names a condition proves present: `hasattr(m, "x")`, also inside `and`."""
+    if isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and test.func.value == "hasattr":
+        if len(test.args) >= 2:
+            name = _string_value(test.args[1].value)
+            if name:
+                return frozenset({name})
+        return frozenset()
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _positive_hasattr(test.left) | _positive_hasattr(test.right)
+    return frozenset()
+
+
+class ProtocolReader:
+    """Finds the consumers, walks the slices that matter and follows helpers."""
+
+    def __init__(self, tree: SourceTree, cache: SourceCache, extra_consumers: list[Path] | None = None):
+        self.tree = tree
+        self.cache = cache
+        self.extraction = Extraction()
+        self.extra = extra_consumers or []
+
+    # -- discovery -------------------------------------------------------------------
+    def candidate_files(self) -> list[Path]:
+        """Files outside models/ whose bytes mention EAGLE at all: a cheap filter before parsing."""
+        found: list[Path] = []
+        models = self.tree.models
+        for dirpath, dirnames, filenames in os.walk(self.tree.srt):
+            here = Path(dirpath)
+            if here == models:
+                dirnames[:] = []
+                continue
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
+            for filename in sorted(filenames):
+                if not filename.endswith(".py"):
+                    continue
+                path = here / filename
+                try:
+                    with open(path, "rb") as handle:
+                        data = handle.read()
+                except OSError:
+                    continue
+                if _EAGLE_BYTES.search(data):
+                    found.append(path)
+        for extra in self.extra:
+            if extra not in found:
+                found.append(extra)
+        return found
+
+    def is_eagle_module(self, path: Path) -> bool:
+        rel = self.cache.rel(path)
+        return rel.startswith("speculative/") and "eagle" in path.name.lower()
+
+    # -- reading -----------------------------------------------------------------------
+    def read(self) -> Extraction:
+        for path in self.candidate_files():
+            try:
+                source = self.cache.read(path)
+            except EaglepatchError as exc:
+                self.extraction.warnings.append(f"skipped consumer {exc}")
+                continue
+            eagle_module = self.is_eagle_module(path) or path in self.extra
+            try:
+                self._read_file(source, eagle_module)
+            except EaglepatchError as exc:
+                self.extraction.warnings.append(f"skipped consumer {exc}")
+        return self.extraction
+
+    def _read_file(self, source: SourceFile, eagle_module: bool) -> None:
+        """Parse only the functions that use a model and, outside EAGLE modules, mention EAGLE."""
+        outline = self.cache.outline(source)
+        uses_model: dict[int, None] = {}
+        mentions: set[int] = set()
+        module_level = False
+        for index, line in enumerate(source.lines):
+            if line.lstrip().startswith("#"):
+                continue
+            header = outline.outer_def[index]
+            if _MODEL_USE.search(line):
+                if header < 0:
+                    module_level = True
+                else:
+                    uses_model[header] = None
+            if not eagle_module and _EAGLE.search(line):
+                mentions.add(header)
+        headers = [h for h in uses_model if eagle_module or h in mentions]
+        if module_level and eagle_module:
+            self._walk(self.cache.parse_whole(source), eagle_module)
+            return
+        for header in headers:
+            parsed = self.cache.parse_block(source, header)
+            if parsed.first_line == 0 and len(parsed.module.body) > 1:
+                self._walk(parsed, eagle_module)  # fell back to the whole file
+                return
+            self._walk(parsed, eagle_module, self._class_of(outline, header))
+
+    @staticmethod
+    def _class_of(outline, header: int) -> str:
+        own = next(indent for index, indent, _, _ in outline.headers if index == header)
+        owner = ""
+        for index, indent, kind, name in outline.headers:
+            if index >= header:
+                break
+            if kind == "class" and indent < own and outline.ends.get(index, 0) > header:
+                owner = name
+        return owner
+
+    def _walk(self, parsed: Parsed, eagle_module: bool, class_name: str = "") -> None:
+        rel = parsed.source.rel
+        frame = Frame(in_scope=eagle_module, guard=f"{rel}: EAGLE module" if eagle_module else "", aliases={}, class_name=class_name)
+        if eagle_module:
+            self.extraction.eagle_lines.setdefault(rel, set()).update(
+                range(parsed.first_line + 1, parsed.first_line + len(parsed.module.code.splitlines()) + 1)
+            )
+        ConsumerWalker(self, parsed).walk(parsed.module, frame)
+
+    # -- helpers -------------------------------------------------------------------------
+    def follow_helper(self, walker: ConsumerWalker, call: cst.Call, frame: Frame) -> None:
+        """EAGLE code that hands a model to a function makes that function EAGLE code too."""
+        bound: dict[str, str] = {}
+        positional: list[tuple[int, str]] = []
+        position = 0
+        for arg in call.args:
+            role = walker.model_role(arg.value, frame)
+            if arg.keyword is not None:
+                if role is not None:
+                    bound[arg.keyword.value] = role
+            elif arg.star:
+                continue
+            else:
+                if role is not None:
+                    positional.append((position, role))
+                position += 1
+        if not bound and not positional:
+            return
+        target = self._resolve_function(walker.parsed.source, call.func, frame)
+        if target is None:
+            return
+        source, header, is_method = target
+        parsed = self.cache.parse_block(source, header)
+        func = _find_def(parsed.module, source.lines[header])
+        if func is None:
+            return
+        params = list(func.params.posonly_params) + list(func.params.params)
+        if is_method and params and params[0].name.value in ("self", "cls"):
+            params = params[1:]
+        aliases: dict[str, str] = {}
+        for index, role in positional:
+            if index < len(params):
+                name = params[index].name.value
+                aliases[name] = role if role != "unknown" else role_from_text(name)
+        for name, role in bound.items():
+            aliases[name] = role if role != "unknown" else role_from_text(name)
+        key = (source.rel, header, tuple(sorted(aliases.items())))
+        if key in self.extraction.followed:
+            return
+        self.extraction.followed.add(key)
+        via = f"{walker.parsed.source.rel}:{walker.parsed.line_of(call)}"
+        helper_frame = Frame(
+            in_scope=True,
+            guard=f"helper {func.name.value}() called from EAGLE-3 code at {via}",
+            aliases=aliases,
+            class_name=self._class_of(self.cache.outline(source), header) if is_method else "",
+            depth=frame.depth + 1,
+        )
+        self.extraction.eagle_lines.setdefault(source.rel, set()).update(
+            range(parsed.line_of(func), parsed.line_of(func) + len(parsed.module.code_for_node(func).splitlines()))
+        )
+        ConsumerWalker(self, parsed).walk(func.body, helper_frame, func)
+
+    def _resolve_function(self, source: SourceFile, func: cst.BaseExpression, frame: Frame):
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+            outline = self.cache.outline(source)
+            owner = outline.find(frame.class_name, "class") if frame.class_name else None
+            if owner is None:
+                return None
+            end = outline.ends.get(owner, owner)
+            for index, _indent, kind, name in outline.headers:
+                if owner < index < end and kind == "def" and name == func.attr.value:
+                    return source, index, True
+            return None
+        if not isinstance(func, cst.Name):
+            return None
+        name = func.value
+        outline = self.cache.outline(source)
+        for index, indent, kind, header_name in outline.headers:
+            if indent == 0 and kind == "def" and header_name == name:
+                return source, index, False
+        imports = ImportTable.of(self.cache, source, self.tree)
+        origin = imports.lookup(name)
+        if origin is None or origin.path is None:
+            return None
+        try:
+            other = self.cache.read(origin.path)
+        except EaglepatchError:
+            return None
+        other_outline = self.cache.outline(other)
+        for index, indent, kind, header_name in other_outline.headers:
+            if indent == 0 and kind == "def" and header_name == origin.name:
+                return other, index, False
+        return None
+
+    # -- the general model interface ---------------------------------------------------------
+    def general_interface(self) -> dict[str, str]:
+        """Members the model runner family uses on any model outside EAGLE-3 code."""
+        found: dict[str, str] = {}
+        executor = self.tree.srt / "model_executor"
+        if not executor.is_dir():
+            return found
+        for path in sorted(executor.rglob("*.py")):
+            try:
+                source = self.cache.read(path)
+            except EaglepatchError:
+                continue
+            inside = self.extraction.eagle_lines.get(source.rel, set())
+            for index, line in enumerate(source.lines, start=1):
+                if index in inside or line.lstrip().startswith("#"):
+                    continue
+                for match in _GENERAL_USE.finditer(line):
+                    found.setdefault(match.group(1), f"{source.rel}:{index}")
+        return found
+
+
+def _find_def(module: cst.Module, header_line: str) -> cst.FunctionDef | None:
+    name = re.match(r"\s*(?:async\s+)?def\s+(\w+)", header_line)
+    if not name:
+        return None
+    wanted = name.group(1)
+
+    class Find(cst.CSTVisitor):
+        found: cst.FunctionDef | None = None
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            if self.found is None and node.name.value == wanted:
+                self.found = node
+            return self.found is None
+
+    finder = Find()
+    module.visit(finder)
+    return finder.found
+
+
+def extract_protocol(tree: SourceTree, cache: SourceCache, extra_consumers: list[Path] | None = None) -> Protocol:
+    reader = ProtocolReader(tree, cache, extra_consumers)
+    extraction = reader.read()
+    general = reader.general_interface()
+    members: dict[str, ProtocolMember] = {}
+    set_aside: dict[str, str] = {}
+    for use in extraction.uses:
+        if use.name in general:
+            set_aside[use.name] = general[use.name]
+            continue
+        members.setdefault(use.name, ProtocolMember(use.name)).uses.append(use)
+    if not members:
+        raise EaglepatchError(
+            "no EAGLE-3 consumer code found (no model member used in speculative/*eagle* files or EAGLE-guarded "
+            "branches); is this an SGLang tree with EAGLE support?",
+            path=str(tree.srt),
+        )
+    return Protocol(
+        members=dict(sorted(members.items())),
+        consumers=sorted(extraction.consumers),
+        general_interface=dict(sorted(set_aside.items())),
+        warnings=extraction.warnings,
+    )

@@ -1,0 +1,133 @@
+"""Plain dataclasses passed between pipeline stages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Use:
+    """One place EAGLE-3 code touches a member of a model."""
+
+    name: str
+    kind: str  # "call" | "attribute"
+    role: str  # "target" | "draft" | "unknown"
+    required: bool
+    at: str  # "path:line", relative to srt
+    guard: str  # why this code counts as EAGLE-3
+
+
+@dataclass
+class ProtocolMember:
+    name: str
+    uses: list[Use] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return "call" if any(u.kind == "call" for u in self.uses) else "attribute"
+
+    @property
+    def roles(self) -> list[str]:
+        return sorted({u.role for u in self.uses})
+
+    @property
+    def role(self) -> str:
+        roles = set(self.roles)
+        for role in ("target", "unknown", "draft"):
+            if role in roles:
+                return role
+        return "unknown"
+
+    @property
+    def required(self) -> bool:
+        return any(u.required for u in self.uses)
+
+    @property
+    def called_at(self) -> list[str]:
+        seen: list[str] = []
+        for use in self.uses:
+            if use.at not in seen:
+                seen.append(use.at)
+        return seen
+
+
+@dataclass
+class Protocol:
+    """What EAGLE-3 code expects of a model, read off the consumer code."""
+
+    members: dict[str, ProtocolMember]
+    consumers: list[str]  # files that contributed uses
+    general_interface: dict[str, str]  # member -> where the runner uses it outside EAGLE-3
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Signature:
+    """A member as the inner class defines it."""
+
+    name: str
+    kind: str  # "method" | "property" | "attribute"
+    owner: str  # class that defines it
+    file: str  # path relative to srt
+    line: int
+    node: object = field(default=None, repr=False, compare=False)  # the libcst FunctionDef
+    parsed: object = field(default=None, repr=False, compare=False)  # the slice it was read from
+
+    @property
+    def at(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass
+class ClassInfo:
+    """A resolved class: where it is, what it defines, what it inherits."""
+
+    name: str
+    file: str
+    line: int
+    members: dict[str, Signature]  # own and inherited, nearest definition wins
+    bases: list[str]  # resolved chain, nearest first, e.g. ["DeepseekV2ForCausalLM", ...]
+    external_bases: list[str]  # bases not found in the tree (nn.Module, ...)
+    dynamic: bool = False  # defines __getattr__
+
+
+@dataclass
+class InnerModel:
+    attribute: str
+    classes: list[ClassInfo]  # one per branch of __init__ that builds it
+    line: int  # where __init__ assigns it
+    conditional: bool = False
+    unresolved: list[str] = field(default_factory=list)  # why a candidate class was not found
+
+
+@dataclass
+class Wrapper:
+    cls: ClassInfo
+    inners: list[InnerModel]
+    path: str  # wrapper file, relative to srt
+    forwards_dynamically: str | None = None  # "__getattr__ -> language_model" when it does
+
+
+@dataclass
+class MemberPlan:
+    """One protocol member as seen from one wrapper."""
+
+    member: ProtocolMember
+    defined: Signature | None  # where the inner class defines it
+    inner_attribute: str | None
+    providers: list[str] = field(default_factory=list)  # inner classes that provide it
+    lacking: list[str] = field(default_factory=list)  # inner classes that do not
+
+
+@dataclass
+class ModelPlan:
+    wrapper: Wrapper
+    status: str  # compliant | delegable | not_delegable | dynamic | unresolved
+    missing: list[MemberPlan] = field(default_factory=list)
+    forwarded: list[MemberPlan] = field(default_factory=list)
+    not_delegable: list[MemberPlan] = field(default_factory=list)
+    reason: str = ""
+
+    @property
+    def required_missing(self) -> list[MemberPlan]:
+        return [m for m in self.missing if m.member.required]

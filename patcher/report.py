@@ -1,0 +1,251 @@
+"""Stage 6a: say what was found, for people (rich), scripts (JSON) and CI (GitHub annotations)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from patcher.records import MemberPlan, ModelPlan, ProtocolMember
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from patcher.pipeline import Analysis
+
+
+def member_json(plan: MemberPlan, with_definition: bool = True) -> dict:
+    member = plan.member
+    data = {
+        "name": member.name,
+        "kind": member.kind,
+        "required": member.required,
+        "role": member.role,
+        "called_at": member.called_at,
+    }
+    if with_definition and plan.defined is not None:
+        data["defined_at"] = plan.defined.at
+        data["defined_as"] = plan.defined.kind
+        data["inner_attribute"] = plan.inner_attribute
+    if plan.lacking and plan.providers:
+        data["provided_by"] = plan.providers
+        data["lacking_in"] = plan.lacking
+    return data
+
+
+def protocol_json(member: ProtocolMember) -> dict:
+    return {
+        "name": member.name,
+        "kind": member.kind,
+        "role": member.role,
+        "roles": member.roles,
+        "required": member.required,
+        "called_at": member.called_at,
+        "uses": [
+            {"at": u.at, "kind": u.kind, "role": u.role, "required": u.required, "guard": u.guard}
+            for u in member.uses
+        ],
+    }
+
+
+def model_json(plan: ModelPlan) -> dict:
+    wrapper = plan.wrapper
+    return {
+        "file": wrapper.path,
+        "class": wrapper.cls.name,
+        "line": wrapper.cls.line,
+        "status": plan.status,
+        "reason": plan.reason,
+        "inner": [
+            {
+                "attribute": inner.attribute,
+                "class": cls.name,
+                "file": cls.file,
+                "line": cls.line,
+                "assigned_at": f"{wrapper.path}:{inner.line}",
+                "conditional": inner.conditional,
+            }
+            for inner in wrapper.inners
+            for cls in inner.classes
+        ],
+        "forwards_dynamically": wrapper.forwards_dynamically,
+        "missing": [member_json(m) for m in plan.missing],
+        "forwarded": [member_json(m) for m in plan.forwarded],
+        "not_delegable": [member_json(m, with_definition=False) for m in plan.not_delegable],
+    }
+
+
+def analysis_json(analysis: Analysis) -> dict:
+    return {
+        "srt": str(analysis.tree.srt),
+        "layout": analysis.tree.layout,
+        "protocol": [protocol_json(m) for m in analysis.protocol.members.values()],
+        "consumers": analysis.protocol.consumers,
+        "general_interface": analysis.protocol.general_interface,
+        "models": [model_json(p) for p in analysis.plans],
+        "warnings": analysis.warnings,
+        "summary": {
+            "models": len(analysis.plans),
+            "missing": analysis.missing_count,
+            "by_status": _count_status(analysis.plans),
+        },
+    }
+
+
+def _count_status(plans: list[ModelPlan]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for plan in plans:
+        counts[plan.status] = counts.get(plan.status, 0) + 1
+    return counts
+
+
+def write_json(analysis: Analysis, out) -> None:
+    json.dump(analysis_json(analysis), out, indent=2)
+    out.write("\n")
+
+
+# -- GitHub workflow annotations ---------------------------------------------------------------
+
+
+def _escape(value: str, property_value: bool = False) -> str:
+    value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if property_value:
+        value = value.replace(":", "%3A").replace(",", "%2C")
+    return value
+
+
+def display_path(analysis: Analysis, rel: str) -> str:
+    """A path the CI job can open: relative to the working directory when the file is below it."""
+    absolute = analysis.tree.srt / rel
+    try:
+        return Path(os.path.relpath(absolute, Path.cwd())).as_posix() if _below(absolute, Path.cwd()) else str(absolute)
+    except ValueError:
+        return str(absolute)
+
+
+def _below(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def write_github(analysis: Analysis, out) -> None:
+    for plan in analysis.plans:
+        wrapper = plan.wrapper
+        file = _escape(display_path(analysis, wrapper.path), True)
+        for entry in plan.missing:
+            member = entry.member
+            level = "error" if member.required else "warning"
+            message = (
+                f"{wrapper.cls.name} does not forward {member.name}() to {entry.inner_attribute} "
+                f"({entry.defined.owner} defines it at {entry.defined.at}); EAGLE-3 uses it at "
+                f"{', '.join(member.called_at[:3])}. Fix: eaglepatch apply"
+            )
+            title = _escape(f"eaglepatch: missing {member.name}", True)
+            out.write(f"::{level} file={file},line={wrapper.cls.line},title={title}::{_escape(message)}\n")
+        if plan.status == "not_delegable":
+            out.write(f"::warning file={file},line={wrapper.cls.line},title=eaglepatch::{_escape(plan.reason)}\n")
+    for warning in analysis.warnings:
+        out.write(f"::warning title=eaglepatch::{_escape(warning)}\n")
+    total = analysis.missing_count
+    out.write(f"::notice title=eaglepatch::{total} missing member(s) in {len(analysis.plans)} model class(es)\n")
+
+
+# -- people ----------------------------------------------------------------------------------------
+
+
+def _sites(at: list[str], limit: int = 2) -> str:
+    shown = ", ".join(at[:limit])
+    return shown + (f" (+{len(at) - limit} more)" if len(at) > limit else "")
+
+
+STATUS_STYLE = {
+    "compliant": "green",
+    "dynamic": "green",
+    "delegable": "yellow",
+    "not_delegable": "red",
+    "unresolved": "magenta",
+}
+
+
+def print_protocol(analysis: Analysis, console: Console) -> None:
+    from rich.table import Table
+
+    table = Table(title="EAGLE-3 protocol read from SGLang's own code", title_justify="left")
+    table.add_column("member", style="bold")
+    table.add_column("kind")
+    table.add_column("role")
+    table.add_column("need")
+    table.add_column("called at")
+    for member in analysis.protocol.members.values():
+        table.add_row(
+            member.name,
+            member.kind,
+            member.role,
+            "required" if member.required else "optional",
+            _sites(member.called_at),
+        )
+    console.print(table)
+    aside = analysis.protocol.general_interface
+    if aside:
+        console.print(
+            f"[dim]Set aside as the general model interface (used by the runner outside EAGLE-3): "
+            f"{', '.join(aside)}[/dim]"
+        )
+
+
+def print_model(plan: ModelPlan, console: Console) -> None:
+    from rich.table import Table
+
+    wrapper = plan.wrapper
+    inner = "; ".join(
+        f"{i.attribute}: {' | '.join(f'{c.name} ({c.file})' for c in i.classes)}" for i in wrapper.inners
+    ) or "none found"
+    style = STATUS_STYLE.get(plan.status, "white")
+    console.print(
+        f"\n[bold]{wrapper.cls.name}[/bold] ({wrapper.path}:{wrapper.cls.line})  inner {inner}  "
+        f"[{style}]{plan.status}[/{style}]"
+    )
+    if plan.reason:
+        console.print(f"  {plan.reason}")
+    table = Table(show_header=True, box=None, pad_edge=False)
+    table.add_column("", no_wrap=True)
+    table.add_column("member", style="bold")
+    table.add_column("role")
+    table.add_column("need")
+    table.add_column("inner defines it at")
+    table.add_column("EAGLE-3 uses it at")
+    rows = [("missing", "[red]✗ missing[/red]", plan.missing), ("forwarded", "[green]✓ present[/green]", plan.forwarded)]
+    rows.append(("not_delegable", "[dim]– not delegable[/dim]", plan.not_delegable))
+    for _, label, entries in rows:
+        for entry in entries:
+            member = entry.member
+            table.add_row(
+                label,
+                member.name,
+                member.role,
+                "required" if member.required else "optional",
+                entry.defined.at if entry.defined else "(inner lacks it)",
+                _sites(member.called_at),
+            )
+    console.print(table)
+
+
+def print_table(analysis: Analysis, console: Console, show_protocol: bool = True) -> None:
+    if show_protocol:
+        print_protocol(analysis, console)
+    for plan in analysis.plans:
+        print_model(plan, console)
+    for warning in analysis.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    total = analysis.missing_count
+    if total:
+        console.print(
+            f"\n[bold red]{total} missing[/bold red] EAGLE-3 member(s). "
+            "Review with [bold]eaglepatch diff[/bold], write with [bold]eaglepatch apply[/bold]."
+        )
+    else:
+        console.print("\n[bold green]Nothing missing[/bold green]: every delegable EAGLE-3 member is present.")

@@ -1,0 +1,310 @@
+"""Stage 2: read each file once, and hand libcst only the slices an answer needs.
+
+SGLang's model runner and DeepSeek model are ~3,000 lines each; parsing them whole with
+libcst (and computing positions) costs most of a second.  A cheap text pass finds the
+`def`/`class` blocks that can matter, and only those are parsed.  A slice that does not
+parse on its own (a multi-line string at column 0, say) falls back to the whole file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+
+from patcher.errors import EaglepatchError
+
+BOM = b"\xef\xbb\xbf"
+MAX_FILE_BYTES = 20 * 1024 * 1024
+
+_HEADER = re.compile(r"^([ \t]*)(?:async[ \t]+def|def|class)[ \t]+(\w+)")
+_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import\b|import[ \t]+\w)")
+
+
+@dataclass
+class SourceFile:
+    """A file's bytes and text, decoded once; `text` has no BOM and keeps its newlines."""
+
+    path: Path
+    rel: str
+    data: bytes
+    text: str
+    bom: bool
+    newline: str
+    lines: list[str] = field(repr=False)
+
+    @property
+    def encoding_label(self) -> str:
+        return "utf-8-sig" if self.bom else "utf-8"
+
+
+def decode_source(path: Path, rel: str, data: bytes) -> SourceFile:
+    if b"\x00" in data:
+        raise EaglepatchError("is a binary file, not Python source; remove it or rename it", path=rel)
+    bom = data.startswith(BOM)
+    try:
+        text = data[len(BOM) :].decode("utf-8") if bom else data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise EaglepatchError("is not UTF-8 text; re-encode it as UTF-8", path=rel, line=line) from None
+    if "\r\n" in text:
+        newline = "\r\n"
+    elif "\r" in text:
+        newline = "\r"
+    else:
+        newline = "\n"
+    return SourceFile(path, rel, data, text, bom, newline, text.splitlines())
+
+
+@dataclass
+class Parsed:
+    """A parsed slice: libcst nodes plus how to map them back to file lines.
+
+    Positions cost more than parsing, and most slices never report a line: they are
+    computed on first use.
+    """
+
+    source: SourceFile
+    module: cst.Module
+    first_line: int  # file line of the slice's line 1, minus one
+    _positions: object = None  # Mapping[cst.CSTNode, CodeRange]
+
+    @property
+    def positions(self):
+        if self._positions is None:
+            self._positions = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+        return self._positions
+
+    def line_of(self, node: cst.CSTNode) -> int:
+        rng: CodeRange = self.positions[node]
+        return rng.start.line + self.first_line
+
+    def span_of(self, node: cst.CSTNode) -> range:
+        rng: CodeRange = self.positions[node]
+        return range(rng.start.line + self.first_line, rng.end.line + self.first_line + 1)
+
+    def where(self, node: cst.CSTNode) -> str:
+        return f"{self.source.rel}:{self.line_of(node)}"
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _is_code(line: str) -> bool:
+    stripped = line.strip()
+    return bool(stripped) and not stripped.startswith("#")
+
+
+def _bracket_delta(line: str) -> int:
+    code = line.split("#", 1)[0]
+    return sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
+
+
+@dataclass
+class Outline:
+    """Where each `def`/`class` block starts and ends, from one pass over the text."""
+
+    headers: list[tuple[int, int, str, str]]  # (line index, indent, "def"|"class", name)
+    ends: dict[int, int]  # header index -> one past its last line
+    outer_def: list[int]  # per line: header index of the outermost enclosing def, or -1
+
+    def find(self, name: str, kind: str) -> int | None:
+        """Header index of `kind name`, preferring the least indented one."""
+        best = None
+        for index, indent, k, n in self.headers:
+            if k == kind and n == name and (best is None or indent < best[1]):
+                best = (index, indent)
+        return best[0] if best else None
+
+
+_TOKEN = re.compile(r"""\"\"\"|'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|\#.*|[()\[\]{}]""")
+
+
+def _scan(line: str, depth: int, in_string: str | None) -> tuple[int, str | None]:
+    """Bracket depth and open triple-quote after `line`, skipping strings and comments."""
+    pos = 0
+    while True:
+        if in_string:
+            close = line.find(in_string, pos)
+            if close < 0:
+                return depth, in_string
+            pos = close + 3
+            in_string = None
+        match = _TOKEN.search(line, pos)
+        if match is None:
+            return depth, None
+        token = match.group()
+        pos = match.end()
+        if token in ('"""', "'''"):
+            in_string = token
+        elif token[0] == "#":
+            return depth, None
+        elif token in "([{":
+            depth += 1
+        elif token in ")]}":
+            depth = max(0, depth - 1)
+
+
+def outline(lines: list[str]) -> Outline:
+    headers: list[tuple[int, int, str, str]] = []
+    ends: dict[int, int] = {}
+    outer_def = [-1] * len(lines)
+    stack: list[tuple[int, int, str]] = []  # (indent, header index, kind)
+    depth = 0
+    in_string: str | None = None
+    for i, line in enumerate(lines):
+        starts_statement = depth == 0 and in_string is None
+        if starts_statement and _is_code(line):
+            indent = _indent(line)
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            m = _HEADER.match(line)
+            if m:
+                kind = "class" if line.lstrip().startswith("class") else "def"
+                headers.append((i, indent, kind, m.group(2)))
+                stack.append((indent, i, kind))
+        if line.strip() and (not starts_statement or _is_code(line)):
+            for _, h, _k in stack:
+                ends[h] = i + 1
+        if "#" in line or "'" in line or '"' in line or in_string or any(c in line for c in "()[]{}"):
+            depth, in_string = _scan(line, depth, in_string)
+        outer_def[i] = next((h for _, h, k in stack if k == "def"), -1)
+    return Outline(headers, ends, outer_def)
+
+
+def block_start(lines: list[str], header: int) -> int:
+    """Include the decorators above a header."""
+    own = _indent(lines[header])
+    i = header
+    while i > 0 and lines[i - 1].lstrip().startswith("@") and _indent(lines[i - 1]) == own:
+        i -= 1
+    return i
+
+
+def _dedent(lines: list[str], amount: int) -> str:
+    out = []
+    for line in lines:
+        if _indent(line) >= amount:
+            out.append(line[amount:])
+        else:
+            out.append(line.lstrip(" \t"))
+    return "\n".join(out) + "\n"
+
+
+class SourceCache:
+    """Reads each file once and parses each slice once for a whole run."""
+
+    def __init__(self, srt: Path):
+        self.srt = srt
+        self._files: dict[Path, SourceFile] = {}
+        self._parsed: dict[tuple[Path, int, int], Parsed] = {}
+        self._outlines: dict[Path, Outline] = {}
+        self.bytes_read = 0
+        self.lines_parsed = 0
+
+    def rel(self, path: Path) -> str:
+        try:
+            return path.relative_to(self.srt).as_posix()
+        except ValueError:
+            return path.as_posix()
+
+    def read(self, path: Path) -> SourceFile:
+        cached = self._files.get(path)
+        if cached is not None:
+            return cached
+        rel = self.rel(path)
+        try:
+            size = path.stat().st_size
+            if size > MAX_FILE_BYTES:
+                raise EaglepatchError(
+                    f"is {size // (1024 * 1024)} MiB, larger than any Python source eaglepatch reads; "
+                    "remove it or exclude it",
+                    path=rel,
+                )
+            data = path.read_bytes()
+        except OSError as exc:
+            raise EaglepatchError(f"cannot be read ({exc.strerror}); check its permissions", path=rel) from None
+        self.bytes_read += len(data)
+        source = decode_source(path, rel, data)
+        self._files[path] = source
+        return source
+
+    def parse_whole(self, source: SourceFile) -> Parsed:
+        key = (source.path, 0, -1)
+        cached = self._parsed.get(key)
+        if cached is None:
+            try:
+                module = cst.parse_module(source.text)
+            except cst.ParserSyntaxError as exc:
+                raise EaglepatchError(
+                    f"is not valid Python ({exc.message}); fix the syntax error", path=source.rel, line=exc.raw_line
+                ) from None
+            self.lines_parsed += len(source.lines)
+            cached = self._parsed[key] = Parsed(source, module, 0)
+        return cached
+
+    def parse_lines(self, source: SourceFile, start: int, end: int) -> Parsed:
+        """Parse lines [start, end) on their own; fall back to the whole file."""
+        key = (source.path, start, end)
+        cached = self._parsed.get(key)
+        if cached is not None:
+            return cached
+        chunk = source.lines[start:end]
+        amount = min((_indent(line) for line in chunk if _is_code(line)), default=0)
+        try:
+            module = cst.parse_module(_dedent(chunk, amount))
+        except cst.ParserSyntaxError:
+            return self.parse_whole(source)
+        self.lines_parsed += end - start
+        parsed = self._parsed[key] = Parsed(source, module, start)
+        return parsed
+
+    def outline(self, source: SourceFile) -> Outline:
+        cached = self._outlines.get(source.path)
+        if cached is None:
+            cached = self._outlines[source.path] = outline(source.lines)
+        return cached
+
+    def parse_block(self, source: SourceFile, header: int) -> Parsed:
+        """Parse the def/class block whose header line index is `header`."""
+        ends = self.outline(source).ends
+        start = block_start(source.lines, header)
+        return self.parse_lines(source, start, ends.get(header, header + 1))
+
+    def parse_imports(self, source: SourceFile) -> list[cst.CSTNode]:
+        """Every import statement in the file, wherever it stands (module, try, TYPE_CHECKING)."""
+        key = (source.path, -1, -1)
+        cached = self._parsed.get(key)
+        if cached is None:
+            lines = source.lines
+            statements: list[str] = []
+            i = 0
+            while i < len(lines):
+                if _IMPORT.match(lines[i]):
+                    depth = 0
+                    j = i
+                    while j < len(lines):
+                        depth += _bracket_delta(lines[j])
+                        if depth <= 0 and not lines[j].rstrip().endswith("\\"):
+                            break
+                        j += 1
+                    statements.append(_dedent(lines[i : j + 1], _indent(lines[i])))
+                    i = j + 1
+                else:
+                    i += 1
+            try:
+                nodes = list(cst.parse_module("".join(statements)).body)
+            except cst.ParserSyntaxError:
+                nodes = []
+                for text in statements:
+                    try:
+                        nodes.extend(cst.parse_module(text).body)
+                    except cst.ParserSyntaxError:
+                        continue  # an "import" inside a docstring, not code
+            module = cst.Module(body=nodes)
+            cached = self._parsed[key] = Parsed(source, module, 0, {})
+        return list(cached.module.body)

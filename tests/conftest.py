@@ -1,0 +1,54 @@
+"""Shared fixtures: real SGLang releases (see tests/sglang_releases.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+_TESTS = str(Path(__file__).resolve().parent)
+if _TESTS not in sys.path:  # importable whether or not tests/ is a package
+    sys.path.insert(0, _TESTS)
+
+import sglang_releases  # noqa: E402
+
+# Fixtures that hand out real releases; a test using one is an integration test.
+RELEASE_FIXTURES = {"sglang_059", "sglang_0510", "sglang_latest", "checkout_of"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if RELEASE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def sglang_059() -> Path:
+    """site-packages folder holding sglang 0.5.9 (shared cache: do not write)."""
+    return sglang_releases.site_packages("0.5.9")
+
+
+@pytest.fixture(scope="session")
+def sglang_0510() -> Path:
+    """site-packages folder holding sglang 0.5.10 (shared cache: do not write)."""
+    return sglang_releases.site_packages("0.5.10")
+
+
+@pytest.fixture(scope="session")
+def sglang_latest() -> Path:
+    """site-packages folder holding the newest sglang release (shared cache)."""
+    return sglang_releases.site_packages(sglang_releases.latest_release())
+
+
+@pytest.fixture
+def checkout_of(tmp_path):
+    """Factory: ``checkout_of("0.5.9")`` -> root of a fresh git repo in tmp_path."""
+    made = 0
+
+    def make(version: str) -> Path:
+        nonlocal made
+        made += 1
+        return sglang_releases.make_checkout(version, tmp_path / f"sglang-{version}-{made}")
+
+    return make

@@ -1,0 +1,373 @@
+"""Real SGLang releases for the tests: wheels fetched with pip, cached on disk.
+
+Everything lives under one cache folder: ``$EAGLEPATCH_SGLANG_CACHE`` if set,
+else ``<repo>/.cache/sglang`` (``.cache/`` is gitignored)::
+
+    <cache>/wheels/sglang-<version>-*.whl          what ``pip download`` fetched
+    <cache>/trees/<version>/site-packages/sglang/  the wheel's ``sglang/**/*.py``
+    <cache>/trees/<version>/.complete              written before the tree is published
+    <cache>/latest.txt, <cache>/versions.txt       ``pip index versions`` answers (1 day)
+
+The trees are shared, read-only data: a test that lets the tool write files must
+work on a copy (``make_checkout`` or ``make_site_packages_copy``).
+
+Every network access goes through ``sys.executable -m pip`` so that the
+interpreter's ordinary pip configuration (index, proxy, certificates) applies.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CACHE_ENV = "EAGLEPATCH_SGLANG_CACHE"
+PACKAGE = "sglang"
+INDEX_TTL_SECONDS = 24 * 60 * 60
+_COMPLETE_MARKER = ".complete"
+_PIP_TIMEOUT_SECONDS = 900
+
+# Used only when pip finds no wheel for the running interpreter: recent sglang
+# releases ship a CPython 3.11 manylinux wheel only, and its .py files are all
+# the tests need, so any interpreter may fetch that one.
+_FALLBACK_WHEEL_TARGET = [
+    "--python-version", "3.11",
+    "--implementation", "cp",
+    "--abi", "cp311",
+    "--platform", "manylinux_2_34_x86_64",
+    "--platform", "manylinux_2_28_x86_64",
+    "--platform", "manylinux2014_x86_64",
+    "--platform", "any",
+]
+
+
+class ReleaseError(RuntimeError):
+    """A release could not be fetched, listed or unpacked."""
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def cache_dir() -> Path:
+    """The cache folder (created if absent)."""
+    env = os.environ.get(CACHE_ENV)
+    path = Path(env).expanduser() if env else REPO_ROOT / ".cache" / "sglang"
+    path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()
+
+
+def _wheels_dir() -> Path:
+    path = cache_dir() / "wheels"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _trees_dir() -> Path:
+    path = cache_dir() / "trees"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _check_version(version: str) -> str:
+    version = str(version).strip()
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise ValueError(f"not a release version: {version!r}") from None
+    return version
+
+
+# --------------------------------------------------------------------------- pip
+
+
+def _run_pip(args: list[str]) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pip", *args]
+    try:
+        return subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=_PIP_TIMEOUT_SECONDS,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ReleaseError(f"could not run {' '.join(cmd)}: {exc}") from exc
+
+
+def _pip_failure(what: str, proc: subprocess.CompletedProcess) -> ReleaseError:
+    tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-15:])
+    return ReleaseError(
+        f"{what} failed (pip exit {proc.returncode}):\n"
+        f"  {' '.join(map(str, proc.args))}\n{tail}"
+    )
+
+
+# --------------------------------------------------------------------------- wheels
+
+
+def _find_wheel(version: str) -> Path | None:
+    prefix = f"{PACKAGE}-{version}-"
+    found = sorted(
+        p for p in _wheels_dir().glob("*.whl")
+        if p.name.startswith(prefix) and p.is_file()
+    )
+    return found[0] if found else None
+
+
+def download_wheel(version: str) -> Path:
+    """The wheel of ``sglang==version``, downloaded with pip unless cached.
+
+    pip downloads into a temporary folder beside the cache and the wheel is then
+    moved in with one rename, so the cache never holds a partial file.
+    """
+    version = _check_version(version)
+    cached = _find_wheel(version)
+    if cached is not None:
+        return cached
+
+    wheels = _wheels_dir()
+    base = ["download", "--no-deps", "--only-binary=:all:", f"{PACKAGE}=={version}"]
+    with tempfile.TemporaryDirectory(prefix=f".download-{version}-", dir=wheels) as tmp:
+        proc = _run_pip([*base, "-d", tmp])
+        if proc.returncode != 0:
+            retry = _run_pip([*base, *_FALLBACK_WHEEL_TARGET, "-d", tmp])
+            if retry.returncode != 0:
+                raise _pip_failure(f"downloading {PACKAGE}=={version}", proc)
+        prefix = f"{PACKAGE}-{version}-"
+        got = sorted(p for p in Path(tmp).glob("*.whl") if p.name.startswith(prefix))
+        if not got:
+            names = sorted(p.name for p in Path(tmp).iterdir())
+            raise ReleaseError(
+                f"pip download of {PACKAGE}=={version} produced no {prefix}*.whl "
+                f"(got {names})"
+            )
+        target = wheels / got[0].name
+        os.replace(got[0], target)
+    return _find_wheel(version) or target
+
+
+# --------------------------------------------------------------------------- trees
+
+
+def _tree_root(version: str) -> Path:
+    return _trees_dir() / version
+
+
+def _is_complete(root: Path) -> bool:
+    return (root / _COMPLETE_MARKER).is_file() and (root / "site-packages" / PACKAGE).is_dir()
+
+
+def _extract_sources(wheel: Path, site: Path) -> int:
+    """Extract ``sglang/**/*.py`` from ``wheel`` into ``site``; return the count."""
+    count = 0
+    top = PACKAGE + "/"
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            name = info.filename
+            if info.is_dir() or not name.startswith(top) or not name.endswith(".py"):
+                continue
+            parts = name.split("/")
+            if any(part in ("", ".", "..") for part in parts):
+                continue  # never write outside the tree
+            dest = site.joinpath(*parts)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(dest, "wb") as out:
+                shutil.copyfileobj(src, out)
+            count += 1
+    return count
+
+
+def site_packages(version: str) -> Path:
+    """``<cache>/trees/<version>/site-packages``, holding the release's ``sglang/``.
+
+    Built once per version: the sources are extracted into a temporary folder
+    beside the final one, the completion marker is written, and the folder is
+    published with one ``os.rename``. An interrupted run leaves at most a stray
+    temporary folder, never a half tree under the final name. Read-only data.
+    """
+    version = _check_version(version)
+    root = _tree_root(version)
+    if _is_complete(root):
+        return root / "site-packages"
+
+    wheel = download_wheel(version)
+    if root.exists() and not _is_complete(root):
+        # Not made by this module (it only ever publishes complete trees).
+        shutil.rmtree(root, ignore_errors=True)
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=root.parent))
+    try:
+        count = _extract_sources(wheel, tmp / "site-packages")
+        if count == 0 or not (tmp / "site-packages" / PACKAGE / "srt").is_dir():
+            raise ReleaseError(f"{wheel.name} has no {PACKAGE}/srt/*.py files")
+        (tmp / _COMPLETE_MARKER).write_text(f"{wheel.name}\n{count} files\n")
+        tmp.chmod(0o755)  # mkdtemp makes it private; the tree is shared data
+        try:
+            os.rename(tmp, root)
+        except OSError:
+            # Someone else (another worker) published it first; theirs is as good.
+            if not _is_complete(root):
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return root / "site-packages"
+
+
+# --------------------------------------------------------------------------- copies
+
+
+def _copy_package(version: str, dest_pkg: Path) -> Path:
+    src = site_packages(version) / PACKAGE
+    dest_pkg.parent.mkdir(parents=True, exist_ok=True)
+    # copyfile: the copy gets fresh, writable permissions whatever the cache has.
+    shutil.copytree(src, dest_pkg, copy_function=shutil.copyfile, dirs_exist_ok=True)
+    return dest_pkg
+
+
+def make_checkout(version: str, dest: Path) -> Path:
+    """A git repository shaped like a clone of the SGLang sources, at ``dest``.
+
+    ``dest/python/sglang/...`` holds the release's sources, committed on branch
+    ``main`` as "sglang <version>". Returns ``dest``.
+    """
+    import git  # GitPython
+
+    version = _check_version(version)
+    dest = Path(dest)
+    _copy_package(version, dest / "python" / PACKAGE)
+    repo = git.Repo.init(dest, initial_branch="main")
+    with repo.config_writer() as cw:
+        cw.set_value("user", "name", "eaglepatch tests")
+        cw.set_value("user", "email", "eaglepatch-tests@example.invalid")
+        cw.set_value("commit", "gpgsign", "false")
+    repo.git.add("--all")
+    repo.git.commit("--no-verify", "-q", "-m", f"{PACKAGE} {version}")
+    repo.close()
+    return dest
+
+
+def make_site_packages_copy(version: str, dest: Path) -> Path:
+    """A writable copy at ``dest/lib/python3.11/site-packages/sglang/...``.
+
+    Returns the ``site-packages`` folder.
+    """
+    version = _check_version(version)
+    site = Path(dest) / "lib" / "python3.11" / "site-packages"
+    _copy_package(version, site / PACKAGE)
+    return site
+
+
+# --------------------------------------------------------------------------- index
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _fresh(path: Path) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime < INDEX_TTL_SECONDS
+    except OSError:
+        return False
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    except OSError:
+        return []
+
+
+def parse_index_versions(output: str) -> list[str]:
+    """The versions listed on the "Available versions:" line of ``pip index versions``."""
+    for line in output.splitlines():
+        key, sep, rest = line.partition(":")
+        if sep and key.strip().lower() == "available versions":
+            versions = [v.strip() for v in rest.split(",") if v.strip()]
+            return sorted(set(versions), key=Version, reverse=True)
+    return []
+
+
+def _query_index() -> list[str]:
+    """Ask pip for every published version (newest first) and refresh both caches."""
+    proc = _run_pip(["index", "versions", PACKAGE])
+    if proc.returncode != 0:
+        raise _pip_failure(f"listing {PACKAGE} versions", proc)
+    versions = parse_index_versions(proc.stdout)
+    if not versions:
+        raise ReleaseError(
+            f"`pip index versions {PACKAGE}` printed no 'Available versions:' line:\n"
+            + proc.stdout[-2000:]
+        )
+    cache = cache_dir()
+    _write_atomic(cache / "versions.txt", "\n".join(versions) + "\n")
+    _write_atomic(cache / "latest.txt", versions[0] + "\n")
+    return versions
+
+
+def latest_release() -> str:
+    """The newest sglang release, as ``pip index versions`` reports it.
+
+    Cached in ``<cache>/latest.txt`` for a day; if pip fails, a stale cached
+    value is used rather than failing.
+    """
+    path = cache_dir() / "latest.txt"
+    cached = _read_lines(path)
+    if cached and _fresh(path):
+        return cached[0]
+    try:
+        return _query_index()[0]
+    except ReleaseError:
+        if cached:
+            return cached[0]
+        raise
+
+
+def _all_versions() -> list[str]:
+    path = cache_dir() / "versions.txt"
+    cached = _read_lines(path)
+    if cached and _fresh(path):
+        return cached
+    try:
+        return _query_index()
+    except ReleaseError:
+        if cached:
+            return cached
+        raise
+
+
+def releases_between(low: str = "0.5.9", high: str | None = None) -> list[str]:
+    """Every published version ``v`` with ``low <= v <= high`` (oldest first).
+
+    ``high=None`` means no upper bound. ``.postN`` releases are included (so
+    ``0.5.10.post1`` is between ``0.5.10`` and ``0.5.11``); pre-releases are not
+    listed by pip. The version list is cached like ``latest_release``.
+    """
+    lo = Version(_check_version(low))
+    hi = Version(_check_version(high)) if high is not None else None
+    picked = []
+    for v in _all_versions():
+        try:
+            parsed = Version(v)
+        except InvalidVersion:
+            continue
+        if parsed >= lo and (hi is None or parsed <= hi):
+            picked.append(v)
+    return sorted(picked, key=Version)
