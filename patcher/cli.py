@@ -136,5 +136,126 @@ def check(
     raise typer.Exit(1 if analysis.missing_count else 0)
 
 
+EPILOG_DIFF = """\
+Examples:
+
+  eaglepatch diff /root/sglang > fix.patch && git -C /root/sglang apply --check fix.patch
+
+  eaglepatch diff --model kimi_k25 .venv/lib/python3.11/site-packages
+
+Paths in the patch are relative to the git work tree root when PATH is inside one, else to PATH.
+Exit codes: 0 nothing to change, 1 a change is shown, 2 error.
+"""
+
+EPILOG_APPLY = """\
+Examples:
+
+  eaglepatch apply /root/sglang
+
+  eaglepatch apply /root/sglang --commit      # commit just the patched files
+
+Writes are atomic; a file that changed since it was read is left alone.
+Exit codes: 0 written or nothing to do, 2 error (nothing half-written).
+"""
+
+
+def _edits(analysis):
+    from patcher.edits import build_edits
+    from patcher.errors import EaglepatchError
+
+    try:
+        return [e for e in build_edits(analysis.cache, analysis.tree, analysis.plans) if e.changed]
+    except EaglepatchError as exc:
+        fail(str(exc))
+
+
+def _patch_base(analysis):
+    from patcher.gitrepo import find_work_tree
+
+    work_tree = find_work_tree(analysis.tree.srt)
+    return work_tree, (work_tree.root if work_tree else analysis.tree.given)
+
+
+def _show_patch(patch: str) -> None:
+    if sys.stdout.isatty():
+        from rich.syntax import Syntax
+
+        _console().print(Syntax(patch, "diff", theme="ansi_dark", background_color="default", word_wrap=False))
+    else:
+        sys.stdout.write(patch)
+        sys.stdout.flush()
+
+
+@app.command(epilog=EPILOG_DIFF)
+def diff(
+    path: Optional[Path] = PathArg,
+    model: Optional[List[str]] = ModelOpt,
+    consumer: Optional[List[str]] = ConsumerOpt,
+) -> None:
+    """Print the delegations `apply` would write, as a unified diff with git headers (dry run)."""
+    analysis = run_analysis(path, model, consumer)
+    edits = _edits(analysis)
+    if not edits:
+        typer.echo("eaglepatch: nothing to change", err=True)
+        raise typer.Exit(0)
+    from patcher.preview import render_patch
+
+    _, base = _patch_base(analysis)
+    _show_patch(render_patch(edits, base))
+    raise typer.Exit(1)
+
+
+@app.command(epilog=EPILOG_APPLY)
+def apply(
+    path: Optional[Path] = PathArg,
+    model: Optional[List[str]] = ModelOpt,
+    consumer: Optional[List[str]] = ConsumerOpt,
+    commit: bool = typer.Option(False, "--commit", help="Commit just the patched files (git work trees only)."),
+) -> None:
+    """Write the missing delegations into the wrapper files, then show what was done."""
+    analysis = run_analysis(path, model, consumer)
+    edits = _edits(analysis)
+    console = _console()
+    if not edits:
+        console.print("Nothing to do: every delegable EAGLE-3 member is already present.")
+        raise typer.Exit(0)
+    from patcher.errors import EaglepatchError
+    from patcher.preview import render_patch
+    from patcher.write import write_edit
+
+    work_tree, base = _patch_base(analysis)
+    written, failed = [], []
+    for edit in edits:
+        if work_tree is not None and work_tree.dirty(edit.path):
+            console.print(f"[yellow]note:[/yellow] {edit.rel} already had uncommitted changes")
+        try:
+            write_edit(edit, analysis.tree.srt)
+        except EaglepatchError as exc:
+            typer.echo(f"eaglepatch: error: {exc}", err=True)
+            failed.append(edit)
+            continue
+        written.append(edit)
+    if written:
+        _show_patch(render_patch(written, base))
+        for edit in written:
+            for cls, members in edit.added.items():
+                console.print(f"[green]added[/green] to {cls} ({edit.rel}): {', '.join(members)}")
+    if commit and written:
+        if work_tree is None:
+            fail(f"{analysis.tree.given}: --commit needs a git work tree; the files were written but not committed")
+        names = sorted({m for e in written for ms in e.added.values() for m in ms})
+        classes = sorted({c for e in written for c in e.added})
+        message = (
+            f"Forward EAGLE-3 members from {', '.join(classes)}\n\n"
+            f"Added by eaglepatch: {', '.join(names)}.\n"
+        )
+        try:
+            sha = work_tree.commit([e.path for e in written], message)
+        except Exception as exc:  # git's own message is the useful one
+            fail(f"{work_tree.root}: git commit failed ({str(exc).strip().splitlines()[-1]}); the files are written")
+        console.print(f"committed {sha}")
+    raise typer.Exit(2 if failed else 0)
+
+
 def main() -> None:
     app()

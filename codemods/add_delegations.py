@@ -1,0 +1,230 @@
+"""Add delegating methods to wrapper classes: the one job of this codemod.
+
+Each generated member copies the inner definition's signature (positional-only, defaults,
+`*args`, keyword-only, `**kwargs`, annotations, return annotation), forwards every argument
+the way it was declared, returns the inner result, and raises a clear `AttributeError` when
+the inner model is `None` or lacks the member.  Code is rendered in the file's own indent and
+newline, and laid out the way black would lay it out, so formatting the file changes nothing.
+
+Idempotent by construction: a member the class already defines is never written again.
+"""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
+from libcst.codemod.visitors import AddImportsVisitor
+
+MARKER = "# eaglepatch: forwards to self."
+LINE_LENGTH = 88
+_EMPTY = cst.Module(body=[])
+
+
+@dataclass(frozen=True)
+class Delegation:
+    """One member to forward from a wrapper class to the model it holds."""
+
+    name: str
+    inner_attribute: str
+    style: str = "method"  # "method" | "property"
+    params: cst.Parameters | None = None
+    returns: cst.Annotation | None = None
+    is_async: bool = False
+    binding: str = "instance"  # "instance" | "static" | "class": how the inner defines it
+    imports: tuple[tuple[str, str | None], ...] = field(default=())  # (module, name) to import
+
+
+def _code(node: cst.CSTNode) -> str:
+    return _EMPTY.code_for_node(node)
+
+
+def _param_text(param: cst.Param, prefix: str = "") -> str:
+    bare = param.with_changes(
+        comma=cst.MaybeSentinel.DEFAULT,
+        star=prefix if prefix else param.star,
+        whitespace_after_star=cst.SimpleWhitespace(""),
+        whitespace_after_param=cst.SimpleWhitespace(""),
+    )
+    text = _code(bare).strip()
+    if "\n" in text or "#" in text:
+        text = " ".join(_code(bare.with_changes(annotation=_strip_ws(bare.annotation), default=_strip_ws(bare.default))).split())
+    return text
+
+
+def _strip_ws(node):
+    if node is None or isinstance(node, cst.MaybeSentinel):
+        return node
+    return cst.parse_expression(" ".join(_code(node).split())) if isinstance(node, cst.BaseExpression) else node
+
+
+@dataclass
+class RenderedSignature:
+    params: list[str]  # as written in the def, `self` first
+    args: list[str]  # as passed on to the inner member
+    names: set[str]
+
+
+def render_signature(delegation: Delegation) -> RenderedSignature:
+    params = delegation.params or cst.Parameters()
+    positional = list(params.posonly_params) + list(params.params)
+    if delegation.binding in ("instance", "class") and positional:
+        receiver = positional[0]
+        positional = positional[1:]
+    else:
+        receiver = None
+    posonly = [p for p in params.posonly_params if p is not receiver]
+    regular = [p for p in params.params if p is not receiver]
+    out = ["self"]
+    args: list[str] = []
+    names = {"self"}
+    for param in posonly:
+        out.append(_param_text(param))
+        args.append(param.name.value)
+        names.add(param.name.value)
+    if posonly:
+        out.append("/")
+    elif params.posonly_ind is not cst.MaybeSentinel.DEFAULT and receiver is not None and receiver in params.posonly_params:
+        out.append("/")
+    for param in regular:
+        out.append(_param_text(param))
+        args.append(param.name.value)
+        names.add(param.name.value)
+    star = params.star_arg
+    if isinstance(star, cst.Param):
+        out.append(_param_text(star, "*"))
+        args.append(f"*{star.name.value}")
+        names.add(star.name.value)
+    elif isinstance(star, cst.ParamStar):
+        out.append("*")
+    for param in params.kwonly_params:
+        out.append(_param_text(param))
+        args.append(f"{param.name.value}={param.name.value}")
+        names.add(param.name.value)
+    if isinstance(params.star_kwarg, cst.Param):
+        out.append(_param_text(params.star_kwarg, "**"))
+        args.append(f"**{params.star_kwarg.name.value}")
+        names.add(params.star_kwarg.name.value)
+    return RenderedSignature(out, args, names)
+
+
+def fit_call(indent: str, unit: str, head: str, items: list[str], tail: str) -> list[str]:
+    """Lay out `head(items)tail` as black does: one line, then one hugged line, then one item per line."""
+    width = len(indent.expandtabs(4))
+    one = f"{indent}{head}{', '.join(items)}{tail}"
+    if width + len(one) - len(indent) <= LINE_LENGTH or not items:
+        return [one]
+    inner = indent + unit
+    body = f"{inner}{', '.join(items)}"
+    if len(body.expandtabs(4)) <= LINE_LENGTH or len(items) == 1:
+        return [f"{indent}{head}", body, f"{indent}{tail}"]
+    return [f"{indent}{head}"] + [f"{inner}{item}," for item in items] + [f"{indent}{tail}"]
+
+
+def _fits(line: str) -> bool:
+    return len(line.expandtabs(4)) <= LINE_LENGTH
+
+
+def render_delegation(delegation: Delegation, unit: str = "    ", newline: str = "\n") -> str:
+    """The source text of one delegating member, at class-body indentation."""
+    signature = render_signature(delegation)
+    local = next(n for n in ("inner", "inner_model", "_inner", "_eaglepatch_inner") if n not in signature.names)
+    attr, name = delegation.inner_attribute, delegation.name
+    i1, i2, i3 = unit, unit * 2, unit * 3
+    lines: list[str] = [f"{i1}{MARKER}{attr}"]
+    if delegation.style == "property":
+        lines.append(f"{i1}@property")
+    returns = f" -> {_code(delegation.returns.annotation)}" if delegation.returns is not None else ""
+    keyword = "async def" if delegation.is_async else "def"
+    params = ["self"] if delegation.style == "property" else signature.params
+    lines += fit_call(i1, unit, f"{keyword} {name}(", params, f"){returns}:")
+    lines.append(f'{i2}"""Forward to ``self.{attr}`` (EAGLE-3 speculative decoding)."""')
+    lines.append(f"{i2}{local} = self.{attr}")
+    condition = f'{local} is None or not hasattr({local}, "{name}")'
+    lines += fit_call(i2, unit, "if ", [condition], ":") if _fits(f"{i2}if {condition}:") else fit_call(
+        i2, unit, "if (", [condition], "):"
+    )
+    message = f'f"{{type(self).__name__}}.{attr} has no {name}"'
+    lines += fit_call(i3, unit, "raise AttributeError(", [message], ")")
+    if delegation.style == "property":
+        lines.append(f"{i2}return {local}.{name}")
+    else:
+        awaited = "await " if delegation.is_async else ""
+        lines += fit_call(i2, unit, f"return {awaited}{local}.{name}(", signature.args, ")")
+    return newline.join(lines) + newline
+
+
+def defined_names(body: cst.BaseSuite) -> set[str]:
+    """Members a class body defines itself: methods, properties, class attributes."""
+    names: set[str] = set()
+    statements = body.body if isinstance(body, cst.IndentedBlock) else []
+    for stmt in statements:
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            names.add(stmt.name.value)
+        elif isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                targets = []
+                if isinstance(small, cst.Assign):
+                    targets = [t.target for t in small.targets]
+                elif isinstance(small, cst.AnnAssign):
+                    targets = [small.target]
+                names.update(t.value for t in targets if isinstance(t, cst.Name))
+    return names
+
+
+class AddDelegations(VisitorBasedCodemodCommand):
+    """Append delegating members to the named top-level classes, after their last method."""
+
+    DESCRIPTION = "Forward EAGLE-3 members from wrapper classes to the model they hold."
+
+    def __init__(self, context: CodemodContext, delegations: dict[str, list[Delegation]]):
+        super().__init__(context)
+        self.delegations = delegations
+        self.added: dict[str, list[str]] = {}
+        self._depth = 0
+        self._module: cst.Module | None = None
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._module = node
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._depth += 1
+
+    def leave_ClassDef(self, original_node: cst.ClassDef, updated_node: cst.ClassDef) -> cst.ClassDef:
+        self._depth -= 1
+        wanted = self.delegations.get(updated_node.name.value)
+        if self._depth != 0 or not wanted or not isinstance(updated_node.body, cst.IndentedBlock):
+            return updated_node
+        present = defined_names(updated_node.body)
+        todo = [d for d in wanted if d.name not in present]
+        if not todo:
+            return updated_node
+        module = self._module
+        unit = updated_node.body.indent if updated_node.body.indent is not None else module.default_indent
+        newline = module.default_newline
+        new_statements = []
+        for delegation in todo:
+            text = render_delegation(delegation, unit, newline)
+            # a statement first, so the marker comment belongs to the def, not the module header
+            parsed = cst.parse_module("pass" + newline + _dedent(text, unit), config=module.config_for_parsing)
+            stmt = parsed.body[1]
+            blank = cst.EmptyLine(indent=False, newline=cst.Newline())
+            new_statements.append(stmt.with_changes(leading_lines=[blank, *stmt.leading_lines]))
+            for module_name, obj in delegation.imports:
+                AddImportsVisitor.add_needed_import(self.context, module_name, obj)
+        body = list(updated_node.body.body)
+        last_method = max((i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef)), default=len(body) - 1)
+        body[last_method + 1 : last_method + 1] = new_statements
+        self.added[updated_node.name.value] = [d.name for d in todo]
+        return updated_node.with_changes(body=updated_node.body.with_changes(body=body))
+
+
+def _dedent(text: str, unit: str) -> str:
+    lines = text.splitlines(keepends=True)
+    return "".join(line[len(unit) :] if line.startswith(unit) else line for line in lines)
+
+
+def builtin_names() -> set[str]:
+    return set(dir(builtins))

@@ -1,0 +1,126 @@
+"""Stage 7b: write edits atomically, and never over a file that changed since it was read.
+
+A temporary file beside the target gets the new bytes, the target's mode, and an fsync;
+then, under an exclusive lock on the target and after checking its bytes are still the
+ones the plan was made from, it is renamed over the target.  A writer killed at any point
+leaves the original or the new file, never a mix; leftovers are removed by the next write.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from patcher.edits import FileEdit
+from patcher.errors import EaglepatchError
+
+TEMP_SUFFIX = ".eaglepatch-tmp"
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.relative_to(folder)
+        return True
+    except ValueError:
+        return False
+
+
+def writable_target(edit: FileEdit, tree_root: Path) -> Path:
+    """The real file to replace; a symlink is followed only when it stays inside the tree."""
+    target = edit.path
+    if target.is_symlink():
+        real = target.resolve()
+        if not _inside(real, tree_root.resolve()):
+            raise EaglepatchError(
+                f"is a symlink to {real}, outside the SGLang tree; refusing to write through it "
+                "(replace the link with a copy of the file, or run eaglepatch on the real tree)",
+                path=edit.rel,
+            )
+        return real
+    return target
+
+
+def _remove_leftovers(target: Path) -> None:
+    for stale in target.parent.glob(f".{target.name}.*{TEMP_SUFFIX}"):
+        try:
+            stale.unlink()
+        except OSError:
+            pass
+
+
+def _conflict(edit: FileEdit) -> EaglepatchError:
+    return EaglepatchError(
+        "changed on disk since eaglepatch read it; left untouched (run the command again to plan against "
+        "the new content)",
+        path=edit.rel,
+    )
+
+
+def write_edit(edit: FileEdit, tree_root: Path) -> None:
+    target = writable_target(edit, tree_root)
+    try:
+        handle = open(target, "rb")
+    except OSError as exc:
+        raise EaglepatchError(f"cannot be opened ({exc.strerror})", path=edit.rel) from None
+    with handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            current = target.read_bytes()
+            if current != edit.original:
+                raise _conflict(edit)
+            info = os.stat(target)
+            if not os.access(target, os.W_OK):
+                raise EaglepatchError("is read-only; make it writable (chmod u+w) and run again", path=edit.rel)
+            _remove_leftovers(target)
+            try:
+                fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
+            except OSError as exc:
+                raise EaglepatchError(
+                    f"cannot create a temporary file in {target.parent} ({exc.strerror}); eaglepatch writes through a "
+                    "temporary file beside the target, so the folder must be writable",
+                    path=edit.rel,
+                ) from None
+            temp = Path(temp_name)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(edit.updated)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.chmod(temp, stat.S_IMODE(info.st_mode))
+                try:
+                    os.chown(temp, info.st_uid, info.st_gid)
+                except OSError:
+                    pass
+                if target.read_bytes() != edit.original:  # one last look, under the lock
+                    raise _conflict(edit)
+                os.replace(temp, target)
+            except BaseException:
+                try:
+                    temp.unlink()
+                except OSError:
+                    pass
+                raise
+            _fsync_folder(target.parent)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise EaglepatchError(f"cannot be written ({exc.strerror}); check its permissions", path=edit.rel) from None
+            raise EaglepatchError(f"cannot be written ({exc.strerror})", path=edit.rel) from None
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
