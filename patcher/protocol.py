@@ -19,6 +19,7 @@ interface, not EAGLE-3 protocol, and are set aside.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
@@ -32,8 +33,10 @@ from patcher.locate import SourceTree
 from patcher.records import Protocol, ProtocolMember, Use
 from patcher.source import Parsed, SourceCache, SourceFile
 
-_EAGLE_BYTES = re.compile(rb"eagle", re.IGNORECASE)
+_EAGLE_SPELLINGS = (b"eagle", b"EAGLE", b"Eagle")
 _EAGLE = re.compile(r"eagle", re.IGNORECASE)
+# an `if`/`elif` whose condition (possibly opened with a parenthesis) mentions EAGLE
+_EAGLE_GUARD = re.compile(r"^[ \t]*(?:el)?if\b(?:[^\n]*eagle|[ \t]*\([ \t]*\n[^\n]*eagle)", re.IGNORECASE | re.MULTILINE)
 # a model object used on this line: `x.model.y`, `target_model.y`, passed on (`model,`) or aliased
 _MODEL_USE = re.compile(r"(?:(?<![\w])model|_model)\s*(?:\.\s*\w|[,)\]=])|\.model\s*$")
 # `x.model.member` / `model.member` / `target_model.member` in plain text, for the general interface
@@ -128,6 +131,7 @@ class ConsumerWalker:
         self.reader = protocol_reader
         self.parsed = parsed
         self.out = protocol_reader.extraction
+        self.statement: cst.CSTNode | None = None  # innermost statement being walked, for line numbers
 
     # -- receivers -----------------------------------------------------------------
     def model_role(self, node: cst.BaseExpression, frame: Frame) -> str | None:
@@ -172,23 +176,33 @@ class ConsumerWalker:
                 kind=kind,
                 role=role,
                 required=required and name not in frame.optional,
-                at=self.parsed.where(at_node),
+                at=self.parsed.where(at_node, self.statement),
                 guard=frame.guard,
             )
         )
         self.out.consumers.add(self.parsed.source.rel)
 
-    def mark_scope(self, node: cst.CSTNode) -> None:
+    def mark_scope(self, suite: cst.CSTNode) -> None:
         lines = self.out.eagle_lines.setdefault(self.parsed.source.rel, set())
-        lines.update(self.parsed.span_of(node))
+        lines.update(self.parsed.suite_span(suite))
 
     # -- walking -------------------------------------------------------------------
     def walk(self, node: cst.CSTNode, frame: Frame, parent: cst.CSTNode | None = None) -> None:
-        method = getattr(self, f"walk_{type(node).__name__}", None)
-        if method is not None:
-            method(node, frame, parent)
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            outer, self.statement = self.statement, node
+            self._dispatch(node, frame, parent)
+            self.statement = outer
+        else:
+            self._dispatch(node, frame, parent)
+
+    def _dispatch(self, node: cst.CSTNode, frame: Frame, parent: cst.CSTNode | None) -> None:
+        method = _METHODS.get(type(node))
+        if method is None:
+            method = _METHODS[type(node)] = getattr(ConsumerWalker, f"walk_{type(node).__name__}", False)
+        if method:
+            method(self, node, frame, parent)
             return
-        for child in node.children:
+        for child in _children(node):
             self.walk(child, frame, node)
 
     def walk_ClassDef(self, node: cst.ClassDef, frame: Frame, parent) -> None:
@@ -297,6 +311,28 @@ class ConsumerWalker:
         self.walk(node.body, frame, node)
 
 
+_METHODS: dict[type, object] = {}
+_FIELDS: dict[type, list[str]] = {}
+_SKIP_FIELDS = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after", "header", "footer")
+
+
+def _children(node: cst.CSTNode):
+    """Child nodes in source order, without libcst's `children` (which rebuilds every node)."""
+    names = _FIELDS.get(type(node))
+    if names is None:
+        names = _FIELDS[type(node)] = [
+            f.name for f in dataclasses.fields(node) if not f.name.startswith(_SKIP_FIELDS)
+        ]
+    for name in names:
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, cst.CSTNode):
+                    yield item
+
+
 def _all_params(params: cst.Parameters) -> list[cst.Param]:
     out = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
     for star in (params.star_arg, params.star_kwarg):
@@ -360,7 +396,7 @@ class ProtocolReader:
                         data = handle.read()
                 except OSError:
                     continue
-                if _EAGLE_BYTES.search(data):
+                if any(spelling in data for spelling in _EAGLE_SPELLINGS):
                     found.append(path)
         for extra in self.extra:
             if extra not in found:
@@ -380,6 +416,8 @@ class ProtocolReader:
                 self.extraction.warnings.append(f"skipped consumer {exc}")
                 continue
             eagle_module = self.is_eagle_module(path) or path in self.extra
+            if not eagle_module and not _EAGLE_GUARD.search(source.text):
+                continue  # no EAGLE branch anywhere in the file: nothing can count here
             try:
                 self._read_file(source, eagle_module)
             except EaglepatchError as exc:
@@ -391,22 +429,16 @@ class ProtocolReader:
         outline = self.cache.outline(source)
         uses_model: dict[int, None] = {}
         mentions: set[int] = set()
-        module_level = False
         for index, line in enumerate(source.lines):
-            if line.lstrip().startswith("#"):
-                continue
             header = outline.outer_def[index]
+            # module-level code (imports, constants) makes no calls on a runner's model
+            if header < 0 or line.lstrip().startswith("#"):
+                continue
             if _MODEL_USE.search(line):
-                if header < 0:
-                    module_level = True
-                else:
-                    uses_model[header] = None
+                uses_model[header] = None
             if not eagle_module and _EAGLE.search(line):
                 mentions.add(header)
         headers = [h for h in uses_model if eagle_module or h in mentions]
-        if module_level and eagle_module:
-            self._walk(self.cache.parse_whole(source), eagle_module)
-            return
         for header in headers:
             parsed = self.cache.parse_block(source, header)
             if parsed.first_line == 0 and len(parsed.module.body) > 1:
@@ -430,7 +462,7 @@ class ProtocolReader:
         frame = Frame(in_scope=eagle_module, guard=f"{rel}: EAGLE module" if eagle_module else "", aliases={}, class_name=class_name)
         if eagle_module:
             self.extraction.eagle_lines.setdefault(rel, set()).update(
-                range(parsed.first_line + 1, parsed.first_line + len(parsed.module.code.splitlines()) + 1)
+                range(parsed.first_line + 1, parsed.first_line + parsed.text.count("\n") + 1)
             )
         ConsumerWalker(self, parsed).walk(parsed.module, frame)
 
@@ -475,7 +507,7 @@ class ProtocolReader:
         if key in self.extraction.followed:
             return
         self.extraction.followed.add(key)
-        via = f"{walker.parsed.source.rel}:{walker.parsed.line_of(call)}"
+        via = walker.parsed.where(call, walker.statement)
         helper_frame = Frame(
             in_scope=True,
             guard=f"helper {func.name.value}() called from EAGLE-3 code at {via}",
@@ -483,9 +515,9 @@ class ProtocolReader:
             class_name=self._class_of(self.cache.outline(source), header) if is_method else "",
             depth=frame.depth + 1,
         )
-        self.extraction.eagle_lines.setdefault(source.rel, set()).update(
-            range(parsed.line_of(func), parsed.line_of(func) + len(parsed.module.code_for_node(func).splitlines()))
-        )
+        span = parsed.statement_span(func)
+        if span is not None:
+            self.extraction.eagle_lines.setdefault(source.rel, set()).update(range(span[0], span[1] + 1))
         ConsumerWalker(self, parsed).walk(func.body, helper_frame, func)
 
     def _resolve_function(self, source: SourceFile, func: cst.BaseExpression, frame: Frame):

@@ -101,7 +101,7 @@ class Resolver:
         info = ClassInfo(
             name=name,
             file=source.rel,
-            line=parsed.line_of(node.name),
+            line=parsed.line_of(node),
             members=members,
             bases=bases,
             external_bases=external,
@@ -233,7 +233,7 @@ def _own_members(parsed: Parsed, cls: cst.ClassDef, owner: str) -> dict[str, Sig
                 continue
             kind = "property" if "property" in decorators or "cached_property" in decorators else "method"
             members[stmt.name.value] = Signature(
-                stmt.name.value, kind, owner, rel, parsed.line_of(stmt.name), node=stmt, parsed=parsed
+                stmt.name.value, kind, owner, rel, parsed.line_of(stmt), node=stmt, parsed=parsed
             )
         elif isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
@@ -246,7 +246,7 @@ def _own_members(parsed: Parsed, cls: cst.ClassDef, owner: str) -> dict[str, Sig
                     if isinstance(target, cst.Name):
                         members.setdefault(
                             target.value,
-                            Signature(target.value, "attribute", owner, rel, parsed.line_of(target), parsed=parsed),
+                            Signature(target.value, "attribute", owner, rel, parsed.line_of(small), parsed=parsed),
                         )
     init = _find_method(cls, "__init__")
     if init is not None:
@@ -292,13 +292,15 @@ def _self_assignments(func: cst.FunctionDef, include_none: bool = False):
             ):
                 if not include_none and isinstance(value, cst.Name) and value.value == "None":
                     return
-                out.append((target.attr.value, value, self.depth > 0, target))
+                out.append((target.attr.value, value, self.depth > 0, self.statement))
 
         def visit_Assign(self, node: cst.Assign) -> None:
+            self.statement = node
             for target in node.targets:
                 self._add(target.target, node.value)
 
         def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            self.statement = node
             self._add(node.target, node.value)
 
     func.visit(Collect())

@@ -8,6 +8,7 @@ parse on its own (a multi-line string at column 0, say) falls back to the whole 
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,31 +64,121 @@ def decode_source(path: Path, rel: str, data: bytes) -> SourceFile:
 class Parsed:
     """A parsed slice: libcst nodes plus how to map them back to file lines.
 
-    Positions cost more than parsing, and most slices never report a line: they are
-    computed on first use.
+    libcst's PositionProvider costs more than the parse itself, so lines come from
+    CPython's own parser instead: its statements are aligned one to one with libcst's,
+    which gives every statement its line; a node inside a multi-line statement is then
+    placed with PositionProvider on that statement alone.
     """
 
     source: SourceFile
     module: cst.Module
     first_line: int  # file line of the slice's line 1, minus one
-    _positions: object = None  # Mapping[cst.CSTNode, CodeRange]
+    text: str = ""  # the code that was parsed
+    _lines: dict | None = None  # id(libcst statement) -> (first line, last line), slice-relative
 
-    @property
-    def positions(self):
-        if self._positions is None:
-            self._positions = MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
-        return self._positions
+    def _statement_lines(self) -> dict:
+        if self._lines is None:
+            self._lines = {}
+            try:
+                tree = ast.parse(self.text)
+            except (SyntaxError, ValueError):
+                tree = None
+            if tree is not None:
+                _align(self.module.body, tree.body, self._lines)
+        return self._lines
 
-    def line_of(self, node: cst.CSTNode) -> int:
-        rng: CodeRange = self.positions[node]
-        return rng.start.line + self.first_line
+    def statement_span(self, statement: cst.CSTNode) -> tuple[int, int] | None:
+        span = self._statement_lines().get(id(statement))
+        if span is None:
+            return None
+        return span[0] + self.first_line, span[1] + self.first_line
 
-    def span_of(self, node: cst.CSTNode) -> range:
-        rng: CodeRange = self.positions[node]
-        return range(rng.start.line + self.first_line, rng.end.line + self.first_line + 1)
+    def line_of(self, node: cst.CSTNode, statement: cst.CSTNode | None = None) -> int:
+        """File line of `node`; `statement` is the statement that contains it."""
+        own = self.statement_span(node)
+        if own is not None:
+            return own[0]
+        span = self.statement_span(statement) if statement is not None else None
+        if span is not None and span[0] == span[1]:
+            return span[0]
+        holder = statement if span is not None else self.module
+        base = span[0] - 1 if span is not None else self.first_line
+        if isinstance(holder, (cst.If, cst.While)):  # a node in the condition, which starts on the header line
+            holder = cst.SimpleStatementLine(body=[cst.Expr(holder.test)])
+        if isinstance(holder, cst.BaseSmallStatement):
+            holder = cst.SimpleStatementLine(body=[holder])
+        mini = holder if isinstance(holder, cst.Module) else cst.Module(body=[holder])
+        positions = MetadataWrapper(mini, unsafe_skip_copy=True).resolve(PositionProvider)
+        return positions[node].start.line + base
 
-    def where(self, node: cst.CSTNode) -> str:
-        return f"{self.source.rel}:{self.line_of(node)}"
+    def suite_span(self, suite: cst.CSTNode) -> range:
+        """File lines of an indented block (an `if` body, an `else`)."""
+        body = _suite(suite)
+        first = self.statement_span(body[0]) if body else None
+        last = self.statement_span(body[-1]) if body else None
+        if first is None or last is None:
+            return range(0)
+        return range(first[0], last[1] + 1)
+
+    def where(self, node: cst.CSTNode, statement: cst.CSTNode | None = None) -> str:
+        return f"{self.source.rel}:{self.line_of(node, statement)}"
+
+
+def _suite(node) -> list:
+    if node is None:
+        return []
+    body = getattr(node, "body", None)
+    if isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+        return list(node.body)
+    if isinstance(body, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+        return list(body.body)
+    return []
+
+
+def _align(cst_body: list, ast_body: list, out: dict) -> int:
+    """Pair libcst statements with CPython's, in order; returns how many ast statements were used."""
+    used = 0
+    for node in cst_body:
+        if isinstance(node, cst.SimpleStatementLine) or isinstance(node, cst.BaseSmallStatement):
+            smalls = node.body if isinstance(node, cst.SimpleStatementLine) else [node]
+            group = ast_body[used : used + len(smalls)]
+            if len(group) != len(smalls):
+                return used
+            out[id(node)] = (group[0].lineno, group[-1].end_lineno)
+            for small, twin in zip(smalls, group):
+                out[id(small)] = (twin.lineno, twin.end_lineno)
+            used += len(smalls)
+            continue
+        if used >= len(ast_body):
+            return used
+        twin = ast_body[used]
+        used += 1
+        out[id(node)] = (twin.lineno, twin.end_lineno)
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.With)):
+            _align(_suite(node.body), twin.body, out)
+        elif isinstance(node, cst.If):
+            _align(_suite(node.body), twin.body, out)
+            if isinstance(node.orelse, cst.If):
+                _align([node.orelse], twin.orelse, out)
+            elif node.orelse is not None:
+                out[id(node.orelse)] = (twin.orelse[0].lineno, twin.orelse[-1].end_lineno) if twin.orelse else out[id(node)]
+                _align(_suite(node.orelse.body), twin.orelse, out)
+        elif isinstance(node, (cst.For, cst.While)):
+            _align(_suite(node.body), twin.body, out)
+            if node.orelse is not None:
+                _align(_suite(node.orelse.body), twin.orelse, out)
+        elif isinstance(node, (cst.Try, getattr(cst, "TryStar", cst.Try))):
+            _align(_suite(node.body), twin.body, out)
+            for handler, twin_handler in zip(node.handlers, twin.handlers):
+                _align(_suite(handler.body), twin_handler.body, out)
+            if node.orelse is not None:
+                _align(_suite(node.orelse.body), twin.orelse, out)
+            if node.finalbody is not None:
+                _align(_suite(node.finalbody.body), twin.finalbody, out)
+        elif isinstance(node, cst.Match):
+            for case, twin_case in zip(node.cases, twin.cases):
+                _align(_suite(case.body), twin_case.body, out)
+    return used
 
 
 def _indent(line: str) -> int:
@@ -244,7 +335,7 @@ class SourceCache:
                     f"is not valid Python ({exc.message}); fix the syntax error", path=source.rel, line=exc.raw_line
                 ) from None
             self.lines_parsed += len(source.lines)
-            cached = self._parsed[key] = Parsed(source, module, 0)
+            cached = self._parsed[key] = Parsed(source, module, 0, source.text)
         return cached
 
     def parse_lines(self, source: SourceFile, start: int, end: int) -> Parsed:
@@ -255,12 +346,13 @@ class SourceCache:
             return cached
         chunk = source.lines[start:end]
         amount = min((_indent(line) for line in chunk if _is_code(line)), default=0)
+        text = _dedent(chunk, amount)
         try:
-            module = cst.parse_module(_dedent(chunk, amount))
+            module = cst.parse_module(text)
         except cst.ParserSyntaxError:
             return self.parse_whole(source)
         self.lines_parsed += end - start
-        parsed = self._parsed[key] = Parsed(source, module, start)
+        parsed = self._parsed[key] = Parsed(source, module, start, text)
         return parsed
 
     def outline(self, source: SourceFile) -> Outline:
@@ -306,5 +398,5 @@ class SourceCache:
                     except cst.ParserSyntaxError:
                         continue  # an "import" inside a docstring, not code
             module = cst.Module(body=nodes)
-            cached = self._parsed[key] = Parsed(source, module, 0, {})
+            cached = self._parsed[key] = Parsed(source, module, 0)
         return list(cached.module.body)
