@@ -13,6 +13,7 @@ from codemods.add_delegations import AddDelegations, Delegation, builtin_names
 from patcher.errors import EaglepatchError
 from patcher.imports import ImportTable
 from patcher.records import MemberPlan, ModelPlan
+from patcher.resolve import signature_node, syntax_error
 from patcher.source import SourceCache, SourceFile
 
 _TOP_ASSIGN = re.compile(r"^(\w+)\s*(?::[^=]*)?=", re.MULTILINE)
@@ -84,7 +85,7 @@ def _dotted_module(rel: str) -> str:
 def needed_imports(cache: SourceCache, tree, wrapper: SourceFile, entry: MemberPlan) -> tuple[tuple[str, str | None], ...]:
     """Imports the wrapper file needs for the copied signature, taken the way the inner file takes them."""
     signature = entry.defined
-    if signature is None or signature.node is None or signature.kind != "method":
+    if signature is None or signature.kind != "method" or signature_node(cache, signature) is None:
         return ()
     inner = cache.read(tree.srt / signature.file)
     have = module_names(cache, wrapper, tree) | builtin_names()
@@ -110,8 +111,8 @@ def needed_imports(cache: SourceCache, tree, wrapper: SourceFile, entry: MemberP
 
 def delegation_for(cache: SourceCache, tree, wrapper: SourceFile, entry: MemberPlan) -> Delegation:
     signature = entry.defined
-    node = signature.node
-    if signature.kind == "method" and isinstance(node, cst.FunctionDef):
+    node = signature_node(cache, signature) if signature.kind == "method" else None
+    if isinstance(node, cst.FunctionDef):
         decorators = {_decorator_name(d) for d in node.decorators}
         binding = "static" if "staticmethod" in decorators else "class" if "classmethod" in decorators else "instance"
         return Delegation(
@@ -157,7 +158,7 @@ def apply_codemod(source: SourceFile, delegations: dict[str, list[Delegation]]) 
     try:
         module = cst.parse_module(source.text)
     except cst.ParserSyntaxError as exc:
-        raise EaglepatchError(f"is not valid Python ({exc.message}); fix the syntax error", path=source.rel, line=exc.raw_line) from None
+        raise syntax_error(source) or EaglepatchError(f"is not valid Python ({exc.message})", path=source.rel) from None
     context = CodemodContext(filename=str(source.path))
     command = AddDelegations(context, delegations)
     updated = command.transform_module(module)

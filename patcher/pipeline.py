@@ -28,13 +28,21 @@ class Analysis:
         return sum(len(p.missing) for p in self.plans)
 
 
-def analyze(path: Path | str | None, models: list[str] | None = None, extra_consumers: list[Path] | None = None) -> Analysis:
+def analyze(
+    path: Path | str | None,
+    models: list[str] | None = None,
+    extra_consumers: list[Path] | None = None,
+    all_models: bool = False,
+    progress=None,
+) -> Analysis:
+    """The protocol is extracted once and shared by every wrapper looked at."""
     tree = locate_tree(path)
     cache = SourceCache(tree.srt)
     protocol = extract_protocol(tree, cache, extra_consumers)
     resolver = Resolver(tree, cache)
-    plans: list[ModelPlan] = []
-    for selector in models or [DEFAULT_MODEL]:
-        for wrapper in select_wrappers(tree, cache, resolver, selector, protocol):
-            plans.append(plan_wrapper(protocol, wrapper))
-    return Analysis(tree, cache, protocol, plans, list(protocol.warnings))
+    if all_models:
+        wrappers = resolver.all_wrappers(protocol, progress)
+    else:
+        wrappers = [w for selector in models or [DEFAULT_MODEL] for w in select_wrappers(tree, cache, resolver, selector, protocol)]
+    plans: list[ModelPlan] = [plan_wrapper(protocol, w) for w in wrappers]
+    return Analysis(tree, cache, protocol, plans, list(protocol.warnings) + resolver.warnings)

@@ -70,7 +70,9 @@ class Signature:
     owner: str  # class that defines it
     file: str  # path relative to srt
     line: int
-    node: object = field(default=None, repr=False, compare=False)  # the libcst FunctionDef
+    path: object = field(default=None, repr=False, compare=False)  # absolute Path of the file
+    header: int | None = field(default=None, repr=False, compare=False)  # line index of the `def`
+    node: object = field(default=None, repr=False, compare=False)  # the libcst FunctionDef, parsed on demand
     parsed: object = field(default=None, repr=False, compare=False)  # the slice it was read from
 
     @property
@@ -97,6 +99,7 @@ class InnerModel:
     classes: list[ClassInfo]  # one per branch of __init__ that builds it
     line: int  # where __init__ assigns it
     conditional: bool = False
+    file: str = ""  # the file whose __init__ assigns it (a base class's, when inherited)
     unresolved: list[str] = field(default_factory=list)  # why a candidate class was not found
 
 

@@ -63,7 +63,7 @@ def model_json(plan: ModelPlan) -> dict:
                 "class": cls.name,
                 "file": cls.file,
                 "line": cls.line,
-                "assigned_at": f"{wrapper.path}:{inner.line}",
+                "assigned_at": f"{inner.file or wrapper.path}:{inner.line}",
                 "conditional": inner.conditional,
             }
             for inner in wrapper.inners

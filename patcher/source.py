@@ -331,9 +331,12 @@ class SourceCache:
             try:
                 module = cst.parse_module(source.text)
             except cst.ParserSyntaxError as exc:
-                raise EaglepatchError(
-                    f"is not valid Python ({exc.message}); fix the syntax error", path=source.rel, line=exc.raw_line
-                ) from None
+                try:  # CPython's parser places the error exactly; libcst's line can be one off
+                    ast.parse(source.text)
+                    line, message = exc.raw_line, exc.message
+                except SyntaxError as precise:
+                    line, message = precise.lineno, precise.msg
+                raise EaglepatchError(f"is not valid Python ({message}); fix the syntax error", path=source.rel, line=line) from None
             self.lines_parsed += len(source.lines)
             cached = self._parsed[key] = Parsed(source, module, 0, source.text)
         return cached

@@ -433,7 +433,7 @@ def test_model_runner_call_inside_eagle_guard_counts(tree):
     assert "eagle_use_aux_hidden_state" in member["uses"][0]["guard"]
 
 
-@pytest.mark.parametrize("where", ["same_function", "own_method"])
+@pytest.mark.parametrize("where", ["same_function", "non_eagle_if", "own_method"])
 def test_model_runner_call_outside_eagle_guard_does_not_count(tree, where):
     if where == "same_function":
         # __init__ mentions EAGLE (it has the guard), but this line is after the guarded block.
@@ -441,6 +441,12 @@ def test_model_runner_call_outside_eagle_guard_does_not_count(tree, where):
             RUNNER_FILE,
             "    # Everything below is ordinary model use",
             f"        {PROBE}\n\n    # Everything below is ordinary model use",
+        )
+    elif where == "non_eagle_if":
+        tree.replace(
+            RUNNER_FILE,
+            "    # Everything below is ordinary model use",
+            f"        if self.model is not None:\n            {PROBE}\n\n    # Everything below is ordinary model use",
         )
     else:
         tree.append(RUNNER_FILE, f"\n    def probe(self):\n        return {PROBE}\n")
@@ -523,6 +529,33 @@ def test_extra_consumer_file_counts_only_when_named(tree):
     _, with_it = check_json(tree.root, "--consumer", "managers/plain.py")
     member = protocol_of(with_it)["extra_member"]
     assert member["called_at"] == [tree.at("managers/plain.py", ".extra_member()")]
+
+
+def test_called_at_is_the_member_line_of_a_multi_line_statement(tree):
+    add_worker_method(
+        tree,
+        "    def multi_line(self):\n"
+        "        value = (\n"
+        "            self.target_worker.model_runner.model\n"
+        "            .multi_line_member()\n"
+        "        )\n"
+        "        if (\n"
+        "            value is not None\n"
+        "            and self.target_worker.model_runner.model.cond_member\n"
+        "        ):\n"
+        "            return value\n",
+    )
+    _, data = check_json(tree.root)
+    protocol = protocol_of(data)
+    assert protocol["multi_line_member"]["called_at"] == [tree.at(WORKER, ".multi_line_member()")]
+    assert protocol["cond_member"]["called_at"] == [tree.at(WORKER, "model.cond_member")]
+
+
+def test_fixture_multi_line_condition_call_site(fixture_report):
+    _, data = fixture_report
+    member = protocol_of(data)["load_lm_head_from_target"]
+    line = unique_line(SRT / WORKER, "and self.draft_model_runner.model.load_lm_head_from_target")
+    assert member["called_at"] == [f"{WORKER}:{line}"]
 
 
 # --------------------------------------------------------------------------- 5. roles
@@ -645,6 +678,24 @@ def test_method_from_in_file_base_class_counts_as_present(tree):
     assert kimi["line"] == tree.line(KIMI_FILE, f"class {KIMI_CLASS}(")
     assert names(kimi["forwarded"]) == {"get_embed_and_head"}
     assert names(kimi["missing"]) == KIMI_MISSING - {"get_embed_and_head"}
+
+
+def test_decorated_definitions_report_the_def_and_class_lines(tree):
+    tree.replace(
+        "models/deepseek_v2.py",
+        "    def set_embed_and_head(self, embed, head):\n",
+        "    @no_grad()\n    def set_embed_and_head(self, embed, head):\n",
+    )
+    tree.replace("models/deepseek_v2.py", "\n\nclass DeepseekV2MLP(", "\n\ndef no_grad():\n    return lambda f: f\n\n\nclass DeepseekV2MLP(")
+    tree.replace(KIMI_FILE, f"class {KIMI_CLASS}(", f"@register_model(\n    name=\"kimi\",\n)\nclass {KIMI_CLASS}(")
+    tree.replace(KIMI_FILE, "\n\nclass MoonViTStub(", "\n\ndef register_model(**kw):\n    return lambda c: c\n\n\nclass MoonViTStub(")
+    code, data = check_json(tree.root)
+    assert code == 1
+    kimi = model_of(data)
+    assert names(kimi["missing"]) == KIMI_MISSING
+    assert kimi["line"] == tree.line(KIMI_FILE, f"class {KIMI_CLASS}(")
+    entry = next(m for m in kimi["missing"] if m["name"] == "set_embed_and_head")
+    assert entry["defined_at"] == tree.at("models/deepseek_v2.py", "def set_embed_and_head(")
 
 
 def test_wrapper_forwarding_everything_exits_zero(tree):
@@ -785,11 +836,6 @@ def test_non_utf8_consumer_is_a_warning_not_an_error(tree):
     assert any("speculative/eagle_utils.py" in w for w in data["warnings"])
 
 
-@pytest.mark.xfail(
-    reason="BUG: the line comes from libcst's ParserSyntaxError.raw_line, which the native parser "
-    "sets to the line after the error (the message's own 'error at L:C' is right)",
-    strict=True,
-)
 def test_syntax_error_names_the_offending_line(tree):
     line = _break_wrapper(tree)
     result = run(tree.root)
@@ -797,11 +843,6 @@ def test_syntax_error_names_the_offending_line(tree):
     assert result.stderr.startswith(f"eaglepatch: error: {KIMI_FILE}:{line}: is not valid Python")
 
 
-@pytest.mark.xfail(
-    reason="BUG: a syntax error outside the wrapper class is never parsed (only slices are), "
-    "so check exits 1 instead of 2 on an unparsable wrapper file",
-    strict=True,
-)
 def test_syntax_error_outside_wrapper_class_is_an_error(tree):
     tree.append(KIMI_FILE, "\n\ndef broken(:\n    pass\n")
     result = run(tree.root)
@@ -809,11 +850,6 @@ def test_syntax_error_outside_wrapper_class_is_an_error(tree):
     assert f"{KIMI_FILE}:{tree.line(KIMI_FILE, 'def broken(:')}" in result.stderr
 
 
-@pytest.mark.xfail(
-    reason="BUG: when the wrapper has no language model, an in-file helper module "
-    "(vision tower / projector) is taken as the inner model and check exits 0",
-    strict=True,
-)
 def test_wrapper_without_language_model_is_not_clean(tree):
     tree.replace(
         KIMI_FILE,
