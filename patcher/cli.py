@@ -60,6 +60,9 @@ ModelOpt = typer.Option(
     show_default=False,
 )
 FormatOpt = typer.Option(OutputFormat.table, "--format", "-f", help="table for people, json for scripts, github for workflow annotations.")
+AllOpt = typer.Option(
+    False, "--all", help="Every model class under models/ whose __init__ holds another model (instead of --model)."
+)
 ConsumerOpt = typer.Option(
     None, "--consumer", help="Extra file (relative to srt or absolute) whose model calls all count as EAGLE-3 code. Repeatable."
 )
@@ -106,12 +109,27 @@ def _consumers(path: Optional[Path], consumers: Optional[List[str]]) -> list[Pat
     return out
 
 
-def run_analysis(path: Optional[Path], models: Optional[List[str]], consumers: Optional[List[str]]):
+def run_analysis(path: Optional[Path], models: Optional[List[str]], consumers: Optional[List[str]], all_models: bool = False):
     from patcher.errors import EaglepatchError
     from patcher.pipeline import analyze
 
+    if all_models and models:
+        fail("--all and --model do not go together; pass one of them")
     try:
-        return analyze(path, models, _consumers(path, consumers))
+        if all_models and sys.stderr.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            with Progress(
+                TextColumn("reading models/"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                console=_console(stderr=True), transient=True,
+            ) as bar:
+                task = bar.add_task("", total=None)
+
+                def progress(rel: str, total: int) -> None:
+                    bar.update(task, total=total, advance=1, description=rel)
+
+                return analyze(path, models, _consumers(path, consumers), True, progress)
+        return analyze(path, models, _consumers(path, consumers), all_models)
     except EaglepatchError as exc:
         fail(str(exc))
 
@@ -121,16 +139,19 @@ def check(
     path: Optional[Path] = PathArg,
     model: Optional[List[str]] = ModelOpt,
     output_format: OutputFormat = FormatOpt,
+    all_models: bool = AllOpt,
     consumer: Optional[List[str]] = ConsumerOpt,
 ) -> None:
     """Report every EAGLE-3 member a wrapper lacks (a CI gate: exit 1 when something is missing)."""
-    analysis = run_analysis(path, model, consumer)
+    analysis = run_analysis(path, model, consumer, all_models)
     from patcher import report
 
     if output_format is OutputFormat.json:
         report.write_json(analysis, sys.stdout)
     elif output_format is OutputFormat.github:
         report.write_github(analysis, sys.stdout)
+    elif all_models:
+        report.print_summary(analysis, _console())
     else:
         report.print_table(analysis, _console())
     raise typer.Exit(1 if analysis.missing_count else 0)
@@ -160,13 +181,15 @@ Exit codes: 0 written or nothing to do, 2 error (nothing half-written).
 
 
 def _edits(analysis):
+    """Edits per file; a file that cannot be edited is reported and the others go on."""
     from patcher.edits import build_edits
-    from patcher.errors import EaglepatchError
 
-    try:
-        return [e for e in build_edits(analysis.cache, analysis.tree, analysis.plans) if e.changed]
-    except EaglepatchError as exc:
-        fail(str(exc))
+    edits, errors = build_edits(analysis.cache, analysis.tree, analysis.plans)
+    for error in errors:
+        typer.echo(f"eaglepatch: error: {error}", err=True)
+    if errors and not edits:
+        raise typer.Exit(2)
+    return [e for e in edits if e.changed], errors
 
 
 def _patch_base(analysis):
@@ -190,14 +213,15 @@ def _show_patch(patch: str) -> None:
 def diff(
     path: Optional[Path] = PathArg,
     model: Optional[List[str]] = ModelOpt,
+    all_models: bool = AllOpt,
     consumer: Optional[List[str]] = ConsumerOpt,
 ) -> None:
     """Print the delegations `apply` would write, as a unified diff with git headers (dry run)."""
-    analysis = run_analysis(path, model, consumer)
-    edits = _edits(analysis)
+    analysis = run_analysis(path, model, consumer, all_models)
+    edits, errors = _edits(analysis)
     if not edits:
         typer.echo("eaglepatch: nothing to change", err=True)
-        raise typer.Exit(0)
+        raise typer.Exit(2 if errors else 0)
     from patcher.preview import render_patch
 
     _, base = _patch_base(analysis)
@@ -209,22 +233,23 @@ def diff(
 def apply(
     path: Optional[Path] = PathArg,
     model: Optional[List[str]] = ModelOpt,
+    all_models: bool = AllOpt,
     consumer: Optional[List[str]] = ConsumerOpt,
     commit: bool = typer.Option(False, "--commit", help="Commit just the patched files (git work trees only)."),
 ) -> None:
     """Write the missing delegations into the wrapper files, then show what was done."""
-    analysis = run_analysis(path, model, consumer)
-    edits = _edits(analysis)
+    analysis = run_analysis(path, model, consumer, all_models)
+    edits, errors = _edits(analysis)
     console = _console()
     if not edits:
         console.print("Nothing to do: every delegable EAGLE-3 member is already present.")
-        raise typer.Exit(0)
+        raise typer.Exit(2 if errors else 0)
     from patcher.errors import EaglepatchError
     from patcher.preview import render_patch
     from patcher.write import write_edit
 
     work_tree, base = _patch_base(analysis)
-    written, failed = [], []
+    written, failed = [], list(errors)
     for edit in edits:
         if work_tree is not None and work_tree.dirty(edit.path):
             console.print(f"[yellow]note:[/yellow] {edit.rel} already had uncommitted changes")

@@ -10,6 +10,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 
 from codemods.add_delegations import AddDelegations, Delegation, builtin_names
+from codemods.normalize_imports import NormalizeAddedImports
 from patcher.errors import EaglepatchError
 from patcher.imports import ImportTable
 from patcher.records import MemberPlan, ModelPlan
@@ -137,21 +138,24 @@ def _decorator_name(decorator: cst.Decorator) -> str:
     return expr.value if isinstance(expr, cst.Name) else ""
 
 
-def build_edits(cache: SourceCache, tree, plans: list[ModelPlan]) -> list[FileEdit]:
-    """One edit per wrapper file that has something missing."""
+def build_edits(cache: SourceCache, tree, plans: list[ModelPlan]) -> tuple[list[FileEdit], list[EaglepatchError]]:
+    """One edit per wrapper file that has something missing; a file that fails does not stop the others."""
     by_file: dict[str, dict[str, list[MemberPlan]]] = {}
     for plan in plans:
         if plan.missing:
             by_file.setdefault(plan.wrapper.path, {})[plan.wrapper.cls.name] = plan.missing
     edits: list[FileEdit] = []
+    errors: list[EaglepatchError] = []
     for rel, classes in by_file.items():
-        path = tree.srt / rel
-        source = cache.read(path)
-        delegations = {
-            cls: [delegation_for(cache, tree, source, entry) for entry in entries] for cls, entries in classes.items()
-        }
-        edits.append(apply_codemod(source, delegations))
-    return edits
+        try:
+            source = cache.read(tree.srt / rel)
+            delegations = {
+                cls: [delegation_for(cache, tree, source, entry) for entry in entries] for cls, entries in classes.items()
+            }
+            edits.append(apply_codemod(source, delegations))
+        except EaglepatchError as exc:
+            errors.append(exc)
+    return edits, errors
 
 
 def apply_codemod(source: SourceFile, delegations: dict[str, list[Delegation]]) -> FileEdit:
@@ -162,6 +166,14 @@ def apply_codemod(source: SourceFile, delegations: dict[str, list[Delegation]]) 
     context = CodemodContext(filename=str(source.path))
     command = AddDelegations(context, delegations)
     updated = command.transform_module(module)
+    added: dict[str, set[str]] = {}
+    for todo in delegations.values():
+        for delegation in todo:
+            for module_name, obj in delegation.imports:
+                if obj:
+                    added.setdefault(module_name, set()).add(obj)
+    if added:
+        updated = updated.visit(NormalizeAddedImports(added))
     text = updated.code
     data = (b"\xef\xbb\xbf" if source.bom else b"") + text.encode("utf-8")
     imports = sorted({f"{m}:{o}" if o else m for ds in delegations.values() for d in ds for m, o in d.imports})

@@ -249,3 +249,35 @@ def print_table(analysis: Analysis, console: Console, show_protocol: bool = True
         )
     else:
         console.print("\n[bold green]Nothing missing[/bold green]: every delegable EAGLE-3 member is present.")
+
+
+def print_summary(analysis: Analysis, console: Console) -> None:
+    """`--all`: one row per class first, the details of every class that is not clean after."""
+    from rich.table import Table
+
+    table = Table(title=f"EAGLE-3 readiness of {len(analysis.plans)} model classes", title_justify="left")
+    table.add_column("class", style="bold", no_wrap=True)
+    table.add_column("file", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("detail")
+    order = {"delegable": 0, "not_delegable": 1, "unresolved": 2, "dynamic": 3, "compliant": 4}
+    plans = sorted(analysis.plans, key=lambda p: (order.get(p.status, 9), p.wrapper.path, p.wrapper.cls.name))
+    for plan in plans:
+        style = STATUS_STYLE.get(plan.status, "white")
+        detail = plan.reason
+        if plan.status == "delegable":
+            detail = "missing " + ", ".join(m.member.name for m in plan.missing)
+        table.add_row(plan.wrapper.cls.name, plan.wrapper.path, f"[{style}]{plan.status}[/{style}]", detail)
+    console.print(table)
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(_count_status(analysis.plans).items()))
+    console.print(f"{counts}")
+    for plan in plans:
+        if plan.status in ("delegable", "not_delegable", "unresolved"):
+            print_model(plan, console)
+    for warning in analysis.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    if analysis.missing_count:
+        console.print(
+            f"\n[bold red]{analysis.missing_count} missing[/bold red] member(s) can be delegated: "
+            "[bold]eaglepatch diff --all[/bold] to review, [bold]eaglepatch apply --all[/bold] to write."
+        )

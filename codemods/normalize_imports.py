@@ -1,0 +1,63 @@
+"""Give names that AddImportsVisitor merged into a multi-line import the layout of their neighbours.
+
+AddImportsVisitor puts a new name into an existing `from m import (\\n    a,\\n    b,\\n)` as
+`X, a,` on one line; black would move it to a line of its own.  Copying a neighbour's comma
+layout keeps the file stable under black.  Only the names this run added are touched.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+
+class NormalizeAddedImports(cst.CSTTransformer):
+    def __init__(self, added: dict[str, set[str]]):
+        super().__init__()
+        self.added = added  # module -> names this run imports from it
+
+    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> cst.ImportFrom:
+        module = _dotted(updated_node.module)
+        wanted = self.added.get(module)
+        if not wanted or isinstance(updated_node.names, cst.ImportStar) or updated_node.lpar is None:
+            return updated_node
+        names = list(updated_node.names)
+        layout = next(
+            (
+                alias.comma
+                for alias in names
+                if alias.name.value not in wanted
+                and isinstance(alias.comma, cst.Comma)
+                and isinstance(alias.comma.whitespace_after, cst.ParenthesizedWhitespace)
+            ),
+            None,
+        )
+        if layout is None:
+            return updated_node  # a one-line import: AddImportsVisitor's layout is already black's
+        fixed = []
+        for index, alias in enumerate(names):
+            if _dotted(alias.name) in wanted and not (
+                isinstance(alias.comma, cst.Comma) and isinstance(alias.comma.whitespace_after, cst.ParenthesizedWhitespace)
+            ):
+                if index == len(names) - 1:
+                    alias = alias.with_changes(comma=layout.with_changes(whitespace_after=_closing(updated_node)))
+                else:
+                    alias = alias.with_changes(comma=layout)
+            fixed.append(alias)
+        return updated_node.with_changes(names=fixed)
+
+
+def _closing(node: cst.ImportFrom):
+    last = list(node.names)[-1]
+    if isinstance(last.comma, cst.Comma):
+        return last.comma.whitespace_after
+    return cst.SimpleWhitespace("")
+
+
+def _dotted(node) -> str:
+    if node is None:
+        return ""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return f"{_dotted(node.value)}.{node.attr.value}"
+    return ""
