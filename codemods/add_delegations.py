@@ -34,7 +34,7 @@ class Delegation:
     returns: cst.Annotation | None = None
     is_async: bool = False
     binding: str = "instance"  # "instance" | "static" | "class": how the inner defines it
-    imports: tuple[tuple[str, str | None], ...] = field(default=())  # (module, name) to import
+    imports: tuple[tuple[str, str | None, str | None], ...] = field(default=())  # (module, name, asname)
 
 
 def _code(node: cst.CSTNode) -> str:
@@ -212,8 +212,8 @@ class AddDelegations(VisitorBasedCodemodCommand):
             stmt = parsed.body[1]
             blank = cst.EmptyLine(indent=False, newline=cst.Newline())
             new_statements.append(stmt.with_changes(leading_lines=[blank, *stmt.leading_lines]))
-            for module_name, obj in delegation.imports:
-                AddImportsVisitor.add_needed_import(self.context, module_name, obj)
+            for module_name, obj, asname in delegation.imports:
+                AddImportsVisitor.add_needed_import(self.context, module_name, obj, asname)
         body = list(updated_node.body.body)
         last_method = max((i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef)), default=len(body) - 1)
         body[last_method + 1 : last_method + 1] = new_statements

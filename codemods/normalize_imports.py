@@ -18,8 +18,10 @@ class NormalizeAddedImports(cst.CSTTransformer):
     def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> cst.ImportFrom:
         module = _dotted(updated_node.module)
         wanted = self.added.get(module)
-        if not wanted or isinstance(updated_node.names, cst.ImportStar) or updated_node.lpar is None:
+        if not wanted or isinstance(updated_node.names, cst.ImportStar):
             return updated_node
+        if updated_node.lpar is None:
+            return _explode_if_long(updated_node)
         names = list(updated_node.names)
         layout = next(
             (
@@ -44,6 +46,29 @@ class NormalizeAddedImports(cst.CSTTransformer):
                     alias = alias.with_changes(comma=layout)
             fixed.append(alias)
         return updated_node.with_changes(names=fixed)
+
+
+LINE_LENGTH = 88
+
+
+def _explode_if_long(node: cst.ImportFrom) -> cst.ImportFrom:
+    """A merged one-line import past the line length, laid out one name per line as black does."""
+    if len(cst.Module(body=[]).code_for_node(node)) <= LINE_LENGTH:
+        return node
+
+    def wrap(last_line: str) -> cst.ParenthesizedWhitespace:
+        return cst.ParenthesizedWhitespace(
+            first_line=cst.TrailingWhitespace(), empty_lines=[], indent=True, last_line=cst.SimpleWhitespace(last_line)
+        )
+
+    names = list(node.names)
+    laid_out = [
+        alias.with_changes(comma=cst.Comma(whitespace_after=wrap("    " if i < len(names) - 1 else "")))
+        for i, alias in enumerate(names)
+    ]
+    return node.with_changes(
+        names=laid_out, lpar=cst.LeftParen(whitespace_after=wrap("    ")), rpar=cst.RightParen()
+    )
 
 
 def _closing(node: cst.ImportFrom):

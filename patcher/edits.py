@@ -83,31 +83,96 @@ def _dotted_module(rel: str) -> str:
     return "sglang.srt." + rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
 
 
-def needed_imports(cache: SourceCache, tree, wrapper: SourceFile, entry: MemberPlan) -> tuple[tuple[str, str | None], ...]:
-    """Imports the wrapper file needs for the copied signature, taken the way the inner file takes them."""
+Import = tuple  # (module, name or None, asname or None)
+
+
+def _binding(cache: SourceCache, tree, source: SourceFile, name: str):
+    """What `name` means at the top of a module: (module, object name or None for a module)."""
+    origin = ImportTable.of(cache, source, tree).lookup(name)
+    if origin is not None:
+        return origin.module, origin.name
+    if name in {n for _, indent, _, n in cache.outline(source).headers if indent == 0} or name in _TOP_ASSIGN.findall(source.text):
+        return _dotted_module(source.rel), name
+    if name in builtin_names():
+        return "builtins", name
+    return None
+
+
+def _import_for(binding, local: str) -> Import:
+    module, obj = binding
+    if obj is None:  # a module object: `import torch`, `import numpy as np`
+        return (module, None, None if module == local else local)
+    return (module, obj, None if obj == local else local)
+
+
+def names_for_signature(cache: SourceCache, tree, wrapper: SourceFile, entry: MemberPlan) -> tuple[tuple[Import, ...], dict[str, str]]:
+    """Imports the wrapper needs so each name in the copied signature means what it means in the inner
+    file, and renames for names the wrapper binds to something else (imported under an alias instead)."""
     signature = entry.defined
     if signature is None or signature.kind != "method" or signature_node(cache, signature) is None:
-        return ()
+        return (), {}
     inner = cache.read(tree.srt / signature.file)
-    have = module_names(cache, wrapper, tree) | builtin_names()
-    inner_imports = ImportTable.of(cache, inner, tree)
-    inner_defines = {name for _, indent, _, name in cache.outline(inner).headers if indent == 0}
-    inner_defines |= set(_TOP_ASSIGN.findall(inner.text))
-    out: list[tuple[str, str | None]] = []
-    for name in sorted(_signature_names(signature.node) - have):
-        origin = inner_imports.lookup(name)
-        if origin is not None:
-            if origin.name is None:
-                if origin.module.split(".")[-1] == name or origin.module == name:
-                    out.append((origin.module, None))
-                else:  # `import torch.nn as nn` style aliases
-                    parent, _, leaf = origin.module.rpartition(".")
-                    out.append((parent, leaf) if leaf == name else (origin.module, None))
-            else:
-                out.append((origin.module, origin.name))
-        elif name in inner_defines:
-            out.append((_dotted_module(signature.file), name))
-    return tuple(out)
+    taken = module_names(cache, wrapper, tree)
+    imports: list[Import] = []
+    renames: dict[str, str] = {}
+    for name in sorted(_signature_names(signature.node)):
+        meaning = _binding(cache, tree, inner, name)
+        if meaning is None or meaning[0] == "builtins" and name not in taken:
+            continue  # a builtin, or a name the inner file cannot resolve either (a star import)
+        here = _binding(cache, tree, wrapper, name)
+        if here == meaning:
+            continue
+        if here is None:
+            imports.append(_import_for(meaning, name))
+            continue
+        leaf = meaning[0].rsplit(".", 1)[-1]
+        alias = f"{leaf}_{name}"
+        while alias in taken:
+            alias = f"_{alias}"
+        renames[name] = alias
+        imports.append(_import_for(meaning, alias))
+    return tuple(imports), renames
+
+
+class _Rename(cst.CSTTransformer):
+    """Rename free names in an annotation or default; attribute names stay."""
+
+    def __init__(self, renames: dict[str, str]):
+        super().__init__()
+        self.renames = renames
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
+        return updated_node.with_changes(attr=original_node.attr)
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
+        return updated_node.with_changes(value=self.renames.get(updated_node.value, updated_node.value))
+
+
+def _renamed(node: cst.FunctionDef, renames: dict[str, str]) -> tuple[cst.Parameters, cst.Annotation | None]:
+    if not renames:
+        return node.params, node.returns
+    rename = _Rename(renames)
+
+    def fix(param):
+        if not isinstance(param, cst.Param):
+            return param
+        changes = {}
+        if param.annotation is not None:
+            changes["annotation"] = param.annotation.visit(rename)
+        if param.default is not None:
+            changes["default"] = param.default.visit(rename)
+        return param.with_changes(**changes)
+
+    p = node.params
+    params = p.with_changes(
+        posonly_params=[fix(x) for x in p.posonly_params],
+        params=[fix(x) for x in p.params],
+        kwonly_params=[fix(x) for x in p.kwonly_params],
+        star_arg=fix(p.star_arg),
+        star_kwarg=fix(p.star_kwarg),
+    )
+    returns = node.returns.visit(rename) if node.returns is not None else None
+    return params, returns
 
 
 def delegation_for(cache: SourceCache, tree, wrapper: SourceFile, entry: MemberPlan) -> Delegation:
@@ -116,15 +181,17 @@ def delegation_for(cache: SourceCache, tree, wrapper: SourceFile, entry: MemberP
     if isinstance(node, cst.FunctionDef):
         decorators = {_decorator_name(d) for d in node.decorators}
         binding = "static" if "staticmethod" in decorators else "class" if "classmethod" in decorators else "instance"
+        imports, renames = names_for_signature(cache, tree, wrapper, entry)
+        params, returns = _renamed(node, renames)
         return Delegation(
             name=entry.member.name,
             inner_attribute=entry.inner_attribute,
             style="method",
-            params=node.params,
-            returns=node.returns,
+            params=params,
+            returns=returns,
             is_async=node.asynchronous is not None,
             binding=binding,
-            imports=needed_imports(cache, tree, wrapper, entry),
+            imports=imports,
         )
     return Delegation(name=entry.member.name, inner_attribute=entry.inner_attribute, style="property")
 
@@ -169,12 +236,18 @@ def apply_codemod(source: SourceFile, delegations: dict[str, list[Delegation]]) 
     added: dict[str, set[str]] = {}
     for todo in delegations.values():
         for delegation in todo:
-            for module_name, obj in delegation.imports:
+            for module_name, obj, _asname in delegation.imports:
                 if obj:
                     added.setdefault(module_name, set()).add(obj)
     if added:
         updated = updated.visit(NormalizeAddedImports(added))
     text = updated.code
     data = (b"\xef\xbb\xbf" if source.bom else b"") + text.encode("utf-8")
-    imports = sorted({f"{m}:{o}" if o else m for ds in delegations.values() for d in ds for m, o in d.imports})
+    imports = sorted({_describe(i) for ds in delegations.values() for d in ds for i in d.imports})
     return FileEdit(source.path, source.rel, source.data, data, dict(command.added), imports)
+
+
+def _describe(spec: Import) -> str:
+    module, obj, asname = spec
+    text = f"from {module} import {obj}" if obj else f"import {module}"
+    return f"{text} as {asname}" if asname else text

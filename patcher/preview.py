@@ -30,10 +30,13 @@ def file_diff(edit: FileEdit, label: str) -> str:
 
 
 def diff_label(edit: FileEdit, base: Path) -> str:
-    try:
-        return edit.path.resolve().relative_to(base.resolve()).as_posix()
-    except ValueError:
-        return edit.path.as_posix().lstrip("/")
+    """The path as seen from `base`: symlinks are not resolved first (site-packages/sglang may be one)."""
+    for path, folder in ((edit.path, base), (edit.path.resolve(), base.resolve())):
+        try:
+            return path.relative_to(folder).as_posix()
+        except ValueError:
+            continue
+    return edit.path.as_posix().lstrip("/")
 
 
 def render_patch(edits: list[FileEdit], base: Path) -> str:
