@@ -1,4 +1,4 @@
-"""The command line: `check` (CI gate), `diff` (dry run), `apply` (write).
+"""The command line: `check` (CI gate), `diff` (dry run), `apply` (write), `revert`, `explain`.
 
 Exit codes, as ruff and Fixit use them: 0 clean, 1 findings (or changes to make), 2 errors.
 Heavy modules (libcst, rich, git) are imported inside the commands so `--help` stays fast.
@@ -15,28 +15,19 @@ import typer
 
 from patcher import __version__
 
-EPILOG_CHECK = """\
-Examples:
-
-  eaglepatch check /root/sglang                     # a git checkout
-
-  eaglepatch check .venv/lib/python3.11/site-packages
-
-  eaglepatch check --model kimi_k25:KimiK25ForConditionalGeneration --format json
-
-Exit codes: 0 nothing missing, 1 something missing, 2 error (bad path, bad --model, unparsable file).
-"""
-
 app = typer.Typer(
     name="eaglepatch",
     help=(
         "Find the EAGLE-3 methods an SGLang model wrapper fails to forward to the model it holds, "
         "and write the delegations.\n\n"
-        "The protocol is read from SGLang's own speculative-decoding code, so it follows the release you point at."
+        "The protocol is read from SGLang's own speculative-decoding code, so it follows the release "
+        "you point at.  Typical use: `eaglepatch check /root/sglang`, then `eaglepatch diff`, then "
+        "`eaglepatch apply`.  Defaults can live in the tree's pyproject.toml under [tool.eaglepatch]."
     ),
     no_args_is_help=True,
     add_completion=True,
     rich_markup_mode=None,
+    pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -45,27 +36,88 @@ class OutputFormat(str, enum.Enum):
     table = "table"
     json = "json"
     github = "github"
+    sarif = "sarif"
 
 
 PathArg = typer.Argument(
     None,
-    help="An SGLang checkout root, a site-packages folder, site-packages/sglang, or sglang/srt. Default: the current folder.",
+    help="An SGLang checkout root, a site-packages folder, site-packages/sglang, or sglang/srt. "
+    "Default: the current folder.",
     show_default=False,
 )
 ModelOpt = typer.Option(
     None,
     "--model",
     "-m",
-    help="Wrapper module under models/ (kimi_k25), optionally with the class (kimi_k25:KimiK25ForConditionalGeneration). Repeatable. Default: kimi_k25.",
+    help="Wrapper module under models/ (kimi_k25), optionally with the class "
+    "(kimi_k25:KimiK25ForConditionalGeneration). Repeatable. Default: [tool.eaglepatch] models, else kimi_k25.",
     show_default=False,
 )
-FormatOpt = typer.Option(OutputFormat.table, "--format", "-f", help="table for people, json for scripts, github for workflow annotations.")
-AllOpt = typer.Option(
-    False, "--all", help="Every model class under models/ whose __init__ holds another model (instead of --model)."
+AllOpt = typer.Option(False, "--all", help="Every model class under models/ whose __init__ holds another model.")
+FormatOpt = typer.Option(
+    OutputFormat.table, "--format", "-f", help="table for people; json for scripts; github or sarif for CI."
 )
 ConsumerOpt = typer.Option(
-    None, "--consumer", help="Extra file (relative to srt or absolute) whose model calls all count as EAGLE-3 code. Repeatable."
+    None,
+    "--consumer",
+    help="Extra file or glob (relative to srt) whose calls on models all count as EAGLE-3 code. Repeatable.",
 )
+IgnoreOpt = typer.Option(None, "--ignore", help="Protocol member never to report or write. Repeatable.")
+InstalledOpt = typer.Option(
+    False, "--installed", help="Target the sglang that `python` on PATH would import (found without importing it)."
+)
+PythonOpt = typer.Option(None, "--python", help="With --installed: the interpreter whose sglang to target.")
+
+EPILOG_CHECK = """\
+Examples:
+
+  eaglepatch check /root/sglang                       # a git checkout
+
+  eaglepatch check --installed                        # the sglang of the active environment
+
+  eaglepatch check --all --format github .            # every wrapper, as CI annotations
+
+Exit codes: 0 nothing missing, 1 something missing, 2 error (bad path, bad --model, unparsable file).
+"""
+EPILOG_DIFF = """\
+Examples:
+
+  eaglepatch diff /root/sglang > fix.patch && git -C /root/sglang apply --check fix.patch
+
+  eaglepatch diff --all .venv/lib/python3.11/site-packages
+
+Paths in the patch are relative to the git work tree root when PATH is inside one, else to PATH.
+Exit codes: 0 nothing to change, 1 a change is shown, 2 error.
+"""
+EPILOG_APPLY = """\
+Examples:
+
+  eaglepatch apply /root/sglang
+
+  eaglepatch apply /root/sglang --commit      # commit just the patched files
+
+Writes are atomic; a file that changed since it was read is left alone.
+Exit codes: 0 written or nothing to do, 2 error (that file untouched; other files still written).
+"""
+EPILOG_REVERT = """\
+Examples:
+
+  eaglepatch revert /root/sglang
+
+  eaglepatch revert --all /root/sglang
+
+Only members carrying eaglepatch's marker and still exactly as eaglepatch wrote them are removed;
+hand-written or hand-edited methods stay. Exit codes: 0 done or nothing to revert, 2 error.
+"""
+EPILOG_EXPLAIN = """\
+Examples:
+
+  eaglepatch explain get_embed_and_head /root/sglang
+
+  eaglepatch explain set_eagle3_layers_to_capture --model kimi_k25 --format json
+
+Exit codes: 0 explained, 2 the member is not in the EAGLE-3 protocol of that tree (or another error).
+"""
 
 
 def _version(value: bool) -> None:
@@ -93,43 +145,38 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False, soft_wrap=False)
 
 
-def _consumers(path: Optional[Path], consumers: Optional[List[str]]) -> list[Path]:
-    if not consumers:
-        return []
-    from patcher.locate import locate_tree
-
-    tree = locate_tree(path)
-    out = []
-    for item in consumers:
-        candidate = Path(item)
-        candidate = candidate if candidate.is_absolute() else tree.srt / candidate
-        if not candidate.is_file():
-            fail(f"{item}: --consumer names no file (relative paths are read from {tree.srt})")
-        out.append(candidate.resolve())
-    return out
-
-
-def run_analysis(path: Optional[Path], models: Optional[List[str]], consumers: Optional[List[str]], all_models: bool = False):
+def run_analysis(
+    path: Optional[Path],
+    models: Optional[List[str]],
+    consumers: Optional[List[str]],
+    all_models: bool = False,
+    ignore: Optional[List[str]] = None,
+    installed: bool = False,
+    python: Optional[str] = None,
+):
     from patcher.errors import EaglepatchError
-    from patcher.pipeline import analyze
+    from patcher.pipeline import Selection, analyze
 
-    if all_models and models:
-        fail("--all and --model do not go together; pass one of them")
+    selection = Selection(path, list(models or []), all_models, list(consumers or []), list(ignore or []), installed, python)
     try:
-        if all_models and sys.stderr.isatty():
+        if sys.stderr.isatty():
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
             with Progress(
-                TextColumn("reading models/"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                console=_console(stderr=True), transient=True,
+                TextColumn("reading models/"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.description}"),
+                console=_console(stderr=True),
+                transient=True,
             ) as bar:
                 task = bar.add_task("", total=None)
 
                 def progress(rel: str, total: int) -> None:
                     bar.update(task, total=total, advance=1, description=rel)
 
-                return analyze(path, models, _consumers(path, consumers), True, progress)
-        return analyze(path, models, _consumers(path, consumers), all_models)
+                return analyze(selection, progress=progress)
+        return analyze(selection)
     except EaglepatchError as exc:
         fail(str(exc))
 
@@ -138,46 +185,28 @@ def run_analysis(path: Optional[Path], models: Optional[List[str]], consumers: O
 def check(
     path: Optional[Path] = PathArg,
     model: Optional[List[str]] = ModelOpt,
-    output_format: OutputFormat = FormatOpt,
     all_models: bool = AllOpt,
+    output_format: OutputFormat = FormatOpt,
     consumer: Optional[List[str]] = ConsumerOpt,
+    ignore: Optional[List[str]] = IgnoreOpt,
+    installed: bool = InstalledOpt,
+    python: Optional[str] = PythonOpt,
 ) -> None:
     """Report every EAGLE-3 member a wrapper lacks (a CI gate: exit 1 when something is missing)."""
-    analysis = run_analysis(path, model, consumer, all_models)
+    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python)
     from patcher import report
 
     if output_format is OutputFormat.json:
         report.write_json(analysis, sys.stdout)
     elif output_format is OutputFormat.github:
         report.write_github(analysis, sys.stdout)
-    elif all_models:
+    elif output_format is OutputFormat.sarif:
+        report.write_sarif(analysis, sys.stdout)
+    elif analysis.all_models:
         report.print_summary(analysis, _console())
     else:
         report.print_table(analysis, _console())
     raise typer.Exit(1 if analysis.missing_count else 0)
-
-
-EPILOG_DIFF = """\
-Examples:
-
-  eaglepatch diff /root/sglang > fix.patch && git -C /root/sglang apply --check fix.patch
-
-  eaglepatch diff --model kimi_k25 .venv/lib/python3.11/site-packages
-
-Paths in the patch are relative to the git work tree root when PATH is inside one, else to PATH.
-Exit codes: 0 nothing to change, 1 a change is shown, 2 error.
-"""
-
-EPILOG_APPLY = """\
-Examples:
-
-  eaglepatch apply /root/sglang
-
-  eaglepatch apply /root/sglang --commit      # commit just the patched files
-
-Writes are atomic; a file that changed since it was read is left alone.
-Exit codes: 0 written or nothing to do, 2 error (nothing half-written).
-"""
 
 
 def _edits(analysis):
@@ -187,16 +216,14 @@ def _edits(analysis):
     edits, errors = build_edits(analysis.cache, analysis.tree, analysis.plans)
     for error in errors:
         typer.echo(f"eaglepatch: error: {error}", err=True)
-    if errors and not edits:
-        raise typer.Exit(2)
     return [e for e in edits if e.changed], errors
 
 
-def _patch_base(analysis):
+def _patch_base(tree):
     from patcher.gitrepo import find_work_tree
 
-    work_tree = find_work_tree(analysis.tree.srt)
-    return work_tree, (work_tree.root if work_tree else analysis.tree.given)
+    work_tree = find_work_tree(tree.srt)
+    return work_tree, (work_tree.root if work_tree else tree.given)
 
 
 def _show_patch(patch: str) -> None:
@@ -215,46 +242,36 @@ def diff(
     model: Optional[List[str]] = ModelOpt,
     all_models: bool = AllOpt,
     consumer: Optional[List[str]] = ConsumerOpt,
+    ignore: Optional[List[str]] = IgnoreOpt,
+    installed: bool = InstalledOpt,
+    python: Optional[str] = PythonOpt,
 ) -> None:
     """Print the delegations `apply` would write, as a unified diff with git headers (dry run)."""
-    analysis = run_analysis(path, model, consumer, all_models)
+    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python)
     edits, errors = _edits(analysis)
     if not edits:
         typer.echo("eaglepatch: nothing to change", err=True)
         raise typer.Exit(2 if errors else 0)
     from patcher.preview import render_patch
 
-    _, base = _patch_base(analysis)
+    _, base = _patch_base(analysis.tree)
     _show_patch(render_patch(edits, base))
-    raise typer.Exit(1)
+    raise typer.Exit(2 if errors else 1)
 
 
-@app.command(epilog=EPILOG_APPLY)
-def apply(
-    path: Optional[Path] = PathArg,
-    model: Optional[List[str]] = ModelOpt,
-    all_models: bool = AllOpt,
-    consumer: Optional[List[str]] = ConsumerOpt,
-    commit: bool = typer.Option(False, "--commit", help="Commit just the patched files (git work trees only)."),
-) -> None:
-    """Write the missing delegations into the wrapper files, then show what was done."""
-    analysis = run_analysis(path, model, consumer, all_models)
-    edits, errors = _edits(analysis)
-    console = _console()
-    if not edits:
-        console.print("Nothing to do: every delegable EAGLE-3 member is already present.")
-        raise typer.Exit(2 if errors else 0)
+def _write_all(tree, edits, errors, console, commit: bool, verb: str, changes_of) -> None:
+    """Write each edit atomically; report per file; optionally commit what was written."""
     from patcher.errors import EaglepatchError
     from patcher.preview import render_patch
     from patcher.write import write_edit
 
-    work_tree, base = _patch_base(analysis)
+    work_tree, base = _patch_base(tree)
     written, failed = [], list(errors)
     for edit in edits:
         if work_tree is not None and work_tree.dirty(edit.path):
             console.print(f"[yellow]note:[/yellow] {edit.rel} already had uncommitted changes")
         try:
-            write_edit(edit, analysis.tree.srt)
+            write_edit(edit, tree.srt)
         except EaglepatchError as exc:
             typer.echo(f"eaglepatch: error: {exc}", err=True)
             failed.append(edit)
@@ -263,17 +280,15 @@ def apply(
     if written:
         _show_patch(render_patch(written, base))
         for edit in written:
-            for cls, members in edit.added.items():
-                console.print(f"[green]added[/green] to {cls} ({edit.rel}): {', '.join(members)}")
+            for cls, members in changes_of(edit).items():
+                console.print(f"[green]{verb}[/green] {cls} ({edit.rel}): {', '.join(members)}")
     if commit and written:
         if work_tree is None:
-            fail(f"{analysis.tree.given}: --commit needs a git work tree; the files were written but not committed")
-        names = sorted({m for e in written for ms in e.added.values() for m in ms})
-        classes = sorted({c for e in written for c in e.added})
-        message = (
-            f"Forward EAGLE-3 members from {', '.join(classes)}\n\n"
-            f"Added by eaglepatch: {', '.join(names)}.\n"
-        )
+            fail(f"{tree.given}: --commit needs a git work tree; the files were written but not committed")
+        names = sorted({m for e in written for ms in changes_of(e).values() for m in ms})
+        classes = sorted({c for e in written for c in changes_of(e)})
+        title = "Forward EAGLE-3 members from" if verb == "added to" else "Remove eaglepatch delegations from"
+        message = f"{title} {', '.join(classes)}\n\n{verb.capitalize()} by eaglepatch: {', '.join(names)}.\n"
         try:
             sha = work_tree.commit([e.path for e in written], message)
         except Exception as exc:  # git's own message is the useful one
@@ -282,5 +297,103 @@ def apply(
     raise typer.Exit(2 if failed else 0)
 
 
+@app.command(epilog=EPILOG_APPLY)
+def apply(
+    path: Optional[Path] = PathArg,
+    model: Optional[List[str]] = ModelOpt,
+    all_models: bool = AllOpt,
+    consumer: Optional[List[str]] = ConsumerOpt,
+    ignore: Optional[List[str]] = IgnoreOpt,
+    installed: bool = InstalledOpt,
+    python: Optional[str] = PythonOpt,
+    commit: bool = typer.Option(False, "--commit", help="Commit just the patched files (git work trees only)."),
+) -> None:
+    """Write the missing delegations into the wrapper files, then show what was done."""
+    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python)
+    edits, errors = _edits(analysis)
+    console = _console()
+    if not edits:
+        console.print("Nothing to do: every delegable EAGLE-3 member is already present.")
+        raise typer.Exit(2 if errors else 0)
+    _write_all(analysis.tree, edits, errors, console, commit, "added to", lambda e: e.added)
+
+
+@app.command(epilog=EPILOG_REVERT)
+def revert(
+    path: Optional[Path] = PathArg,
+    model: Optional[List[str]] = ModelOpt,
+    all_models: bool = AllOpt,
+    installed: bool = InstalledOpt,
+    python: Optional[str] = PythonOpt,
+    commit: bool = typer.Option(False, "--commit", help="Commit just the reverted files (git work trees only)."),
+) -> None:
+    """Remove exactly the delegations eaglepatch added (and the imports only they used)."""
+    from patcher.edits import revert_edits
+    from patcher.errors import EaglepatchError
+    from patcher.pipeline import Selection, resolve_selection
+    from patcher.source import SourceCache
+
+    try:
+        tree, selection, _ = resolve_selection(Selection(path, list(model or []), all_models, installed=installed, python=python))
+        cache = SourceCache(tree.srt)
+        edits, errors, kept = revert_edits(cache, tree, None if selection.all_models else selection.models)
+    except EaglepatchError as exc:
+        fail(str(exc))
+    console = _console()
+    for rel, members in kept:
+        console.print(f"[yellow]kept[/yellow] {rel}: {', '.join(members)} (edited since eaglepatch wrote them)")
+    for error in errors:
+        typer.echo(f"eaglepatch: error: {error}", err=True)
+    if not edits:
+        console.print("Nothing to revert: no unchanged eaglepatch delegations found.")
+        raise typer.Exit(2 if errors else 0)
+
+    _write_all(tree, edits, errors, console, commit, "removed from", lambda e: e.removed)
+
+
+@app.command(epilog=EPILOG_EXPLAIN)
+def explain(
+    member: str = typer.Argument(..., help="A protocol member, e.g. get_embed_and_head."),
+    path: Optional[Path] = PathArg,
+    model: Optional[List[str]] = ModelOpt,
+    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", "-f", help="table or json."),
+    installed: bool = InstalledOpt,
+    python: Optional[str] = PythonOpt,
+) -> None:
+    """Why a member is in the protocol: every call site, its guard, the inner definition, the code apply writes."""
+    analysis = run_analysis(path, model, None, False, None, installed, python)
+    from patcher import report
+
+    if member not in analysis.protocol.members:
+        known = ", ".join(analysis.protocol.members)
+        aside = analysis.protocol.general_interface.get(member)
+        why = f"the model runner uses it on every model at {aside}" if aside else f"known members: {known}"
+        fail(f"{analysis.tree.srt}: {member} is not an EAGLE-3 protocol member of this tree ({why})")
+    data = report.explain_json(analysis, member)
+    if output_format is OutputFormat.json:
+        import json
+
+        json.dump(data, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        report.print_explain(data, _console())
+    raise typer.Exit(0)
+
+
 def main() -> None:
-    app()
+    """Entry point: an unexpected failure is still exit 2 with one line, never a findings exit 1."""
+    import os
+
+    try:
+        app()
+    except KeyboardInterrupt:
+        typer.echo("eaglepatch: interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence
+        if os.environ.get("EAGLEPATCH_DEBUG"):
+            raise
+        typer.echo(
+            f"eaglepatch: internal error: {type(exc).__name__}: {exc} (set EAGLEPATCH_DEBUG=1 for the traceback)",
+            err=True,
+        )
+        sys.exit(2)

@@ -30,6 +30,7 @@ class FileEdit:
     updated: bytes
     added: dict[str, list[str]] = field(default_factory=dict)  # class -> members added
     imports: list[str] = field(default_factory=list)
+    removed: dict[str, list[str]] = field(default_factory=dict)  # class -> members removed (revert)
 
     @property
     def changed(self) -> bool:
@@ -251,3 +252,42 @@ def _describe(spec: Import) -> str:
     module, obj, asname = spec
     text = f"from {module} import {obj}" if obj else f"import {module}"
     return f"{text} as {asname}" if asname else text
+
+
+def revert_edits(cache: SourceCache, tree, models: list[str] | None):
+    """Edits that remove eaglepatch's unchanged delegations: from the named model modules, or all of models/."""
+    from codemods.add_delegations import MARKER
+    from codemods.remove_delegations import RemoveDelegations
+
+    if models:
+        paths = []
+        for selector in models:
+            module = selector.partition(":")[0].removesuffix(".py").replace(".", "/")
+            path = tree.models / f"{module}.py"
+            if not path.is_file():
+                raise EaglepatchError(f"no such model module; pass --model with a file name under models/", path=f"models/{module}.py")
+            paths.append(path)
+    else:
+        paths = [p for p in sorted(tree.models.rglob("*.py")) if MARKER.encode() in p.read_bytes()]
+    edits: list[FileEdit] = []
+    errors: list[EaglepatchError] = []
+    kept: list[tuple[str, list[str]]] = []
+    for path in paths:
+        try:
+            source = cache.read(path)
+            if MARKER not in source.text:
+                continue
+            try:
+                module = cst.parse_module(source.text)
+            except cst.ParserSyntaxError:
+                raise syntax_error(source) or EaglepatchError("is not valid Python", path=source.rel) from None
+            command = RemoveDelegations(CodemodContext(filename=str(path)))
+            updated = command.transform_module(module)
+            for cls, names in command.kept.items():
+                kept.append((f"{source.rel}:{cls}", names))
+            data = (b"\xef\xbb\xbf" if source.bom else b"") + updated.code.encode("utf-8")
+            if data != source.data:
+                edits.append(FileEdit(source.path, source.rel, source.data, data, removed=dict(command.removed)))
+        except EaglepatchError as exc:
+            errors.append(exc)
+    return edits, errors, kept

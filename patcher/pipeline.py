@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from patcher.errors import EaglepatchError
 from patcher.locate import SourceTree, locate_tree
 from patcher.plan import plan_wrapper
 from patcher.protocol import extract_protocol
@@ -22,27 +23,79 @@ class Analysis:
     protocol: Protocol
     plans: list[ModelPlan]
     warnings: list[str] = field(default_factory=list)
+    all_models: bool = False
 
     @property
     def missing_count(self) -> int:
         return sum(len(p.missing) for p in self.plans)
 
 
+@dataclass
+class Selection:
+    """What the user asked for, flags and [tool.eaglepatch] merged (flags win)."""
+
+    path: Path | str | None = None
+    models: list[str] = field(default_factory=list)
+    all_models: bool = False
+    consumers: list[str] = field(default_factory=list)  # paths or globs, relative to srt or absolute
+    ignore: list[str] = field(default_factory=list)
+    installed: bool = False
+    python: str | None = None
+
+
+def resolve_selection(selection: Selection) -> tuple[SourceTree, Selection, list[Path]]:
+    from patcher.config import load_settings
+
+    path = selection.path
+    if selection.installed or selection.python:
+        if path is not None:
+            raise EaglepatchError("PATH and --installed/--python do not go together; pass one of them", path=str(path))
+        from patcher.installed import installed_sglang
+
+        path = installed_sglang(selection.python)
+    tree = locate_tree(path)
+    settings = load_settings(tree.srt, tree.given)
+    if selection.all_models and selection.models:
+        raise EaglepatchError("--all and --model do not go together; pass one of them", path=str(tree.given))
+    merged = Selection(
+        path=path,
+        models=selection.models or ([] if selection.all_models else settings.models),
+        all_models=selection.all_models or (settings.all_models and not selection.models),
+        consumers=selection.consumers or settings.consumers,
+        ignore=sorted(set(selection.ignore) | set(settings.ignore)),
+    )
+    consumers: list[Path] = []
+    for pattern in merged.consumers:
+        base = Path(pattern)
+        matches = sorted(tree.srt.glob(pattern)) if not base.is_absolute() else ([base] if base.is_file() else [])
+        matches = [m for m in matches if m.is_file()]
+        if not matches:
+            where = str(settings.source) if pattern in settings.consumers and not selection.consumers else "--consumer"
+            raise EaglepatchError(f"consumer {pattern!r} names no file (relative paths are read from {tree.srt})", path=where)
+        consumers += [m.resolve() for m in matches if m.resolve() not in consumers]
+    return tree, merged, consumers
+
+
 def analyze(
-    path: Path | str | None,
+    path: Path | str | None | Selection,
     models: list[str] | None = None,
     extra_consumers: list[Path] | None = None,
     all_models: bool = False,
     progress=None,
 ) -> Analysis:
     """The protocol is extracted once and shared by every wrapper looked at."""
-    tree = locate_tree(path)
+    if isinstance(path, Selection):
+        tree, selection, consumers = resolve_selection(path)
+        models, all_models, ignore = selection.models, selection.all_models, selection.ignore
+        extra_consumers = (extra_consumers or []) + consumers
+    else:
+        tree, ignore = locate_tree(path), []
     cache = SourceCache(tree.srt)
-    protocol = extract_protocol(tree, cache, extra_consumers)
+    protocol = extract_protocol(tree, cache, extra_consumers, ignore)
     resolver = Resolver(tree, cache)
     if all_models:
         wrappers = resolver.all_wrappers(protocol, progress)
     else:
         wrappers = [w for selector in models or [DEFAULT_MODEL] for w in select_wrappers(tree, cache, resolver, selector, protocol)]
     plans: list[ModelPlan] = [plan_wrapper(protocol, w) for w in wrappers]
-    return Analysis(tree, cache, protocol, plans, list(protocol.warnings) + resolver.warnings)
+    return Analysis(tree, cache, protocol, plans, list(protocol.warnings) + resolver.warnings, all_models)

@@ -219,7 +219,7 @@ class ConsumerWalker:
         body_frame = frame
         if not frame.in_scope and mentions_eagle(node.test) and not _negated_eagle(node.test):
             guard = f"if {_short(self.parsed.module.code_for_node(node.test))}"
-            body_frame = frame.child(in_scope=True, guard=f"{self.parsed.source.rel}: {guard}")
+            body_frame = frame.child(in_scope=True, guard=guard)
             self.mark_scope(node.body)
         probed = _positive_hasattr(node.test)
         if probed:
@@ -228,7 +228,8 @@ class ConsumerWalker:
         if node.orelse is not None:
             else_frame = frame
             if not frame.in_scope and isinstance(node.orelse, cst.Else) and _negated_eagle(node.test):
-                else_frame = frame.child(in_scope=True, guard=f"{self.parsed.source.rel}: else of eagle guard")
+                guard = f"else of: if {_short(self.parsed.module.code_for_node(node.test))}"
+                else_frame = frame.child(in_scope=True, guard=guard)
                 self.mark_scope(node.orelse)
             self.walk(node.orelse, else_frame, node)
 
@@ -459,7 +460,7 @@ class ProtocolReader:
 
     def _walk(self, parsed: Parsed, eagle_module: bool, class_name: str = "") -> None:
         rel = parsed.source.rel
-        frame = Frame(in_scope=eagle_module, guard=f"{rel}: EAGLE module" if eagle_module else "", aliases={}, class_name=class_name)
+        frame = Frame(in_scope=eagle_module, guard="EAGLE module (all of its code)" if eagle_module else "", aliases={}, class_name=class_name)
         if eagle_module:
             self.extraction.eagle_lines.setdefault(rel, set()).update(
                 range(parsed.first_line + 1, parsed.first_line + parsed.text.count("\n") + 1)
@@ -592,13 +593,18 @@ def _find_def(module: cst.Module, header_line: str) -> cst.FunctionDef | None:
     return finder.found
 
 
-def extract_protocol(tree: SourceTree, cache: SourceCache, extra_consumers: list[Path] | None = None) -> Protocol:
+def extract_protocol(
+    tree: SourceTree, cache: SourceCache, extra_consumers: list[Path] | None = None, ignore: list[str] | None = None
+) -> Protocol:
     reader = ProtocolReader(tree, cache, extra_consumers)
     extraction = reader.read()
     general = reader.general_interface()
     members: dict[str, ProtocolMember] = {}
     set_aside: dict[str, str] = {}
+    ignored = set(ignore or [])
     for use in extraction.uses:
+        if use.name in ignored:
+            continue
         if use.name in general:
             set_aside[use.name] = general[use.name]
             continue
@@ -614,4 +620,5 @@ def extract_protocol(tree: SourceTree, cache: SourceCache, extra_consumers: list
         consumers=sorted(extraction.consumers),
         general_interface=dict(sorted(set_aside.items())),
         warnings=extraction.warnings,
+        ignored=sorted(ignored),
     )

@@ -59,6 +59,7 @@ class Protocol:
     consumers: list[str]  # files that contributed uses
     general_interface: dict[str, str]  # member -> where the runner uses it outside EAGLE-3
     warnings: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # members the user asked to leave out
 
 
 @dataclass

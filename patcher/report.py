@@ -281,3 +281,107 @@ def print_summary(analysis: Analysis, console: Console) -> None:
             f"\n[bold red]{analysis.missing_count} missing[/bold red] member(s) can be delegated: "
             "[bold]eaglepatch diff --all[/bold] to review, [bold]eaglepatch apply --all[/bold] to write."
         )
+
+
+# -- SARIF (code scanning) -------------------------------------------------------------------------
+
+
+def write_sarif(analysis: Analysis, out) -> None:
+    results = []
+    for plan in analysis.plans:
+        for entry in plan.missing:
+            member = entry.member
+            results.append(
+                {
+                    "ruleId": "eaglepatch/missing-delegation",
+                    "level": "error" if member.required else "warning",
+                    "message": {
+                        "text": f"{plan.wrapper.cls.name} does not forward {member.name} to {entry.inner_attribute} "
+                        f"({entry.defined.at}); EAGLE-3 uses it at {', '.join(member.called_at[:3])}"
+                    },
+                    "locations": [
+                        {
+                            "physicalLocation": {
+                                "artifactLocation": {"uri": display_path(analysis, plan.wrapper.path)},
+                                "region": {"startLine": plan.wrapper.cls.line},
+                            }
+                        }
+                    ],
+                }
+            )
+    from patcher import __version__
+
+    document = {
+        "version": "2.1.0",
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "eaglepatch",
+                        "version": __version__,
+                        "rules": [
+                            {
+                                "id": "eaglepatch/missing-delegation",
+                                "shortDescription": {"text": "A wrapper model does not forward an EAGLE-3 member"},
+                            }
+                        ],
+                    }
+                },
+                "results": results,
+            }
+        ],
+    }
+    json.dump(document, out, indent=2)
+    out.write("\n")
+
+
+# -- explain ---------------------------------------------------------------------------------------
+
+
+def explain_json(analysis: Analysis, name: str) -> dict:
+    from codemods.add_delegations import render_delegation
+    from patcher.edits import delegation_for
+
+    member = analysis.protocol.members[name]
+    data = protocol_json(member)
+    data["models"] = []
+    for plan in analysis.plans:
+        entries = {"missing": plan.missing, "forwarded": plan.forwarded, "not_delegable": plan.not_delegable}
+        for status, items in entries.items():
+            for entry in items:
+                if entry.member.name != name:
+                    continue
+                item = {"class": plan.wrapper.cls.name, "file": plan.wrapper.path, "status": status}
+                if entry.defined is not None:
+                    item["defined_at"] = entry.defined.at
+                    item["defined_by"] = entry.defined.owner
+                    item["inner_attribute"] = entry.inner_attribute
+                if status == "missing":
+                    source = analysis.cache.read(analysis.tree.srt / plan.wrapper.path)
+                    delegation = delegation_for(analysis.cache, analysis.tree, source, entry)
+                    item["would_write"] = render_delegation(delegation)
+                data["models"].append(item)
+    return data
+
+
+def print_explain(data: dict, console: Console) -> None:
+    from rich.syntax import Syntax
+    from rich.table import Table
+
+    need = "required" if data["required"] else "optional"
+    console.print(f"[bold]{data['name']}[/bold]: {data['kind']}, {need}, role {data['role']}")
+    table = Table(show_header=True, box=None, pad_edge=False)
+    table.add_column("call site", no_wrap=True)
+    table.add_column("role")
+    table.add_column("need")
+    table.add_column("why it is EAGLE-3 code")
+    for use in data["uses"]:
+        table.add_row(use["at"], use["role"], "required" if use["required"] else "optional", use["guard"])
+    console.print(table)
+    for model in data["models"]:
+        where = f" defined by {model['defined_by']} at {model['defined_at']}" if "defined_at" in model else ""
+        console.print(f"\n{model['class']} ({model['file']}): {model['status']}{where}")
+        if "would_write" in model:
+            console.print("eaglepatch apply would write:")
+            console.print(Syntax(model["would_write"], "python", theme="ansi_dark", background_color="default"))

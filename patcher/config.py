@@ -1,0 +1,74 @@
+"""`[tool.eaglepatch]` in the target tree's pyproject.toml: defaults a fork's CI can rely on.
+
+    [tool.eaglepatch]
+    models = ["kimi_k25"]            # what `check` looks at without --model (or all = true)
+    consumers = ["speculative/my_worker.py", "speculative/extra_*.py"]   # globs, relative to srt
+    ignore = ["set_embed"]           # protocol members never reported or written
+
+Command-line flags win over the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patcher.errors import EaglepatchError
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+KNOWN_KEYS = {"models", "all", "consumers", "ignore"}
+
+
+@dataclass
+class Settings:
+    models: list[str] = field(default_factory=list)
+    all_models: bool = False
+    consumers: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    source: Path | None = None  # the pyproject.toml it came from
+
+
+def find_pyproject(srt: Path, stop: Path | None = None) -> Path | None:
+    """The nearest pyproject.toml with a [tool.eaglepatch] table, from srt up to the user's PATH (or the
+    filesystem root for a checkout: `python/pyproject.toml` and the repository root both count)."""
+    folder = srt
+    while True:
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file() and b"[tool.eaglepatch]" in candidate.read_bytes():
+            return candidate
+        if folder.parent == folder or (stop is not None and folder == stop.parent):
+            return None
+        folder = folder.parent
+
+
+def load_settings(srt: Path, stop: Path | None = None) -> Settings:
+    path = find_pyproject(srt, stop)
+    if path is None:
+        return Settings()
+    try:
+        table = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("eaglepatch", {})
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise EaglepatchError(f"[tool.eaglepatch] cannot be read ({exc}); fix the TOML", path=str(path)) from None
+    unknown = set(table) - KNOWN_KEYS
+    if unknown:
+        raise EaglepatchError(
+            f"[tool.eaglepatch] has unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(KNOWN_KEYS))}",
+            path=str(path),
+        )
+
+    def strings(key: str) -> list[str]:
+        value = table.get(key, [])
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise EaglepatchError(f"[tool.eaglepatch] {key} must be a list of strings", path=str(path))
+        return value
+
+    all_models = table.get("all", False)
+    if not isinstance(all_models, bool):
+        raise EaglepatchError("[tool.eaglepatch] all must be true or false", path=str(path))
+    return Settings(strings("models"), all_models, strings("consumers"), strings("ignore"), path)
