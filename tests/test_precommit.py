@@ -1,0 +1,87 @@
+"""The pre-commit hooks in .pre-commit-hooks.yaml, run by the real pre-commit tool.
+
+pre-commit builds the hook's own environment from this repository (pip, from PyPI), so this
+is an integration test; the environment is cached in a per-session PRE_COMMIT_HOME.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = REPO / "fixtures" / "checkout"
+KIMI = "python/sglang/srt/models/kimi_k25.py"
+
+pytestmark = pytest.mark.integration
+
+
+def _git(cwd: Path, *args: str) -> str:
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.invalid",
+               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.invalid")
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="session")
+def pre_commit_home(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("pre-commit-home")
+
+
+@pytest.fixture
+def fork(tmp_path) -> Path:
+    """A fork of SGLang in a fresh git repository, with the fixture tree committed."""
+    root = tmp_path / "fork"
+    shutil.copytree(FIXTURE, root, symlinks=True)
+    _git(root, "init", "-q", "-b", "main")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "fork")
+    return root
+
+
+def try_repo(fork: Path, home: Path, hook: str, *files: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PRE_COMMIT_HOME=str(home), NO_COLOR="1")
+    selection = ["--files", *files] if files else ["--all-files"]
+    return subprocess.run(
+        [sys.executable, "-m", "pre_commit", "try-repo", str(REPO), hook, *selection],
+        cwd=fork, env=env, capture_output=True, text=True, timeout=1200,
+    )
+
+
+def test_check_hook_fails_on_a_broken_wrapper_and_passes_once_fixed(fork, pre_commit_home):
+    before = (fork / KIMI).read_bytes()
+    result = try_repo(fork, pre_commit_home, "eaglepatch-check", KIMI)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "Failed" in output and "eaglepatch check" in output
+    for name in ("get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture"):
+        assert name in output
+    assert (fork / KIMI).read_bytes() == before  # check never writes
+
+    fixed = subprocess.run([sys.executable, "-m", "patcher", "apply", str(fork)], capture_output=True, text=True)
+    assert fixed.returncode == 0, fixed.stderr
+    result = try_repo(fork, pre_commit_home, "eaglepatch-check", KIMI)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Passed" in result.stdout
+
+
+def test_check_hook_skips_commits_that_touch_no_sglang_code(fork, pre_commit_home):
+    (fork / "README.md").write_text("notes\n")
+    _git(fork, "add", "README.md")
+    result = try_repo(fork, pre_commit_home, "eaglepatch-check", "README.md")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no files to check" in result.stdout.lower() or "Skipped" in result.stdout
+
+
+def test_apply_hook_writes_the_delegations(fork, pre_commit_home):
+    result = try_repo(fork, pre_commit_home, "eaglepatch-apply", KIMI)
+    # pre-commit fails a hook that modified files, so the user can review and stage them
+    assert result.returncode == 1, result.stdout + result.stderr
+    text = (fork / KIMI).read_text()
+    assert text.count("def get_embed_and_head(") == 1
+    check = subprocess.run([sys.executable, "-m", "patcher", "check", str(fork)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout
