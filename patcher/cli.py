@@ -140,9 +140,14 @@ def fail(message: str) -> None:
 
 
 def _console(stderr: bool = False):
+    """Colour only on a terminal (rich also honours NO_COLOR); logs get 120 columns, not 80."""
+    import os
+
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else 120
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
 
 
 def run_analysis(

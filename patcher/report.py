@@ -175,7 +175,8 @@ def print_protocol(analysis: Analysis, console: Console) -> None:
     from rich.table import Table
 
     table = Table(title="EAGLE-3 protocol read from SGLang's own code", title_justify="left")
-    table.add_column("member", style="bold")
+    widest = max((len(m) for m in analysis.protocol.members), default=6)
+    table.add_column("member", style="bold", no_wrap=True, min_width=widest)
     table.add_column("kind")
     table.add_column("role")
     table.add_column("need")
@@ -186,7 +187,7 @@ def print_protocol(analysis: Analysis, console: Console) -> None:
             member.kind,
             member.role,
             "required" if member.required else "optional",
-            _sites(member.called_at),
+            _sites(member.called_at, 1),
         )
     console.print(table)
     aside = analysis.protocol.general_interface
@@ -211,27 +212,15 @@ def print_model(plan: ModelPlan, console: Console) -> None:
     )
     if plan.reason:
         console.print(f"  {plan.reason}")
-    table = Table(show_header=True, box=None, pad_edge=False)
-    table.add_column("", no_wrap=True)
-    table.add_column("member", style="bold")
-    table.add_column("role")
-    table.add_column("need")
-    table.add_column("inner defines it at")
-    table.add_column("EAGLE-3 uses it at")
-    rows = [("missing", "[red]✗ missing[/red]", plan.missing), ("forwarded", "[green]✓ present[/green]", plan.forwarded)]
+    rows = [("missing", "[red]✗ missing[/red]      ", plan.missing), ("forwarded", "[green]✓ present[/green]      ", plan.forwarded)]
     rows.append(("not_delegable", "[dim]– not delegable[/dim]", plan.not_delegable))
     for _, label, entries in rows:
         for entry in entries:
             member = entry.member
-            table.add_row(
-                label,
-                member.name,
-                member.role,
-                "required" if member.required else "optional",
-                entry.defined.at if entry.defined else "(inner lacks it)",
-                _sites(member.called_at),
-            )
-    console.print(table)
+            need = "required" if member.required else "optional"
+            where = f"defined at {entry.defined.at}" if entry.defined else "the inner model lacks it"
+            console.print(f"  {label} [bold]{member.name}[/bold] ({member.role}, {need}): {where}")
+            console.print(f"  [dim]{'':17}used at {_sites(member.called_at)}[/dim]")
 
 
 def print_table(analysis: Analysis, console: Console, show_protocol: bool = True) -> None:
