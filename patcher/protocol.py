@@ -36,9 +36,10 @@ from patcher.source import Parsed, SourceCache, SourceFile
 _EAGLE_SPELLINGS = (b"eagle", b"EAGLE", b"Eagle")
 _EAGLE = re.compile(r"eagle", re.IGNORECASE)
 # an `if`/`elif` whose condition (possibly opened with a parenthesis) mentions EAGLE
-_EAGLE_GUARD = re.compile(r"^[ \t]*(?:el)?if\b(?:[^\n]*eagle|[ \t]*\([ \t]*\n[^\n]*eagle)", re.IGNORECASE | re.MULTILINE)
+_EAGLE_GUARD = re.compile(r"^[ \t]*(?:el)?if\b(?:[^\n]*eagle|[ \t]*\([ \t]*\r?\n[^\n]*eagle)", re.IGNORECASE | re.MULTILINE)
+_EAGLE_GUARD_BYTES = re.compile(_EAGLE_GUARD.pattern.encode(), re.IGNORECASE | re.MULTILINE)
 # a model object used on this line: `x.model.y`, `target_model.y`, passed on (`model,`) or aliased
-_MODEL_USE = re.compile(r"(?:(?<![\w])model|_model)\s*(?:\.\s*\w|[,)\]=])|\.model\s*$")
+_MODEL_USE = re.compile(r"(?:(?<![\w])model|_model)[ \t]*(?:\.[ \t]*\w|[,)\]=])|\.model[ \t]*$", re.MULTILINE)
 # `x.model.member` / `model.member` / `target_model.member` in plain text, for the general interface
 _GENERAL_USE = re.compile(r"(?:(?<![\w])model|\.model|\w_model)\.(\w+)")
 MAX_HELPER_DEPTH = 3
@@ -397,7 +398,10 @@ class ProtocolReader:
                         data = handle.read()
                 except OSError:
                     continue
-                if any(spelling in data for spelling in _EAGLE_SPELLINGS):
+                if not any(spelling in data for spelling in _EAGLE_SPELLINGS):
+                    continue
+                # outside EAGLE modules only an EAGLE branch can count: no branch, no need to decode
+                if self.is_eagle_module(path) or _EAGLE_GUARD_BYTES.search(data):
                     found.append(path)
         for extra in self.extra:
             if extra not in found:
@@ -428,18 +432,24 @@ class ProtocolReader:
     def _read_file(self, source: SourceFile, eagle_module: bool) -> None:
         """Parse only the functions that use a model and, outside EAGLE modules, mention EAGLE."""
         outline = self.cache.outline(source)
-        uses_model: dict[int, None] = {}
-        mentions: set[int] = set()
-        for index, line in enumerate(source.lines):
-            header = outline.outer_def[index]
-            # module-level code (imports, constants) makes no calls on a runner's model
-            if header < 0 or line.lstrip().startswith("#"):
-                continue
-            if _MODEL_USE.search(line):
-                uses_model[header] = None
-            if not eagle_module and _EAGLE.search(line):
-                mentions.add(header)
-        headers = [h for h in uses_model if eagle_module or h in mentions]
+        text = source.text
+
+        def functions(pattern: re.Pattern) -> dict[int, None]:
+            found: dict[int, None] = {}
+            for match in pattern.finditer(text):
+                index = outline.line_index(match.start())
+                if index < len(source.lines) and not source.lines[index].lstrip().startswith("#"):
+                    # module-level code (imports, constants) makes no calls on a runner's model
+                    header = outline.outer_def(index)
+                    if header >= 0:
+                        found[header] = None
+            return found
+
+        if eagle_module:
+            headers = list(functions(_MODEL_USE))
+        else:  # only functions that mention EAGLE, and of those only the ones that use a model
+            lines = source.lines
+            headers = [h for h in functions(_EAGLE) if _MODEL_USE.search("\n".join(lines[h : outline.ends[h]]))]
         for header in headers:
             parsed = self.cache.parse_block(source, header)
             if parsed.first_line == 0 and len(parsed.module.body) > 1:

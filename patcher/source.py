@@ -9,6 +9,7 @@ parse on its own (a multi-line string at column 0, say) falls back to the whole 
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,8 @@ BOM = b"\xef\xbb\xbf"
 MAX_FILE_BYTES = 20 * 1024 * 1024
 
 _HEADER = re.compile(r"^([ \t]*)(?:async[ \t]+def|def|class)[ \t]+(\w+)")
+# Python (and the ast module) end lines at \r\n, \r or \n only; str.splitlines also splits on \f and others
+_NEWLINES = re.compile(r"\r\n|\r|\n")
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import\b|import[ \t]+\w)")
 
 
@@ -57,7 +60,10 @@ def decode_source(path: Path, rel: str, data: bytes) -> SourceFile:
         newline = "\r"
     else:
         newline = "\n"
-    return SourceFile(path, rel, data, text, bom, newline, text.splitlines())
+    lines = _NEWLINES.split(text)
+    if lines and lines[-1] == "":
+        lines.pop()  # text ends with a newline
+    return SourceFile(path, rel, data, text, bom, newline, lines)
 
 
 @dataclass
@@ -195,13 +201,43 @@ def _bracket_delta(line: str) -> int:
     return sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
 
 
-@dataclass
-class Outline:
-    """Where each `def`/`class` block starts and ends, from one pass over the text."""
+class _Ends(dict):
+    """header index -> one past the block's last line, computed when first asked for."""
 
-    headers: list[tuple[int, int, str, str]]  # (line index, indent, "def"|"class", name)
-    ends: dict[int, int]  # header index -> one past its last line
-    outer_def: list[int]  # per line: header index of the outermost enclosing def, or -1
+    def __init__(self, lines: list[str]):
+        super().__init__()
+        self.lines = lines
+
+    def __missing__(self, header: int) -> int:
+        value = self[header] = _block_end(self.lines, header)
+        return value
+
+    def get(self, header: int, default=None):  # noqa: D401 - dict.get that computes
+        if not 0 <= header < len(self.lines):
+            return default
+        return self[header]
+
+
+class Outline:
+    """The `def`/`class` headers of a file, and each block's extent on demand.
+
+    Finding headers is a cheap pass over line starts; a block's end needs bracket and string
+    tracking, so it is computed only for the blocks an answer asks about.
+    """
+
+    def __init__(self, lines: list[str]):
+        self.lines = lines
+        self.headers: list[tuple[int, int, str, str]] = []  # (line index, indent, "def"|"class", name)
+        for index, line in enumerate(lines):
+            stripped = line.lstrip(" \t")
+            if stripped[:1] in ("d", "c", "a") and stripped.startswith(("def ", "class ", "async ", "def\t", "class\t")):
+                match = _HEADER.match(line)
+                if match:
+                    kind = "class" if stripped.startswith("class") else "def"
+                    self.headers.append((index, len(match.group(1)), kind, match.group(2)))
+        self.ends = _Ends(lines)
+        self._indices = [h[0] for h in self.headers]
+        self._starts: list[int] = []
 
     def find(self, name: str, kind: str) -> int | None:
         """Header index of `kind name`, preferring the least indented one."""
@@ -210,6 +246,35 @@ class Outline:
             if k == kind and n == name and (best is None or indent < best[1]):
                 best = (index, indent)
         return best[0] if best else None
+
+    def enclosing(self, index: int) -> list[tuple[int, int, str, str]]:
+        """Blocks around line `index` (a header line is inside its own block), innermost first."""
+        line = self.lines[index]
+        limit = _indent(line) if _is_code(line) else 10**6
+        out = []
+        position = bisect.bisect_right(self._indices, index) - 1
+        while position >= 0 and limit > 0:
+            header = self.headers[position]
+            if header[0] == index or (header[1] < limit and self.ends[header[0]] > index):
+                out.append(header)
+                limit = header[1]
+            position -= 1
+        return out
+
+    def line_index(self, offset: int) -> int:
+        """Line index of a character offset into the text the lines came from."""
+        return bisect.bisect_right(self._starts, offset) - 1
+
+    def outer_def(self, index: int) -> int:
+        """Header index of the outermost `def` around line `index` not inside another def; methods stop
+        at their class (the slice is the method, which keeps slices small). -1 at module level."""
+        found = -1
+        for header in self.enclosing(index):
+            if header[2] == "def":
+                found = header[0]
+            elif found >= 0:
+                break
+        return found
 
 
 _TOKEN = re.compile(r"""\"\"\"|'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|\#.*|[()\[\]{}]""")
@@ -240,31 +305,29 @@ def _scan(line: str, depth: int, in_string: str | None) -> tuple[int, str | None
             depth = max(0, depth - 1)
 
 
-def outline(lines: list[str]) -> Outline:
-    headers: list[tuple[int, int, str, str]] = []
-    ends: dict[int, int] = {}
-    outer_def = [-1] * len(lines)
-    stack: list[tuple[int, int, str]] = []  # (indent, header index, kind)
-    depth = 0
-    in_string: str | None = None
-    for i, line in enumerate(lines):
+def _block_end(lines: list[str], header: int) -> int:
+    """One past the last line of the block whose header is at `header`."""
+    own = _indent(lines[header])
+    depth, in_string = 0, None
+    end = header + 1
+    i = header
+    first = True
+    while i < len(lines):
+        line = lines[i]
         starts_statement = depth == 0 and in_string is None
-        if starts_statement and _is_code(line):
-            indent = _indent(line)
-            while stack and stack[-1][0] >= indent:
-                stack.pop()
-            m = _HEADER.match(line)
-            if m:
-                kind = "class" if line.lstrip().startswith("class") else "def"
-                headers.append((i, indent, kind, m.group(2)))
-                stack.append((indent, i, kind))
+        if not first and starts_statement and _is_code(line) and _indent(line) <= own:
+            break
         if line.strip() and (not starts_statement or _is_code(line)):
-            for _, h, _k in stack:
-                ends[h] = i + 1
+            end = i + 1
         if "#" in line or "'" in line or '"' in line or in_string or any(c in line for c in "()[]{}"):
             depth, in_string = _scan(line, depth, in_string)
-        outer_def[i] = next((h for _, h, k in stack if k == "def"), -1)
-    return Outline(headers, ends, outer_def)
+        first = False
+        i += 1
+    return end
+
+
+def outline(lines: list[str]) -> Outline:
+    return Outline(lines)
 
 
 def block_start(lines: list[str], header: int) -> int:
@@ -362,6 +425,7 @@ class SourceCache:
         cached = self._outlines.get(source.path)
         if cached is None:
             cached = self._outlines[source.path] = outline(source.lines)
+            cached._starts = [0] + [m.end() for m in _NEWLINES.finditer(source.text)]
         return cached
 
     def parse_block(self, source: SourceFile, header: int) -> Parsed:
