@@ -220,6 +220,11 @@ def print_model(plan: ModelPlan, console: Console) -> None:
             need = "required" if member.required else "optional"
             where = f"defined at {entry.defined.at}" if entry.defined else "the inner model lacks it"
             console.print(f"  {label} [bold]{member.name}[/bold] ({member.role}, {need}): {where}")
+            if entry.providers and entry.lacking:
+                console.print(
+                    f"  [dim]{'':17}provided by {', '.join(entry.providers)}; not by {', '.join(entry.lacking)} "
+                    "(the delegation raises AttributeError there)[/dim]"
+                )
             console.print(f"  [dim]{'':17}used at {_sites(member.called_at)}[/dim]")
 
 
