@@ -123,6 +123,33 @@ def fit_call(indent: str, unit: str, head: str, items: list[str], tail: str) -> 
     return [f"{indent}{head}"] + [f"{inner}{item}," for item in items] + [f"{indent}{tail}"]
 
 
+IMPORTED = "; imported "
+
+
+def imported_names(delegation: Delegation) -> list[str]:
+    """The local names this delegation's imports bind (what `revert` may take out again)."""
+    names = []
+    for module, obj, asname in delegation.imports:
+        names.append(asname or obj or module.split(".")[0])
+    return names
+
+
+def marker_text(delegation: Delegation) -> str:
+    """`# eaglepatch: forwards to self.language_model` (+ `; imported X, Y` when it added imports)."""
+    names = imported_names(delegation)
+    return f"{MARKER}{delegation.inner_attribute}" + (f"{IMPORTED}{', '.join(names)}" if names else "")
+
+
+def parse_marker(comment: str) -> tuple[str, list[str]] | None:
+    """(inner attribute, imported names) from a marker comment, or None."""
+    if not comment.startswith(MARKER):
+        return None
+    rest = comment[len(MARKER) :].strip()
+    attribute, _, imported = rest.partition(IMPORTED.strip())
+    attribute = attribute.rstrip("; ").strip()
+    return attribute, [n.strip() for n in imported.split(",") if n.strip()]
+
+
 def _fits(line: str) -> bool:
     return len(line.expandtabs(4)) <= LINE_LENGTH
 
@@ -133,7 +160,7 @@ def render_delegation(delegation: Delegation, unit: str = "    ", newline: str =
     local = next(n for n in ("inner", "inner_model", "_inner", "_eaglepatch_inner") if n not in signature.names)
     attr, name = delegation.inner_attribute, delegation.name
     i1, i2, i3 = unit, unit * 2, unit * 3
-    lines: list[str] = [f"{i1}{MARKER}{attr}"]
+    lines: list[str] = [f"{i1}{marker_text(delegation)}"]
     if delegation.style == "property":
         lines.append(f"{i1}@property")
     returns = f" -> {_code(delegation.returns.annotation)}" if delegation.returns is not None else ""

@@ -2,22 +2,24 @@
 
 A member goes only when it carries eaglepatch's marker comment AND still reads exactly as
 eaglepatch renders it for its own signature, so a method someone edited by hand after the
-patch (or wrote themselves) stays.  Imports that only the removed members used are removed
-with libcst's RemoveImportsVisitor, which leaves any import still in use alone.
+patch (or wrote themselves) stays.  The marker names the imports eaglepatch added for it
+(`; imported Sequence, LayerSpec`); exactly those names are taken out of the import
+statements again, unless code outside the removed members has come to use them.
 """
 
 from __future__ import annotations
 
 import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
-from libcst.codemod.visitors import RemoveImportsVisitor
 
-from codemods.add_delegations import MARKER, Delegation, _dedent, render_delegation
+from codemods.add_delegations import Delegation, _dedent, parse_marker, render_delegation
 
-def _marker_attribute(func: cst.FunctionDef) -> str | None:
+def _marker(func: cst.FunctionDef) -> tuple[str, list[str]] | None:
     for line in func.leading_lines:
-        if line.comment is not None and line.comment.value.startswith(MARKER):
-            return line.comment.value[len(MARKER) :].strip()
+        if line.comment is not None:
+            found = parse_marker(line.comment.value)
+            if found is not None:
+                return found
     return None
 
 
@@ -49,7 +51,7 @@ class RemoveDelegations(VisitorBasedCodemodCommand):
         self.removed: dict[str, list[str]] = {}
         self.kept: dict[str, list[str]] = {}  # marked but edited by hand
         self._module: cst.Module | None = None
-        self._names_in_removed: set[str] = set()
+        self._imported: set[str] = set()  # names eaglepatch imported for the members removed
 
     def visit_Module(self, node: cst.Module) -> None:
         self._module = node
@@ -60,15 +62,16 @@ class RemoveDelegations(VisitorBasedCodemodCommand):
         unit = updated_node.body.indent if updated_node.body.indent is not None else self._module.default_indent
         keep = []
         for stmt in updated_node.body.body:
-            attribute = _marker_attribute(stmt) if isinstance(stmt, cst.FunctionDef) else None
-            if attribute is None:
+            marker = _marker(stmt) if isinstance(stmt, cst.FunctionDef) else None
+            if marker is None:
                 keep.append(stmt)
                 continue
+            attribute, imported = marker
             # the blank line eaglepatch put before the marker is part of what it added
             leading = list(stmt.leading_lines)
             if _is_pristine(stmt, attribute, self._module, unit) and leading and leading[0].comment is None:
                 self.removed.setdefault(updated_node.name.value, []).append(stmt.name.value)
-                self._names_in_removed |= _signature_names(stmt)
+                self._imported |= set(imported)
             else:
                 keep.append(stmt)
                 self.kept.setdefault(updated_node.name.value, []).append(stmt.name.value)
@@ -79,35 +82,57 @@ class RemoveDelegations(VisitorBasedCodemodCommand):
         return updated_node.with_changes(body=updated_node.body.with_changes(body=keep))
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        if self._names_in_removed:
-            for stmt in updated_node.body:
-                if not isinstance(stmt, cst.SimpleStatementLine):
+        if not self._imported:
+            return updated_node
+        used = _names_used(updated_node)
+        star = _has_star_import(updated_node)
+        # a name code has come to use since stays, unless a star import would provide it anyway
+        removable = {n for n in self._imported if n not in used or star}
+        body = []
+        for stmt in updated_node.body:
+            if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+                small = stmt.body[0]
+                trimmed = _without(small, removable)
+                if trimmed is None:
                     continue
-                for small in stmt.body:
-                    if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
-                        module = _dotted(small.module)
-                        for alias in small.names:
-                            local = alias.asname.name.value if alias.asname else _dotted(alias.name)
-                            if local in self._names_in_removed:
-                                RemoveImportsVisitor.remove_unused_import(
-                                    self.context, "." * len(small.relative) + module, _dotted(alias.name),
-                                    alias.asname.name.value if alias.asname else None,
-                                )
-                    elif isinstance(small, cst.Import):
-                        for alias in small.names:
-                            local = alias.asname.name.value if alias.asname else _dotted(alias.name).split(".")[0]
-                            if local in self._names_in_removed:
-                                RemoveImportsVisitor.remove_unused_import(
-                                    self.context, _dotted(alias.name), None,
-                                    alias.asname.name.value if alias.asname else None,
-                                )
-        return updated_node
+                if trimmed is not small:
+                    stmt = stmt.with_changes(body=[trimmed])
+            body.append(stmt)
+        return updated_node.with_changes(body=body)
 
 
-def _signature_names(func: cst.FunctionDef) -> set[str]:
+def _local(alias: cst.ImportAlias) -> str:
+    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+        return alias.asname.name.value
+    return _dotted(alias.name).split(".")[0]
+
+
+def _without(small: cst.BaseSmallStatement, names: set[str]):
+    """The import statement without `names`; None when nothing is left; itself when untouched."""
+    if not isinstance(small, (cst.Import, cst.ImportFrom)) or isinstance(getattr(small, "names", None), cst.ImportStar):
+        return small
+    aliases = list(small.names)
+    left = [a for a in aliases if _local(a) not in names]
+    if len(left) == len(aliases):
+        return small
+    if not left:
+        return None
+    last_comma = aliases[-1].comma
+    left[-1] = left[-1].with_changes(comma=last_comma)
+    return small.with_changes(names=left)
+
+
+def _names_used(module: cst.Module) -> set[str]:
+    """Names read anywhere outside import statements."""
     found: set[str] = set()
 
     class Collect(cst.CSTVisitor):
+        def visit_Import(self, node: cst.Import) -> bool:
+            return False
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+            return False
+
         def visit_Attribute(self, node: cst.Attribute) -> bool:
             node.value.visit(self)
             return False
@@ -115,17 +140,17 @@ def _signature_names(func: cst.FunctionDef) -> set[str]:
         def visit_Name(self, node: cst.Name) -> None:
             found.add(node.value)
 
-    for param in [*func.params.posonly_params, *func.params.params, *func.params.kwonly_params]:
-        if param.annotation is not None:
-            param.annotation.visit(Collect())
-        if param.default is not None:
-            param.default.visit(Collect())
-    for star in (func.params.star_arg, func.params.star_kwarg):
-        if isinstance(star, cst.Param) and star.annotation is not None:
-            star.annotation.visit(Collect())
-    if func.returns is not None:
-        func.returns.visit(Collect())
+    module.visit(Collect())
     return found
+
+
+def _has_star_import(module: cst.Module) -> bool:
+    return any(
+        isinstance(small, cst.ImportFrom) and isinstance(small.names, cst.ImportStar)
+        for stmt in module.body
+        if isinstance(stmt, cst.SimpleStatementLine)
+        for small in stmt.body
+    )
 
 
 def _dotted(node) -> str:

@@ -24,12 +24,26 @@ app = typer.Typer(
         "you point at.  Typical use: `eaglepatch check /root/sglang`, then `eaglepatch diff`, then "
         "`eaglepatch apply`.  Defaults can live in the tree's pyproject.toml under [tool.eaglepatch]."
     ),
+    epilog=(
+        "Examples:\n\n\b\n"
+        "  eaglepatch check /root/sglang             # what is missing (exit 1 if anything)\n"
+        "  eaglepatch diff /root/sglang > fix.patch  # the patch, for review\n"
+        "  eaglepatch apply /root/sglang --commit    # write it and commit it\n"
+        "  eaglepatch check --all --format github    # every wrapper, as CI annotations\n"
+        "  eaglepatch explain get_embed_and_head     # why a member is needed\n"
+        "  eaglepatch revert /root/sglang            # take it out again"
+    ),
     no_args_is_help=True,
     add_completion=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+class ExplainFormat(str, enum.Enum):
+    table = "table"
+    json = "json"
 
 
 class OutputFormat(str, enum.Enum):
@@ -71,10 +85,9 @@ PythonOpt = typer.Option(None, "--python", help="With --installed: the interpret
 EPILOG_CHECK = """\
 Examples:
 
+\b
   eaglepatch check /root/sglang                       # a git checkout
-
   eaglepatch check --installed                        # the sglang of the active environment
-
   eaglepatch check --all --format github .            # every wrapper, as CI annotations
 
 Exit codes: 0 nothing missing, 1 something missing, 2 error (bad path, bad --model, unparsable file).
@@ -82,8 +95,8 @@ Exit codes: 0 nothing missing, 1 something missing, 2 error (bad path, bad --mod
 EPILOG_DIFF = """\
 Examples:
 
+\b
   eaglepatch diff /root/sglang > fix.patch && git -C /root/sglang apply --check fix.patch
-
   eaglepatch diff --all .venv/lib/python3.11/site-packages
 
 Paths in the patch are relative to the git work tree root when PATH is inside one, else to PATH.
@@ -92,8 +105,8 @@ Exit codes: 0 nothing to change, 1 a change is shown, 2 error.
 EPILOG_APPLY = """\
 Examples:
 
+\b
   eaglepatch apply /root/sglang
-
   eaglepatch apply /root/sglang --commit      # commit just the patched files
 
 Writes are atomic; a file that changed since it was read is left alone.
@@ -102,8 +115,8 @@ Exit codes: 0 written or nothing to do, 2 error (that file untouched; other file
 EPILOG_REVERT = """\
 Examples:
 
+\b
   eaglepatch revert /root/sglang
-
   eaglepatch revert --all /root/sglang
 
 Only members carrying eaglepatch's marker and still exactly as eaglepatch wrote them are removed;
@@ -112,8 +125,8 @@ hand-written or hand-edited methods stay. Exit codes: 0 done or nothing to rever
 EPILOG_EXPLAIN = """\
 Examples:
 
+\b
   eaglepatch explain get_embed_and_head /root/sglang
-
   eaglepatch explain set_eagle3_layers_to_capture --model kimi_k25 --format json
 
 Exit codes: 0 explained, 2 the member is not in the EAGLE-3 protocol of that tree (or another error).
@@ -361,7 +374,7 @@ def explain(
     member: str = typer.Argument(..., help="A protocol member, e.g. get_embed_and_head."),
     path: Optional[Path] = PathArg,
     model: Optional[List[str]] = ModelOpt,
-    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", "-f", help="table or json."),
+    output_format: ExplainFormat = typer.Option(ExplainFormat.table, "--format", "-f", help="table or json."),
     installed: bool = InstalledOpt,
     python: Optional[str] = PythonOpt,
 ) -> None:
@@ -375,7 +388,7 @@ def explain(
         why = f"the model runner uses it on every model at {aside}" if aside else f"known members: {known}"
         fail(f"{analysis.tree.srt}: {member} is not an EAGLE-3 protocol member of this tree ({why})")
     data = report.explain_json(analysis, member)
-    if output_format is OutputFormat.json:
+    if output_format is ExplainFormat.json:
         import json
 
         json.dump(data, sys.stdout, indent=2)

@@ -33,16 +33,23 @@ class Settings:
 
 
 def find_pyproject(srt: Path, stop: Path | None = None) -> Path | None:
-    """The nearest pyproject.toml with a [tool.eaglepatch] table, from srt up to the user's PATH (or the
-    filesystem root for a checkout: `python/pyproject.toml` and the repository root both count)."""
+    """The nearest pyproject.toml with a [tool.eaglepatch] table, from srt upwards: `python/` and the
+    repository root of a checkout both count.  The search ends at the git work tree root (the folder
+    holding `.git`), else at the folder the user named or, above it, at site-packages."""
     folder = srt
     while True:
         candidate = folder / "pyproject.toml"
         if candidate.is_file() and b"[tool.eaglepatch]" in candidate.read_bytes():
             return candidate
-        if folder.parent == folder or (stop is not None and folder == stop.parent):
+        if (folder / ".git").exists() or folder.parent == folder or folder.name == "site-packages":
+            return None
+        if stop is not None and folder == stop and not _inside_work_tree(folder):
             return None
         folder = folder.parent
+
+
+def _inside_work_tree(folder: Path) -> bool:
+    return any((parent / ".git").exists() for parent in (folder, *folder.parents))
 
 
 def load_settings(srt: Path, stop: Path | None = None) -> Settings:

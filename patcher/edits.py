@@ -268,7 +268,7 @@ def revert_edits(cache: SourceCache, tree, models: list[str] | None):
                 raise EaglepatchError(f"no such model module; pass --model with a file name under models/", path=f"models/{module}.py")
             paths.append(path)
     else:
-        paths = [p for p in sorted(tree.models.rglob("*.py")) if MARKER.encode() in p.read_bytes()]
+        paths = [p for p in sorted(tree.models.rglob("*.py")) if p.is_file() and MARKER.encode() in p.read_bytes()]
     edits: list[FileEdit] = []
     errors: list[EaglepatchError] = []
     kept: list[tuple[str, list[str]]] = []

@@ -280,6 +280,13 @@ def print_summary(analysis: Analysis, console: Console) -> None:
 # -- SARIF (code scanning) -------------------------------------------------------------------------
 
 
+def _uri(path: str) -> str:
+    """A URI reference for SARIF: file URI for absolute paths, percent-encoded relative ones."""
+    from urllib.parse import quote
+
+    return Path(path).as_uri() if Path(path).is_absolute() else quote(path)
+
+
 def write_sarif(analysis: Analysis, out) -> None:
     results = []
     for plan in analysis.plans:
@@ -296,7 +303,7 @@ def write_sarif(analysis: Analysis, out) -> None:
                     "locations": [
                         {
                             "physicalLocation": {
-                                "artifactLocation": {"uri": display_path(analysis, plan.wrapper.path)},
+                                "artifactLocation": {"uri": _uri(display_path(analysis, plan.wrapper.path))},
                                 "region": {"startLine": plan.wrapper.cls.line},
                             }
                         }
