@@ -15,6 +15,12 @@ class NormalizeAddedImports(cst.CSTTransformer):
         super().__init__()
         self.added = added  # module -> names this run imports from it
 
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False  # imports that AddImportsVisitor touches are at module level
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
     def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> cst.ImportFrom:
         module = _dotted(updated_node.module)
         wanted = self.added.get(module)

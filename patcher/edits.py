@@ -8,6 +8,7 @@ from pathlib import Path
 
 import libcst as cst
 from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
 
 from codemods.add_delegations import AddDelegations, Delegation, builtin_names
 from codemods.normalize_imports import NormalizeAddedImports
@@ -233,7 +234,12 @@ def apply_codemod(source: SourceFile, delegations: dict[str, list[Delegation]]) 
         raise syntax_error(source) or EaglepatchError(f"is not valid Python ({exc.message})", path=source.rel) from None
     context = CodemodContext(filename=str(source.path))
     command = AddDelegations(context, delegations)
-    updated = command.transform_module(module)
+    # CodemodCommand.transform_module would deep-copy the tree into a MetadataWrapper; this
+    # transformer needs no metadata, so it visits the tree directly, and AddImportsVisitor
+    # (the supplementary transform transform_module would schedule) runs only when needed.
+    updated = module.visit(command)
+    if context.scratch.get(AddImportsVisitor.CONTEXT_KEY):
+        updated = AddImportsVisitor(context).transform_module(updated)
     added: dict[str, set[str]] = {}
     for todo in delegations.values():
         for delegation in todo:
@@ -282,7 +288,7 @@ def revert_edits(cache: SourceCache, tree, models: list[str] | None):
             except cst.ParserSyntaxError:
                 raise syntax_error(source) or EaglepatchError("is not valid Python", path=source.rel) from None
             command = RemoveDelegations(CodemodContext(filename=str(path)))
-            updated = command.transform_module(module)
+            updated = module.visit(command)  # no metadata needed: skip transform_module's deep copy
             for cls, names in command.kept.items():
                 kept.append((f"{source.rel}:{cls}", names))
             data = (b"\xef\xbb\xbf" if source.bom else b"") + updated.code.encode("utf-8")

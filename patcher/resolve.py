@@ -37,6 +37,21 @@ _SUPER_INIT = re.compile(r"\bsuper\([^)]*\)\.__init__\(|\b\w+\.__init__\(\s*self
 _DECORATOR = re.compile(r"^[ \t]*@([\w.]+)")
 
 
+def _balanced(text: str, start: int) -> str:
+    """The expression starting at `start`, up to the end of its line once brackets are closed:
+    `EntryClass = [\n    A,\n    B,\n]` spans lines."""
+    depth = 0
+    for index in range(start, len(text)):
+        char = text[index]
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "\n" and depth <= 0:
+            return text[start:index]
+    return text[start:]
+
+
 def _holds_language_model(cls: ClassInfo, wrapper_file: str) -> bool:
     """A model class from another file under models/, or a language-model-named one from the same file."""
     if not cls.file.startswith("models/") or _NOT_LANGUAGE.search(cls.name):
@@ -223,7 +238,8 @@ class Resolver:
         top = [name for _, indent, kind, name in outline.headers if kind == "class" and indent == 0]
         named: list[str] = []
         for match in _ENTRY.finditer(source.text):
-            named += [n for n in re.findall(r"\w+", match.group(1)) if n in top and n not in named]
+            value = _balanced(source.text, match.start(1))
+            named += [n for n in re.findall(r"\w+", value) if n in top and n not in named]
         if named or entry_only:
             return named
         return top
