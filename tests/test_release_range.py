@@ -1,0 +1,400 @@
+"""`eaglepatch check` and `apply` on EVERY sglang release from 0.5.9 to the newest.
+
+The release list is read at collection time (``sglang_releases.releases_between``,
+``pip index versions`` cached for a day); each release's wheel is fetched once into
+the shared cache and unpacked to a read-only ``site-packages`` tree. Per release:
+
+* ``check --format json`` (kimi_k25) on the installed layout: the EAGLE-3 calls are in
+  the protocol and point at real source lines; the wrapper is delegable in 0.5.9 (the
+  three hooks) and compliant from 0.5.10 on.
+* ``check --all --format json`` on the installed layout: every delegable model's
+  ``missing`` entries point at the inner class's real definitions.
+* ``apply --all`` on a writable git checkout: additions only (import lines that get a
+  name merged in aside), compilable, clean afterwards, idempotent.
+* ``--all`` finds every ``EntryClass`` wrapper that ``--model`` finds.
+
+Facts checked against the release trees (0.5.9 .. 0.5.23):
+
+* ``set_eagle3_layers_to_capture`` is called by the model runner, not by a
+  ``speculative/*eagle*`` module, so its role is ``unknown``; from 0.5.11 on the runner
+  is its only caller, and from 0.5.21 the call lives in
+  ``model_executor/model_runner_components/attention_backend_setup.py``. In 0.5.23 it
+  sits behind ``if not hasattr(...): raise`` and stays required.
+* From 0.5.21 ``get_embed_and_head`` is only called through the helper
+  ``speculative/pp_draft_embedding.py:resolve_target_embed_and_head``; from 0.5.22 that
+  helper prefers an optional ``get_embed_and_head_for_draft`` (behind ``hasattr``).
+* ``apply`` merges the names a copied signature needs into an existing
+  ``from typing import ...`` line (see tests/test_apply.py: "only additions, except the
+  import lines the signatures need"), so ``git diff --numstat`` shows a deletion for each
+  such file; every other line is kept.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import py_compile
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+import sglang_releases
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = sglang_releases.REPO_ROOT
+RUN_TIMEOUT_SECONDS = 1200
+LOW = "0.5.9"
+VERSIONS = sglang_releases.releases_between(LOW)  # collection time, oldest first
+
+STATUSES = {"compliant", "delegable", "not_delegable", "dynamic", "unresolved"}
+WRAPPER_CLASS = "KimiK25ForConditionalGeneration"
+WRAPPER_FILE = "models/kimi_k25.py"
+INNER_FILE = "models/deepseek_v2.py"
+EAGLE_CALLS = ("get_embed_and_head", "set_eagle3_layers_to_capture")
+HOOKS = {"get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture"}
+GENERAL_INTERFACE = ("forward", "load_weights")
+SRT_IN_CHECKOUT = Path("python", "sglang", "srt")
+
+def _discovery_params():
+    """Every release: files with a multi-line `EntryClass = [...]` (models/llava.py holds three
+    delegable wrappers that way) must be found by --all as well as by --model."""
+    return list(VERSIONS)
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    env["COLUMNS"] = "250"  # rich must not wrap "Nothing to do" or names
+    env["NO_COLOR"] = "1"
+    env["GIT_CONFIG_NOSYSTEM"] = "1"
+    env["GIT_CONFIG_GLOBAL"] = os.devnull
+    for key in ("FORCE_COLOR", "GITHUB_ACTIONS"):
+        env.pop(key, None)
+    return env
+
+
+def eaglepatch(*args) -> subprocess.CompletedProcess:
+    """``python -m patcher ARGS`` in a fresh interpreter, from the repo root."""
+    return subprocess.run(
+        [sys.executable, "-m", "patcher", *map(str, args)],
+        cwd=REPO_ROOT, env=_env(), capture_output=True, text=True,
+        stdin=subprocess.DEVNULL, timeout=RUN_TIMEOUT_SECONDS,
+    )
+
+
+def git(root: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=root, env=_env(), capture_output=True, text=True)
+    assert done.returncode == 0, f"git {' '.join(args)} failed: {done.stderr}"
+    return done.stdout
+
+
+def describe(proc) -> str:
+    return (
+        f"$ {' '.join(map(str, proc.args))}\nexit {proc.returncode}\n"
+        f"--- stdout (tail) ---\n{proc.stdout[-3000:]}\n"
+        f"--- stderr (tail) ---\n{proc.stderr[-3000:]}"
+    )
+
+
+def json_of(proc) -> dict:
+    assert proc.returncode in (0, 1), describe(proc)
+    try:
+        data = json.loads(proc.stdout)
+    except json.JSONDecodeError as exc:
+        pytest.fail(f"stdout is not one JSON document ({exc})\n{describe(proc)}")
+    missing = any(m["missing"] for m in data["models"])
+    assert proc.returncode == (1 if missing else 0), "exit 1 exactly when something is missing\n" + describe(proc)
+    return data
+
+
+# One run per release and command, shared by the tests below.
+_RUNS: dict[tuple, tuple] = {}
+
+
+def run_json(version: str, *flags: str) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    """(process, report, srt) of ``check SITE-PACKAGES --format json FLAGS``, run once."""
+    key = (version, flags)
+    if key not in _RUNS:
+        site = sglang_releases.site_packages(version)
+        proc = eaglepatch("check", site, "--format", "json", *flags)
+        _RUNS[key] = (proc, json_of(proc), (site / "sglang" / "srt").resolve())
+    return _RUNS[key]
+
+
+def kimi_report(version: str):
+    return run_json(version)
+
+
+def all_report(version: str):
+    return run_json(version, "--all")
+
+
+def line_at(srt: Path, location: str) -> str:
+    """The text of ``file.py:N`` (relative to srt), failing if it does not exist."""
+    rel, _, number = location.rpartition(":")
+    path = srt / rel
+    assert path.is_file(), f"{location}: no such file under {srt}"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert number.isdigit() and 1 <= int(number) <= len(lines), f"{location}: no such line ({len(lines)} lines)"
+    return lines[int(number) - 1]
+
+
+def assert_defined_at(srt: Path, entry: dict, where: str) -> None:
+    assert "defined_at" in entry, f"{where}: {entry['name']} has no defined_at: {entry}"
+    text = line_at(srt, entry["defined_at"])
+    name = entry["name"]
+    if entry.get("defined_as", "method") in ("method", "property"):
+        assert re.search(rf"\bdef {re.escape(name)}\b", text), (
+            f"{where}: {name} defined_at {entry['defined_at']} reads {text.strip()!r}"
+        )
+    else:
+        assert re.search(rf"\b{re.escape(name)}\b", text), (
+            f"{where}: attribute {name} defined_at {entry['defined_at']} reads {text.strip()!r}"
+        )
+
+
+def names(entries) -> list[str]:
+    return [e["name"] for e in entries]
+
+
+# --------------------------------------------------------------------------- 1. kimi
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_kimi_check(version, record_property):
+    proc, data, srt = kimi_report(version)
+    assert Path(data["srt"]).resolve() == srt
+
+    protocol = {e["name"]: e for e in data["protocol"]}
+    for name in EAGLE_CALLS:
+        assert name in protocol, f"{name} not in the protocol: {sorted(protocol)}"
+        entry = protocol[name]
+        assert entry["role"] in ("target", "unknown"), entry
+        assert entry["called_at"], entry
+        for location in entry["called_at"]:
+            text = line_at(srt, location)
+            assert name in text, f"{name} called_at {location} reads {text.strip()!r}"
+    for generic in GENERAL_INTERFACE:
+        assert generic not in protocol, f"{generic} is the general model interface, not EAGLE-3"
+
+    kimis = [m for m in data["models"] if m["class"] == WRAPPER_CLASS]
+    assert len(kimis) == 1, [f"{m['file']}:{m['class']}" for m in data["models"]]
+    kimi = kimis[0]
+    assert kimi["file"] == WRAPPER_FILE
+    assert [i["class"] for i in kimi["inner"] if i["attribute"] == "language_model"] == ["DeepseekV3ForCausalLM"], kimi["inner"]
+    record_property("kimi_status", kimi["status"])
+
+    assert kimi["status"] in ("delegable", "compliant"), f"{kimi['status']}: {kimi['reason']}"
+    if kimi["status"] == "delegable":
+        # a member may only be missing if the inner class defines it, where it says
+        for entry in kimi["missing"]:
+            assert entry["name"] in protocol, entry
+            assert entry["inner_attribute"] == "language_model", entry
+            assert entry["defined_at"].startswith(INNER_FILE + ":"), entry
+            assert_defined_at(srt, entry, WRAPPER_CLASS)
+        assert proc.returncode == 1, describe(proc)
+    else:
+        assert kimi["missing"] == [] and proc.returncode == 0, describe(proc)
+
+    if Version(version) < Version("0.5.10"):
+        assert kimi["status"] == "delegable", kimi
+        assert sorted(names(kimi["missing"])) == sorted(HOOKS)
+        assert not HOOKS & set(names(kimi["forwarded"]))
+    else:
+        assert kimi["status"] == "compliant", f"{kimi['status']}: missing {names(kimi['missing'])}"
+        assert HOOKS <= set(names(kimi["forwarded"])), names(kimi["forwarded"])
+
+
+# --------------------------------------------------------------------------- 2. --all
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_all_check(version, record_property):
+    proc, data, srt = all_report(version)
+    models = data["models"]
+    assert len(models) > 50, f"only {len(models)} models found\n{describe(proc)}"
+    counts = Counter(m["status"] for m in models)
+    record_property("models", len(models))
+    record_property("by_status", json.dumps(dict(sorted(counts.items()))))
+    assert set(counts) <= STATUSES, counts
+    assert data["summary"]["by_status"] == dict(counts)
+
+    seen = set()
+    for model in models:
+        key = (model["file"], model["class"])
+        assert key not in seen, f"{key} listed twice"
+        seen.add(key)
+        assert (srt / model["file"]).is_file(), model["file"]
+        where = f"{model['file']}:{model['class']}"
+        if model["status"] == "delegable":
+            assert model["missing"], where
+        else:
+            assert model["missing"] == [], f"{where} is {model['status']} yet misses {names(model['missing'])}"
+        for entry in model["missing"]:
+            assert_defined_at(srt, entry, where)
+            inner_files = {i["file"] for i in model["inner"] if i["attribute"] == entry["inner_attribute"]}
+            assert inner_files, f"{where}: {entry['name']} forwards to {entry['inner_attribute']}, not an inner model"
+    assert any(m["status"] == "delegable" for m in models) == (proc.returncode == 1)
+
+
+# --------------------------------------------------------------------------- 3. apply --all
+
+
+def _deleted_line_numbers(diff: str) -> list[int]:
+    """Old-side line numbers of the '-' lines of a ``git diff -U0`` for one file."""
+    out = []
+    for match in re.finditer(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@", diff, re.MULTILINE):
+        start, count = int(match.group(1)), int(match.group(2) or 1)
+        out += range(start, start + count)
+    return out
+
+
+def _imports(tree: ast.Module) -> tuple[set[int], set[tuple]]:
+    """(lines spanned by import statements, what they bind) for a whole module."""
+    lines, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            lines.update(range(node.lineno, node.end_lineno + 1))
+            module = getattr(node, "module", None)
+            level = getattr(node, "level", 0)
+            bound.update((module, level, a.name, a.asname) for a in node.names)
+    return lines, bound
+
+
+def _methods_of(tree: ast.Module, cls: str) -> set[str]:
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            return {n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    raise AssertionError(f"class {cls} not found")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_apply_all(version, tmp_path, record_property):
+    _, before, _ = all_report(version)
+    root = sglang_releases.make_checkout(version, tmp_path / "sglang")
+    srt = root / SRT_IN_CHECKOUT
+
+    first = eaglepatch("apply", root, "--all")
+    assert first.returncode == 0, describe(first)
+    status = git(root, "status", "--porcelain", "--untracked-files=all")
+    assert not [l for l in status.splitlines() if not l.startswith(" M ")], f"apply left more than modified files:\n{status}"
+
+    changed = sorted(git(root, "diff", "--name-only").split())
+    record_property("apply_files", len(changed))
+    delegable = [m for m in before["models"] if m["status"] == "delegable"]
+    expected = sorted({(SRT_IN_CHECKOUT / m["file"]).as_posix() for m in delegable})
+    assert changed == expected, "apply --all must change exactly the files of the delegable models"
+
+    # additions only; a deleted line must be an import that still binds all it bound
+    literal_deletions = {}
+    for row in git(root, "diff", "--numstat").splitlines():
+        added, deleted, rel = row.split("\t")
+        assert int(added) > 0, row
+        if int(deleted):
+            literal_deletions[rel] = int(deleted)
+            old_text = git(root, "show", f"HEAD:{rel}")
+            new_text = (root / rel).read_text(encoding="utf-8")
+            old_lines, old_bound = _imports(ast.parse(old_text))
+            _, new_bound = _imports(ast.parse(new_text))
+            gone = _deleted_line_numbers(git(root, "diff", "-U0", "--", rel))
+            assert len(gone) == int(deleted), (rel, gone)
+            old_text_lines = old_text.splitlines()
+            not_imports = [f"{n}: {old_text_lines[n - 1]}" for n in gone if n not in old_lines]
+            assert not not_imports, f"{rel}: apply deleted lines that are not imports: {not_imports}"
+            assert old_bound <= new_bound, f"{rel}: imports lost: {sorted(old_bound - new_bound, key=str)}"
+    record_property("merged_import_files", len(literal_deletions))
+
+    for rel in changed:
+        py_compile.compile(str(root / rel), cfile=str(tmp_path / "compiled.pyc"), doraise=True)
+    by_file = {}
+    for model in delegable:
+        by_file.setdefault(model["file"], []).append(model)
+    for rel, models in by_file.items():
+        tree = ast.parse((srt / rel).read_text(encoding="utf-8"))
+        for model in models:
+            added = set(names(model["missing"])) - _methods_of(tree, model["class"])
+            assert not added, f"{rel}:{model['class']} still lacks {sorted(added)}"
+
+    after = eaglepatch("check", root, "--all", "--format", "json")
+    assert after.returncode == 0, describe(after)
+    data = json_of(after)
+    old = {(m["file"], m["class"]): m["status"] for m in before["models"]}
+    new = {(m["file"], m["class"]): m["status"] for m in data["models"]}
+    assert new.keys() == old.keys()
+    for key, was in old.items():
+        if was == "delegable":  # not_delegable when the inner model still lacks a required member
+            assert new[key] in ("compliant", "not_delegable"), (key, new[key])
+        else:
+            assert new[key] == was, (key, was, new[key])
+
+    diff_before = git(root, "diff", "--binary")
+    second = eaglepatch("apply", root, "--all")
+    assert second.returncode == 0, describe(second)
+    assert "Nothing to do" in second.stdout, describe(second)
+    assert git(root, "diff", "--binary") == diff_before, "the second apply changed bytes"
+    assert git(root, "status", "--porcelain", "--untracked-files=all") == status
+
+
+# --------------------------------------------------------------------------- 4. discovery
+
+
+def _entry_classes(path: Path) -> tuple[list[str], bool]:
+    """(names in the module's ``EntryClass``, whether the assignment spans lines)."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except SyntaxError:
+        return [], False
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
+            value = node.value
+            items = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
+            return [i.id for i in items if isinstance(i, ast.Name)], node.lineno != node.end_lineno
+    return [], False
+
+
+@pytest.mark.parametrize("version", _discovery_params())
+def test_all_finds_every_entryclass_wrapper(version):
+    """Every EntryClass class that `--model MODULE` reports as a wrapper is in `--all` too.
+
+    Checked on the modules whose EntryClass spans several lines (the others are covered by
+    the single-line case `--all` reads); `--model` errors out (exit 2) on a module with no
+    wrapper, so such modules are dropped one by one.
+    """
+    _, data, srt = all_report(version)
+    listed = {(m["file"], m["class"]) for m in data["models"]}
+    entry = {}
+    for path in sorted((srt / "models").rglob("*.py")):
+        if b"EntryClass" in path.read_bytes():
+            classes, multiline = _entry_classes(path)
+            if multiline:
+                entry[path.relative_to(srt).as_posix()] = classes
+    if not entry:
+        return
+    modules = [rel[len("models/"):-len(".py")] for rel in entry]
+    site = sglang_releases.site_packages(version)
+    while modules:
+        proc = eaglepatch("check", site, "--format", "json", *[a for m in modules for a in ("--model", m)])
+        if proc.returncode == 2:
+            match = re.search(r"models/([\w/]+)\.py", proc.stderr)
+            assert match and match.group(1) in modules, describe(proc)
+            modules.remove(match.group(1))
+            continue
+        wrappers = json_of(proc)["models"]
+        break
+    else:
+        return
+    missed = sorted(
+        f"{m['file']}:{m['class']} ({m['status']})" for m in wrappers
+        if m["class"] in entry.get(m["file"], ()) and (m["file"], m["class"]) not in listed
+    )
+    assert not missed, f"--all does not list these EntryClass wrappers: {missed}"
