@@ -62,9 +62,13 @@ def _strip_ws(node):
 
 @dataclass
 class RenderedSignature:
-    params: list[str]  # as written in the def, `self` first
+    params: list[str]  # as written in the def, the receiver first
     args: list[str]  # as passed on to the inner member
     names: set[str]
+
+    @property
+    def receiver(self) -> str:
+        return self.params[0]
 
 
 def render_signature(delegation: Delegation) -> RenderedSignature:
@@ -77,9 +81,14 @@ def render_signature(delegation: Delegation) -> RenderedSignature:
         receiver = None
     posonly = [p for p in params.posonly_params if p is not receiver]
     regular = [p for p in params.params if p is not receiver]
-    out = ["self"]
+    every = [*posonly, *regular, *params.kwonly_params]
+    every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
+    taken = {p.name.value for p in every}
+    # a staticmethod may call a parameter `self`; the wrapper's own receiver then needs another name
+    me = next(n for n in ("self", "wrapper", "_self", "_eaglepatch_self") if n not in taken)
+    out = [me]
     args: list[str] = []
-    names = {"self"}
+    names = {me}
     for param in posonly:
         out.append(_param_text(param))
         args.append(param.name.value)
@@ -168,18 +177,28 @@ def render_delegation(delegation: Delegation, unit: str = "    ", newline: str =
     params = ["self"] if delegation.style == "property" else signature.params
     lines += fit_call(i1, unit, f"{keyword} {name}(", params, f"){returns}:")
     lines.append(f'{i2}"""Forward to ``self.{attr}`` (EAGLE-3 speculative decoding)."""')
-    lines.append(f"{i2}{local} = self.{attr}")
-    condition = f'{local} is None or not hasattr({local}, "{name}")'
-    lines += fit_call(i2, unit, "if ", [condition], ":") if _fits(f"{i2}if {condition}:") else fit_call(
-        i2, unit, "if (", [condition], "):"
-    )
-    message = f'f"{{type(self).__name__}}.{attr} has no {name}"'
-    lines += fit_call(i3, unit, "raise AttributeError(", [message], ")")
+    me = "self" if delegation.style == "property" else signature.receiver
+    message = f'f"{{{me}.__class__.__name__}}.{attr} has no {name}"'
+    if "hasattr" not in signature.names:  # upstream's shape: look before you leap
+        lines.append(f"{i2}{local} = {me}.{attr}")
+        condition = f'{local} is None or not hasattr({local}, "{name}")'
+        if _fits(f"{i2}if {condition}:"):
+            lines.append(f"{i2}if {condition}:")
+        else:
+            lines += fit_call(i2, unit, "if (", [condition], "):")
+        lines += fit_call(i3, unit, "raise AttributeError(", [message], ")")
+        target = f"{local}.{name}"
+    else:  # a parameter shadows hasattr: ask forgiveness instead, with no builtin but AttributeError
+        lines.append(f"{i2}try:")
+        lines.append(f"{i3}{local} = {me}.{attr}.{name}")
+        lines.append(f"{i2}except AttributeError:")
+        lines += fit_call(i3, unit, "raise AttributeError(", [message], ") from None")
+        target = local
     if delegation.style == "property":
-        lines.append(f"{i2}return {local}.{name}")
+        lines.append(f"{i2}return {target}")
     else:
         awaited = "await " if delegation.is_async else ""
-        lines += fit_call(i2, unit, f"return {awaited}{local}.{name}(", signature.args, ")")
+        lines += fit_call(i2, unit, f"return {awaited}{target}(", signature.args, ")")
     return newline.join(lines) + newline
 
 

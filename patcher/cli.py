@@ -231,6 +231,9 @@ def _edits(analysis):
     """Edits per file; a file that cannot be edited is reported and the others go on."""
     from patcher.edits import build_edits
 
+    for warning in analysis.warnings:
+        typer.echo(f"eaglepatch: warning: {warning}", err=True)
+
     edits, errors = build_edits(analysis.cache, analysis.tree, analysis.plans)
     for error in errors:
         typer.echo(f"eaglepatch: error: {error}", err=True)

@@ -38,8 +38,9 @@ class FileEdit:
         return self.original != self.updated
 
 
-def _root_names(node: cst.CSTNode | None) -> set[str]:
-    """Names an expression needs from its module: `torch.Tensor` needs `torch`."""
+def _root_names(node: cst.CSTNode | None, annotation: bool = False) -> set[str]:
+    """Names an expression needs from its module: `torch.Tensor` needs `torch`.  In an annotation a
+    string is a forward reference (`"Optional[LayerSpec]"`), and its names count too."""
     found: set[str] = set()
     if node is None or isinstance(node, cst.MaybeSentinel):
         return found
@@ -53,6 +54,11 @@ def _root_names(node: cst.CSTNode | None) -> set[str]:
             found.add(n.value)
 
         def visit_SimpleString(self, n: cst.SimpleString) -> bool:
+            if annotation and isinstance(n.evaluated_value, str):
+                try:
+                    found.update(_root_names(cst.parse_expression(n.evaluated_value.strip()), annotation))
+                except cst.ParserSyntaxError:
+                    pass
             return False
 
     node.visit(Collect())
@@ -66,10 +72,10 @@ def _signature_names(func: cst.FunctionDef) -> set[str]:
     every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
     for param in every:
         if param.annotation is not None:
-            names |= _root_names(param.annotation.annotation)
+            names |= _root_names(param.annotation.annotation, annotation=True)
         names |= _root_names(param.default)
     if func.returns is not None:
-        names |= _root_names(func.returns.annotation)
+        names |= _root_names(func.returns.annotation, annotation=True)
     return names
 
 
@@ -271,7 +277,7 @@ def revert_edits(cache: SourceCache, tree, models: list[str] | None):
             module = selector.partition(":")[0].removesuffix(".py").replace(".", "/")
             path = tree.models / f"{module}.py"
             if not path.is_file():
-                raise EaglepatchError(f"no such model module; pass --model with a file name under models/", path=f"models/{module}.py")
+                raise EaglepatchError("no such model module; pass --model with a file name under models/", path=f"models/{module}.py")
             paths.append(path)
     else:
         paths = [p for p in sorted(tree.models.rglob("*.py")) if p.is_file() and MARKER.encode() in p.read_bytes()]

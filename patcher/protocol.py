@@ -122,6 +122,7 @@ class Extraction:
     consumers: set[str] = field(default_factory=set)
     eagle_lines: dict[str, set[int]] = field(default_factory=dict)  # file -> lines inside EAGLE scope
     warnings: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, why) consumers that could not be read
     followed: set[tuple[str, int, tuple]] = field(default_factory=set)
 
 
@@ -398,10 +399,10 @@ class ProtocolReader:
                         data = handle.read()
                 except OSError:
                     continue
-                if not any(spelling in data for spelling in _EAGLE_SPELLINGS):
-                    continue
+                if self.is_eagle_module(path):
+                    found.append(path)
                 # outside EAGLE modules only an EAGLE branch can count: no branch, no need to decode
-                if self.is_eagle_module(path) or _EAGLE_GUARD_BYTES.search(data):
+                elif any(spelling in data for spelling in _EAGLE_SPELLINGS) and _EAGLE_GUARD_BYTES.search(data):
                     found.append(path)
         for extra in self.extra:
             if extra not in found:
@@ -417,16 +418,13 @@ class ProtocolReader:
         for path in self.candidate_files():
             try:
                 source = self.cache.read(path)
-            except EaglepatchError as exc:
-                self.extraction.warnings.append(f"skipped consumer {exc}")
-                continue
-            eagle_module = self.is_eagle_module(path) or path in self.extra
-            if not eagle_module and not _EAGLE_GUARD.search(source.text):
-                continue  # no EAGLE branch anywhere in the file: nothing can count here
-            try:
+                eagle_module = self.is_eagle_module(path) or path in self.extra
+                if not eagle_module and not _EAGLE_GUARD.search(source.text):
+                    continue  # no EAGLE branch anywhere in the file: nothing can count here
                 self._read_file(source, eagle_module)
             except EaglepatchError as exc:
                 self.extraction.warnings.append(f"skipped consumer {exc}")
+                self.extraction.skipped.append((exc.path or self.cache.rel(path), str(exc).split(": ", 1)[-1]))
         return self.extraction
 
     def _read_file(self, source: SourceFile, eagle_module: bool) -> None:
@@ -620,6 +618,13 @@ def extract_protocol(
             continue
         members.setdefault(use.name, ProtocolMember(use.name)).uses.append(use)
     if not members:
+        if extraction.skipped:
+            path, why = extraction.skipped[0]
+            raise EaglepatchError(
+                f"could not be read as an EAGLE-3 consumer ({why}), and no EAGLE-3 consumer code found "
+                "elsewhere; fix that file",
+                path=path,
+            )
         raise EaglepatchError(
             "no EAGLE-3 consumer code found (no model member used in speculative/*eagle* files or EAGLE-guarded "
             "branches); is this an SGLang tree with EAGLE support?",

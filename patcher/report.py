@@ -199,8 +199,6 @@ def print_protocol(analysis: Analysis, console: Console) -> None:
 
 
 def print_model(plan: ModelPlan, console: Console) -> None:
-    from rich.table import Table
-
     wrapper = plan.wrapper
     inner = "; ".join(
         f"{i.attribute}: {' | '.join(f'{c.name} ({c.file})' for c in i.classes)}" for i in wrapper.inners

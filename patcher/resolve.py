@@ -23,7 +23,7 @@ from patcher.errors import EaglepatchError
 from patcher.imports import ImportTable
 from patcher.locate import SourceTree
 from patcher.records import ClassInfo, InnerModel, Protocol, Signature, Wrapper
-from patcher.source import SourceCache, SourceFile, _indent, _is_code
+from patcher.source import SourceCache, SourceFile, _indent, _is_code, _scan
 
 _ENTRY = re.compile(r"^EntryClass\s*=\s*(.+)$", re.MULTILINE)
 MAX_BASE_DEPTH = 12
@@ -140,11 +140,11 @@ class Resolver:
         """The class header, parsed on its own."""
         lines = text.source.lines
         outline_end = text.header
-        depth = 0
+        depth, in_string = 0, None
         for i in range(text.header, text.end):
-            depth += lines[i].count("(") - lines[i].count(")")
+            depth, in_string = _scan(lines[i], depth, in_string)  # skips strings and comments
             outline_end = i
-            if depth <= 0 and lines[i].rstrip().endswith(":"):
+            if depth <= 0 and in_string is None:
                 break
         header = "\n".join(line.strip() for line in lines[text.header : outline_end + 1])
         try:
@@ -290,7 +290,7 @@ class Resolver:
                 inner = found[attribute] = InnerModel(attribute, [], index + 1, conditional, file=where.rel)
             inner.conditional = inner.conditional or conditional
             if target is None:
-                inner.unresolved.append(callee.group(1))
+                inner.unresolved.append(f"{callee.group(1)}: {self.why_not_found(where, func)}")
                 continue
             info = self.class_info(*target)
             if info is not None and all(c.name != info.name for c in inner.classes):
@@ -305,7 +305,27 @@ class Resolver:
         held = [i for i in candidates if any(_holds_language_model(c, source.rel) for c in i.classes)]
         if held:
             return held
-        return [i for i in found.values() if not i.classes and any(_MODEL_NAME.search(u) for u in i.unresolved)]
+        return [
+            i for i in found.values() if not i.classes and any(_MODEL_NAME.search(u.split(":")[0]) for u in i.unresolved)
+        ]
+
+    def why_not_found(self, source: SourceFile, expr: cst.BaseExpression) -> str:
+        """One clause saying why `find_class` found nothing, for the report and for errors."""
+        name = cst.Module(body=[]).code_for_node(expr)
+        origin = ImportTable.of(self.cache, source, self.tree).lookup_expr(expr)
+        if origin is None:
+            return f"neither defined nor imported in {source.rel}"
+        if origin.path is None:
+            if origin.module.startswith("sglang.srt"):
+                return f"module {origin.module} is not in this tree (fix the import in {source.rel})"
+            return f"imported from {origin.module}, outside the SGLang tree"
+        try:
+            other = self.cache.read(origin.path)
+        except EaglepatchError as exc:
+            return str(exc)
+        if self.cache.outline(other).find(origin.name or name, "class") is None:
+            return f"{other.rel} has no class {origin.name or name}"
+        return f"{other.rel}: class {origin.name or name} could not be read"
 
     def _built_by_helper(self, source: SourceFile, func: cst.BaseExpression) -> tuple[SourceFile, str] | None:
         """`self.language_model = build_lm(config)`: the class the helper returns."""
@@ -436,6 +456,12 @@ def select_wrappers(tree: SourceTree, cache: SourceCache, resolver: Resolver, se
         )
     for wrapper in holding:
         for inner in wrapper.inners:
+            if not inner.classes and inner.unresolved:
+                raise EaglepatchError(
+                    f"self.{inner.attribute} = {inner.unresolved[0]}; fix the import, or pass --model module:Class",
+                    path=inner.file or rel,
+                    line=inner.line,
+                )
             for cls in inner.classes:
                 resolver.require_valid(cache.read(tree.srt / cls.file))
     return holding

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Hypothesis profiles must exist before its plugin reads --hypothesis-profile, hence here:
+# `ci` (the default) keeps `make test` inside CI's time; `long` is for a thorough local run:
+#   pytest --hypothesis-profile long tests/test_properties.py
+_HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large]
+settings.register_profile(
+    "ci", max_examples=25, deadline=None, print_blob=True, suppress_health_check=_HEALTH,
+    derandomize=bool(os.environ.get("CI")),
+)
+settings.register_profile("long", max_examples=500, deadline=None, print_blob=True, suppress_health_check=_HEALTH)
+if settings.get_current_profile_name() == "default":
+    settings.load_profile("ci")
 
 _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:  # importable whether or not tests/ is a package
