@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.names import dotted_name
+
 
 class NormalizeAddedImports(cst.CSTTransformer):
     def __init__(self, added: dict[str, set[str]]):
@@ -22,7 +24,7 @@ class NormalizeAddedImports(cst.CSTTransformer):
         return False
 
     def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> cst.ImportFrom:
-        module = _dotted(updated_node.module)
+        module = dotted_name(updated_node.module)
         wanted = self.added.get(module)
         if not wanted or isinstance(updated_node.names, cst.ImportStar):
             return updated_node
@@ -43,7 +45,7 @@ class NormalizeAddedImports(cst.CSTTransformer):
             return updated_node  # a one-line import: AddImportsVisitor's layout is already black's
         fixed = []
         for index, alias in enumerate(names):
-            if _dotted(alias.name) in wanted and not (
+            if dotted_name(alias.name) in wanted and not (
                 isinstance(alias.comma, cst.Comma) and isinstance(alias.comma.whitespace_after, cst.ParenthesizedWhitespace)
             ):
                 if index == len(names) - 1:
@@ -82,13 +84,3 @@ def _closing(node: cst.ImportFrom):
     if isinstance(last.comma, cst.Comma):
         return last.comma.whitespace_after
     return cst.SimpleWhitespace("")
-
-
-def _dotted(node) -> str:
-    if node is None:
-        return ""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        return f"{_dotted(node.value)}.{node.attr.value}"
-    return ""

@@ -13,6 +13,8 @@ import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 
 from codemods.add_delegations import Delegation, _dedent, parse_marker, render_delegation
+from codemods.names import dotted_name
+
 
 def _marker(func: cst.FunctionDef) -> tuple[str, list[str]] | None:
     for line in func.leading_lines:
@@ -113,7 +115,7 @@ class RemoveDelegations(VisitorBasedCodemodCommand):
 def _local(alias: cst.ImportAlias) -> str:
     if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
         return alias.asname.name.value
-    return _dotted(alias.name).split(".")[0]
+    return dotted_name(alias.name).split(".")[0]
 
 
 def _without(small: cst.BaseSmallStatement, names: set[str]):
@@ -160,13 +162,3 @@ def _has_star_import(module: cst.Module) -> bool:
         if isinstance(stmt, cst.SimpleStatementLine)
         for small in stmt.body
     )
-
-
-def _dotted(node) -> str:
-    if node is None:
-        return ""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        return f"{_dotted(node.value)}.{node.attr.value}"
-    return ""

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import libcst as cst
 
+from codemods.names import dotted_name
+
 from patcher.locate import SourceTree
 from patcher.source import SourceCache, SourceFile
 
@@ -18,23 +20,6 @@ class Origin:
     module: str  # absolute dotted module
     name: str | None  # the imported name; None when the local name is the module itself
     path: Path | None  # the in-tree file, None for out-of-tree modules
-
-    @property
-    def statement(self) -> str:
-        """How to import it again elsewhere."""
-        if self.name is None:
-            return f"import {self.module}"
-        return f"from {self.module} import {self.name}"
-
-
-def _dotted(node: cst.BaseExpression | None) -> str:
-    if node is None:
-        return ""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        return f"{_dotted(node.value)}.{node.attr.value}"
-    return ""
 
 
 def module_path(tree: SourceTree, module: str) -> Path | None:
@@ -75,7 +60,7 @@ class ImportTable:
 
     def _add_from(self, node: cst.ImportFrom, package: list[str]) -> None:
         level = len(node.relative)
-        module = _dotted(node.module)
+        module = dotted_name(node.module)
         if level:
             base = ["sglang", "srt"] + package
             if level > 1:
@@ -84,7 +69,7 @@ class ImportTable:
         if isinstance(node.names, cst.ImportStar):
             return
         for alias in node.names:
-            name = _dotted(alias.name)
+            name = dotted_name(alias.name)
             local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
             submodule = module_path(self.tree, f"{module}.{name}")
             if submodule is not None:
@@ -94,7 +79,7 @@ class ImportTable:
 
     def _add_import(self, node: cst.Import) -> None:
         for alias in node.names:
-            module = _dotted(alias.name)
+            module = dotted_name(alias.name)
             if alias.asname and isinstance(alias.asname.name, cst.Name):
                 self.names[alias.asname.name.value] = Origin(module, None, module_path(self.tree, module))
             else:
@@ -110,7 +95,7 @@ class ImportTable:
         if isinstance(node, cst.Name):
             return self.lookup(node.value)
         if isinstance(node, cst.Attribute):
-            dotted = _dotted(node.value)
+            dotted = dotted_name(node.value)
             origin = self.names.get(dotted)
             if origin is not None and origin.name is None:
                 return Origin(origin.module, node.attr.value, origin.path)
