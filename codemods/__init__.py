@@ -1,5 +1,8 @@
-"""libcst transformers used by eaglepatch: one transformer per job."""
+"""libcst transformers used by eaglepatch, one per job:
 
-from codemods.add_delegations import AddDelegations, Delegation, render_delegation
+- `add_delegations.AddDelegations`: append delegating members to wrapper classes;
+- `normalize_imports.NormalizeAddedImports`: give merged imports black's layout;
+- `remove_delegations.RemoveDelegations`: take out what `AddDelegations` wrote.
 
-__all__ = ["AddDelegations", "Delegation", "render_delegation"]
+Nothing is imported here: `check` needs none of them (and libcst.codemod costs ~0.2 s to import).
+"""

@@ -204,12 +204,13 @@ def _bracket_delta(line: str) -> int:
 class _Ends(dict):
     """header index -> one past the block's last line, computed when first asked for."""
 
-    def __init__(self, lines: list[str]):
+    def __init__(self, outline: "Outline"):
         super().__init__()
-        self.lines = lines
+        self.outline = outline
+        self.lines = outline.lines
 
     def __missing__(self, header: int) -> int:
-        value = self[header] = _block_end(self.lines, header)
+        value = self[header] = _block_end_fast(self.outline, header)
         return value
 
     def get(self, header: int, default=None):  # noqa: D401 - dict.get that computes
@@ -235,9 +236,23 @@ class Outline:
                 if match:
                     kind = "class" if stripped.startswith("class") else "def"
                     self.headers.append((index, len(match.group(1)), kind, match.group(2)))
-        self.ends = _Ends(lines)
+        self.ends = _Ends(self)
         self._indices = [h[0] for h in self.headers]
         self._starts: list[int] = []
+        self._joined: str | None = None
+        self._joined_starts: list[int] = []
+
+    @property
+    def joined(self) -> str:
+        """The lines joined with "\n", for regex searches that must not see \r."""
+        if self._joined is None:
+            self._joined = "\n".join(self.lines)
+            starts, offset = [], 0
+            for line in self.lines:
+                starts.append(offset)
+                offset += len(line) + 1
+            self._joined_starts = starts
+        return self._joined
 
     def find(self, name: str, kind: str) -> int | None:
         """Header index of `kind name`, preferring the least indented one."""
@@ -323,6 +338,42 @@ def _block_end(lines: list[str], header: int) -> int:
             depth, in_string = _scan(line, depth, in_string)
         first = False
         i += 1
+    return end
+
+
+_DEDENTS: dict[int, re.Pattern] = {}
+
+
+def _block_end_fast(outline: Outline, header: int) -> int:
+    """`_block_end` by regex: the next line at the header's indentation or less that starts a
+    statement, unless it sits inside a triple-quoted string.  Falls back to the exact scanner
+    when a stretch holds both kinds of triple quotes."""
+    lines = outline.lines
+    own = _indent(lines[header])
+    pattern = _DEDENTS.get(own)
+    if pattern is None:
+        pattern = _DEDENTS[own] = re.compile(rf"^[ \t]{{0,{own}}}(?=[^ \t\n#)\]}}])", re.MULTILINE)
+    text = outline.joined
+    starts = outline._joined_starts
+    begin = starts[header]
+    position = starts[header + 1] if header + 1 < len(lines) else len(text)
+    candidate = len(lines)
+    while position < len(text):
+        match = pattern.search(text, position)
+        if match is None:
+            break
+        segment = text[begin : match.start()]
+        doubles, singles = segment.count('"""'), segment.count("'''")
+        if doubles and singles:
+            return _block_end(lines, header)
+        index = bisect.bisect_right(starts, match.start()) - 1
+        if doubles % 2 == 0 and singles % 2 == 0:
+            candidate = index
+            break
+        position = starts[index + 1] if index + 1 < len(lines) else len(text)
+    end = candidate
+    while end > header + 1 and not _is_code(lines[end - 1]):
+        end -= 1
     return end
 
 
