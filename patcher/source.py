@@ -22,6 +22,8 @@ from patcher.errors import EaglepatchError
 BOM = b"\xef\xbb\xbf"
 MAX_FILE_BYTES = 20 * 1024 * 1024
 
+_LF = re.compile("\n")
+_HEADER_ANYWHERE = re.compile(r"^([ \t]*)(async[ \t]+def|def|class)[ \t]+(\w+)", re.MULTILINE)
 _HEADER = re.compile(r"^([ \t]*)(?:async[ \t]+def|def|class)[ \t]+(\w+)")
 # Python (and the ast module) end lines at \r\n, \r or \n only; str.splitlines also splits on \f and others
 _NEWLINES = re.compile(r"\r\n|\r|\n")
@@ -228,31 +230,14 @@ class Outline:
 
     def __init__(self, lines: list[str]):
         self.lines = lines
+        self.joined = "\n".join(lines)  # no \r: regex searches and offsets work on this text
+        self._starts = [0] + [m.end() for m in _LF.finditer(self.joined)]
         self.headers: list[tuple[int, int, str, str]] = []  # (line index, indent, "def"|"class", name)
-        for index, line in enumerate(lines):
-            stripped = line.lstrip(" \t")
-            if stripped[:1] in ("d", "c", "a") and stripped.startswith(("def ", "class ", "async ", "def\t", "class\t")):
-                match = _HEADER.match(line)
-                if match:
-                    kind = "class" if stripped.startswith("class") else "def"
-                    self.headers.append((index, len(match.group(1)), kind, match.group(2)))
+        for match in _HEADER_ANYWHERE.finditer(self.joined):
+            kind = "class" if match.group(2) == "class" else "def"
+            self.headers.append((self.line_index(match.start()), len(match.group(1)), kind, match.group(3)))
         self.ends = _Ends(self)
         self._indices = [h[0] for h in self.headers]
-        self._starts: list[int] = []
-        self._joined: str | None = None
-        self._joined_starts: list[int] = []
-
-    @property
-    def joined(self) -> str:
-        """The lines joined with "\n", for regex searches that must not see \r."""
-        if self._joined is None:
-            self._joined = "\n".join(self.lines)
-            starts, offset = [], 0
-            for line in self.lines:
-                starts.append(offset)
-                offset += len(line) + 1
-            self._joined_starts = starts
-        return self._joined
 
     def find(self, name: str, kind: str) -> int | None:
         """Header index of `kind name`, preferring the least indented one."""
@@ -277,7 +262,7 @@ class Outline:
         return out
 
     def line_index(self, offset: int) -> int:
-        """Line index of a character offset into the text the lines came from."""
+        """Line index of a character offset into `joined`."""
         return bisect.bisect_right(self._starts, offset) - 1
 
     def outer_def(self, index: int) -> int:
@@ -354,7 +339,7 @@ def _block_end_fast(outline: Outline, header: int) -> int:
     if pattern is None:
         pattern = _DEDENTS[own] = re.compile(rf"^[ \t]{{0,{own}}}(?=[^ \t\n#)\]}}])", re.MULTILINE)
     text = outline.joined
-    starts = outline._joined_starts
+    starts = outline._starts
     begin = starts[header]
     position = starts[header + 1] if header + 1 < len(lines) else len(text)
     candidate = len(lines)
@@ -476,7 +461,6 @@ class SourceCache:
         cached = self._outlines.get(source.path)
         if cached is None:
             cached = self._outlines[source.path] = outline(source.lines)
-            cached._starts = [0] + [m.end() for m in _NEWLINES.finditer(source.text)]
         return cached
 
     def parse_block(self, source: SourceFile, header: int) -> Parsed:
