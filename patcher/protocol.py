@@ -40,7 +40,24 @@ _EAGLE = re.compile(r"eagle", re.IGNORECASE)
 _EAGLE_GUARD = re.compile(
     r"^[ \t]*(?:el)?if\b(?:[^\n]*(?:eagle|EAGLE|Eagle)|[ \t]*\([ \t]*\r?\n[^\n]*(?:eagle|EAGLE|Eagle))", re.MULTILINE
 )
-_EAGLE_GUARD_BYTES = re.compile(_EAGLE_GUARD.pattern.encode(), re.MULTILINE)
+_GUARD_HEAD = re.compile(rb"[ \t]*(?:el)?if\b")
+
+
+def _has_eagle_guard(data: bytes) -> bool:
+    """True when some line holding "eagle" is an `if`/`elif`, or follows a bare `if (` line.
+    Looks only around each occurrence, instead of running a regex over every line of the file."""
+    for spelling in _EAGLE_SPELLINGS:
+        start = data.find(spelling)
+        while start >= 0:
+            line_start = data.rfind(b"\n", 0, start) + 1
+            if _GUARD_HEAD.match(data, line_start):
+                return True
+            previous = data.rfind(b"\n", 0, max(line_start - 1, 0)) + 1
+            head = data[previous:line_start].strip()
+            if line_start and _GUARD_HEAD.match(head) and head.rstrip(b"\\").endswith(b"("):
+                return True
+            start = data.find(spelling, start + len(spelling))
+    return False
 # a model object used on this line: `x.model.y`, `target_model.y`, passed on (`model,`) or aliased
 _MODEL_USE = re.compile(r"(?:(?<![\w])model|_model)[ \t]*(?:\.[ \t]*\w|[,)\]=])|\.model[ \t]*$", re.MULTILINE)
 # `x.model.member` / `model.member` / `target_model.member` in plain text, for the general interface
@@ -384,29 +401,31 @@ class ProtocolReader:
 
     # -- discovery -------------------------------------------------------------------
     def candidate_files(self) -> list[Path]:
-        """Files outside models/ whose bytes mention EAGLE at all: a cheap filter before parsing."""
+        """EAGLE modules, and files outside models/ with an `if` on an EAGLE condition: a cheap
+        byte-level filter, so only those are decoded and parsed."""
         found: list[Path] = []
-        models = self.tree.models
+        models = str(self.tree.models)
+        speculative = os.path.join(str(self.tree.srt), "speculative")
         for dirpath, dirnames, filenames in os.walk(self.tree.srt):
-            here = Path(dirpath)
-            if here == models:
+            if dirpath == models:
                 dirnames[:] = []
                 continue
             dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
+            in_speculative = dirpath == speculative or dirpath.startswith(speculative + os.sep)
             for filename in sorted(filenames):
                 if not filename.endswith(".py"):
                     continue
-                path = here / filename
+                path = os.path.join(dirpath, filename)
+                if in_speculative and "eagle" in filename.lower():
+                    found.append(Path(path))
+                    continue
                 try:
                     with open(path, "rb") as handle:
                         data = handle.read()
                 except OSError:
                     continue
-                if self.is_eagle_module(path):
-                    found.append(path)
-                # outside EAGLE modules only an EAGLE branch can count: no branch, no need to decode
-                elif any(spelling in data for spelling in _EAGLE_SPELLINGS) and _EAGLE_GUARD_BYTES.search(data):
-                    found.append(path)
+                if _has_eagle_guard(data):
+                    found.append(Path(path))
         for extra in self.extra:
             if extra not in found:
                 found.append(extra)
