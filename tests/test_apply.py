@@ -9,7 +9,6 @@ fresh interpreter (``subprocess``) so fixture modules never leak between tests.
 from __future__ import annotations
 
 import ast
-import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from helpers import flat, git, isolate_git, snapshot
 from patcher.cli import app
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -47,18 +47,7 @@ RUNNER = CliRunner()
 @pytest.fixture(autouse=True)
 def isolated_git(monkeypatch):
     """git (subprocess and GitPython alike) sees no user or system config, and a fixed identity."""
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
-    for role in ("AUTHOR", "COMMITTER"):
-        monkeypatch.setenv(f"GIT_{role}_NAME", "eaglepatch tests")
-        monkeypatch.setenv(f"GIT_{role}_EMAIL", "tests@example.invalid")
-    monkeypatch.setenv("COLUMNS", "200")  # rich wraps at the console width
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-    assert done.returncode == 0, f"git {' '.join(args)} failed: {done.stderr}"
-    return done.stdout
+    isolate_git(monkeypatch, columns=200)
 
 
 def eaglepatch(*args) -> "object":
@@ -67,21 +56,6 @@ def eaglepatch(*args) -> "object":
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    """Every file under root (outside .git and __pycache__), by relative path."""
-    out = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if rel.parts[0] == ".git" or "__pycache__" in rel.parts or not path.is_file():
-            continue
-        out[rel.as_posix()] = path.read_bytes()
-    return out
 
 
 def run_python(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:

@@ -23,6 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 import sglang_releases
+from helpers import flat, git, isolate_git, snapshot
 from patcher.cli import app
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -58,18 +59,7 @@ COLOUR_ENV = ("FORCE_COLOR", "NO_COLOR", "CLICOLOR_FORCE", "TTY_COMPATIBLE", "TT
 @pytest.fixture(autouse=True)
 def isolated_git(monkeypatch):
     """git sees no user or system config and has a fixed identity; rich gets a wide console."""
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
-    for role in ("AUTHOR", "COMMITTER"):
-        monkeypatch.setenv(f"GIT_{role}_NAME", "eaglepatch tests")
-        monkeypatch.setenv(f"GIT_{role}_EMAIL", "tests@example.invalid")
-    monkeypatch.setenv("COLUMNS", "250")
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-    assert done.returncode == 0, f"git {' '.join(args)} failed: {done.stderr}"
-    return done.stdout
+    isolate_git(monkeypatch, columns=250)
 
 
 def eaglepatch(*args):
@@ -100,20 +90,6 @@ def error_line(result, *needles: str) -> str:
         assert needle in lines[0], (needle, lines[0])
     assert "Traceback" not in result.output
     return lines[0]
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    out = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if rel.parts[0] == ".git" or "__pycache__" in rel.parts or not path.is_file():
-            continue
-        out[rel.as_posix()] = path.read_bytes()
-    return out
 
 
 def class_methods(data: bytes, cls: str) -> set[str]:

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from helpers import git, isolate_git
 from patcher.cli import app
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -108,12 +109,7 @@ def share_eagle_embed_and_head(target_model, draft_model):
 @pytest.fixture(autouse=True)
 def isolated_git(monkeypatch):
     """git (subprocess and GitPython alike) sees no user or system config, and a fixed identity."""
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
-    for role in ("AUTHOR", "COMMITTER"):
-        monkeypatch.setenv(f"GIT_{role}_NAME", "eaglepatch tests")
-        monkeypatch.setenv(f"GIT_{role}_EMAIL", "tests@example.invalid")
-    monkeypatch.setenv("COLUMNS", "200")  # rich wraps at the console width
+    isolate_git(monkeypatch, columns=200)
 
 
 def minimal_tree(root: Path, *, utils: bool = False) -> Path:
@@ -204,13 +200,6 @@ def method_names(data: bytes, cls: str = WRAPPER_CLASS) -> list[str]:
         if isinstance(node, ast.ClassDef) and node.name == cls:
             return [n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     raise AssertionError(f"class {cls} not found")
-
-
-def git(cwd: Path, *args: str, check: bool = True) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-    if check:
-        assert done.returncode == 0, f"git {' '.join(args)} failed: {done.stderr}"
-    return done.stdout
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
