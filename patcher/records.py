@@ -131,7 +131,3 @@ class ModelPlan:
     forwarded: list[MemberPlan] = field(default_factory=list)
     not_delegable: list[MemberPlan] = field(default_factory=list)
     reason: str = ""
-
-    @property
-    def required_missing(self) -> list[MemberPlan]:
-        return [m for m in self.missing if m.member.required]

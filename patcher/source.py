@@ -42,10 +42,6 @@ class SourceFile:
     newline: str
     lines: list[str] = field(repr=False)
 
-    @property
-    def encoding_label(self) -> str:
-        return "utf-8-sig" if self.bom else "utf-8"
-
 
 def decode_source(path: Path, rel: str, data: bytes) -> SourceFile:
     if b"\x00" in data:
