@@ -79,12 +79,20 @@ def _signature_names(func: cst.FunctionDef) -> set[str]:
     return names
 
 
-def module_names(cache: SourceCache, source: SourceFile, tree) -> set[str]:
-    """Names a module defines at top level: imports, classes, functions, assignments."""
-    names = set(ImportTable.of(cache, source, tree).names)
-    names |= {name for _, indent, _, name in cache.outline(source).headers if indent == 0}
-    names |= set(_TOP_ASSIGN.findall(source.text))
+def defined_here(cache: SourceCache, source: SourceFile) -> set[str]:
+    """Names a module defines itself at top level: classes, functions, assignments (once per file)."""
+    table = cache.__dict__.setdefault("_defined_here", {})
+    names = table.get(source.path)
+    if names is None:
+        names = {name for _, indent, _, name in cache.outline(source).headers if indent == 0}
+        names |= set(_TOP_ASSIGN.findall(source.text))
+        table[source.path] = names
     return names
+
+
+def module_names(cache: SourceCache, source: SourceFile, tree) -> set[str]:
+    """Names a module binds at top level: its imports and what it defines itself."""
+    return set(ImportTable.of(cache, source, tree).names) | defined_here(cache, source)
 
 
 def _dotted_module(rel: str) -> str:
@@ -99,7 +107,7 @@ def _binding(cache: SourceCache, tree, source: SourceFile, name: str):
     origin = ImportTable.of(cache, source, tree).lookup(name)
     if origin is not None:
         return origin.module, origin.name
-    if name in {n for _, indent, _, n in cache.outline(source).headers if indent == 0} or name in _TOP_ASSIGN.findall(source.text):
+    if name in defined_here(cache, source):
         return _dotted_module(source.rel), name
     if name in builtin_names():
         return "builtins", name

@@ -400,10 +400,11 @@ class ProtocolReader:
         self.extra = extra_consumers or []
 
     # -- discovery -------------------------------------------------------------------
-    def candidate_files(self) -> list[Path]:
-        """EAGLE modules, and files outside models/ with an `if` on an EAGLE condition: a cheap
-        byte-level filter, so only those are decoded and parsed."""
-        found: list[Path] = []
+    def candidate_files(self) -> list[tuple[Path, bool]]:
+        """(file, is an EAGLE module) for EAGLE modules, files named with --consumer, and files outside
+        models/ with an `if` on an EAGLE condition: a cheap byte-level filter, so only those are
+        decoded and parsed."""
+        found: list[tuple[Path, bool]] = []
         models = str(self.tree.models)
         speculative = os.path.join(str(self.tree.srt), "speculative")
         for dirpath, dirnames, filenames in os.walk(self.tree.srt):
@@ -416,8 +417,8 @@ class ProtocolReader:
                 if not filename.endswith(".py"):
                     continue
                 path = os.path.join(dirpath, filename)
-                if in_speculative and "eagle" in filename.lower():
-                    found.append(Path(path))
+                if in_speculative and "eagle" in filename.lower():  # an EAGLE module: all of it counts
+                    found.append((Path(path), True))
                     continue
                 try:
                     with open(path, "rb") as handle:
@@ -425,22 +426,20 @@ class ProtocolReader:
                 except OSError:
                     continue
                 if _has_eagle_guard(data):
-                    found.append(Path(path))
-        for extra in self.extra:
-            if extra not in found:
-                found.append(extra)
+                    found.append((Path(path), False))
+        listed = {path for path, _ in found}
+        for extra in self.extra:  # a named consumer counts as a whole, like an EAGLE module
+            if extra in listed:
+                found = [(path, eagle or path == extra) for path, eagle in found]
+            else:
+                found.append((extra, True))
         return found
-
-    def is_eagle_module(self, path: Path) -> bool:
-        rel = self.cache.rel(path)
-        return rel.startswith("speculative/") and "eagle" in path.name.lower()
 
     # -- reading -----------------------------------------------------------------------
     def read(self) -> Extraction:
-        for path in self.candidate_files():
+        for path, eagle_module in self.candidate_files():
             try:
                 source = self.cache.read(path)
-                eagle_module = self.is_eagle_module(path) or path in self.extra
                 if not eagle_module and not _EAGLE_GUARD.search(source.text):
                     continue  # no EAGLE branch anywhere in the file: nothing can count here
                 self._read_file(source, eagle_module)
