@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
+
+import pytest
 
 
 def isolate_git(monkeypatch, columns: int = 200) -> None:
@@ -39,3 +42,24 @@ def snapshot(root: Path) -> dict[str, bytes]:
             continue
         out[rel.as_posix()] = path.read_bytes()
     return out
+
+
+def describe(proc) -> str:
+    """A finished `eaglepatch` run, for assertion messages."""
+    return (
+        f"$ {' '.join(map(str, proc.args))}\nexit {proc.returncode}\n"
+        f"--- stdout (tail) ---\n{proc.stdout[-3000:]}\n"
+        f"--- stderr (tail) ---\n{proc.stderr[-3000:]}"
+    )
+
+
+def json_report(proc) -> dict:
+    """The report of a `--format json` run; its exit code is 1 exactly when something is missing."""
+    assert proc.returncode in (0, 1), describe(proc)
+    try:
+        data = json.loads(proc.stdout)
+    except json.JSONDecodeError as exc:
+        pytest.fail(f"stdout is not one JSON document ({exc})\n{describe(proc)}")
+    missing = any(m["missing"] for m in data["models"])
+    assert proc.returncode == (1 if missing else 0), "exit 1 exactly when something is missing\n" + describe(proc)
+    return data

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 import sglang_releases
+from helpers import describe, json_report
 
 pytestmark = pytest.mark.integration
 
@@ -68,26 +69,10 @@ def run_check(path: Path, fmt: str | None = "json", cwd: Path = REPO_ROOT):
     )
 
 
-def _describe(proc) -> str:
-    return (
-        f"$ {' '.join(map(str, proc.args))}\nexit {proc.returncode}\n"
-        f"--- stdout (tail) ---\n{proc.stdout[-3000:]}\n"
-        f"--- stderr (tail) ---\n{proc.stderr[-3000:]}"
-    )
-
-
 def report_of(proc) -> dict:
     """The JSON report of a ``--format json`` run, checked for shape and exit code."""
-    assert proc.returncode in (0, 1), _describe(proc)
-    try:
-        data = json.loads(proc.stdout)
-    except json.JSONDecodeError as exc:
-        pytest.fail(f"stdout is not one JSON document ({exc})\n{_describe(proc)}")
+    data = json_report(proc)
     _check_shape(data)
-    anything_missing = any(m["missing"] for m in data["models"])
-    assert proc.returncode == (1 if anything_missing else 0), (
-        "exit code must be 1 exactly when something is missing\n" + _describe(proc)
-    )
     return data
 
 
@@ -168,7 +153,7 @@ def runs_059(sglang_059, tmp_path_factory):
 def test_059_kimi_misses_the_three_delegations(runs_059, layout):
     proc, srt = runs_059[layout]
     data = report_of(proc)
-    assert proc.returncode == 1, _describe(proc)
+    assert proc.returncode == 1, describe(proc)
     assert srt_of(data) == srt.resolve()
 
     kimi = wrapper_of(data)
@@ -217,10 +202,10 @@ def test_059_layouts_give_the_same_report(runs_059):
 
 def test_059_default_format_is_a_table_naming_the_gaps(sglang_059):
     proc = run_check(sglang_059, fmt=None)
-    assert proc.returncode == 1, _describe(proc)
+    assert proc.returncode == 1, describe(proc)
     for name in sorted(DELEGATIONS):
-        assert name in proc.stdout, f"{name} not shown\n{_describe(proc)}"
-    assert "kimi_k25" in proc.stdout or WRAPPER_CLASS in proc.stdout, _describe(proc)
+        assert name in proc.stdout, f"{name} not shown\n{describe(proc)}"
+    assert "kimi_k25" in proc.stdout or WRAPPER_CLASS in proc.stdout, describe(proc)
     with pytest.raises(json.JSONDecodeError):
         json.loads(proc.stdout)
 
@@ -231,17 +216,17 @@ _ANNOTATION_FILE = re.compile(r"^::error file=([^,:]+)")
 def test_059_github_format_annotates_the_wrapper(checkout_of):
     root = checkout_of("0.5.9")
     proc = run_check(root, fmt="github", cwd=root)
-    assert proc.returncode == 1, _describe(proc)
+    assert proc.returncode == 1, describe(proc)
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("::error file=")]
-    assert errors, _describe(proc)
+    assert errors, describe(proc)
     for line in lines:
         assert line.startswith("::"), f"not a workflow command: {line!r}"
     on_kimi = [
         line for line in errors
         if _ANNOTATION_FILE.match(line).group(1).endswith(WRAPPER_FILE)
     ]
-    assert on_kimi, f"no annotation on {WRAPPER_FILE}\n{_describe(proc)}"
+    assert on_kimi, f"no annotation on {WRAPPER_FILE}\n{describe(proc)}"
     for name in sorted(DELEGATIONS):
         assert any(name in line for line in on_kimi), f"{name} not annotated"
     for line in on_kimi:
@@ -257,7 +242,7 @@ def test_059_github_format_annotates_the_wrapper(checkout_of):
 def test_0510_kimi_forwards_all_three(sglang_0510):
     proc = run_check(sglang_0510)
     data = report_of(proc)
-    assert proc.returncode == 0, _describe(proc)
+    assert proc.returncode == 0, describe(proc)
     kimi = wrapper_of(data)
     _assert_wraps_deepseek(kimi)
     assert kimi["missing"] == []

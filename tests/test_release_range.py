@@ -45,6 +45,7 @@ import pytest
 from packaging.version import Version
 
 import sglang_releases
+from helpers import describe, json_report
 
 pytestmark = pytest.mark.integration
 
@@ -98,25 +99,6 @@ def git(root: Path, *args: str) -> str:
     return done.stdout
 
 
-def describe(proc) -> str:
-    return (
-        f"$ {' '.join(map(str, proc.args))}\nexit {proc.returncode}\n"
-        f"--- stdout (tail) ---\n{proc.stdout[-3000:]}\n"
-        f"--- stderr (tail) ---\n{proc.stderr[-3000:]}"
-    )
-
-
-def json_of(proc) -> dict:
-    assert proc.returncode in (0, 1), describe(proc)
-    try:
-        data = json.loads(proc.stdout)
-    except json.JSONDecodeError as exc:
-        pytest.fail(f"stdout is not one JSON document ({exc})\n{describe(proc)}")
-    missing = any(m["missing"] for m in data["models"])
-    assert proc.returncode == (1 if missing else 0), "exit 1 exactly when something is missing\n" + describe(proc)
-    return data
-
-
 # One run per release and command, shared by the tests below.
 _RUNS: dict[tuple, tuple] = {}
 
@@ -127,7 +109,7 @@ def run_json(version: str, *flags: str) -> tuple[subprocess.CompletedProcess, di
     if key not in _RUNS:
         site = sglang_releases.site_packages(version)
         proc = eaglepatch("check", site, "--format", "json", *flags)
-        _RUNS[key] = (proc, json_of(proc), (site / "sglang" / "srt").resolve())
+        _RUNS[key] = (proc, json_report(proc), (site / "sglang" / "srt").resolve())
     return _RUNS[key]
 
 
@@ -327,7 +309,7 @@ def test_apply_all(version, tmp_path, record_property):
 
     after = eaglepatch("check", root, "--all", "--format", "json")
     assert after.returncode == 0, describe(after)
-    data = json_of(after)
+    data = json_report(after)
     old = {(m["file"], m["class"]): m["status"] for m in before["models"]}
     new = {(m["file"], m["class"]): m["status"] for m in data["models"]}
     assert new.keys() == old.keys()
@@ -389,7 +371,7 @@ def test_all_finds_every_entryclass_wrapper(version):
             assert match and match.group(1) in modules, describe(proc)
             modules.remove(match.group(1))
             continue
-        wrappers = json_of(proc)["models"]
+        wrappers = json_report(proc)["models"]
         break
     else:
         return
