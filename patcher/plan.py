@@ -40,7 +40,7 @@ def plan_wrapper(protocol: Protocol, wrapper: Wrapper) -> ModelPlan:
         plan.reason = "no inner model found in __init__"
     elif all(not inner.classes for inner in wrapper.inners):
         plan.status = "unresolved"
-        plan.reason = "; ".join(f"self.{i.attribute} = {u}" for i in wrapper.inners for u in i.unresolved)
+        plan.reason = "; ".join(f"self.{i.attribute} = {u.why}" for i in wrapper.inners for u in i.unresolved)
     elif plan.missing:
         plan.status = "delegable"
         plan.reason = f"{len(plan.missing)} member(s) can be forwarded to the inner model"

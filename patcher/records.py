@@ -3,6 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+# Which model a use is made on, and which part a model class plays when SGLang serves it.
+UseRole = Literal["target", "draft", "unknown"]
+ModelRole = Literal["target", "draft", "other"]
+Status = Literal["compliant", "fixable", "needs_code", "dynamic", "unresolved"]
+STATUSES: tuple[Status, ...] = ("compliant", "fixable", "needs_code", "dynamic", "unresolved")
+MODEL_ROLES: tuple[ModelRole, ...] = ("target", "draft", "other")
+
+
+@dataclass(frozen=True)
+class CallShape:
+    """How one use calls a member: what a delegation's signature must accept."""
+
+    positional: int  # positional arguments passed (not counting self)
+    keywords: tuple[str, ...] = ()  # keyword arguments passed, sorted
+    star: bool = False  # `*args` or `**kwargs` at the call: the shape cannot be checked
+
+    def describe(self) -> str:
+        parts = [f"{self.positional} positional"] if self.positional else []
+        parts += [f"{k}=" for k in self.keywords]
+        if self.star:
+            parts.append("*args/**kwargs")
+        return "(" + ", ".join(parts) + ")" if parts else "()"
 
 
 @dataclass
@@ -11,10 +35,11 @@ class Use:
 
     name: str
     kind: str  # "call" | "attribute"
-    role: str  # "target" | "draft" | "unknown"
+    role: str  # UseRole: "target" | "draft" | "unknown"
     required: bool
     at: str  # "path:line", relative to srt
     guard: str  # why this code counts as EAGLE-3
+    shape: CallShape | None = None  # for calls: how the member is called
 
 
 @dataclass
@@ -94,6 +119,18 @@ class ClassInfo:
     dynamic: bool = False  # defines __getattr__
 
 
+@dataclass(frozen=True)
+class Unresolved:
+    """A construction that builds an inner model and could not be followed statically."""
+
+    construct: str  # the code as written, e.g. "self.model = self._init_model(config)"
+    at: str  # "path:line" relative to srt, where the construct is
+    why: str  # one clause: what could not be resolved
+
+    def __str__(self) -> str:
+        return f"{self.construct} ({self.at}): {self.why}"
+
+
 @dataclass
 class InnerModel:
     attribute: str
@@ -101,7 +138,7 @@ class InnerModel:
     line: int  # where __init__ assigns it
     conditional: bool = False
     file: str = ""  # the file whose __init__ assigns it (a base class's, when inherited)
-    unresolved: list[str] = field(default_factory=list)  # why a candidate class was not found
+    unresolved: list[Unresolved] = field(default_factory=list)  # constructions not followed
 
 
 @dataclass

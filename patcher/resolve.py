@@ -22,7 +22,7 @@ import libcst as cst
 from patcher.errors import EaglepatchError
 from patcher.imports import ImportTable
 from patcher.locate import SourceTree
-from patcher.records import ClassInfo, InnerModel, Protocol, Signature, Wrapper
+from patcher.records import ClassInfo, InnerModel, Protocol, Signature, Unresolved, Wrapper
 from patcher.source import SourceCache, SourceFile, _indent, _is_code, _scan
 
 _ENTRY = re.compile(r"^EntryClass\s*=\s*(.+)$", re.MULTILINE)
@@ -290,7 +290,8 @@ class Resolver:
                 inner = found[attribute] = InnerModel(attribute, [], index + 1, conditional, file=where.rel)
             inner.conditional = inner.conditional or conditional
             if target is None:
-                inner.unresolved.append(f"{callee.group(1)}: {self.why_not_found(where, func)}")
+                construct = f"self.{attribute} = {value}"
+                inner.unresolved.append(Unresolved(construct, f"{where.rel}:{index + 1}", f"{callee.group(1)}: {self.why_not_found(where, func)}"))
                 continue
             info = self.class_info(*target)
             if info is not None and all(c.name != info.name for c in inner.classes):
@@ -306,7 +307,7 @@ class Resolver:
         if held:
             return held
         return [
-            i for i in found.values() if not i.classes and any(_MODEL_NAME.search(u.split(":")[0]) for u in i.unresolved)
+            i for i in found.values() if not i.classes and any(_MODEL_NAME.search(u.why.split(":")[0]) for u in i.unresolved)
         ]
 
     def why_not_found(self, source: SourceFile, expr: cst.BaseExpression) -> str:
@@ -458,7 +459,7 @@ def select_wrappers(tree: SourceTree, cache: SourceCache, resolver: Resolver, se
         for inner in wrapper.inners:
             if not inner.classes and inner.unresolved:
                 raise EaglepatchError(
-                    f"self.{inner.attribute} = {inner.unresolved[0]}; fix the import, or pass --model module:Class",
+                    f"self.{inner.attribute} = {inner.unresolved[0].why}; fix the import, or pass --model module:Class",
                     path=inner.file or rel,
                     line=inner.line,
                 )
