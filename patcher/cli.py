@@ -67,7 +67,9 @@ ModelOpt = typer.Option(
     "(kimi_k25:KimiK25ForConditionalGeneration). Repeatable. Default: [tool.eaglepatch] models, else kimi_k25.",
     show_default=False,
 )
-AllOpt = typer.Option(False, "--all", help="Every model class under models/ whose __init__ holds another model.")
+AllOpt = typer.Option(
+    False, "--all", help="Every class an EntryClass names under models/: targets, drafts and others, each with a verdict."
+)
 FormatOpt = typer.Option(
     OutputFormat.table, "--format", "-f", help="table for people; json for scripts; github or sarif for CI."
 )
@@ -88,9 +90,15 @@ Examples:
 \b
   eaglepatch check /root/sglang                       # a git checkout
   eaglepatch check --installed                        # the sglang of the active environment
-  eaglepatch check --all --format github .            # every wrapper, as CI annotations
+  eaglepatch check --all --format github .            # every model class, as CI annotations
+  eaglepatch check --all --write-baseline eagle3-baseline.json .   # accept today's gaps
+  eaglepatch check --all --baseline eagle3-baseline.json .         # fail only on new ones
 
-Exit codes: 0 nothing missing, 1 something missing, 2 error (bad path, bad --model, unparsable file).
+A member is required when EAGLE-3 code uses it on a model of the class's role (target or draft);
+it fails the gate whether or not eaglepatch can write it. Companions (the inner model's hooks of
+the other role, which apply also writes) never fail it.
+Exit codes: 0 no required member missing (outside the baseline), 1 some missing,
+2 error (bad path, bad --model, unparsable file, unreadable baseline).
 """
 EPILOG_DIFF = """\
 Examples:
@@ -209,22 +217,44 @@ def check(
     ignore: Optional[List[str]] = IgnoreOpt,
     installed: bool = InstalledOpt,
     python: Optional[str] = PythonOpt,
+    baseline: Optional[Path] = typer.Option(
+        None, "--baseline", metavar="FILE", help="Accept the required gaps recorded in FILE; fail only on others."
+    ),
+    write_baseline: Optional[Path] = typer.Option(
+        None, "--write-baseline", metavar="FILE", help="Record every required gap found now in FILE (JSON, for git), exit 0."
+    ),
 ) -> None:
-    """Report every EAGLE-3 member a wrapper lacks (a CI gate: exit 1 when something is missing)."""
+    """Report every EAGLE-3 member a model class lacks (a CI gate: exit 1 when a required one is missing)."""
+    if baseline is not None and write_baseline is not None:
+        fail("--baseline and --write-baseline do not go together; pass one of them")
     analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python)
     from patcher import report
+    from patcher.baseline import load_gate
+    from patcher.baseline import write_baseline as record
+    from patcher.errors import EaglepatchError
 
+    if write_baseline is not None:
+        try:
+            count = record(write_baseline, analysis.plans)
+        except EaglepatchError as exc:
+            fail(str(exc))
+        typer.echo(f"eaglepatch: recorded {count} required gap(s) in {write_baseline}", err=True)
+        raise typer.Exit(0)
+    try:
+        gate = load_gate(baseline, analysis.plans)
+    except EaglepatchError as exc:
+        fail(str(exc))
     if output_format is OutputFormat.json:
-        report.write_json(analysis, sys.stdout)
+        report.write_json(analysis, sys.stdout, gate)
     elif output_format is OutputFormat.github:
-        report.write_github(analysis, sys.stdout)
+        report.write_github(analysis, sys.stdout, gate)
     elif output_format is OutputFormat.sarif:
-        report.write_sarif(analysis, sys.stdout)
+        report.write_sarif(analysis, sys.stdout, gate)
     elif analysis.all_models:
-        report.print_summary(analysis, _console())
+        report.print_summary(analysis, _console(), gate)
     else:
-        report.print_table(analysis, _console())
-    raise typer.Exit(1 if analysis.missing_count else 0)
+        report.print_table(analysis, _console(), gate=gate)
+    raise typer.Exit(1 if gate.new_gaps(analysis.plans) else 0)
 
 
 def _edits(analysis):
@@ -334,7 +364,7 @@ def apply(
     edits, errors = _edits(analysis)
     console = _console()
     if not edits:
-        console.print("Nothing to do: every delegable EAGLE-3 member is already present.")
+        console.print("Nothing to do: every EAGLE-3 member eaglepatch can forward is already present.")
         raise typer.Exit(2 if errors else 0)
     _write_all(analysis.tree, edits, errors, console, commit, "added to", lambda e: e.added)
 

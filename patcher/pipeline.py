@@ -7,10 +7,11 @@ from pathlib import Path
 
 from patcher.errors import EaglepatchError
 from patcher.locate import SourceTree, locate_tree
-from patcher.plan import plan_wrapper
+from patcher.plan import call_misfit, plan_wrapper
 from patcher.protocol import extract_protocol
 from patcher.records import ModelPlan, Protocol
-from patcher.resolve import Resolver, select_wrappers
+from patcher.resolve import Resolver, select_wrappers, signature_node
+from patcher.roles import learn_roles
 from patcher.source import SourceCache
 
 DEFAULT_MODEL = "kimi_k25"
@@ -27,7 +28,13 @@ class Analysis:
 
     @property
     def missing_count(self) -> int:
-        return sum(len(p.missing) for p in self.plans)
+        """Required members absent from the classes looked at, writable or not."""
+        return sum(len(p.required_gaps) for p in self.plans)
+
+    @property
+    def fix_count(self) -> int:
+        """Members `apply` would write."""
+        return sum(len(p.fixes) for p in self.plans)
 
 
 @dataclass
@@ -97,5 +104,14 @@ def analyze(
         wrappers = resolver.all_wrappers(protocol, progress)
     else:
         wrappers = [w for selector in models or [DEFAULT_MODEL] for w in select_wrappers(tree, cache, resolver, selector, protocol)]
-    plans: list[ModelPlan] = [plan_wrapper(protocol, w) for w in wrappers]
+    roles = learn_roles(tree)
+
+    def shape_misfit(signature, shape):
+        node = signature_node(cache, signature)
+        if node is None:
+            return None
+        static = any(getattr(d.decorator, "value", "") == "staticmethod" for d in node.decorators)
+        return call_misfit(node.params, shape, is_method=not static)
+
+    plans: list[ModelPlan] = [plan_wrapper(protocol, w, *roles.role_of(w.cls), shape_misfit) for w in wrappers]
     return Analysis(tree, cache, protocol, plans, list(protocol.warnings) + resolver.warnings, all_models)

@@ -1,52 +1,151 @@
-"""Stage 5: compare what EAGLE-3 expects with what a wrapper and its inner model(s) have."""
+"""Stage 5: compare what EAGLE-3 expects of a class's role with what the class and its inner model(s) have.
+
+A member is *required* for a class when EAGLE-3 code uses it, unguarded, on a model of the
+class's role (the target's hooks on a target, the draft's on a draft).  A target wrapper
+also gets its inner model's draft-side hooks written beside the target's (SGLang's own
+EAGLE-3-ready wrappers carry `get_embed_and_head`, `set_embed_and_head` and
+`set_eagle3_layers_to_capture` together): those *companions* never fail the gate and are
+not listed when they cannot be written.  A delegation is a fix only when the inner member
+accepts every way EAGLE-3 code calls it.
+"""
 
 from __future__ import annotations
 
-from patcher.records import MemberPlan, ModelPlan, Protocol, Wrapper
+from typing import Callable, Optional
 
-# Roles a wrapper must serve itself: it is the target model, and some calls do not say.
-TARGET_ROLES = ("target", "unknown")
+from patcher.records import CallShape, Fix, MemberPlan, ModelPlan, Protocol, Signature, Use, Wrapper
+
+# A use whose receiver does not say which model it is counts against the target.
+_ROLE_OF_USE = {"target": "target", "unknown": "target", "draft": "draft"}
+
+# (inner definition, call shape) -> why the call cannot bind to it, or None; parsing is the caller's
+ShapeCheck = Callable[[Signature, CallShape], Optional[str]]
 
 
-def plan_wrapper(protocol: Protocol, wrapper: Wrapper) -> ModelPlan:
-    plan = ModelPlan(wrapper=wrapper, status="compliant")
+def uses_for_role(uses: list[Use], role: str) -> list[Use]:
+    return [u for u in uses if _ROLE_OF_USE.get(u.role) == role]
+
+
+def plan_wrapper(
+    protocol: Protocol,
+    wrapper: Wrapper,
+    role: str = "target",
+    role_reason: str = "",
+    shape_misfit: ShapeCheck | None = None,
+) -> ModelPlan:
+    plan = ModelPlan(wrapper=wrapper, status="compliant", role=role, role_reason=role_reason)
+    if role == "other":
+        plan.reason = role_reason or "not a generation model: EAGLE-3 never loads it"
+        return plan
     own = wrapper.cls.members
     for name, member in protocol.members.items():
-        providers: list[str] = []
-        lacking: list[str] = []
-        defined = None
-        attribute = None
-        for inner in wrapper.inners:
-            for cls in inner.classes:
-                signature = cls.members.get(name)
-                if signature is not None:
-                    providers.append(cls.name)
-                    if defined is None:
-                        defined, attribute = signature, inner.attribute
-                else:
-                    lacking.append(cls.name)
-        entry = MemberPlan(member, defined, attribute, providers, lacking)
-        if name in own or (wrapper.forwards_dynamically and providers):
-            plan.forwarded.append(entry)
-        elif providers:
+        mine = uses_for_role(member.uses, role)
+        required = any(u.required for u in mine)
+        companion = not mine and role == "target" and member.required
+        entry = _locate(member, wrapper)
+        entry.required, entry.uses = required, mine
+        if name in own or (wrapper.forwards_dynamically and entry.providers):
+            if mine or companion:
+                plan.forwarded.append(entry)
+            continue
+        if not (required or companion):
+            continue  # optional for this role (probed with hasattr), or another role's concern
+        _decide_fix(entry, wrapper, shape_misfit)
+        if entry.fix is not None or required:
             plan.missing.append(entry)
+    _set_status(plan)
+    return plan
+
+
+def _locate(member, wrapper: Wrapper) -> MemberPlan:
+    providers: list[str] = []
+    lacking: list[str] = []
+    defined = None
+    attribute = None
+    for inner in wrapper.inners:
+        for cls in inner.classes:
+            signature = cls.members.get(member.name)
+            if signature is not None:
+                providers.append(cls.name)
+                if defined is None:
+                    defined, attribute = signature, inner.attribute
+            else:
+                lacking.append(cls.name)
+    return MemberPlan(member, defined, attribute, providers, lacking)
+
+
+def _decide_fix(entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | None) -> None:
+    if entry.defined is not None and entry.inner_attribute is not None:
+        misfit = _first_misfit(entry, shape_misfit)
+        if misfit is None:
+            entry.fix = Fix("delegate", entry.inner_attribute)
         else:
-            plan.not_delegable.append(entry)
-    if wrapper.forwards_dynamically:
+            entry.blocker = misfit
+        return
+    pending = [u for inner in wrapper.inners for u in inner.unresolved]
+    held = [f"{i.attribute}: {'/'.join(c.name for c in i.classes)}" for i in wrapper.inners if i.classes]
+    if held:
+        entry.blocker = f"the inner model ({'; '.join(held)}) lacks it: needs hand-written code"
+    elif pending:
+        entry.blocker = f"the inner model could not be resolved: {pending[0]}"
+    else:
+        entry.blocker = "the class neither defines it nor holds a model that does: needs hand-written code"
+
+
+def _first_misfit(entry: MemberPlan, shape_misfit: ShapeCheck | None) -> str | None:
+    if shape_misfit is None or entry.defined is None or entry.defined.kind != "method":
+        return None
+    for use in entry.uses or entry.member.uses:
+        if use.shape is None:
+            continue
+        why = shape_misfit(entry.defined, use.shape)
+        if why is not None:
+            return (
+                f"{entry.defined.owner}.{entry.member.name} ({entry.defined.at}) cannot take the call at "
+                f"{use.at} {use.shape.describe()}: {why}"
+            )
+    return None
+
+
+def _set_status(plan: ModelPlan) -> None:
+    wrapper = plan.wrapper
+    blocked = [m for m in plan.missing if m.required and m.fix is None]
+    if blocked:
+        unresolved = not any(i.classes for i in wrapper.inners) and any(i.unresolved for i in wrapper.inners)
+        plan.status = "unresolved" if unresolved else "needs_code"
+        names = ", ".join(m.member.name for m in blocked)
+        plan.reason = f"lacks {names}: {blocked[0].blocker}"
+    elif plan.fixes:
+        plan.status = "fixable"
+        plan.reason = f"{len(plan.fixes)} member(s) can be forwarded to the inner model"
+    elif wrapper.forwards_dynamically:
         plan.status = "dynamic"
         plan.reason = f"forwards every attribute through {wrapper.forwards_dynamically}"
-    elif not wrapper.inners:
-        plan.status = "unresolved"
-        plan.reason = "no inner model found in __init__"
-    elif all(not inner.classes for inner in wrapper.inners):
-        plan.status = "unresolved"
-        plan.reason = "; ".join(f"self.{i.attribute} = {u.why}" for i in wrapper.inners for u in i.unresolved)
-    elif plan.missing:
-        plan.status = "delegable"
-        plan.reason = f"{len(plan.missing)} member(s) can be forwarded to the inner model"
-    elif any(m.member.required and m.member.role in TARGET_ROLES for m in plan.not_delegable):
-        plan.status = "not_delegable"
-        names = [m.member.name for m in plan.not_delegable if m.member.required and m.member.role in TARGET_ROLES]
-        inner = ", ".join(f"{i.attribute}: {'/'.join(c.name for c in i.classes)}" for i in wrapper.inners)
-        plan.reason = f"the inner model ({inner}) lacks {', '.join(names)}: needs hand-written code"
-    return plan
+    else:
+        plan.status = "compliant"
+        plan.reason = f"has every EAGLE-3 member a {plan.role} model needs"
+
+
+def call_misfit(params, shape: CallShape, is_method: bool = True) -> str | None:
+    """Why a call of `shape` cannot bind to libcst `params`, or None when it can (as Python binds)."""
+    if shape.star:
+        return None
+    positional = list(params.posonly_params) + list(params.params)
+    if is_method and positional:
+        positional = positional[1:]
+    posonly = len(params.posonly_params) - (1 if is_method and params.posonly_params else 0)
+    star_arg = params.star_arg if hasattr(params.star_arg, "name") else None
+    if shape.positional > len(positional) and star_arg is None:
+        return f"it takes {len(positional)} positional argument(s)"
+    bound = {p.name.value for p in positional[: shape.positional]}
+    by_keyword = {p.name.value for p in positional[max(posonly, 0) :]} | {p.name.value for p in params.kwonly_params}
+    for keyword in shape.keywords:
+        if keyword in bound:
+            return f"{keyword} given twice"
+        if keyword not in by_keyword and params.star_kwarg is None:
+            return f"it has no parameter {keyword}"
+    given = bound | set(shape.keywords)
+    for param in positional[shape.positional :] + list(params.kwonly_params):
+        if param.default is None and param.name.value not in given:
+            return f"its parameter {param.name.value} has no default"
+    return None

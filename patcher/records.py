@@ -149,22 +149,54 @@ class Wrapper:
     forwards_dynamically: str | None = None  # "__getattr__ -> language_model" when it does
 
 
+@dataclass(frozen=True)
+class Fix:
+    """What `apply` writes for a gap: a delegation to an inner model (`to` its attribute)."""
+
+    kind: str  # "delegate"
+    to: str  # the attribute holding the inner model
+
+    def as_json(self) -> dict:
+        return {"kind": self.kind, "to": self.to}
+
+
 @dataclass
 class MemberPlan:
-    """One protocol member as seen from one wrapper."""
+    """One protocol member as seen from one model class."""
 
     member: ProtocolMember
     defined: Signature | None  # where the inner class defines it
     inner_attribute: str | None
     providers: list[str] = field(default_factory=list)  # inner classes that provide it
     lacking: list[str] = field(default_factory=list)  # inner classes that do not
+    required: bool = False  # EAGLE-3 code needs it on a model of this class's role
+    fix: Fix | None = None  # what apply writes; None when it cannot
+    blocker: str | None = None  # why there is no fix
+    uses: list[Use] = field(default_factory=list)  # the uses made on this class's role
+
+    @property
+    def called_at(self) -> list[str]:
+        seen: list[str] = []
+        for use in self.uses or self.member.uses:
+            if use.at not in seen:
+                seen.append(use.at)
+        return seen
 
 
 @dataclass
 class ModelPlan:
     wrapper: Wrapper
-    status: str  # compliant | delegable | not_delegable | dynamic | unresolved
-    missing: list[MemberPlan] = field(default_factory=list)
-    forwarded: list[MemberPlan] = field(default_factory=list)
-    not_delegable: list[MemberPlan] = field(default_factory=list)
+    status: str  # Status
+    role: str = "target"  # ModelRole
+    role_reason: str = ""
+    missing: list[MemberPlan] = field(default_factory=list)  # gaps: required, or written by apply
+    forwarded: list[MemberPlan] = field(default_factory=list)  # present on the class (own, inherited or dynamic)
     reason: str = ""
+
+    @property
+    def fixes(self) -> list[MemberPlan]:
+        return [m for m in self.missing if m.fix is not None]
+
+    @property
+    def required_gaps(self) -> list[MemberPlan]:
+        return [m for m in self.missing if m.required]

@@ -10,19 +10,26 @@ from typing import TYPE_CHECKING
 from patcher.records import MemberPlan, ModelPlan, ProtocolMember
 
 if TYPE_CHECKING:
+    from patcher.baseline import Gate
     from rich.console import Console
 
     from patcher.pipeline import Analysis
 
 
+SCHEMA = 2  # of the JSON report: 2 added roles, fix/blocker per gap and the five statuses
+
+
 def member_json(plan: MemberPlan, with_definition: bool = True) -> dict:
     member = plan.member
+    roles = sorted({u.role for u in plan.uses}) or member.roles
     data = {
         "name": member.name,
         "kind": member.kind,
-        "required": member.required,
-        "role": member.role,
-        "called_at": member.called_at,
+        "required": plan.required,
+        "role": roles[0] if len(roles) == 1 else member.role,
+        "called_at": plan.called_at,
+        "fix": plan.fix.as_json() if plan.fix is not None else None,
+        "blocker": plan.blocker,
     }
     if with_definition and plan.defined is not None:
         data["defined_at"] = plan.defined.at
@@ -43,7 +50,18 @@ def protocol_json(member: ProtocolMember) -> dict:
         "required": member.required,
         "called_at": member.called_at,
         "uses": [
-            {"at": u.at, "kind": u.kind, "role": u.role, "required": u.required, "guard": u.guard}
+            {
+                "at": u.at,
+                "kind": u.kind,
+                "role": u.role,
+                "required": u.required,
+                "guard": u.guard,
+                "shape": None if u.shape is None else {
+                    "positional": u.shape.positional,
+                    "keywords": list(u.shape.keywords),
+                    "star": u.shape.star,
+                },
+            }
             for u in member.uses
         ],
     }
@@ -55,6 +73,8 @@ def model_json(plan: ModelPlan) -> dict:
         "file": wrapper.path,
         "class": wrapper.cls.name,
         "line": wrapper.cls.line,
+        "role": plan.role,
+        "role_reason": plan.role_reason,
         "status": plan.status,
         "reason": plan.reason,
         "inner": [
@@ -69,15 +89,20 @@ def model_json(plan: ModelPlan) -> dict:
             for inner in wrapper.inners
             for cls in inner.classes
         ],
+        "unresolved": [
+            {"attribute": inner.attribute, "construct": u.construct, "at": u.at, "why": u.why}
+            for inner in wrapper.inners
+            for u in inner.unresolved
+        ],
         "forwards_dynamically": wrapper.forwards_dynamically,
         "missing": [member_json(m) for m in plan.missing],
         "forwarded": [member_json(m) for m in plan.forwarded],
-        "not_delegable": [member_json(m, with_definition=False) for m in plan.not_delegable],
     }
 
 
-def analysis_json(analysis: Analysis) -> dict:
-    return {
+def analysis_json(analysis: Analysis, gate: Gate | None = None) -> dict:
+    data = {
+        "schema": SCHEMA,
         "srt": str(analysis.tree.srt),
         "layout": analysis.tree.layout,
         "protocol": [protocol_json(m) for m in analysis.protocol.members.values()],
@@ -88,9 +113,22 @@ def analysis_json(analysis: Analysis) -> dict:
         "summary": {
             "models": len(analysis.plans),
             "missing": analysis.missing_count,
+            "fixes": analysis.fix_count,
             "by_status": _count_status(analysis.plans),
+            "by_role": _count_roles(analysis.plans),
         },
     }
+    if gate is not None and gate.source is not None:
+        data["baseline"] = {
+            "file": gate.source,
+            "new": [_key_json(k) for k in gate.new_gaps(analysis.plans)],
+            "stale": [_key_json(k) for k in gate.stale],
+        }
+    return data
+
+
+def _key_json(key) -> dict:
+    return {"file": key[0], "class": key[1], "member": key[2]}
 
 
 def _count_status(plans: list[ModelPlan]) -> dict[str, int]:
@@ -100,8 +138,16 @@ def _count_status(plans: list[ModelPlan]) -> dict[str, int]:
     return counts
 
 
-def write_json(analysis: Analysis, out) -> None:
-    json.dump(analysis_json(analysis), out, indent=2)
+def _count_roles(plans: list[ModelPlan]) -> dict[str, dict[str, int]]:
+    counts: dict[str, dict[str, int]] = {}
+    for plan in plans:
+        by_status = counts.setdefault(plan.role, {})
+        by_status[plan.status] = by_status.get(plan.status, 0) + 1
+    return counts
+
+
+def write_json(analysis: Analysis, out, gate: Gate | None = None) -> None:
+    json.dump(analysis_json(analysis, gate), out, indent=2)
     out.write("\n")
 
 
@@ -132,26 +178,52 @@ def _below(path: Path, folder: Path) -> bool:
         return False
 
 
-def write_github(analysis: Analysis, out) -> None:
+def gap_message(plan: ModelPlan, entry: MemberPlan) -> str:
+    """One sentence for annotations and SARIF: what is missing, where EAGLE-3 uses it, the fix or the blocker."""
+    member = entry.member
+    cls = plan.wrapper.cls.name
+    used = f"EAGLE-3 uses it at {', '.join(entry.called_at[:3])}"
+    if entry.fix is not None and entry.defined is not None:
+        return (
+            f"{cls} does not forward {member.name}() to {entry.fix.to} ({entry.defined.owner} defines it at "
+            f"{entry.defined.at}); {used}. Fix: eaglepatch apply"
+        )
+    return f"{cls} ({plan.role}) lacks {member.name}; {used}. {entry.blocker}"
+
+
+def write_github(analysis: Analysis, out, gate: Gate | None = None) -> None:
     for plan in analysis.plans:
         wrapper = plan.wrapper
         file = _escape(display_path(analysis, wrapper.path), True)
         for entry in plan.missing:
-            member = entry.member
-            level = "error" if member.required else "warning"
-            message = (
-                f"{wrapper.cls.name} does not forward {member.name}() to {entry.inner_attribute} "
-                f"({entry.defined.owner} defines it at {entry.defined.at}); EAGLE-3 uses it at "
-                f"{', '.join(member.called_at[:3])}. Fix: eaglepatch apply"
-            )
-            title = _escape(f"eaglepatch: missing {member.name}", True)
-            out.write(f"::{level} file={file},line={wrapper.cls.line},title={title}::{_escape(message)}\n")
-        if plan.status == "not_delegable":
-            out.write(f"::warning file={file},line={wrapper.cls.line},title=eaglepatch::{_escape(plan.reason)}\n")
+            if entry.required and gate is not None and not gate.is_new(plan, entry.member.name):
+                continue  # accepted in the baseline
+            level = "error" if entry.required else "notice"
+            title = _escape(f"eaglepatch: missing {entry.member.name}", True)
+            message = _escape(gap_message(plan, entry))
+            out.write(f"::{level} file={file},line={wrapper.cls.line},title={title}::{message}\n")
     for warning in analysis.warnings:
         out.write(f"::warning title=eaglepatch::{_escape(warning)}\n")
-    total = analysis.missing_count
-    out.write(f"::notice title=eaglepatch::{total} missing member(s) in {len(analysis.plans)} model class(es)\n")
+    if gate is not None:
+        for key in gate.stale:
+            out.write(f"::warning title=eaglepatch::{_escape(_stale_text(key))}\n")
+    out.write(f"::notice title=eaglepatch::{_escape(totals_line(analysis, gate))}\n")
+
+
+def _stale_text(key) -> str:
+    return f"baseline entry {key[1]}.{key[2]} ({key[0]}) matches no gap any more: remove it"
+
+
+def totals_line(analysis: Analysis, gate: Gate | None = None) -> str:
+    """One line: required gaps, fixes, and classes by role and status."""
+    parts = []
+    for role, by_status in sorted(_count_roles(analysis.plans).items(), key=lambda kv: _ROLE_ORDER.get(kv[0], 9)):
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(by_status.items(), key=lambda kv: _STATUS_ORDER.get(kv[0], 9)))
+        parts.append(f"{role}: {counts}")
+    head = f"{analysis.missing_count} required member(s) missing, {analysis.fix_count} apply can write"
+    if gate is not None and gate.source is not None:
+        head += f", {len(gate.new_gaps(analysis.plans))} not in the baseline"
+    return f"{head} · {len(analysis.plans)} class(es) · " + " · ".join(parts)
 
 
 # -- people ----------------------------------------------------------------------------------------
@@ -165,10 +237,12 @@ def _sites(at: list[str], limit: int = 2) -> str:
 STATUS_STYLE = {
     "compliant": "green",
     "dynamic": "green",
-    "delegable": "yellow",
-    "not_delegable": "red",
+    "fixable": "yellow",
+    "needs_code": "red",
     "unresolved": "magenta",
 }
+_STATUS_ORDER = {"fixable": 0, "needs_code": 1, "unresolved": 2, "dynamic": 3, "compliant": 4}
+_ROLE_ORDER = {"target": 0, "draft": 1, "other": 2}
 
 
 def print_protocol(analysis: Analysis, console: Console) -> None:
@@ -185,7 +259,7 @@ def print_protocol(analysis: Analysis, console: Console) -> None:
         table.add_row(
             member.name,
             member.kind,
-            member.role,
+            "/".join(member.roles),
             "required" if member.required else "optional",
             _sites(member.called_at, 1),
         )
@@ -198,81 +272,88 @@ def print_protocol(analysis: Analysis, console: Console) -> None:
         )
 
 
-def print_model(plan: ModelPlan, console: Console) -> None:
+def _inner_text(plan: ModelPlan) -> str:
+    held = [f"{i.attribute}: {' | '.join(f'{c.name} ({c.file})' for c in i.classes)}" for i in plan.wrapper.inners if i.classes]
+    pending = [f"{i.attribute}: unresolved" for i in plan.wrapper.inners if not i.classes and i.unresolved]
+    return "; ".join(held + pending) or "none"
+
+
+def print_model(plan: ModelPlan, console: Console, gate: Gate | None = None) -> None:
     wrapper = plan.wrapper
-    inner = "; ".join(
-        f"{i.attribute}: {' | '.join(f'{c.name} ({c.file})' for c in i.classes)}" for i in wrapper.inners
-    ) or "none found"
     style = STATUS_STYLE.get(plan.status, "white")
     console.print(
-        f"\n[bold]{wrapper.cls.name}[/bold] ({wrapper.path}:{wrapper.cls.line})  inner {inner}  "
+        f"\n[bold]{wrapper.cls.name}[/bold] ({wrapper.path}:{wrapper.cls.line})  {plan.role}  "
         f"[{style}]{plan.status}[/{style}]"
     )
-    if plan.reason:
-        console.print(f"  {plan.reason}")
-    rows = [("missing", "[red]✗ missing[/red]      ", plan.missing), ("forwarded", "[green]✓ present[/green]      ", plan.forwarded)]
-    rows.append(("not_delegable", "[dim]– not delegable[/dim]", plan.not_delegable))
-    for _, label, entries in rows:
-        for entry in entries:
-            member = entry.member
-            need = "required" if member.required else "optional"
-            where = f"defined at {entry.defined.at}" if entry.defined else "the inner model lacks it"
-            console.print(f"  {label} [bold]{member.name}[/bold] ({member.role}, {need}): {where}")
-            if entry.providers and entry.lacking:
-                console.print(
-                    f"  [dim]{'':17}provided by {', '.join(entry.providers)}; not by {', '.join(entry.lacking)} "
-                    "(the delegation raises AttributeError there)[/dim]"
-                )
-            console.print(f"  [dim]{'':17}used at {_sites(member.called_at)}[/dim]")
+    console.print(f"  [dim]role: {plan.role_reason}; inner {_inner_text(plan)}[/dim]")
+    for inner in wrapper.inners:
+        for pending in inner.unresolved:
+            console.print(f"  [magenta]? unresolved[/magenta]  {pending}")
+    for entry in plan.missing:
+        member = entry.member
+        if entry.required:
+            accepted = gate is not None and not gate.is_new(plan, member.name)
+            label = "[dim]✗ baselined [/dim]" if accepted else "[red]✗ missing   [/red]"
+        else:
+            label = "[yellow]+ companion [/yellow]"
+        if entry.fix is not None and entry.defined is not None:
+            what = f"fix: forward to self.{entry.fix.to} ({entry.defined.owner} defines it at {entry.defined.at})"
+        else:
+            what = f"no fix: {entry.blocker}"
+        console.print(f"  {label} [bold]{member.name}[/bold]: {what}")
+        if entry.providers and entry.lacking:
+            console.print(
+                f"  [dim]{'':13}provided by {', '.join(entry.providers)}; not by {', '.join(entry.lacking)} "
+                "(the delegation raises AttributeError there)[/dim]"
+            )
+        console.print(f"  [dim]{'':13}used at {_sites(entry.called_at)}[/dim]")
+    for entry in plan.forwarded:
+        console.print(f"  [green]✓ present   [/green] [bold]{entry.member.name}[/bold]")
 
 
-def print_table(analysis: Analysis, console: Console, show_protocol: bool = True) -> None:
+def _closing(analysis: Analysis, console: Console, gate: Gate | None) -> None:
+    for warning in analysis.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    if gate is not None:
+        for key in gate.stale:
+            console.print(f"[yellow]stale:[/yellow] {_stale_text(key)}")
+    console.print(f"\n{totals_line(analysis, gate)}")
+    if analysis.fix_count:
+        console.print("Review the fixes with [bold]eaglepatch diff[/bold], write them with [bold]eaglepatch apply[/bold].")
+
+
+def print_table(analysis: Analysis, console: Console, show_protocol: bool = True, gate: Gate | None = None) -> None:
     if show_protocol:
         print_protocol(analysis, console)
     for plan in analysis.plans:
-        print_model(plan, console)
-    for warning in analysis.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
-    total = analysis.missing_count
-    if total:
-        console.print(
-            f"\n[bold red]{total} missing[/bold red] EAGLE-3 member(s). "
-            "Review with [bold]eaglepatch diff[/bold], write with [bold]eaglepatch apply[/bold]."
-        )
-    else:
-        console.print("\n[bold green]Nothing missing[/bold green]: every delegable EAGLE-3 member is present.")
+        print_model(plan, console, gate)
+    _closing(analysis, console, gate)
 
 
-def print_summary(analysis: Analysis, console: Console) -> None:
-    """`--all`: one row per class first, the details of every class that is not clean after."""
-    from rich.table import Table
-
-    table = Table(title=f"EAGLE-3 readiness of {len(analysis.plans)} model classes", title_justify="left")
-    table.add_column("class", style="bold", no_wrap=True)
-    table.add_column("file", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("detail")
-    order = {"delegable": 0, "not_delegable": 1, "unresolved": 2, "dynamic": 3, "compliant": 4}
-    plans = sorted(analysis.plans, key=lambda p: (order.get(p.status, 9), p.wrapper.path, p.wrapper.cls.name))
+def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None) -> None:
+    """`--all`: one line per class that is not clean, its gaps in full beneath it (wrapped, never cut)."""
+    plans = sorted(
+        analysis.plans,
+        key=lambda p: (_STATUS_ORDER.get(p.status, 9), _ROLE_ORDER.get(p.role, 9), p.wrapper.path, p.wrapper.cls.name),
+    )
+    console.print(f"[bold]EAGLE-3 readiness of {len(analysis.plans)} model classes[/bold]")
     for plan in plans:
+        if plan.status in ("compliant", "dynamic") and not plan.missing:
+            continue
         style = STATUS_STYLE.get(plan.status, "white")
-        detail = plan.reason
-        if plan.status == "delegable":
-            detail = "missing " + ", ".join(m.member.name for m in plan.missing)
-        table.add_row(plan.wrapper.cls.name, plan.wrapper.path, f"[{style}]{plan.status}[/{style}]", detail)
-    console.print(table)
-    counts = ", ".join(f"{n} {status}" for status, n in sorted(_count_status(analysis.plans).items()))
-    console.print(f"{counts}")
-    for plan in plans:
-        if plan.status in ("delegable", "not_delegable", "unresolved"):
-            print_model(plan, console)
-    for warning in analysis.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
-    if analysis.missing_count:
         console.print(
-            f"\n[bold red]{analysis.missing_count} missing[/bold red] member(s) can be delegated: "
-            "[bold]eaglepatch diff --all[/bold] to review, [bold]eaglepatch apply --all[/bold] to write."
+            f"[{style}]{plan.status:<10}[/{style}] {plan.role:<6} [bold]{plan.wrapper.cls.name}[/bold] "
+            f"({plan.wrapper.path}:{plan.wrapper.cls.line})"
         )
+        fixes = [m.member.name + ("" if m.required else " (companion)") for m in plan.fixes]
+        if fixes:
+            targets = sorted({m.fix.to for m in plan.fixes if m.fix is not None})
+            console.print(f"{'':18}forward to self.{'/'.join(targets)}: {', '.join(fixes)}", overflow="fold")
+        blocked = [m for m in plan.missing if m.fix is None]
+        if blocked:
+            names = ", ".join(m.member.name for m in blocked)
+            console.print(f"{'':18}no fix for {names}: {blocked[0].blocker}", overflow="fold")
+    _closing(analysis, console, gate)
 
 
 # -- SARIF (code scanning) -------------------------------------------------------------------------
@@ -285,19 +366,17 @@ def _uri(path: str) -> str:
     return Path(path).as_uri() if Path(path).is_absolute() else quote(path)
 
 
-def write_sarif(analysis: Analysis, out) -> None:
+def write_sarif(analysis: Analysis, out, gate: Gate | None = None) -> None:
     results = []
     for plan in analysis.plans:
         for entry in plan.missing:
-            member = entry.member
+            if entry.required and gate is not None and not gate.is_new(plan, entry.member.name):
+                continue
             results.append(
                 {
-                    "ruleId": "eaglepatch/missing-delegation",
-                    "level": "error" if member.required else "warning",
-                    "message": {
-                        "text": f"{plan.wrapper.cls.name} does not forward {member.name} to {entry.inner_attribute} "
-                        f"({entry.defined.at}); EAGLE-3 uses it at {', '.join(member.called_at[:3])}"
-                    },
+                    "ruleId": "eaglepatch/missing-delegation" if entry.fix is not None else "eaglepatch/missing-member",
+                    "level": "error" if entry.required else "note",
+                    "message": {"text": gap_message(plan, entry)},
                     "locations": [
                         {
                             "physicalLocation": {
@@ -323,7 +402,11 @@ def write_sarif(analysis: Analysis, out) -> None:
                             {
                                 "id": "eaglepatch/missing-delegation",
                                 "shortDescription": {"text": "A wrapper model does not forward an EAGLE-3 member"},
-                            }
+                            },
+                            {
+                                "id": "eaglepatch/missing-member",
+                                "shortDescription": {"text": "A model class lacks an EAGLE-3 member and no delegation can provide it"},
+                            },
                         ],
                     }
                 },
@@ -346,17 +429,25 @@ def explain_json(analysis: Analysis, name: str) -> dict:
     data = protocol_json(member)
     data["models"] = []
     for plan in analysis.plans:
-        entries = {"missing": plan.missing, "forwarded": plan.forwarded, "not_delegable": plan.not_delegable}
+        entries = {"missing": plan.missing, "forwarded": plan.forwarded}
         for status, items in entries.items():
             for entry in items:
                 if entry.member.name != name:
                     continue
-                item = {"class": plan.wrapper.cls.name, "file": plan.wrapper.path, "status": status}
+                item = {
+                    "class": plan.wrapper.cls.name,
+                    "file": plan.wrapper.path,
+                    "role": plan.role,
+                    "status": "present" if status == "forwarded" else "missing",
+                    "required": entry.required,
+                    "fix": entry.fix.as_json() if entry.fix is not None else None,
+                    "blocker": entry.blocker,
+                }
                 if entry.defined is not None:
                     item["defined_at"] = entry.defined.at
                     item["defined_by"] = entry.defined.owner
                     item["inner_attribute"] = entry.inner_attribute
-                if status == "missing":
+                if entry.fix is not None:
                     source = analysis.cache.read(analysis.tree.srt / plan.wrapper.path)
                     delegation = delegation_for(analysis.cache, analysis.tree, source, entry)
                     item["would_write"] = render_delegation(delegation)
@@ -380,7 +471,9 @@ def print_explain(data: dict, console: Console) -> None:
     console.print(table)
     for model in data["models"]:
         where = f" defined by {model['defined_by']} at {model['defined_at']}" if "defined_at" in model else ""
-        console.print(f"\n{model['class']} ({model['file']}): {model['status']}{where}")
+        console.print(f"\n{model['class']} ({model['file']}, {model['role']}): {model['status']}{where}")
+        if model["blocker"]:
+            console.print(f"no fix: {model['blocker']}")
         if "would_write" in model:
             console.print("eaglepatch apply would write:")
             console.print(Syntax(model["would_write"], "python", theme="ansi_dark", background_color="default"))

@@ -355,7 +355,7 @@ class Resolver:
         return Wrapper(cls=info, inners=inners, path=source.rel, forwards_dynamically=dynamic)
 
     def all_wrappers(self, protocol: Protocol, progress=None) -> list[Wrapper]:
-        """Every EntryClass model under models/ whose __init__ holds another model."""
+        """Every class an `EntryClass` names under models/: each gets a verdict, none is left out."""
         files = []
         for path in sorted(self.tree.models.rglob("*.py")):
             try:
@@ -371,9 +371,7 @@ class Resolver:
             try:
                 source = self.cache.read(path)
                 for name in self.wrapper_candidates(source, entry_only=True):
-                    wrapper = self.wrapper(source, name, protocol)
-                    if wrapper.inners or wrapper.forwards_dynamically:
-                        found.append(wrapper)
+                    found.append(self.wrapper(source, name, protocol))
             except EaglepatchError as exc:
                 self.warnings.append(f"skipped {exc}")
         return found
@@ -446,15 +444,9 @@ def select_wrappers(tree: SourceTree, cache: SourceCache, resolver: Resolver, se
         names = [class_name]
     else:
         names = resolver.wrapper_candidates(source)
-    wrappers = [resolver.wrapper(source, name, protocol) for name in names]
-    holding = [w for w in wrappers if w.inners or w.forwards_dynamically]
-    if not holding:
-        which = class_name or ", ".join(names) or "no class"
-        raise EaglepatchError(
-            f"{which}: no inner model found (no `self.X = SomeModel(...)` in __init__ that resolves to a model "
-            "class in the tree); pass --model module:Class naming the wrapper",
-            path=rel,
-        )
+    if not names:
+        raise EaglepatchError("defines no class; pass --model with a model module", path=rel)
+    holding = [resolver.wrapper(source, name, protocol) for name in names]
     for wrapper in holding:
         for inner in wrapper.inners:
             if not inner.classes and inner.unresolved:

@@ -28,7 +28,7 @@ def test_each_branch_class_is_reported_with_what_it_provides(tmp_path):
     result = CliRunner().invoke(app, ["check", str(root), "-m", MODEL, "--format", "json"])
     assert result.exit_code == 1, result.output
     model = json.loads(result.stdout)["models"][0]
-    assert model["status"] == "delegable"
+    assert model["status"] == "fixable"
     assert {(i["attribute"], i["class"]) for i in model["inner"]} == {
         ("language_model", "LlamaForCausalLM"),
         ("language_model", "Qwen2Model"),

@@ -150,13 +150,23 @@ def test_fixture_kimi_missing_exactly_the_three_hooks(fixture_report):
     code, data = fixture_report
     assert code == 1
     kimi = model_of(data)
-    assert kimi["status"] == "delegable"
+    assert kimi["status"] == "fixable"
+    assert kimi["role"] == "target"
     assert kimi["file"] == KIMI_FILE
     assert kimi["line"] == unique_line(SRT / KIMI_FILE, f"class {KIMI_CLASS}(")
     assert names(kimi["missing"]) == KIMI_MISSING
     assert kimi["forwarded"] == []
-    assert data["summary"]["missing"] == 3
-    assert data["summary"]["by_status"] == {"delegable": 1}
+    # the target's hooks are required; the draft-side set_embed_and_head is a companion: written, never gating
+    assert {m["name"]: m["required"] for m in kimi["missing"]} == {
+        "get_embed_and_head": True,
+        "set_eagle3_layers_to_capture": True,
+        "set_embed_and_head": False,
+    }
+    assert all(m["fix"] == {"kind": "delegate", "to": "language_model"} for m in kimi["missing"])
+    assert data["schema"] == 2
+    assert data["summary"]["missing"] == 2
+    assert data["summary"]["fixes"] == 3
+    assert data["summary"]["by_status"] == {"fixable": 1}
     assert [(i["attribute"], i["class"], i["file"]) for i in kimi["inner"]] == [
         ("language_model", "DeepseekV3ForCausalLM", "models/deepseek_v2.py")
     ]
@@ -173,11 +183,11 @@ def test_fixture_defined_at_points_at_the_real_def_lines(fixture_report):
         assert entry["inner_attribute"] == "language_model"
 
 
-def test_fixture_draft_only_and_optional_members_are_not_delegable(fixture_report):
+def test_fixture_draft_only_and_optional_members_are_not_listed_against_a_target(fixture_report):
     _, data = fixture_report
-    not_delegable = names(model_of(data)["not_delegable"])
-    assert {"set_embed", "hot_token_id", "load_lm_head_from_target", "get_embed_and_head_for_draft"} <= not_delegable
-    assert not_delegable.isdisjoint(KIMI_MISSING)
+    kimi = model_of(data)
+    listed = names(kimi["missing"] + kimi["forwarded"])
+    assert listed.isdisjoint({"set_embed", "hot_token_id", "load_lm_head_from_target", "get_embed_and_head_for_draft"})
 
 
 def test_fixture_general_interface_is_not_protocol(fixture_report):
@@ -186,7 +196,7 @@ def test_fixture_general_interface_is_not_protocol(fixture_report):
     for general in ("forward", "load_weights", "get_input_embeddings"):
         assert general not in protocol
         for model in data["models"]:
-            assert general not in names(model["missing"] + model["forwarded"] + model["not_delegable"])
+            assert general not in names(model["missing"] + model["forwarded"])
     # No EAGLE-3 code in the fixture touches forward & co., so nothing had to be set aside.
     assert data["general_interface"] == {}
 
@@ -236,7 +246,7 @@ def test_fixture_protocol_members_and_call_sites(fixture_report):
 def test_fixture_table_format_names_the_missing_members():
     result = run(CHECKOUT)
     assert result.exit_code == 1
-    for name in ("KimiK25ForConditionalGeneration", "delegable", "3 missing"):
+    for name in ("KimiK25ForConditionalGeneration", "fixable", "2 required member(s) missing", "3 apply can write"):
         assert name in result.stdout
     assert result.stderr == ""
 
@@ -312,7 +322,8 @@ def test_new_consumer_call_joins_protocol_and_missing(tree):
     assert names(kimi["missing"]) == KIMI_MISSING | {"get_hot_token_ids"}
     hot = next(m for m in kimi["missing"] if m["name"] == "get_hot_token_ids")
     assert hot["defined_at"] == tree.at("models/deepseek_v2.py", "def get_hot_token_ids(")
-    assert data["summary"]["missing"] == 4
+    assert hot["fix"] == {"kind": "delegate", "to": "language_model"}
+    assert data["summary"]["missing"] == 3  # two hooks and the new call; set_embed_and_head is a companion
 
 
 def test_new_consumer_call_without_inner_method_is_not_delegable(tree):
@@ -321,8 +332,11 @@ def test_new_consumer_call_without_inner_method_is_not_delegable(tree):
     assert code == 1
     assert "get_hot_token_ids" in protocol_of(data)
     kimi = model_of(data)
-    assert names(kimi["missing"]) == KIMI_MISSING
-    assert "get_hot_token_ids" in names(kimi["not_delegable"])
+    assert names(kimi["missing"]) == KIMI_MISSING | {"get_hot_token_ids"}
+    hot = next(m for m in kimi["missing"] if m["name"] == "get_hot_token_ids")
+    assert hot["required"] is True and hot["fix"] is None
+    assert "lacks it" in hot["blocker"] and "DeepseekV3ForCausalLM" in hot["blocker"]
+    assert kimi["status"] == "needs_code"
 
 
 # --------------------------------------------------------------------------- 4. receiver forms
@@ -515,8 +529,10 @@ def test_hasattr_optional_member_the_inner_model_has_is_reported_optional(tree):
     )
     code, data = check_json(tree.root)
     assert code == 1
-    entry = next(m for m in model_of(data)["missing"] if m["name"] == "get_input_embeddings_for_eagle")
-    assert entry["required"] is False
+    assert protocol_of(data)["get_input_embeddings_for_eagle"]["required"] is False
+    # probed with hasattr and skipped when absent: a forwarding method that always exists would defeat the
+    # probe, so it is neither required nor written
+    assert "get_input_embeddings_for_eagle" not in names(model_of(data)["missing"])
 
 
 def test_extra_consumer_file_counts_only_when_named(tree):
@@ -605,7 +621,7 @@ def test_gemma_like_resolves_aliased_relative_import():
     code, data = check_json(CHECKOUT, "--model", "gemma_like")
     assert code == 1
     gemma = model_of(data, "GemmaLikeForConditionalGeneration")
-    assert gemma["status"] == "delegable"
+    assert gemma["status"] == "fixable"
     [inner] = gemma["inner"]
     assert (inner["attribute"], inner["class"], inner["file"]) == ("language_model", "Gemma3ForCausalLM", "models/gemma3.py")
     assert inner["line"] == unique_line(SRT / "models/gemma3.py", "class Gemma3ForCausalLM(")
@@ -638,14 +654,17 @@ def test_llava_like_is_compliant():
     assert len(llava["forwarded"]) == 3
 
 
-def test_qwen_backbone_is_not_delegable():
+def test_qwen_backbone_needs_code_and_fails_the_gate():
     code, data = check_json(CHECKOUT, "--model", "qwen_backbone")
-    assert code == 0
+    assert code == 1  # the user serves this model: a required hook nobody can write still fails the gate
     qwen = model_of(data, "QwenBackboneWrapper")
-    assert qwen["status"] == "not_delegable"
-    assert qwen["missing"] == [] and qwen["forwarded"] == []
+    assert qwen["status"] == "needs_code"
+    assert qwen["forwarded"] == []
     assert [(i["attribute"], i["class"]) for i in qwen["inner"]] == [("model", "Qwen2Model")]
-    assert KIMI_MISSING <= names(qwen["not_delegable"])
+    assert names(qwen["missing"]) == {"get_embed_and_head", "set_eagle3_layers_to_capture"}
+    for entry in qwen["missing"]:
+        assert entry["required"] is True and entry["fix"] is None
+        assert "Qwen2Model" in entry["blocker"]
     assert "Qwen2Model" in qwen["reason"]
 
 
@@ -659,8 +678,8 @@ def test_repeated_model_option_reports_each():
     code, data = check_json(CHECKOUT, "-m", "kimi_k25", "-m", "llava_like", "-m", "qwen_backbone")
     assert code == 1
     assert [m["class"] for m in data["models"]] == [KIMI_CLASS, "LlavaLikeForConditionalGeneration", "QwenBackboneWrapper"]
-    assert data["summary"]["missing"] == 3
-    assert data["summary"]["by_status"] == {"delegable": 1, "compliant": 1, "not_delegable": 1}
+    assert data["summary"]["missing"] == 4  # two required hooks each in kimi_k25 and qwen_backbone
+    assert data["summary"]["by_status"] == {"fixable": 1, "compliant": 1, "needs_code": 1}
 
 
 def test_method_from_in_file_base_class_counts_as_present(tree):
@@ -790,7 +809,6 @@ ERROR_CASES = {
     "no-sglang-srt": _no_srt,
     "model-nosuch": _model_nosuch,
     "class-nosuch": _class_nosuch,
-    "no-inner-model": _no_inner,
     "syntax-error-in-wrapper": _syntax_error,
     "wrapper-not-utf8": _not_utf8,
     "no-eagle-consumers": _no_consumers,
@@ -850,6 +868,16 @@ def test_syntax_error_outside_wrapper_class_is_an_error(tree):
     assert f"{KIMI_FILE}:{tree.line(KIMI_FILE, 'def broken(:')}" in result.stderr
 
 
+def test_class_holding_no_model_is_listed_needs_code_not_an_error(tree, tmp_path):
+    args, _ = _no_inner(tree, tmp_path)
+    code, data = check_json(*args)
+    assert code == 1
+    kimi = model_of(data)
+    assert (kimi["status"], kimi["inner"]) == ("needs_code", [])
+    assert names(kimi["missing"]) == {"get_embed_and_head", "set_eagle3_layers_to_capture"}
+    assert all("neither defines it nor holds a model" in m["blocker"] for m in kimi["missing"])
+
+
 def test_wrapper_without_language_model_is_not_clean(tree):
     tree.replace(
         KIMI_FILE,
@@ -869,7 +897,9 @@ def test_github_format_annotates_each_missing_member_on_class_line(tree, monkeyp
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
     errors = [line for line in lines if line.startswith("::error file=")]
-    assert len(errors) == 3
+    assert len(errors) == 2  # the required hooks; the companion is a notice
+    companions = [line for line in lines if line.startswith("::notice file=")]
+    assert len(companions) == 1 and "missing set_embed_and_head" in companions[0]
     class_line = tree.line(KIMI_FILE, f"class {KIMI_CLASS}(")
     seen = set()
     for line in errors:
@@ -880,9 +910,9 @@ def test_github_format_annotates_each_missing_member_on_class_line(tree, monkeyp
         member = fields["title"].removeprefix("eaglepatch%3A missing ")
         seen.add(member)
         assert f"does not forward {member}()" in message
-    assert seen == KIMI_MISSING
+    assert seen == KIMI_MISSING - {"set_embed_and_head"}
     assert lines[-1].startswith("::notice ")
-    assert "3 missing" in lines[-1]
+    assert "2 required member(s) missing, 3 apply can write" in lines[-1]
 
 
 def test_github_format_path_resolves_from_repo_cwd(monkeypatch):
@@ -890,7 +920,7 @@ def test_github_format_path_resolves_from_repo_cwd(monkeypatch):
     result = run(CHECKOUT, "--format", "github")
     assert result.exit_code == 1
     errors = [line for line in result.stdout.splitlines() if line.startswith("::error ")]
-    assert len(errors) == 3
+    assert len(errors) == 2
     expected_line = unique_line(SRT / KIMI_FILE, f"class {KIMI_CLASS}(")
     for line in errors:
         assert line.startswith(f"::error file=fixtures/checkout/python/sglang/srt/{KIMI_FILE},line={expected_line},")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import grp
+import json
 import os
 import pwd
 import shutil
@@ -256,17 +257,23 @@ def test_model_names_no_class(tmp_path):
 # --------------------------------------------------------------------------- wrapper and inner model
 
 
-def test_wrapper_without_inner_model(tmp_path):
+def test_wrapper_without_inner_model_is_a_finding_not_an_error(tmp_path):
     tree = minimal_tree(tmp_path / "tree")
     path = tree / SRT / WRAPPER
     path.write_text(WRAPPER_PY.replace("InnerForCausalLM(config)", "None"), encoding="utf-8")
-    assert_bad_input(tmp_path, [tree, "--model", "wrapper"], f"{WRAPPER}:", "no inner model")
+    before = state(tmp_path)
+    result = CliRunner().invoke(app, ["check", str(tree), "--model", "wrapper", "--format", "json"])
+    assert result.exit_code == 1, result.output
+    (model,) = json.loads(result.stdout)["models"]
+    assert (model["class"], model["status"], model["inner"]) == (WRAPPER_CLASS, "needs_code", [])
+    assert {m["name"] for m in model["missing"]} == {"get_embed_and_head", "set_eagle3_layers_to_capture"}
+    assert state(tmp_path) == before
 
 
 def test_empty_wrapper_file(tmp_path):
     tree = minimal_tree(tmp_path / "tree")
     (tree / SRT / WRAPPER).write_bytes(b"")
-    assert_bad_input(tmp_path, [tree, "--model", "wrapper"], f"{WRAPPER}:", "no inner model")
+    assert_bad_input(tmp_path, [tree, "--model", "wrapper"], f"{WRAPPER}:", "defines no class")
 
 
 def test_binary_wrapper_file(tmp_path):
