@@ -100,11 +100,10 @@ def _check_shape(data: dict) -> None:
         assert isinstance(model["inner"], list)
         for inner in model["inner"]:
             assert {"attribute", "class", "file"} <= inner.keys(), inner
-        assert isinstance(model["status"], str)
+        assert model["status"] in ("compliant", "fixable", "needs_code", "dynamic", "unresolved"), model
+        assert model["role"] in ("target", "draft", "other"), model
         for entry in model["missing"] + model["forwarded"]:
-            _check_entry(entry, with_defined_at=True)
-        for entry in model["not_delegable"]:
-            _check_entry(entry, with_defined_at=False)
+            _check_entry(entry, with_defined_at=entry.get("fix") is not None)
 
 
 def wrapper_of(data: dict, cls: str = WRAPPER_CLASS) -> dict:
@@ -169,7 +168,8 @@ def test_059_kimi_misses_the_three_delegations(runs_059, layout):
         "model_executor/model_runner.py:622"
         in missing["set_eagle3_layers_to_capture"]["called_at"]
     )
-    assert "set_embed" in names(kimi["not_delegable"])
+    # set_embed is draft-only and DeepSeek lacks it: not the target's concern, not listed
+    assert "set_embed" not in names(kimi["missing"])
     assert not DELEGATIONS & set(names(kimi["forwarded"]))
 
 
@@ -227,8 +227,10 @@ def test_059_github_format_annotates_the_wrapper(checkout_of):
         if _ANNOTATION_FILE.match(line).group(1).endswith(WRAPPER_FILE)
     ]
     assert on_kimi, f"no annotation on {WRAPPER_FILE}\n{describe(proc)}"
-    for name in sorted(DELEGATIONS):
+    companion = "set_embed_and_head"  # draft-side: written by apply, a notice rather than an error
+    for name in sorted(DELEGATIONS - {companion}):
         assert any(name in line for line in on_kimi), f"{name} not annotated"
+    assert any(line.startswith("::notice file=") and companion in line for line in lines), describe(proc)
     for line in on_kimi:
         path = _ANNOTATION_FILE.match(line).group(1)
         assert (root / path).is_file() or Path(path).is_file(), (
