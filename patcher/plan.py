@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+import libcst as cst
+
 from patcher.records import CallShape, Fix, MemberPlan, ModelPlan, Protocol, Signature, Use, Wrapper
 
 # A use whose receiver does not say which model it is counts against the target.
@@ -134,7 +136,7 @@ def call_misfit(params, shape: CallShape, is_method: bool = True) -> str | None:
     if is_method and positional:
         positional = positional[1:]
     posonly = len(params.posonly_params) - (1 if is_method and params.posonly_params else 0)
-    star_arg = params.star_arg if hasattr(params.star_arg, "name") else None
+    star_arg = params.star_arg if isinstance(params.star_arg, cst.Param) else None  # not a bare `*`
     if shape.positional > len(positional) and star_arg is None:
         return f"it takes {len(positional)} positional argument(s)"
     bound = {p.name.value for p in positional[: shape.positional]}

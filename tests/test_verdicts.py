@@ -1,0 +1,363 @@
+"""Verdicts by role: which class plays which part, what each part requires, and a gate with a baseline.
+
+Stage-level tables first (roles, call shapes), then the CLI on copies of the bundled fixture
+tree, each case a small edit of the tree that mirrors a shape seen in SGLang's releases.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from typer.testing import CliRunner
+
+from patcher.cli import app
+from patcher.locate import locate_tree
+from patcher.plan import call_misfit
+from patcher.records import CallShape, ClassInfo
+from patcher.roles import RoleBook, learn_roles
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CHECKOUT = REPO_ROOT / "fixtures" / "checkout"
+SRT = Path("python", "sglang", "srt")
+KIMI_CLASS = "KimiK25ForConditionalGeneration"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    target = tmp_path / "tree"
+    shutil.copytree(CHECKOUT, target)
+    return target
+
+
+def invoke(*args):
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def check_json(root: Path, *args) -> tuple[int, dict]:
+    result = invoke("check", root, "--format", "json", *args)
+    assert result.exit_code in (0, 1), result.stderr
+    return result.exit_code, json.loads(result.stdout)
+
+
+def model(data: dict, cls: str) -> dict:
+    (found,) = [m for m in data["models"] if m["class"] == cls]
+    return found
+
+
+def names(entries) -> set[str]:
+    return {e["name"] for e in entries}
+
+
+# --------------------------------------------------------------------------- roles, as a table
+
+CONFIG = '''\
+class ModelConfig:
+    def _config_draft_model(self):
+        is_draft_model = self.is_draft_model
+        if is_draft_model and self.hf_config.architectures[0] == "TinyForCausalLM":
+            self.hf_config.architectures[0] = "TinyDrafter"
+        if self.hf_config.architectures[0] == "PlainForCausalLM":
+            self.hf_config.architectures[0] = "PlainRenamed"
+
+
+def is_generation_model(model_architectures, is_embedding=False):
+    if (
+        "TinyScorer" in model_architectures
+        or "TinyEncoder" in model_architectures
+    ):
+        return False
+    else:
+        return not is_embedding
+'''
+
+
+def _cls(name: str, bases=(), file: str = "models/x.py") -> ClassInfo:
+    return ClassInfo(name=name, file=file, line=1, members={}, bases=list(bases), external_bases=[])
+
+
+@pytest.fixture
+def book(root: Path) -> RoleBook:
+    (root / SRT / "configs" / "model_config.py").write_text(CONFIG, encoding="utf-8")
+    return learn_roles(locate_tree(root))
+
+
+ROLE_CASES = [
+    # (class, bases, file, role, words the reason must contain)
+    ("TinyDrafter", (), "models/tiny.py", "draft", "configs/model_config.py:5"),
+    ("TinyDrafterV2", ("TinyDrafter",), "models/tiny.py", "draft", "through its base TinyDrafter"),
+    ("PlainRenamed", (), "models/plain.py", "target", "generation model"),  # mapped outside a draft branch
+    ("TinyScorer", (), "models/tiny.py", "other", "is_generation_model"),
+    ("TinyEncoder", (), "models/tiny.py", "other", "configs/model_config.py:13"),
+    ("FooForCausalLMEagle3", (), "models/foo.py", "draft", "named as a draft"),
+    ("BarForCausalLMNextN", (), "models/bar.py", "draft", "named as a draft"),
+    ("BazMTP", (), "models/baz.py", "draft", "named as a draft"),
+    ("FooForSequenceClassification", (), "models/foo.py", "other", "non-generation"),
+    ("QuxHead", (), "models/qux_eagle.py", "draft", "draft-model module"),
+    ("KimiForConditionalGeneration", ("KimiEagleMixin",), "models/kimi.py", "target", "generation model"),
+    ("LlamaForCausalLM", (), "models/llama.py", "target", "generation model"),
+]
+
+
+@pytest.mark.parametrize("name, bases, file, role, reason", ROLE_CASES, ids=[c[0] for c in ROLE_CASES])
+def test_role_of_class(book: RoleBook, name, bases, file, role, reason):
+    got, why = book.role_of(_cls(name, bases, file))
+    assert got == role, why
+    assert reason in why
+
+
+def test_roles_learned_from_a_real_config_shape_not_a_list(book: RoleBook):
+    assert set(book.draft) == {"TinyDrafter"}
+    assert set(book.other) == {"TinyScorer", "TinyEncoder"}
+
+
+# --------------------------------------------------------------------------- call shapes, as a table
+
+
+def _params(header: str) -> cst.Parameters:
+    node = cst.parse_statement(f"def {header}:\n    pass\n")
+    assert isinstance(node, cst.FunctionDef)
+    return node.params
+
+
+SHAPE_CASES = [
+    # (signature, call shape, None when the call binds, else words of the reason)
+    ("f(self, layer_ids=None)", CallShape(0), None),
+    ("f(self, layer_ids=None)", CallShape(1), None),
+    ("f(self, layer_ids=None)", CallShape(0, ("layer_ids",)), None),
+    ("f(self, layers_to_capture)", CallShape(0), "layers_to_capture has no default"),
+    ("f(self, layers_to_capture)", CallShape(1), None),
+    ("f(self)", CallShape(1), "takes 0 positional"),
+    ("f(self, *args)", CallShape(3), None),
+    ("f(self, a, /, b=1)", CallShape(0, ("a",)), "no parameter a"),
+    ("f(self, a, /, b=1)", CallShape(1, ("b",)), None),
+    ("f(self, a, b=1)", CallShape(1, ("a",)), "a given twice"),
+    ("f(self, *, key)", CallShape(0), "key has no default"),
+    ("f(self, *, key)", CallShape(0, ("key",)), None),
+    ("f(self, **kwargs)", CallShape(0, ("anything",)), None),
+    ("f(self, embed, head)", CallShape(0, (), star=True), None),  # *args at the call: cannot tell
+    ("f(self, embed, head)", CallShape(2), None),
+]
+
+
+@pytest.mark.parametrize("header, shape, expected", SHAPE_CASES, ids=[f"{h}|{s.describe()}" for h, s, _ in SHAPE_CASES])
+def test_call_misfit(header, shape, expected):
+    why = call_misfit(_params(header), shape)
+    if expected is None:
+        assert why is None
+    else:
+        assert why is not None and expected in why, why
+
+
+def test_call_misfit_of_a_static_method_counts_every_parameter():
+    assert call_misfit(_params("f(layer_ids=None)"), CallShape(1), is_method=False) is None
+    assert call_misfit(_params("f()"), CallShape(1), is_method=False) is not None
+
+
+# --------------------------------------------------------------------------- roles in the report
+
+DRAFT_MODULE = '''\
+"""A draft head the configuration maps to (fixture)."""
+
+from torch import nn
+
+from sglang.srt.models.llama import LlamaModel
+
+
+class TinyDrafter(nn.Module):
+    def __init__(self, config, quant_config=None):
+        super().__init__()
+        self.model = LlamaModel(config)
+
+    def set_embed_and_head(self, embed, head):
+        self.model.embed_tokens.weight = embed
+
+
+EntryClass = [TinyDrafter]
+'''
+
+REWARD_MODULE = '''\
+"""A reward model (fixture): never served for generation."""
+
+from torch import nn
+
+from sglang.srt.models.llama import LlamaModel
+
+
+class TinyScorer(nn.Module):
+    def __init__(self, config, quant_config=None):
+        super().__init__()
+        self.model = LlamaModel(config)
+
+
+EntryClass = [TinyScorer]
+'''
+
+
+@pytest.fixture
+def with_roles(root: Path) -> Path:
+    srt = root / SRT
+    (srt / "configs" / "model_config.py").write_text(CONFIG, encoding="utf-8")
+    (srt / "models" / "tiny_draft.py").write_text(DRAFT_MODULE, encoding="utf-8")
+    (srt / "models" / "tiny_scorer.py").write_text(REWARD_MODULE, encoding="utf-8")
+    return root
+
+
+def test_draft_class_is_held_to_draft_members_only(with_roles: Path):
+    code, data = check_json(with_roles, "--model", "tiny_draft")
+    assert code == 1
+    drafter = model(data, "TinyDrafter")
+    assert drafter["role"] == "draft"
+    assert "configs/model_config.py" in drafter["role_reason"]
+    protocol = {p["name"]: p for p in data["protocol"]}
+    target_only = {n for n, p in protocol.items() if set(p["roles"]) == {"target"}}
+    assert target_only and not target_only & names(drafter["missing"])  # get_embed_and_head is not its concern
+    assert names(drafter["forwarded"]) == {"set_embed_and_head"}
+    # the fixture's worker calls set_embed unguarded on the draft model: required
+    assert "set_embed" in names(drafter["missing"])
+    assert all(m["required"] for m in drafter["missing"])
+
+
+def test_other_class_has_no_requirements(with_roles: Path):
+    code, data = check_json(with_roles, "--model", "tiny_scorer")
+    assert code == 0
+    scorer = model(data, "TinyScorer")
+    assert (scorer["role"], scorer["status"], scorer["missing"]) == ("other", "compliant", [])
+    assert "is_generation_model" in scorer["reason"]
+
+
+def test_all_lists_every_entry_class_with_a_role(with_roles: Path):
+    _, data = check_json(with_roles, "--all")
+    listed = {(m["file"], m["class"]): m["role"] for m in data["models"]}
+    assert listed[("models/tiny_draft.py", "TinyDrafter")] == "draft"
+    assert listed[("models/tiny_scorer.py", "TinyScorer")] == "other"
+    assert listed[("models/llama_eagle3.py", "LlamaForCausalLMEagle3")] == "draft"
+    assert listed[("models/kimi_k25.py", KIMI_CLASS)] == "target"
+    # classes that hold no other model are listed too, not only wrappers
+    assert ("models/llama.py", "LlamaForCausalLM") in listed
+    assert data["summary"]["by_role"]["other"] == {"compliant": 1}
+
+
+# --------------------------------------------------------------------------- call shapes decide the fix
+
+
+def test_inner_member_with_another_shape_is_not_delegated(root: Path):
+    deepseek = root / SRT / "models" / "deepseek_v2.py"
+    text = deepseek.read_text(encoding="utf-8")
+    old = "def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):"
+    assert text.count(old) == 1
+    deepseek.write_text(text.replace(old, "def set_eagle3_layers_to_capture(self, layers_to_capture: List[int]):"), encoding="utf-8")
+    code, data = check_json(root)
+    assert code == 1
+    kimi = model(data, KIMI_CLASS)
+    entry = next(m for m in kimi["missing"] if m["name"] == "set_eagle3_layers_to_capture")
+    assert entry["fix"] is None and entry["required"] is True
+    # the fixture's cuda_graph_runner calls it with no argument
+    assert "cannot take the call at model_executor/cuda_graph_runner.py:" in entry["blocker"]
+    assert "layers_to_capture has no default" in entry["blocker"]
+    assert kimi["status"] == "needs_code"
+    # and apply does not write it (the other two are still written)
+    diff = invoke("diff", root)
+    assert diff.exit_code == 1
+    assert "def get_embed_and_head" in diff.stdout
+    assert "def set_eagle3_layers_to_capture" not in diff.stdout
+
+
+# --------------------------------------------------------------------------- the gate and its baseline
+
+
+def test_baseline_accepts_todays_gaps_and_catches_a_new_one(root: Path, tmp_path: Path):
+    baseline = tmp_path / "eagle3-baseline.json"
+    first = invoke("check", root, "--all")
+    assert first.exit_code == 1  # the fixture has required gaps
+    wrote = invoke("check", root, "--all", "--write-baseline", baseline)
+    assert wrote.exit_code == 0, wrote.stderr
+    recorded = json.loads(baseline.read_text(encoding="utf-8"))
+    assert recorded["schema"] == 1
+    keys = {(e["file"], e["class"], e["member"]) for e in recorded["entries"]}
+    assert ("models/kimi_k25.py", KIMI_CLASS, "get_embed_and_head") in keys
+    assert ("models/kimi_k25.py", KIMI_CLASS, "set_embed_and_head") not in keys  # a companion never gates
+    assert invoke("check", root, "--all", "--baseline", baseline).exit_code == 0
+
+    # a compliant wrapper loses a hook: the gate turns red and names the class
+    llava = root / SRT / "models" / "llava_like.py"
+    text = llava.read_text(encoding="utf-8")
+    start = text.index("    def get_embed_and_head(")
+    end = text.index("    def ", start + 1)
+    llava.write_text(text[:start] + text[end:], encoding="utf-8")
+    red = invoke("check", root, "--all", "--baseline", baseline, "--format", "json")
+    assert red.exit_code == 1
+    data = json.loads(red.stdout)
+    assert data["baseline"]["new"] == [
+        {"file": "models/llava_like.py", "class": "LlavaLikeForConditionalGeneration", "member": "get_embed_and_head"}
+    ]
+    github = invoke("check", root, "--all", "--baseline", baseline, "--format", "github")
+    errors = [line for line in github.stdout.splitlines() if line.startswith("::error ")]
+    assert len(errors) == 1 and "LlavaLikeForConditionalGeneration" in errors[0]
+
+
+def test_baseline_reports_stale_entries(root: Path, tmp_path: Path):
+    baseline = tmp_path / "baseline.json"
+    assert invoke("check", root, "--all", "--write-baseline", baseline).exit_code == 0
+    assert invoke("apply", root, "--model", "kimi_k25").exit_code == 0
+    result = invoke("check", root, "--all", "--baseline", baseline, "--format", "json")
+    assert result.exit_code == 0
+    stale = json.loads(result.stdout)["baseline"]["stale"]
+    assert {(s["class"], s["member"]) for s in stale} == {
+        (KIMI_CLASS, "get_embed_and_head"),
+        (KIMI_CLASS, "set_eagle3_layers_to_capture"),
+    }
+    table = invoke("check", root, "--all", "--baseline", baseline)
+    assert f"baseline entry {KIMI_CLASS}.get_embed_and_head" in table.stdout
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("{not json", "not a readable baseline"),
+        ('{"schema": 99, "entries": []}', "not an eaglepatch baseline"),
+        ('{"schema": 1, "entries": [{"file": 1}]}', "without file, class and member"),
+    ],
+    ids=["not-json", "foreign", "bad-entry"],
+)
+def test_bad_baseline_is_one_line_exit_2(root: Path, tmp_path: Path, content: str, words: str):
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(content, encoding="utf-8")
+    result = invoke("check", root, "--baseline", baseline)
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("eaglepatch: error: ") and str(baseline) in line and words in line
+
+
+def test_missing_baseline_and_both_flags_are_errors(root: Path, tmp_path: Path):
+    missing = invoke("check", root, "--baseline", tmp_path / "nope.json")
+    assert missing.exit_code == 2 and "--write-baseline" in missing.stderr
+    both = invoke("check", root, "--baseline", tmp_path / "a.json", "--write-baseline", tmp_path / "b.json")
+    assert both.exit_code == 2 and len(both.stderr.splitlines()) == 1
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_named_model_that_needs_code_fails_the_gate(root: Path):
+    """A user serves the model they name: a required hook nobody can write still fails."""
+    result = invoke("check", root, "--model", "qwen_backbone")
+    assert result.exit_code == 1
+    assert "needs_code" in result.stdout
+
+
+# --------------------------------------------------------------------------- readable in a CI log
+
+
+def test_all_summary_never_cuts_member_names_at_120_columns(root: Path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
+    result = invoke("check", root, "--all")
+    assert "…" not in result.stdout
+    assert "set_eagle3_layers_to_capture" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= 120
+    footer = [line for line in result.stdout.splitlines() if "class(es)" in line]
+    assert footer and "target:" in footer[-1]
