@@ -691,6 +691,9 @@ def measure(versions: list[str], repo: Path, jobs: int, use_cache: bool = True) 
             "release": latest,
             "required_gaps": len(required),
             "required_gaps_written": sum(r[3] for r in required),
+            "required_gaps_by_member": {
+                name: sum(1 for r in required if r[2] == name) for name in sorted({r[2] for r in required})
+            },
             "required_gaps_in_classes_never_fixed": len(never),
             "written_gaps_in_classes_never_fixed": sum(r[3] for r in never),
             "classes_never_fixed": len({(f, c) for f, c, _, _ in never}),
@@ -747,7 +750,8 @@ def markdown(result: dict) -> str:
         f"({latest['required_gaps_written']} that `apply` writes); "
         f"{latest['required_gaps_in_classes_never_fixed']} of them in {latest['classes_never_fixed']} classes "
         f"upstream never fixed a protocol member of (likely false alarms), of which `apply` would write "
-        f"{latest['written_gaps_in_classes_never_fixed']}."
+        f"{latest['written_gaps_in_classes_never_fixed']}. By member: "
+        + ", ".join(f"{k} {v}" for k, v in latest["required_gaps_by_member"].items())
     )
     out.append("")
     out.append("| R | R+1 | EntryClass classes compared | fixes | moved | new classes |")
