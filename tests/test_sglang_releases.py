@@ -7,7 +7,6 @@ need the real 0.5.9 wheel (fetched once into the shared cache) are marked
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import zipfile
