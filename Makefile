@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO   := build/demo
 
-.PHONY: venv demo test test-fast bench clean
+.PHONY: venv demo test test-fast bench history update-releases clean
 
 $(BIN)/eaglepatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,15 @@ test-fast: venv
 
 bench: venv
 	$(BIN)/python bench/run.py
+
+# Ground truth: what upstream fixed between consecutive pinned releases, against what
+# `check --all` said about the older one. Rewrites bench/history.json (commit it on purpose).
+history: venv
+	$(BIN)/python bench/history.py
+
+# Re-pin tests/releases.txt from `pip index versions sglang` (on purpose; commit the diff).
+update-releases: venv
+	$(BIN)/python tests/update_releases.py
 
 clean:
 	rm -rf $(VENV) build .cache .pytest_cache

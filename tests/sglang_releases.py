@@ -6,7 +6,11 @@ else ``<repo>/.cache/sglang`` (``.cache/`` is gitignored)::
     <cache>/wheels/sglang-<version>-*.whl          what ``pip download`` fetched
     <cache>/trees/<version>/site-packages/sglang/  the wheel's ``sglang/**/*.py``
     <cache>/trees/<version>/.complete              written before the tree is published
-    <cache>/latest.txt, <cache>/versions.txt       ``pip index versions`` answers (1 day)
+
+Which releases exist is pinned in ``tests/releases.txt`` (oldest first), read by
+``releases_between`` and ``latest_release`` without asking the index; only
+``update_releases`` (``make update-releases``) asks ``pip index versions`` and
+rewrites that file.
 
 The trees are shared, read-only data: a test that lets the tool write files must
 work on a copy (``make_checkout`` or ``make_site_packages_copy``).
@@ -22,16 +26,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import zipfile
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+RELEASES_FILE = Path(__file__).resolve().parent / "releases.txt"
 CACHE_ENV = "EAGLEPATCH_SGLANG_CACHE"
 PACKAGE = "sglang"
-INDEX_TTL_SECONDS = 24 * 60 * 60
 _COMPLETE_MARKER = ".complete"
 _PIP_TIMEOUT_SECONDS = 900
 
@@ -266,7 +269,7 @@ def make_site_packages_copy(version: str, dest: Path) -> Path:
     return site
 
 
-# --------------------------------------------------------------------------- index
+# --------------------------------------------------------------------------- releases
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -281,18 +284,49 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def _fresh(path: Path) -> bool:
+def read_releases(path: Path | None = None) -> list[str]:
+    """The pinned release list (``tests/releases.txt`` by default), oldest first.
+
+    Blank lines and ``#`` comments are skipped; every other line must be a version,
+    and the versions must be distinct and in ascending order.
+    """
+    path = Path(path) if path is not None else RELEASES_FILE
     try:
-        return time.time() - path.stat().st_mtime < INDEX_TTL_SECONDS
-    except OSError:
-        return False
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ReleaseError(f"cannot read the pinned release list {path}: {exc}") from exc
+    versions = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        try:
+            versions.append(_check_version(line))
+        except ValueError:
+            raise ReleaseError(f"{path}:{number}: not a version: {raw.strip()!r}") from None
+    if not versions:
+        raise ReleaseError(f"{path} lists no release")
+    parsed = [Version(v) for v in versions]
+    if any(a >= b for a, b in zip(parsed, parsed[1:])):
+        raise ReleaseError(f"{path}: versions must be distinct and oldest first: {versions}")
+    return versions
 
 
-def _read_lines(path: Path) -> list[str]:
-    try:
-        return [line.strip() for line in path.read_text().splitlines() if line.strip()]
-    except OSError:
-        return []
+def latest_release() -> str:
+    """The newest pinned release (last line of ``tests/releases.txt``)."""
+    return read_releases()[-1]
+
+
+def releases_between(low: str = "0.5.9", high: str | None = None) -> list[str]:
+    """Every pinned version ``v`` with ``low <= v <= high`` (oldest first).
+
+    ``high=None`` means no upper bound. ``.postN`` releases are included (so
+    ``0.5.10.post1`` is between ``0.5.10`` and ``0.5.11``). Read from
+    ``tests/releases.txt``: the package index is never asked here.
+    """
+    lo = Version(_check_version(low))
+    hi = Version(_check_version(high)) if high is not None else None
+    return [v for v in read_releases() if Version(v) >= lo and (hi is None or Version(v) <= hi)]
 
 
 def parse_index_versions(output: str) -> list[str]:
@@ -305,8 +339,8 @@ def parse_index_versions(output: str) -> list[str]:
     return []
 
 
-def _query_index() -> list[str]:
-    """Ask pip for every published version (newest first) and refresh both caches."""
+def index_versions() -> list[str]:
+    """Every published version (newest first), as ``pip index versions`` lists it."""
     proc = _run_pip(["index", "versions", PACKAGE])
     if proc.returncode != 0:
         raise _pip_failure(f"listing {PACKAGE} versions", proc)
@@ -316,58 +350,30 @@ def _query_index() -> list[str]:
             f"`pip index versions {PACKAGE}` printed no 'Available versions:' line:\n"
             + proc.stdout[-2000:]
         )
-    cache = cache_dir()
-    _write_atomic(cache / "versions.txt", "\n".join(versions) + "\n")
-    _write_atomic(cache / "latest.txt", versions[0] + "\n")
     return versions
 
 
-def latest_release() -> str:
-    """The newest sglang release, as ``pip index versions`` reports it.
+def update_releases(path: Path | None = None, low: str | None = None) -> tuple[list[str], list[str]]:
+    """Rewrite the pinned list from the index: every release ``>= low``, oldest first.
 
-    Cached in ``<cache>/latest.txt`` for a day; if pip fails, a stale cached
-    value is used rather than failing.
+    ``low`` defaults to the file's current oldest release. The header comment is
+    kept. Pre-releases and unparsable versions are dropped. Returns (before, after).
+    Only ``make update-releases`` calls this.
     """
-    path = cache_dir() / "latest.txt"
-    cached = _read_lines(path)
-    if cached and _fresh(path):
-        return cached[0]
-    try:
-        return _query_index()[0]
-    except ReleaseError:
-        if cached:
-            return cached[0]
-        raise
-
-
-def _all_versions() -> list[str]:
-    path = cache_dir() / "versions.txt"
-    cached = _read_lines(path)
-    if cached and _fresh(path):
-        return cached
-    try:
-        return _query_index()
-    except ReleaseError:
-        if cached:
-            return cached
-        raise
-
-
-def releases_between(low: str = "0.5.9", high: str | None = None) -> list[str]:
-    """Every published version ``v`` with ``low <= v <= high`` (oldest first).
-
-    ``high=None`` means no upper bound. ``.postN`` releases are included (so
-    ``0.5.10.post1`` is between ``0.5.10`` and ``0.5.11``); pre-releases are not
-    listed by pip. The version list is cached like ``latest_release``.
-    """
-    lo = Version(_check_version(low))
-    hi = Version(_check_version(high)) if high is not None else None
-    picked = []
-    for v in _all_versions():
+    path = Path(path) if path is not None else RELEASES_FILE
+    before = read_releases(path)
+    lo = Version(_check_version(low if low is not None else before[0]))
+    after = []
+    for v in index_versions():
         try:
             parsed = Version(v)
         except InvalidVersion:
             continue
-        if parsed >= lo and (hi is None or parsed <= hi):
-            picked.append(v)
-    return sorted(picked, key=Version)
+        if parsed >= lo and not parsed.is_prerelease:
+            after.append(v)
+    after.sort(key=Version)
+    if not after:
+        raise ReleaseError(f"the index lists no {PACKAGE} release >= {lo}")
+    header = [line for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("#")]
+    _write_atomic(path, "\n".join([*header, *after]) + "\n")
+    return before, after

@@ -1,8 +1,9 @@
 """`eaglepatch check` and `apply` on EVERY sglang release from 0.5.9 to the newest.
 
-The release list is read at collection time (``sglang_releases.releases_between``,
-``pip index versions`` cached for a day); each release's wheel is fetched once into
-the shared cache and unpacked to a read-only ``site-packages`` tree. Per release:
+The release list is read at collection time from the pinned ``tests/releases.txt``
+(``sglang_releases.releases_between``; ``make update-releases`` moves it); each
+release's wheel is fetched once into the shared cache and unpacked to a read-only
+``site-packages`` tree. Per release:
 
 * ``check --format json`` (kimi_k25) on the installed layout: the EAGLE-3 calls are in
   the protocol and point at real source lines; the wrapper is fixable in 0.5.9 (the

@@ -7,10 +7,8 @@ need the real 0.5.9 wheel (fetched once into the shared cache) are marked
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import time
 import zipfile
 from pathlib import Path
 
@@ -204,7 +202,43 @@ INDEX_OUTPUT = (
 )
 
 
-def test_latest_release_and_range_are_cached_for_a_day(private_cache, monkeypatch):
+def _pinned(tmp_path, monkeypatch, text: str) -> Path:
+    path = tmp_path / "releases.txt"
+    path.write_text(text)
+    monkeypatch.setattr(sr, "RELEASES_FILE", path)
+    return path
+
+
+PINNED = "# header: updated on purpose\n0.5.8\n0.5.8.post1\n0.5.9\n\n0.5.10\n0.5.10.post1  # trailing\n0.5.11\n"
+
+
+def test_latest_release_and_range_read_the_pinned_file_never_pip(tmp_path, monkeypatch):
+    _pinned(tmp_path, monkeypatch, PINNED)
+    monkeypatch.setattr(sr.subprocess, "run", _fail_pip)
+    assert sr.latest_release() == "0.5.11"
+    assert sr.releases_between() == ["0.5.9", "0.5.10", "0.5.10.post1", "0.5.11"]
+    assert sr.releases_between("0.5.8", "0.5.10") == ["0.5.8", "0.5.8.post1", "0.5.9", "0.5.10"]
+    assert sr.releases_between("0.5.10.post1", "0.5.10.post1") == ["0.5.10.post1"]
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "0.5.10\n0.5.9\n", "0.5.9\n0.5.9\n", "0.5.9\nnope\n"])
+def test_a_bad_pinned_file_is_an_error(tmp_path, monkeypatch, text):
+    _pinned(tmp_path, monkeypatch, text)
+    with pytest.raises(sr.ReleaseError):
+        sr.releases_between()
+
+
+def test_the_repository_pins_0_5_9_to_0_5_23_oldest_first():
+    versions = sr.read_releases()
+    assert versions[0] == "0.5.9"
+    assert "0.5.10.post1" in versions and "0.5.23" in versions
+    assert sr.RELEASES_FILE.read_text().startswith("#")
+    assert "make update-releases" in sr.RELEASES_FILE.read_text()
+
+
+def test_update_releases_rewrites_the_file_from_the_index(tmp_path, monkeypatch):
+    path = tmp_path / "releases.txt"
+    path.write_text("# keep me\n# and me\n0.5.9\n0.5.10\n")
     calls = []
 
     def fake_run(args, **kwargs):
@@ -212,30 +246,22 @@ def test_latest_release_and_range_are_cached_for_a_day(private_cache, monkeypatc
         return _fake_completed(args, 0, INDEX_OUTPUT)
 
     monkeypatch.setattr(sr.subprocess, "run", fake_run)
-    assert sr.latest_release() == "0.5.11"
-    assert calls[0][1:] == ["-m", "pip", "index", "versions", "sglang"]
-    assert (private_cache / "latest.txt").read_text().strip() == "0.5.11"
-    assert sr.releases_between() == ["0.5.9", "0.5.10", "0.5.10.post1", "0.5.11"]
-    assert sr.releases_between("0.5.8", "0.5.10") == ["0.5.8", "0.5.8.post1", "0.5.9", "0.5.10"]
-    assert sr.releases_between("0.5.10.post1", "0.5.10.post1") == ["0.5.10.post1"]
-    assert len(calls) == 1  # the second look-up came from the cache
-
-    # After a day the cache is stale: pip is asked again; if it fails, the
-    # stale values are still used.
-    old = time.time() - 2 * sr.INDEX_TTL_SECONDS
-    for name in ("latest.txt", "versions.txt"):
-        os.utime(private_cache / name, (old, old))
-    monkeypatch.setattr(
-        sr.subprocess, "run", lambda args, **kw: (calls.append(args), _fake_completed(args, 1, "", "offline"))[1])
-    assert sr.latest_release() == "0.5.11"
-    assert sr.releases_between("0.5.10") == ["0.5.10", "0.5.10.post1", "0.5.11"]
-    assert len(calls) == 3
+    before, after = sr.update_releases(path)
+    assert calls == [[calls[0][0], "-m", "pip", "index", "versions", "sglang"]]
+    assert before == ["0.5.9", "0.5.10"]
+    assert after == ["0.5.9", "0.5.10", "0.5.10.post1", "0.5.11"]
+    assert path.read_text() == "# keep me\n# and me\n0.5.9\n0.5.10\n0.5.10.post1\n0.5.11\n"
+    _, lower = sr.update_releases(path, low="0.5.8.post1")
+    assert lower[:2] == ["0.5.8.post1", "0.5.9"]
 
 
-def test_latest_release_without_cache_or_pip_raises(private_cache, monkeypatch):
+def test_update_releases_leaves_the_file_alone_when_pip_fails(tmp_path, monkeypatch):
+    path = tmp_path / "releases.txt"
+    path.write_text("# h\n0.5.9\n")
     monkeypatch.setattr(sr.subprocess, "run", lambda args, **kw: _fake_completed(args, 1, "", "offline"))
     with pytest.raises(sr.ReleaseError, match="offline"):
-        sr.latest_release()
+        sr.update_releases(path)
+    assert path.read_text() == "# h\n0.5.9\n"
 
 
 def test_parse_index_versions_sorts_newest_first():
@@ -249,10 +275,7 @@ def test_parse_index_versions_sorts_newest_first():
 
 
 @pytest.mark.integration
-def test_real_index_lists_known_releases():
-    latest = sr.latest_release()
-    in_range = sr.releases_between("0.5.9", "0.5.10")
-    assert in_range == ["0.5.9", "0.5.10"]
-    everything = sr.releases_between("0.5.9")
-    assert everything[0] == "0.5.9" and everything[-1] == latest
-    assert "0.5.10.post1" in everything
+def test_real_index_still_lists_every_pinned_release():
+    published = set(sr.index_versions())
+    missing = [v for v in sr.read_releases() if v not in published]
+    assert not missing, f"pinned but not on the index: {missing}"
