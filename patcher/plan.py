@@ -86,12 +86,24 @@ def _decide_fix(entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | 
         return
     pending = [u for inner in wrapper.inners for u in inner.unresolved]
     held = [f"{i.attribute}: {'/'.join(c.name for c in i.classes)}" for i in wrapper.inners if i.classes]
-    if held:
+    if held and _holds_bare_backbone(wrapper):
+        entry.blocker = (
+            f"holds a bare backbone ({'; '.join(held)}) beside its own lm_head: the hook needs a body "
+            "written on the class, not a delegation"
+        )
+    elif held:
         entry.blocker = f"the inner model ({'; '.join(held)}) lacks it: needs hand-written code"
     elif pending:
         entry.blocker = f"the inner model could not be resolved: {pending[0]}"
     else:
         entry.blocker = "the class neither defines it nor holds a model that does: needs hand-written code"
+
+
+def _holds_bare_backbone(wrapper: Wrapper) -> bool:
+    """The class is the causal LM itself: its own lm_head, and inner models without one."""
+    if "lm_head" not in wrapper.cls.members:
+        return False
+    return all("lm_head" not in cls.members for inner in wrapper.inners for cls in inner.classes)
 
 
 def _first_misfit(entry: MemberPlan, shape_misfit: ShapeCheck | None) -> str | None:

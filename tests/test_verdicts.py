@@ -361,3 +361,38 @@ def test_all_summary_never_cuts_member_names_at_120_columns(root: Path, monkeypa
     assert max(len(line) for line in result.stdout.splitlines()) <= 120
     footer = [line for line in result.stdout.splitlines() if "class(es)" in line]
     assert footer and "target:" in footer[-1]
+
+
+# --------------------------------------------------------------------------- on real releases
+
+
+@pytest.mark.integration
+def test_latest_bare_backbone_model_fails_the_gate_with_a_precise_blocker(sglang_latest: Path):
+    result = invoke("check", sglang_latest, "--model", "afmoe", "--format", "json")
+    assert result.exit_code == 1, result.stderr
+    (afmoe,) = json.loads(result.stdout)["models"]
+    assert (afmoe["role"], afmoe["status"]) == ("target", "needs_code")
+    assert {"get_embed_and_head", "set_eagle3_layers_to_capture"} <= names(afmoe["missing"])
+    for entry in afmoe["missing"]:
+        assert entry["fix"] is None and "bare backbone" in entry["blocker"], entry
+
+
+@pytest.mark.integration
+def test_latest_baseline_round_trip_then_a_lost_hook_is_caught(checkout_of, tmp_path: Path):
+    from sglang_releases import latest_release
+
+    root = checkout_of(latest_release())
+    baseline = tmp_path / "baseline.json"
+    assert invoke("check", root, "--all", "--write-baseline", baseline).exit_code == 0
+    assert invoke("check", root, "--all", "--baseline", baseline).exit_code == 0
+    # KimiK25 forwards the hooks by hand since 0.5.10: take one away
+    kimi = root / SRT / "models" / "kimi_k25.py"
+    text = kimi.read_text(encoding="utf-8")
+    start = text.index("    def get_embed_and_head(")
+    end = text.index("\n    def ", start + 1) + 1
+    kimi.write_text(text[:start] + text[end:], encoding="utf-8")
+    red = invoke("check", root, "--all", "--baseline", baseline, "--format", "json")
+    assert red.exit_code == 1
+    assert json.loads(red.stdout)["baseline"]["new"] == [
+        {"file": "models/kimi_k25.py", "class": KIMI_CLASS, "member": "get_embed_and_head"}
+    ]
