@@ -30,7 +30,7 @@ import libcst as cst
 from patcher.errors import EaglepatchError
 from patcher.imports import ImportTable
 from patcher.locate import SourceTree
-from patcher.records import Protocol, ProtocolMember, Use
+from patcher.records import CallShape, Protocol, ProtocolMember, Use
 from patcher.source import Parsed, SourceCache, SourceFile
 
 _EAGLE_SPELLINGS = (b"eagle", b"EAGLE", b"Eagle")
@@ -103,6 +103,13 @@ def _identifiers(node: cst.CSTNode) -> list[str]:
 
 def mentions_eagle(test: cst.CSTNode) -> bool:
     return any(_EAGLE.search(name) for name in _identifiers(test))
+
+
+def call_shape(call: cst.Call) -> CallShape:
+    """How `call` passes its arguments: what a delegating signature has to accept."""
+    positional = sum(1 for arg in call.args if arg.keyword is None and not arg.star)
+    keywords = tuple(sorted(arg.keyword.value for arg in call.args if arg.keyword is not None))
+    return CallShape(positional=positional, keywords=keywords, star=any(arg.star for arg in call.args))
 
 
 def _string_value(node: cst.CSTNode) -> str | None:
@@ -189,7 +196,16 @@ class ConsumerWalker:
         return role
 
     # -- recording -----------------------------------------------------------------
-    def record(self, name: str, kind: str, role: str, required: bool, at_node: cst.CSTNode, frame: Frame) -> None:
+    def record(
+        self,
+        name: str,
+        kind: str,
+        role: str,
+        required: bool,
+        at_node: cst.CSTNode,
+        frame: Frame,
+        shape: CallShape | None = None,
+    ) -> None:
         if name.startswith("__") and name.endswith("__"):
             return
         self.out.uses.append(
@@ -200,6 +216,7 @@ class ConsumerWalker:
                 required=required and name not in frame.optional,
                 at=self.parsed.where(at_node, self.statement),
                 guard=frame.guard,
+                shape=shape,
             )
         )
         self.out.consumers.add(self.parsed.source.rel)
@@ -313,8 +330,10 @@ class ConsumerWalker:
         role = self.model_role(node.value, frame)
         if role is None:
             return
-        is_call = isinstance(parent, cst.Call) and parent.func is node
-        self.record(node.attr.value, "call" if is_call else "attribute", role, True, node.attr, frame)
+        if isinstance(parent, cst.Call) and parent.func is node:
+            self.record(node.attr.value, "call", role, True, node.attr, frame, call_shape(parent))
+        else:
+            self.record(node.attr.value, "attribute", role, True, node.attr, frame)
 
     def walk_Call(self, node: cst.Call, frame: Frame, parent) -> None:
         func = node.func

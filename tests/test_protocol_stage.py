@@ -1,0 +1,133 @@
+"""Stage 3 alone: (consumer snippet, expected uses) tables for `extract_protocol`.
+
+Each row writes a tiny ``sglang/srt`` tree to ``tmp_path``: a base EAGLE worker (so the
+protocol is never empty) plus the row's snippets, shaped like SGLang's own consumers
+(``speculative/eagle_worker.py``, ``model_executor/model_runner.py``, ...).  A row then
+states, for one member, every use the stage must record: file, kind, role, required, call
+shape and a piece of the guard.  ``uses=()`` means the member must not be in the protocol.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from patcher.locate import locate_tree
+from patcher.protocol import extract_protocol
+from patcher.records import CallShape, Protocol
+from patcher.source import SourceCache
+
+WORKER = "speculative/eagle_worker.py"
+RUNNER = "model_executor/model_runner.py"
+GRAPH_RUNNER = "model_executor/cuda_graph_runner.py"
+SETUP = "model_executor/model_runner_components/attention_backend_setup.py"
+
+BASE_WORKER = """
+class EAGLEWorker:
+    def __init__(self, target_worker, draft_model_runner):
+        self.target_worker = target_worker
+        self.draft_model_runner = draft_model_runner
+        embed, head = self.target_worker.model_runner.model.get_embed_and_head()
+        self.draft_model_runner.model.set_embed_and_head(embed, head)
+"""
+
+
+@dataclass(frozen=True)
+class Expect:
+    """One use the stage must record."""
+
+    file: str
+    kind: str
+    role: str
+    required: bool = True
+    shape: CallShape | None = None
+    guard: str = ""  # a piece of Use.guard
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    files: dict[str, str]
+    member: str
+    uses: tuple[Expect, ...]
+
+
+def call(file: str, role: str, positional: int = 0, *keywords: str, star: bool = False, guard: str = "", required: bool = True) -> Expect:
+    return Expect(file, "call", role, required, CallShape(positional, tuple(sorted(keywords)), star), guard)
+
+
+def build_tree(root: Path, files: dict[str, str]) -> Path:
+    srt = root / "sglang" / "srt"
+    (srt / "models").mkdir(parents=True)
+    for rel, text in {WORKER: BASE_WORKER, **files}.items():
+        path = srt / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return root
+
+
+def protocol_of(root: Path) -> Protocol:
+    tree = locate_tree(root)
+    return extract_protocol(tree, SourceCache(tree.srt))
+
+
+def assert_uses(protocol: Protocol, member: str, expected: tuple[Expect, ...]) -> None:
+    if not expected:
+        assert member not in protocol.members, protocol.members.get(member)
+        return
+    assert member in protocol.members, f"{member} not in {sorted(protocol.members)} (set aside: {protocol.general_interface})"
+    uses = sorted(protocol.members[member].uses, key=lambda u: u.at)
+    got = [(u.at.split(":")[0], u.kind, u.role, u.required, u.shape) for u in uses]
+    want = [(e.file, e.kind, e.role, e.required, e.shape) for e in sorted(expected, key=lambda e: e.file)]
+    assert got == want, [f"{u.at} {u.kind} {u.role} guard={u.guard!r}" for u in uses]
+    for use, expect in zip(uses, sorted(expected, key=lambda e: e.file)):
+        assert expect.guard in use.guard, (use.at, use.guard)
+
+
+def check(tmp_path: Path, row: Row) -> None:
+    assert_uses(protocol_of(build_tree(tmp_path, row.files)), row.member, row.uses)
+
+
+# --------------------------------------------------------------------------- 1. call shapes
+
+SHAPES = [
+    Row("no-arguments", {}, "get_embed_and_head", (call(WORKER, "target", 0),)),
+    Row("positional", {}, "set_embed_and_head", (call(WORKER, "draft", 2),)),
+    Row(
+        "keywords-sorted",
+        {"speculative/eagle_utils_eagle.py": """
+            def share(draft_model, embed):
+                draft_model.set_embed(embed, scale=2, dtype=None)
+            """},
+        "set_embed",
+        (call("speculative/eagle_utils_eagle.py", "draft", 1, "dtype", "scale"),),
+    ),
+    Row(
+        "star-args",
+        {"speculative/eagle_utils_eagle.py": """
+            def share(target_model, args, kwargs):
+                target_model.prepare(*args)
+                target_model.prepare(**kwargs)
+            """},
+        "prepare",
+        (call("speculative/eagle_utils_eagle.py", "target", 0, star=True),
+         call("speculative/eagle_utils_eagle.py", "target", 0, star=True)),
+    ),
+    Row(
+        "attribute-read-has-no-shape",
+        {"speculative/eagle_utils_eagle.py": """
+            def hot(draft_model):
+                return draft_model.hot_token_id
+            """},
+        "hot_token_id",
+        (Expect("speculative/eagle_utils_eagle.py", "attribute", "draft"),),
+    ),
+]
+
+
+@pytest.mark.parametrize("row", SHAPES, ids=lambda r: r.id)
+def test_call_shapes(tmp_path, row):
+    check(tmp_path, row)
