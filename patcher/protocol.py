@@ -101,8 +101,72 @@ def _identifiers(node: cst.CSTNode) -> list[str]:
     return found
 
 
+def _words(node: cst.CSTNode) -> list[str]:
+    """Names, attribute names and string contents in an expression: SGLang tests both
+    `spec_algorithm.is_eagle3()` and `speculative_algorithm == "EAGLE3"`."""
+    found: list[str] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            found.append(n.value)
+
+        def visit_SimpleString(self, n: cst.SimpleString) -> None:
+            found.append(n.value)  # quotes and prefix included: only searched for "eagle"
+
+        def visit_FormattedStringText(self, n: cst.FormattedStringText) -> None:
+            found.append(n.value)
+
+    node.visit(Collect())
+    return found
+
+
 def mentions_eagle(test: cst.CSTNode) -> bool:
-    return any(_EAGLE.search(name) for name in _identifiers(test))
+    return any(_EAGLE.search(word) for word in _words(test))
+
+
+@dataclass(frozen=True)
+class Literal:
+    """One atom of a condition, and what a branch under that condition knows about it."""
+
+    node: cst.BaseExpression
+    holds: bool  # the atom is true in the branch; False: it is false there
+    certain: bool = True  # False when the atom is one alternative of a true `or`
+
+
+def condition_literals(test: cst.BaseExpression, holds: bool = True, certain: bool = True) -> list[Literal]:
+    """The atoms a branch knows about when `test` is `holds`: `a and not b` true gives a true, b false.
+    A true `or` gives each part as an uncertain alternative; a false `and` tells nothing about any part."""
+    if isinstance(test, cst.NamedExpr):
+        return condition_literals(test.value, holds, certain)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return condition_literals(test.expression, not holds, certain)
+    if isinstance(test, cst.BooleanOperation):
+        conjunction = isinstance(test.operator, cst.And)
+        if conjunction != holds:  # a false `and`, or a true `or`
+            if conjunction:
+                return []
+            certain = False
+        return condition_literals(test.left, holds, certain) + condition_literals(test.right, holds, certain)
+    if isinstance(test, cst.Comparison) and _denies(test):
+        return [Literal(test, not holds, certain)]
+    return [Literal(test, holds, certain)]
+
+
+def _denies(test: cst.Comparison) -> bool:
+    """`algo != "EAGLE3"`, `algo not in (...)`, `eagle_worker is None`: true when the thing named is off."""
+    if len(test.comparisons) != 1:
+        return False
+    operator, right = test.comparisons[0].operator, test.comparisons[0].comparator
+    if isinstance(operator, (cst.NotEqual, cst.NotIn)):
+        return True
+    return isinstance(operator, cst.Is) and isinstance(right, cst.Name) and right.value == "None"
+
+
+def eagle_guarded(test: cst.BaseExpression, holds: bool = True) -> bool:
+    """True when a branch where `test` is `holds` is EAGLE code: some EAGLE check is true there and
+    none is false (`if x and not is_eagle3():` is not EAGLE code, `if not x and is_eagle3():` is)."""
+    signs = [literal.holds for literal in condition_literals(test, holds) if mentions_eagle(literal.node)]
+    return bool(signs) and all(signs)
 
 
 def call_shape(call: cst.Call) -> CallShape:
@@ -129,6 +193,7 @@ class Frame:
     optional: frozenset[str] = frozenset()
     class_name: str = ""
     depth: int = 0
+    conditions: tuple[tuple[cst.BaseExpression, bool], ...] = ()  # enclosing tests, and whether each holds here
 
     def child(self, **changes) -> Frame:
         values = {
@@ -138,6 +203,7 @@ class Frame:
             "optional": self.optional,
             "class_name": self.class_name,
             "depth": self.depth,
+            "conditions": self.conditions,
         }
         values.update(changes)
         return Frame(**values)
@@ -223,7 +289,16 @@ class ConsumerWalker:
 
     def mark_scope(self, suite: cst.CSTNode) -> None:
         lines = self.out.eagle_lines.setdefault(self.parsed.source.rel, set())
-        lines.update(self.parsed.suite_span(suite))
+        if isinstance(suite, cst.If):  # an `elif`: its own body and every branch after it
+            span = self.parsed.statement_span(suite)
+            lines.update(range(span[0], span[1] + 1) if span else ())
+        else:
+            lines.update(self.parsed.suite_span(suite))
+
+    def mark_statements(self, statements) -> None:
+        first, last = self.parsed.statement_span(statements[0]), self.parsed.statement_span(statements[-1])
+        if first is not None and last is not None:
+            self.out.eagle_lines.setdefault(self.parsed.source.rel, set()).update(range(first[0], last[1] + 1))
 
     # -- walking -------------------------------------------------------------------
     def walk(self, node: cst.CSTNode, frame: Frame, parent: cst.CSTNode | None = None) -> None:
@@ -255,22 +330,38 @@ class ConsumerWalker:
 
     def walk_If(self, node: cst.If, frame: Frame, parent) -> None:
         self.walk(node.test, frame, node)
-        body_frame = frame
-        if not frame.in_scope and mentions_eagle(node.test) and not _negated_eagle(node.test):
-            guard = f"if {_short(self.parsed.module.code_for_node(node.test))}"
-            body_frame = frame.child(in_scope=True, guard=guard)
-            self.mark_scope(node.body)
+        body_frame = self._branch(node.test, True, frame, "if", node.body)
         probed = _positive_hasattr(node.test)
         if probed:
             body_frame = body_frame.child(optional=body_frame.optional | probed)
         self.walk(node.body, body_frame, node)
         if node.orelse is not None:
-            else_frame = frame
-            if not frame.in_scope and isinstance(node.orelse, cst.Else) and _negated_eagle(node.test):
-                guard = f"else of: if {_short(self.parsed.module.code_for_node(node.test))}"
-                else_frame = frame.child(in_scope=True, guard=guard)
-                self.mark_scope(node.orelse)
-            self.walk(node.orelse, else_frame, node)
+            self.walk(node.orelse, self._branch(node.test, False, frame, "else of: if", node.orelse), node)
+
+    def _branch(self, test: cst.BaseExpression, holds: bool, frame: Frame, label: str, suite: cst.CSTNode) -> Frame:
+        """The frame of a branch where `test` is `holds`; it enters EAGLE scope when the test says so."""
+        branch = frame.child(conditions=frame.conditions + ((test, holds),))
+        if frame.in_scope or not eagle_guarded(test, holds):
+            return branch
+        self.mark_scope(suite)
+        return branch.child(in_scope=True, guard=f"{label} {_short(self.parsed.module.code_for_node(test))}")
+
+    def walk_IndentedBlock(self, node: cst.IndentedBlock, frame: Frame, parent) -> None:
+        """Statements in order: after `if not is_eagle3(): return` the rest of the block is EAGLE code."""
+        statements = node.body
+        for index, statement in enumerate(statements):
+            self.walk(statement, frame, node)
+            leaves = _early_exit(statement)
+            if leaves and index + 1 < len(statements):
+                frame = self._after_exit(statement.test, leaves, frame, statements[index + 1 :])
+
+    def _after_exit(self, test: cst.BaseExpression, leaves: str, frame: Frame, rest) -> Frame:
+        after = frame.child(conditions=frame.conditions + ((test, False),))
+        if frame.in_scope or not eagle_guarded(test, False):
+            return after
+        self.mark_statements(rest)
+        guard = f"after if {_short(self.parsed.module.code_for_node(test))}: {leaves}"
+        return after.child(in_scope=True, guard=guard)
 
     def walk_BooleanOperation(self, node: cst.BooleanOperation, frame: Frame, parent) -> None:
         self.walk(node.left, frame, node)
@@ -302,6 +393,11 @@ class ConsumerWalker:
     def walk_AugAssign(self, node: cst.AugAssign, frame: Frame, parent) -> None:
         self.walk(node.value, frame, node)
         self._walk_target(node.target, frame)
+
+    def walk_NamedExpr(self, node: cst.NamedExpr, frame: Frame, parent) -> None:
+        """`if (m := self.model) and ...:` makes `m` a model alias, as an assignment would."""
+        self.walk(node.value, frame, node)
+        self._bind(node.target, node.value, frame)
 
     def _walk_target(self, target: cst.BaseExpression, frame: Frame) -> None:
         """Writing `model.x = ...` needs nothing from the model; reads inside the target still count."""
@@ -388,12 +484,18 @@ def _short(text: str, limit: int = 70) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _negated_eagle(test: cst.CSTNode) -> bool:
-    return (
-        isinstance(test, cst.UnaryOperation)
-        and isinstance(test.operator, cst.Not)
-        and mentions_eagle(test.expression)
-    )
+def _early_exit(statement: cst.CSTNode) -> str:
+    """How an `if` without `else` always leaves ("return", "raise"), or "" when it may fall through."""
+    if not isinstance(statement, cst.If) or statement.orelse is not None:
+        return ""
+    last = statement.body.body[-1] if statement.body.body else None
+    if isinstance(last, cst.SimpleStatementLine):
+        last = last.body[-1] if last.body else None
+    if isinstance(last, cst.Return):
+        return "return"
+    if isinstance(last, cst.Raise):
+        return "raise"
+    return ""
 
 
 def _positive_hasattr(test: cst.CSTNode) -> frozenset[str]:

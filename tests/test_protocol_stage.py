@@ -131,3 +131,56 @@ SHAPES = [
 @pytest.mark.parametrize("row", SHAPES, ids=lambda r: r.id)
 def test_call_shapes(tmp_path, row):
     check(tmp_path, row)
+
+
+# --------------------------------------------------------------------------- 3. guards as SGLang writes them
+
+EARLY_RETURN = """
+class ModelRunner:
+    def init_eagle3(self):
+        if not self.spec_algorithm.is_eagle3():
+            return
+        self.target_model.capture_aux(self.layer_ids)
+"""
+
+STRING_COMPARISON = """
+class ModelRunner:
+    def initialize(self, speculative_algorithm):
+        if speculative_algorithm == "EAGLE3":
+            self.target_model.capture_aux(self.layer_ids)
+        if speculative_algorithm != "EAGLE3":
+            self.target_model.plain_only()
+"""
+
+WALRUS = """
+class ModelRunner:
+    def initialize(self):
+        if (m := self.target_model) and self.spec_algorithm.is_eagle3():
+            m.capture_aux(self.layer_ids)
+"""
+
+NOT_IN_CONJUNCTION = """
+class ModelRunner:
+    def initialize(self, x):
+        if x and not self.spec_algorithm.is_eagle3():
+            self.target_model.plain_only()
+        if not x and self.spec_algorithm.is_eagle3():
+            self.target_model.capture_aux(self.layer_ids)
+"""
+
+GUARDS = [
+    Row("early-return", {RUNNER: EARLY_RETURN}, "capture_aux",
+        (call(RUNNER, "target", 1, guard="after if not self.spec_algorithm.is_eagle3(): return"),)),
+    Row("string-comparison", {RUNNER: STRING_COMPARISON}, "capture_aux",
+        (call(RUNNER, "target", 1, guard='if speculative_algorithm == "EAGLE3"'),)),
+    Row("string-comparison-negated", {RUNNER: STRING_COMPARISON}, "plain_only", ()),
+    Row("walrus-alias", {RUNNER: WALRUS}, "capture_aux", (call(RUNNER, "target", 1),)),
+    Row("not-inside-conjunction", {RUNNER: NOT_IN_CONJUNCTION}, "plain_only", ()),
+    Row("negated-other-conjunct", {RUNNER: NOT_IN_CONJUNCTION}, "capture_aux",
+        (call(RUNNER, "target", 1, guard="if not x and self.spec_algorithm.is_eagle3()"),)),
+]
+
+
+@pytest.mark.parametrize("row", GUARDS, ids=lambda r: r.id)
+def test_guards_as_sglang_writes_them(tmp_path, row):
+    check(tmp_path, row)
