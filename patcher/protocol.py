@@ -169,6 +169,28 @@ def eagle_guarded(test: cst.BaseExpression, holds: bool = True) -> bool:
     return bool(signs) and all(signs)
 
 
+def role_from_conditions(conditions: tuple[tuple[cst.BaseExpression, bool], ...]) -> str:
+    """The role the enclosing conditions give a model whose receiver does not say (a runner's own
+    `self.model`): aux hidden states are captured from the target model; `not is_draft_worker` is
+    the target and `is_draft_worker` the draft.  "unknown" when nothing says, or they disagree."""
+    votes = {
+        vote
+        for test, holds in conditions
+        for literal in condition_literals(test, holds)
+        if literal.certain and (vote := _role_vote(literal))
+    }
+    return votes.pop() if len(votes) == 1 else "unknown"
+
+
+def _role_vote(literal: Literal) -> str:
+    names = [name.lower() for name in _identifiers(literal.node)]
+    if any("is_draft" in name for name in names):
+        return "draft" if literal.holds else "target"
+    if literal.holds and any("aux_hidden" in name for name in names):
+        return "target"
+    return ""
+
+
 def call_shape(call: cst.Call) -> CallShape:
     """How `call` passes its arguments: what a delegating signature has to accept."""
     positional = sum(1 for arg in call.args if arg.keyword is None and not arg.star)
@@ -274,6 +296,8 @@ class ConsumerWalker:
     ) -> None:
         if name.startswith("__") and name.endswith("__"):
             return
+        if role == "unknown":
+            role = role_from_conditions(frame.conditions)
         self.out.uses.append(
             Use(
                 name=name,
@@ -651,9 +675,9 @@ class ProtocolReader:
         for index, role in positional:
             if index < len(params):
                 name = params[index].name.value
-                aliases[name] = role if role != "unknown" else role_from_text(name)
+                aliases[name] = _parameter_role(role, name, frame)
         for name, role in bound.items():
-            aliases[name] = role if role != "unknown" else role_from_text(name)
+            aliases[name] = _parameter_role(role, name, frame)
         key = (source.rel, header, tuple(sorted(aliases.items())))
         if key in self.extraction.followed:
             return
@@ -722,6 +746,16 @@ class ProtocolReader:
                 for match in _GENERAL_USE.finditer(line):
                     found.setdefault(match.group(1), f"{source.rel}:{index}")
         return found
+
+
+def _parameter_role(role: str, parameter: str, frame: Frame) -> str:
+    """A model handed to a helper: its role at the call, else the parameter's name
+    (`target_model`), else what the conditions around the call say."""
+    if role == "unknown":
+        role = role_from_text(parameter)
+    if role == "unknown":
+        role = role_from_conditions(frame.conditions)
+    return role
 
 
 def _find_def(module: cst.Module, header_line: str) -> cst.FunctionDef | None:

@@ -133,6 +133,98 @@ def test_call_shapes(tmp_path, row):
     check(tmp_path, row)
 
 
+# --------------------------------------------------------------------------- 2. the unknown role
+
+RUNNER_AUX = """
+class ModelRunner:
+    def initialize(self):
+        if self.eagle_use_aux_hidden_state:
+            self.model.set_eagle3_layers_to_capture(
+                self.eagle_aux_hidden_state_layer_ids
+            )
+"""
+
+GRAPH_NOT_DRAFT = """
+class CudaGraphRunner:
+    def __init__(self, model_runner):
+        self.model_runner = model_runner
+        if model_runner.spec_algorithm.is_eagle3() and not model_runner.is_draft_worker:
+            self.model_runner.model.set_eagle3_layers_to_capture()
+"""
+
+RUNNER_CALLS_SETUP = """
+from sglang.srt.model_executor.model_runner_components.attention_backend_setup import configure_capture
+
+
+class ModelRunner:
+    def init_attention_backends(self):
+        configure_capture(
+            model=self.model,
+            eagle_use_aux_hidden_state=self.eagle_use_aux_hidden_state,
+            layer_ids=self.eagle_aux_hidden_state_layer_ids,
+        )
+"""
+
+SETUP_HELPER = """
+def configure_capture(*, model, eagle_use_aux_hidden_state, layer_ids):
+    if eagle_use_aux_hidden_state:
+        if not hasattr(model, "set_eagle3_layers_to_capture"):
+            raise ValueError(f"{model.__class__.__name__} cannot capture")
+        model.set_eagle3_layers_to_capture(layer_ids)
+"""
+
+RUNNER_DRAFT = """
+class ModelRunner:
+    def initialize(self):
+        if self.spec_algorithm.is_eagle3() and self.is_draft_worker:
+            self.model.set_draft_layers(3)
+"""
+
+RUNNER_DRAFT_EARLY_RETURN = """
+class ModelRunner:
+    def initialize(self):
+        if self.is_draft_worker:
+            return
+        if self.spec_algorithm.is_eagle3():
+            self.model.capture_for_draft()
+"""
+
+RUNNER_DRAFT_ELSE = """
+class ModelRunner:
+    def initialize(self):
+        if self.spec_algorithm.is_eagle3():
+            if self.is_draft_worker:
+                pass
+            else:
+                self.model.capture_for_draft()
+"""
+
+RUNNER_SILENT = """
+class ModelRunner:
+    def initialize(self):
+        if self.spec_algorithm.is_eagle3():
+            self.model.prepare_eagle3()
+"""
+
+ROLES = [
+    Row("aux-hidden-state-guard", {RUNNER: RUNNER_AUX}, "set_eagle3_layers_to_capture",
+        (call(RUNNER, "target", 1, guard="if self.eagle_use_aux_hidden_state"),)),
+    Row("negated-draft-check", {GRAPH_RUNNER: GRAPH_NOT_DRAFT}, "set_eagle3_layers_to_capture",
+        (call(GRAPH_RUNNER, "target", 0, guard="and not model_runner.is_draft"),)),
+    Row("aux-guard-inside-helper", {RUNNER: RUNNER_CALLS_SETUP, SETUP: SETUP_HELPER}, "set_eagle3_layers_to_capture",
+        (call(SETUP, "target", 1, guard="if eagle_use_aux_hidden_state"),)),
+    Row("positive-draft-check", {RUNNER: RUNNER_DRAFT}, "set_draft_layers", (call(RUNNER, "draft", 1),)),
+    Row("early-return-on-draft", {RUNNER: RUNNER_DRAFT_EARLY_RETURN}, "capture_for_draft", (call(RUNNER, "target", 0),)),
+    Row("else-of-draft-check", {RUNNER: RUNNER_DRAFT_ELSE}, "capture_for_draft", (call(RUNNER, "target", 0),)),
+    Row("nothing-says", {RUNNER: RUNNER_SILENT}, "prepare_eagle3", (call(RUNNER, "unknown", 0),)),
+]
+
+
+@pytest.mark.parametrize("row", ROLES, ids=lambda r: r.id)
+def test_unknown_role_is_resolved_from_guards(tmp_path, row):
+    check(tmp_path, row)
+
+
 # --------------------------------------------------------------------------- 3. guards as SGLang writes them
 
 EARLY_RETURN = """
