@@ -19,6 +19,8 @@ interface, not EAGLE-3 protocol, and are set aside.
 
 from __future__ import annotations
 
+import ast
+import bisect
 import dataclasses
 import os
 import re
@@ -31,7 +33,7 @@ from patcher.errors import EaglepatchError
 from patcher.imports import ImportTable
 from patcher.locate import SourceTree
 from patcher.records import CallShape, Protocol, ProtocolMember, Use
-from patcher.source import Parsed, SourceCache, SourceFile
+from patcher.source import Parsed, SourceCache, SourceFile, _dedent, _indent, block_start
 
 _EAGLE_SPELLINGS = (b"eagle", b"EAGLE", b"Eagle")
 _EAGLE = re.compile(r"eagle", re.IGNORECASE)
@@ -62,6 +64,7 @@ def _has_eagle_guard(data: bytes) -> bool:
 _MODEL_USE = re.compile(r"(?:(?<![\w])model|_model)[ \t]*(?:\.[ \t]*\w|[,)\]=])|\.model[ \t]*$", re.MULTILINE)
 # `x.model.member` / `model.member` / `target_model.member` in plain text, for the general interface
 _GENERAL_USE = re.compile(r"(?:(?<![\w])model|\.model|\w_model)\.(\w+)")
+_MODEL_DOT = re.compile(r"model\.")  # a literal first: far faster than _GENERAL_USE over whole files
 MAX_HELPER_DEPTH = 3
 
 
@@ -739,13 +742,118 @@ class ProtocolReader:
                 source = self.cache.read(path)
             except EaglepatchError:
                 continue
-            inside = self.extraction.eagle_lines.get(source.rel, set())
-            for index, line in enumerate(source.lines, start=1):
-                if index in inside or line.lstrip().startswith("#"):
-                    continue
-                for match in _GENERAL_USE.finditer(line):
-                    found.setdefault(match.group(1), f"{source.rel}:{index}")
+            for line, member in self._general_uses(source):
+                found.setdefault(member, f"{source.rel}:{line}")
         return found
+
+    def _general_uses(self, source: SourceFile) -> list[tuple[int, str]]:
+        """(line, member) for each model member `source` uses outside EAGLE-3 code, in line order.
+        A text search finds the lines and functions worth reading and CPython's parser reads them,
+        so a docstring or comment naming `model.x` is no use, nor is one behind `hasattr(model, "x")`."""
+        if "model." not in source.text:
+            return []
+        outline = self.cache.outline(source)
+        inside = self.extraction.eagle_lines.get(source.rel, set())
+        text = outline.joined
+        wanted: dict[int, list[int]] = {}  # def header (-1: module level) -> file lines
+        for match in _MODEL_DOT.finditer(text):
+            index = outline.line_index(match.start())
+            if index + 1 in inside or source.lines[index].lstrip().startswith("#"):
+                continue  # a comment line is no use, and spares parsing the whole file for it
+            if _names_a_model(text, match.start()):
+                wanted.setdefault(outline.outer_def(index), []).append(index + 1)
+        if not wanted:
+            return []
+        lines = source.lines
+        if -1 in wanted:
+            blocks = [(0, len(lines), sorted({n for found in wanted.values() for n in found}))]
+        else:
+            blocks = [(block_start(lines, h), outline.ends[h], sorted(set(found))) for h, found in sorted(wanted.items())]
+        uses: list[tuple[int, str]] = []
+        for start, end, seen in blocks:
+            tree = _parse_lines(lines, start, end)
+            if tree is None:
+                return _general_uses_by_text(lines, inside)
+            relative = [n - start for n in seen]
+            uses += [(start + line, member) for line, member in _model_member_uses(tree, relative)]
+        return sorted(use for use in uses if use[0] not in inside)
+
+
+def _names_a_model(text: str, start: int) -> bool:
+    """`model.` at `start` belongs to `model`, `x.model` or `x_model`, not to `remodel`."""
+    if start == 0 or not _is_word(text[start - 1]):
+        return True
+    return text[start - 1] == "_" and start >= 2 and _is_word(text[start - 2])
+
+
+def _is_word(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+def _parse_lines(lines: list[str], start: int, end: int) -> ast.Module | None:
+    """CPython's tree of lines [start, end), dedented; its line 1 is file line start + 1."""
+    try:
+        return ast.parse(_dedent(lines[start:end], _indent(lines[start])) if start < end else "")
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _holds_model(node: ast.expr) -> bool:
+    """`model`, `runner.model`, `target_model`, `self.draft_model`: what `_GENERAL_USE` reads as a model."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name == "model" or (name.endswith("_model") and len(name) > len("_model"))
+
+
+def _proven_by_hasattr(test: ast.expr) -> frozenset[str]:
+    """Member names a condition proves present: `hasattr(m, "x")`, also inside `and`."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return frozenset().union(*(_proven_by_hasattr(value) for value in test.values))
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "hasattr" and len(test.args) >= 2:
+        name = test.args[1]
+        if isinstance(name, ast.Constant) and isinstance(name.value, str):
+            return frozenset({name.value})
+    return frozenset()
+
+
+def _model_member_uses(tree: ast.AST, lines: list[int]) -> list[tuple[int, str]]:
+    """(line, member) for each `model.member` in `tree` that no `hasattr(..., "member")` guards.
+    Only nodes that span one of `lines` (sorted, where the text search saw `model.`) are read."""
+    found: list[tuple[int, str]] = []
+    stack: list[tuple[ast.AST, frozenset[str]]] = [(tree, frozenset())]
+    while stack:
+        node, probed = stack.pop()
+        first = getattr(node, "lineno", None)
+        if first is not None and not _spans_any(lines, first, node.end_lineno or first):
+            continue
+        if isinstance(node, ast.Attribute) and node.attr not in probed and _holds_model(node.value):
+            found.append((node.end_lineno or node.lineno, node.attr))
+        if isinstance(node, (ast.If, ast.IfExp)):
+            proven = probed | _proven_by_hasattr(node.test)
+            body = node.body if isinstance(node.body, list) else [node.body]
+            orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
+            stack += [(node.test, probed)] + [(child, proven) for child in body] + [(child, probed) for child in orelse]
+        elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+            for value in node.values:
+                stack.append((value, probed))
+                probed = probed | _proven_by_hasattr(value)
+        else:
+            stack += [(child, probed) for child in ast.iter_child_nodes(node)]
+    return found
+
+
+def _spans_any(lines: list[int], first: int, last: int) -> bool:
+    position = bisect.bisect_left(lines, first)
+    return position < len(lines) and lines[position] <= last
+
+
+def _general_uses_by_text(lines: list[str], inside: set[int]) -> list[tuple[int, str]]:
+    """The plain-text reading, for a file CPython cannot parse."""
+    return [
+        (index, match.group(1))
+        for index, line in enumerate(lines, start=1)
+        if index not in inside and not line.lstrip().startswith("#")
+        for match in _GENERAL_USE.finditer(line)
+    ]
 
 
 def _parameter_role(role: str, parameter: str, frame: Frame) -> str:

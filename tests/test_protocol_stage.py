@@ -260,6 +260,21 @@ class ModelRunner:
             self.target_model.capture_aux(self.layer_ids)
 """
 
+DOCSTRING_AND_COMMENT = '''
+class ModelRunner:
+    def load(self):
+        """Shares weights later: the EAGLE worker calls model.get_embed_and_head()."""
+        self.loaded = True  # see target_model.get_embed_and_head() in the worker
+'''
+
+HASATTR_PROBE = """
+class ModelRunner:
+    def load(self, embed, head):
+        if hasattr(self.model, "set_embed_and_head"):
+            self.model.set_embed_and_head(embed, head)
+        return hasattr(self.model, "get_embed_and_head") and self.model.get_embed_and_head()
+"""
+
 GUARDS = [
     Row("early-return", {RUNNER: EARLY_RETURN}, "capture_aux",
         (call(RUNNER, "target", 1, guard="after if not self.spec_algorithm.is_eagle3(): return"),)),
@@ -270,9 +285,27 @@ GUARDS = [
     Row("not-inside-conjunction", {RUNNER: NOT_IN_CONJUNCTION}, "plain_only", ()),
     Row("negated-other-conjunct", {RUNNER: NOT_IN_CONJUNCTION}, "capture_aux",
         (call(RUNNER, "target", 1, guard="if not x and self.spec_algorithm.is_eagle3()"),)),
+    Row("docstring-and-comment-are-not-uses", {RUNNER: DOCSTRING_AND_COMMENT}, "get_embed_and_head",
+        (call(WORKER, "target", 0),)),
+    Row("hasattr-probed-runner-use-keeps-member", {RUNNER: HASATTR_PROBE}, "set_embed_and_head",
+        (call(WORKER, "draft", 2),)),
+    Row("hasattr-and-chain-keeps-member", {RUNNER: HASATTR_PROBE}, "get_embed_and_head",
+        (call(WORKER, "target", 0),)),
 ]
 
 
 @pytest.mark.parametrize("row", GUARDS, ids=lambda r: r.id)
 def test_guards_as_sglang_writes_them(tmp_path, row):
     check(tmp_path, row)
+
+
+def test_unprobed_runner_use_is_still_general_interface(tmp_path):
+    """The hasattr rule is narrow: a plain runner use still sets a member aside."""
+    runner = """
+    class ModelRunner:
+        def load(self, embed, head):
+            self.model.set_embed_and_head(embed, head)
+    """
+    protocol = protocol_of(build_tree(tmp_path, {RUNNER: runner}))
+    assert "set_embed_and_head" not in protocol.members
+    assert protocol.general_interface["set_embed_and_head"] == f"{RUNNER}:3"
