@@ -9,12 +9,20 @@ or calls on a model object:
 * inside helpers that EAGLE-3 code hands a model to (`resolve(target_model=runner.model)`),
   followed a few calls deep.
 
+A branch is EAGLE code when its condition, read as a conjunction of checks, has some EAGLE
+check true and none false (`if not x and is_eagle3():`, `if algo == "EAGLE3":`, the else of
+`if not is_eagle3():`, the rest of a block after `if not is_eagle3(): return`).  A use whose
+receiver does not say which model it is (a runner's own `self.model`) takes its role from
+the conditions around it: aux hidden states and `not is_draft_worker` mean the target,
+`is_draft_worker` the draft.  Each call records its shape (positional count, keywords).
+
 A "model object" is a runner's model (`self.target_worker.model_runner.model`,
 `self.model` inside a runner class), a name or attribute that holds a model
 (`target_model`, `self.draft_model`), or a local alias of either.  Members guarded by
 `hasattr(...)` or read with `getattr(..., default)` are optional.  Members that the model
 runner uses on every model outside EAGLE-3 branches (`forward`, ...) are the general model
-interface, not EAGLE-3 protocol, and are set aside.
+interface, not EAGLE-3 protocol, and are set aside; that reading parses the code, so
+docstrings, comments and uses behind `hasattr(model, "x")` do not count.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from patcher.errors import EaglepatchError
 from patcher.imports import ImportTable
 from patcher.locate import SourceTree
 from patcher.records import CallShape, Protocol, ProtocolMember, Use
-from patcher.source import Parsed, SourceCache, SourceFile, _dedent, _indent, block_start
+from patcher.source import Parsed, SourceCache, SourceFile, _dedent, block_start
 
 _EAGLE_SPELLINGS = (b"eagle", b"EAGLE", b"Eagle")
 _EAGLE = re.compile(r"eagle", re.IGNORECASE)
@@ -765,18 +773,29 @@ class ProtocolReader:
         if not wanted:
             return []
         lines = source.lines
-        if -1 in wanted:
-            blocks = [(0, len(lines), sorted({n for found in wanted.values() for n in found}))]
-        else:
-            blocks = [(block_start(lines, h), outline.ends[h], sorted(set(found))) for h, found in sorted(wanted.items())]
-        uses: list[tuple[int, str]] = []
-        for start, end, seen in blocks:
-            tree = _parse_lines(lines, start, end)
-            if tree is None:
-                return _general_uses_by_text(lines, inside)
-            relative = [n - start for n in seen]
-            uses += [(start + line, member) for line, member in _model_member_uses(tree, relative)]
+        whole_file = [(0, len(lines), sorted({n for found in wanted.values() for n in found}))]
+        blocks = whole_file if -1 in wanted else [
+            (block_start(lines, header), outline.ends[header], sorted(set(found)))
+            for header, found in sorted(wanted.items())
+        ]
+        uses = _uses_in_blocks(lines, blocks)
+        if uses is None and blocks is not whole_file:  # a slice that does not parse on its own
+            uses = _uses_in_blocks(lines, whole_file)
+        if uses is None:
+            return _general_uses_by_text(lines, inside)
         return sorted(use for use in uses if use[0] not in inside)
+
+
+def _uses_in_blocks(lines: list[str], blocks: list[tuple[int, int, list[int]]]) -> list[tuple[int, str]] | None:
+    """(file line, member) of the model member uses in each (start, end, lines seen) block;
+    None when one of the blocks is not valid Python."""
+    uses: list[tuple[int, str]] = []
+    for start, end, seen in blocks:
+        tree = _parse_lines(lines, start, end)
+        if tree is None:
+            return None
+        uses += [(start + line, member) for line, member in _model_member_uses(tree, [n - start for n in seen])]
+    return uses
 
 
 def _names_a_model(text: str, start: int) -> bool:
@@ -792,8 +811,11 @@ def _is_word(char: str) -> bool:
 
 def _parse_lines(lines: list[str], start: int, end: int) -> ast.Module | None:
     """CPython's tree of lines [start, end), dedented; its line 1 is file line start + 1."""
+    if start >= end:
+        return ast.Module(body=[], type_ignores=[])
+    header = lines[start]
     try:
-        return ast.parse(_dedent(lines[start:end], _indent(lines[start])) if start < end else "")
+        return ast.parse(_dedent(lines[start:end], len(header) - len(header.lstrip(" \t"))))
     except (SyntaxError, ValueError):
         return None
 
@@ -808,7 +830,8 @@ def _proven_by_hasattr(test: ast.expr) -> frozenset[str]:
     """Member names a condition proves present: `hasattr(m, "x")`, also inside `and`."""
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         return frozenset().union(*(_proven_by_hasattr(value) for value in test.values))
-    if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "hasattr" and len(test.args) >= 2:
+    is_hasattr = isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "hasattr"
+    if is_hasattr and len(test.args) >= 2:
         name = test.args[1]
         if isinstance(name, ast.Constant) and isinstance(name.value, str):
             return frozenset({name.value})

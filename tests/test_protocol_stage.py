@@ -309,3 +309,18 @@ def test_unprobed_runner_use_is_still_general_interface(tmp_path):
     protocol = protocol_of(build_tree(tmp_path, {RUNNER: runner}))
     assert "set_embed_and_head" not in protocol.members
     assert protocol.general_interface["set_embed_and_head"] == f"{RUNNER}:3"
+
+
+# --------------------------------------------------------------------------- real releases
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("release", ["sglang_059", "sglang_latest"])
+def test_set_eagle3_layers_to_capture_on_real_releases(release, request):
+    protocol = protocol_of(request.getfixturevalue(release))
+    member = protocol.members["set_eagle3_layers_to_capture"]
+    assert member.role == "target", [(u.at, u.role, u.guard) for u in member.uses]
+    assert {u.role for u in member.uses} == {"target"}
+    calls = [u for u in member.uses if u.kind == "call"]
+    assert calls and all(u.shape is not None and not u.shape.star and u.shape.positional <= 1 for u in calls), calls
+    assert any(u.shape.positional == 1 for u in calls), calls  # the runner passes the layer ids
