@@ -9,16 +9,26 @@ or calls on a model object:
 * inside helpers that EAGLE-3 code hands a model to (`resolve(target_model=runner.model)`),
   followed a few calls deep.
 
+A branch is EAGLE code when its condition, read as a conjunction of checks, has some EAGLE
+check true and none false (`if not x and is_eagle3():`, `if algo == "EAGLE3":`, the else of
+`if not is_eagle3():`, the rest of a block after `if not is_eagle3(): return`).  A use whose
+receiver does not say which model it is (a runner's own `self.model`) takes its role from
+the conditions around it: aux hidden states and `not is_draft_worker` mean the target,
+`is_draft_worker` the draft.  Each call records its shape (positional count, keywords).
+
 A "model object" is a runner's model (`self.target_worker.model_runner.model`,
 `self.model` inside a runner class), a name or attribute that holds a model
 (`target_model`, `self.draft_model`), or a local alias of either.  Members guarded by
 `hasattr(...)` or read with `getattr(..., default)` are optional.  Members that the model
 runner uses on every model outside EAGLE-3 branches (`forward`, ...) are the general model
-interface, not EAGLE-3 protocol, and are set aside.
+interface, not EAGLE-3 protocol, and are set aside; that reading parses the code, so
+docstrings, comments and uses behind `hasattr(model, "x")` do not count.
 """
 
 from __future__ import annotations
 
+import ast
+import bisect
 import dataclasses
 import os
 import re
@@ -30,8 +40,8 @@ import libcst as cst
 from patcher.errors import EaglepatchError
 from patcher.imports import ImportTable
 from patcher.locate import SourceTree
-from patcher.records import Protocol, ProtocolMember, Use
-from patcher.source import Parsed, SourceCache, SourceFile
+from patcher.records import CallShape, Protocol, ProtocolMember, Use
+from patcher.source import Parsed, SourceCache, SourceFile, _dedent, block_start
 
 _EAGLE_SPELLINGS = (b"eagle", b"EAGLE", b"Eagle")
 _EAGLE = re.compile(r"eagle", re.IGNORECASE)
@@ -62,6 +72,7 @@ def _has_eagle_guard(data: bytes) -> bool:
 _MODEL_USE = re.compile(r"(?:(?<![\w])model|_model)[ \t]*(?:\.[ \t]*\w|[,)\]=])|\.model[ \t]*$", re.MULTILINE)
 # `x.model.member` / `model.member` / `target_model.member` in plain text, for the general interface
 _GENERAL_USE = re.compile(r"(?:(?<![\w])model|\.model|\w_model)\.(\w+)")
+_MODEL_DOT = re.compile(r"model\.")  # a literal first: far faster than _GENERAL_USE over whole files
 MAX_HELPER_DEPTH = 3
 
 
@@ -101,8 +112,101 @@ def _identifiers(node: cst.CSTNode) -> list[str]:
     return found
 
 
+def _words(node: cst.CSTNode) -> list[str]:
+    """Names, attribute names and string contents in an expression: SGLang tests both
+    `spec_algorithm.is_eagle3()` and `speculative_algorithm == "EAGLE3"`."""
+    found: list[str] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            found.append(n.value)
+
+        def visit_SimpleString(self, n: cst.SimpleString) -> None:
+            found.append(n.value)  # quotes and prefix included: only searched for "eagle"
+
+        def visit_FormattedStringText(self, n: cst.FormattedStringText) -> None:
+            found.append(n.value)
+
+    node.visit(Collect())
+    return found
+
+
 def mentions_eagle(test: cst.CSTNode) -> bool:
-    return any(_EAGLE.search(name) for name in _identifiers(test))
+    return any(_EAGLE.search(word) for word in _words(test))
+
+
+@dataclass(frozen=True)
+class Literal:
+    """One atom of a condition, and what a branch under that condition knows about it."""
+
+    node: cst.BaseExpression
+    holds: bool  # the atom is true in the branch; False: it is false there
+    certain: bool = True  # False when the atom is one alternative of a true `or`
+
+
+def condition_literals(test: cst.BaseExpression, holds: bool = True, certain: bool = True) -> list[Literal]:
+    """The atoms a branch knows about when `test` is `holds`: `a and not b` true gives a true, b false.
+    A true `or` gives each part as an uncertain alternative; a false `and` tells nothing about any part."""
+    if isinstance(test, cst.NamedExpr):
+        return condition_literals(test.value, holds, certain)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return condition_literals(test.expression, not holds, certain)
+    if isinstance(test, cst.BooleanOperation):
+        conjunction = isinstance(test.operator, cst.And)
+        if conjunction != holds:  # a false `and`, or a true `or`
+            if conjunction:
+                return []
+            certain = False
+        return condition_literals(test.left, holds, certain) + condition_literals(test.right, holds, certain)
+    if isinstance(test, cst.Comparison) and _denies(test):
+        return [Literal(test, not holds, certain)]
+    return [Literal(test, holds, certain)]
+
+
+def _denies(test: cst.Comparison) -> bool:
+    """`algo != "EAGLE3"`, `algo not in (...)`, `eagle_worker is None`: true when the thing named is off."""
+    if len(test.comparisons) != 1:
+        return False
+    operator, right = test.comparisons[0].operator, test.comparisons[0].comparator
+    if isinstance(operator, (cst.NotEqual, cst.NotIn)):
+        return True
+    return isinstance(operator, cst.Is) and isinstance(right, cst.Name) and right.value == "None"
+
+
+def eagle_guarded(test: cst.BaseExpression, holds: bool = True) -> bool:
+    """True when a branch where `test` is `holds` is EAGLE code: some EAGLE check is true there and
+    none is false (`if x and not is_eagle3():` is not EAGLE code, `if not x and is_eagle3():` is)."""
+    signs = [literal.holds for literal in condition_literals(test, holds) if mentions_eagle(literal.node)]
+    return bool(signs) and all(signs)
+
+
+def role_from_conditions(conditions: tuple[tuple[cst.BaseExpression, bool], ...]) -> str:
+    """The role the enclosing conditions give a model whose receiver does not say (a runner's own
+    `self.model`): aux hidden states are captured from the target model; `not is_draft_worker` is
+    the target and `is_draft_worker` the draft.  "unknown" when nothing says, or they disagree."""
+    votes = {
+        vote
+        for test, holds in conditions
+        for literal in condition_literals(test, holds)
+        if literal.certain and (vote := _role_vote(literal))
+    }
+    return votes.pop() if len(votes) == 1 else "unknown"
+
+
+def _role_vote(literal: Literal) -> str:
+    names = [name.lower() for name in _identifiers(literal.node)]
+    if any("is_draft" in name for name in names):
+        return "draft" if literal.holds else "target"
+    if literal.holds and any("aux_hidden" in name for name in names):
+        return "target"
+    return ""
+
+
+def call_shape(call: cst.Call) -> CallShape:
+    """How `call` passes its arguments: what a delegating signature has to accept."""
+    positional = sum(1 for arg in call.args if arg.keyword is None and not arg.star)
+    keywords = tuple(sorted(arg.keyword.value for arg in call.args if arg.keyword is not None))
+    return CallShape(positional=positional, keywords=keywords, star=any(arg.star for arg in call.args))
 
 
 def _string_value(node: cst.CSTNode) -> str | None:
@@ -122,6 +226,7 @@ class Frame:
     optional: frozenset[str] = frozenset()
     class_name: str = ""
     depth: int = 0
+    conditions: tuple[tuple[cst.BaseExpression, bool], ...] = ()  # enclosing tests, and whether each holds here
 
     def child(self, **changes) -> Frame:
         values = {
@@ -131,6 +236,7 @@ class Frame:
             "optional": self.optional,
             "class_name": self.class_name,
             "depth": self.depth,
+            "conditions": self.conditions,
         }
         values.update(changes)
         return Frame(**values)
@@ -189,9 +295,20 @@ class ConsumerWalker:
         return role
 
     # -- recording -----------------------------------------------------------------
-    def record(self, name: str, kind: str, role: str, required: bool, at_node: cst.CSTNode, frame: Frame) -> None:
+    def record(
+        self,
+        name: str,
+        kind: str,
+        role: str,
+        required: bool,
+        at_node: cst.CSTNode,
+        frame: Frame,
+        shape: CallShape | None = None,
+    ) -> None:
         if name.startswith("__") and name.endswith("__"):
             return
+        if role == "unknown":
+            role = role_from_conditions(frame.conditions)
         self.out.uses.append(
             Use(
                 name=name,
@@ -200,13 +317,23 @@ class ConsumerWalker:
                 required=required and name not in frame.optional,
                 at=self.parsed.where(at_node, self.statement),
                 guard=frame.guard,
+                shape=shape,
             )
         )
         self.out.consumers.add(self.parsed.source.rel)
 
     def mark_scope(self, suite: cst.CSTNode) -> None:
         lines = self.out.eagle_lines.setdefault(self.parsed.source.rel, set())
-        lines.update(self.parsed.suite_span(suite))
+        if isinstance(suite, cst.If):  # an `elif`: its own body and every branch after it
+            span = self.parsed.statement_span(suite)
+            lines.update(range(span[0], span[1] + 1) if span else ())
+        else:
+            lines.update(self.parsed.suite_span(suite))
+
+    def mark_statements(self, statements) -> None:
+        first, last = self.parsed.statement_span(statements[0]), self.parsed.statement_span(statements[-1])
+        if first is not None and last is not None:
+            self.out.eagle_lines.setdefault(self.parsed.source.rel, set()).update(range(first[0], last[1] + 1))
 
     # -- walking -------------------------------------------------------------------
     def walk(self, node: cst.CSTNode, frame: Frame, parent: cst.CSTNode | None = None) -> None:
@@ -238,22 +365,38 @@ class ConsumerWalker:
 
     def walk_If(self, node: cst.If, frame: Frame, parent) -> None:
         self.walk(node.test, frame, node)
-        body_frame = frame
-        if not frame.in_scope and mentions_eagle(node.test) and not _negated_eagle(node.test):
-            guard = f"if {_short(self.parsed.module.code_for_node(node.test))}"
-            body_frame = frame.child(in_scope=True, guard=guard)
-            self.mark_scope(node.body)
+        body_frame = self._branch(node.test, True, frame, "if", node.body)
         probed = _positive_hasattr(node.test)
         if probed:
             body_frame = body_frame.child(optional=body_frame.optional | probed)
         self.walk(node.body, body_frame, node)
         if node.orelse is not None:
-            else_frame = frame
-            if not frame.in_scope and isinstance(node.orelse, cst.Else) and _negated_eagle(node.test):
-                guard = f"else of: if {_short(self.parsed.module.code_for_node(node.test))}"
-                else_frame = frame.child(in_scope=True, guard=guard)
-                self.mark_scope(node.orelse)
-            self.walk(node.orelse, else_frame, node)
+            self.walk(node.orelse, self._branch(node.test, False, frame, "else of: if", node.orelse), node)
+
+    def _branch(self, test: cst.BaseExpression, holds: bool, frame: Frame, label: str, suite: cst.CSTNode) -> Frame:
+        """The frame of a branch where `test` is `holds`; it enters EAGLE scope when the test says so."""
+        branch = frame.child(conditions=frame.conditions + ((test, holds),))
+        if frame.in_scope or not eagle_guarded(test, holds):
+            return branch
+        self.mark_scope(suite)
+        return branch.child(in_scope=True, guard=f"{label} {_short(self.parsed.module.code_for_node(test))}")
+
+    def walk_IndentedBlock(self, node: cst.IndentedBlock, frame: Frame, parent) -> None:
+        """Statements in order: after `if not is_eagle3(): return` the rest of the block is EAGLE code."""
+        statements = node.body
+        for index, statement in enumerate(statements):
+            self.walk(statement, frame, node)
+            leaves = _early_exit(statement)
+            if leaves and index + 1 < len(statements):
+                frame = self._after_exit(statement.test, leaves, frame, statements[index + 1 :])
+
+    def _after_exit(self, test: cst.BaseExpression, leaves: str, frame: Frame, rest) -> Frame:
+        after = frame.child(conditions=frame.conditions + ((test, False),))
+        if frame.in_scope or not eagle_guarded(test, False):
+            return after
+        self.mark_statements(rest)
+        guard = f"after if {_short(self.parsed.module.code_for_node(test))}: {leaves}"
+        return after.child(in_scope=True, guard=guard)
 
     def walk_BooleanOperation(self, node: cst.BooleanOperation, frame: Frame, parent) -> None:
         self.walk(node.left, frame, node)
@@ -286,6 +429,11 @@ class ConsumerWalker:
         self.walk(node.value, frame, node)
         self._walk_target(node.target, frame)
 
+    def walk_NamedExpr(self, node: cst.NamedExpr, frame: Frame, parent) -> None:
+        """`if (m := self.model) and ...:` makes `m` a model alias, as an assignment would."""
+        self.walk(node.value, frame, node)
+        self._bind(node.target, node.value, frame)
+
     def _walk_target(self, target: cst.BaseExpression, frame: Frame) -> None:
         """Writing `model.x = ...` needs nothing from the model; reads inside the target still count."""
         if isinstance(target, cst.Attribute):
@@ -313,8 +461,10 @@ class ConsumerWalker:
         role = self.model_role(node.value, frame)
         if role is None:
             return
-        is_call = isinstance(parent, cst.Call) and parent.func is node
-        self.record(node.attr.value, "call" if is_call else "attribute", role, True, node.attr, frame)
+        if isinstance(parent, cst.Call) and parent.func is node:
+            self.record(node.attr.value, "call", role, True, node.attr, frame, call_shape(parent))
+        else:
+            self.record(node.attr.value, "attribute", role, True, node.attr, frame)
 
     def walk_Call(self, node: cst.Call, frame: Frame, parent) -> None:
         func = node.func
@@ -369,12 +519,18 @@ def _short(text: str, limit: int = 70) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _negated_eagle(test: cst.CSTNode) -> bool:
-    return (
-        isinstance(test, cst.UnaryOperation)
-        and isinstance(test.operator, cst.Not)
-        and mentions_eagle(test.expression)
-    )
+def _early_exit(statement: cst.CSTNode) -> str:
+    """How an `if` without `else` always leaves ("return", "raise"), or "" when it may fall through."""
+    if not isinstance(statement, cst.If) or statement.orelse is not None:
+        return ""
+    last = statement.body.body[-1] if statement.body.body else None
+    if isinstance(last, cst.SimpleStatementLine):
+        last = last.body[-1] if last.body else None
+    if isinstance(last, cst.Return):
+        return "return"
+    if isinstance(last, cst.Raise):
+        return "raise"
+    return ""
 
 
 def _positive_hasattr(test: cst.CSTNode) -> frozenset[str]:
@@ -530,9 +686,9 @@ class ProtocolReader:
         for index, role in positional:
             if index < len(params):
                 name = params[index].name.value
-                aliases[name] = role if role != "unknown" else role_from_text(name)
+                aliases[name] = _parameter_role(role, name, frame)
         for name, role in bound.items():
-            aliases[name] = role if role != "unknown" else role_from_text(name)
+            aliases[name] = _parameter_role(role, name, frame)
         key = (source.rel, header, tuple(sorted(aliases.items())))
         if key in self.extraction.followed:
             return
@@ -594,13 +750,143 @@ class ProtocolReader:
                 source = self.cache.read(path)
             except EaglepatchError:
                 continue
-            inside = self.extraction.eagle_lines.get(source.rel, set())
-            for index, line in enumerate(source.lines, start=1):
-                if index in inside or line.lstrip().startswith("#"):
-                    continue
-                for match in _GENERAL_USE.finditer(line):
-                    found.setdefault(match.group(1), f"{source.rel}:{index}")
+            for line, member in self._general_uses(source):
+                found.setdefault(member, f"{source.rel}:{line}")
         return found
+
+    def _general_uses(self, source: SourceFile) -> list[tuple[int, str]]:
+        """(line, member) for each model member `source` uses outside EAGLE-3 code, in line order.
+        A text search finds the lines and functions worth reading and CPython's parser reads them,
+        so a docstring or comment naming `model.x` is no use, nor is one behind `hasattr(model, "x")`."""
+        if "model." not in source.text:
+            return []
+        outline = self.cache.outline(source)
+        inside = self.extraction.eagle_lines.get(source.rel, set())
+        text = outline.joined
+        wanted: dict[int, list[int]] = {}  # def header (-1: module level) -> file lines
+        for match in _MODEL_DOT.finditer(text):
+            index = outline.line_index(match.start())
+            if index + 1 in inside or source.lines[index].lstrip().startswith("#"):
+                continue  # a comment line is no use, and spares parsing the whole file for it
+            if _names_a_model(text, match.start()):
+                wanted.setdefault(outline.outer_def(index), []).append(index + 1)
+        if not wanted:
+            return []
+        lines = source.lines
+        whole_file = [(0, len(lines), sorted({n for found in wanted.values() for n in found}))]
+        blocks = whole_file if -1 in wanted else [
+            (block_start(lines, header), outline.ends[header], sorted(set(found)))
+            for header, found in sorted(wanted.items())
+        ]
+        uses = _uses_in_blocks(lines, blocks)
+        if uses is None and blocks is not whole_file:  # a slice that does not parse on its own
+            uses = _uses_in_blocks(lines, whole_file)
+        if uses is None:
+            return _general_uses_by_text(lines, inside)
+        return sorted(use for use in uses if use[0] not in inside)
+
+
+def _uses_in_blocks(lines: list[str], blocks: list[tuple[int, int, list[int]]]) -> list[tuple[int, str]] | None:
+    """(file line, member) of the model member uses in each (start, end, lines seen) block;
+    None when one of the blocks is not valid Python."""
+    uses: list[tuple[int, str]] = []
+    for start, end, seen in blocks:
+        tree = _parse_lines(lines, start, end)
+        if tree is None:
+            return None
+        uses += [(start + line, member) for line, member in _model_member_uses(tree, [n - start for n in seen])]
+    return uses
+
+
+def _names_a_model(text: str, start: int) -> bool:
+    """`model.` at `start` belongs to `model`, `x.model` or `x_model`, not to `remodel`."""
+    if start == 0 or not _is_word(text[start - 1]):
+        return True
+    return text[start - 1] == "_" and start >= 2 and _is_word(text[start - 2])
+
+
+def _is_word(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+def _parse_lines(lines: list[str], start: int, end: int) -> ast.Module | None:
+    """CPython's tree of lines [start, end), dedented; its line 1 is file line start + 1."""
+    if start >= end:
+        return ast.Module(body=[], type_ignores=[])
+    header = lines[start]
+    try:
+        return ast.parse(_dedent(lines[start:end], len(header) - len(header.lstrip(" \t"))))
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _holds_model(node: ast.expr) -> bool:
+    """`model`, `runner.model`, `target_model`, `self.draft_model`: what `_GENERAL_USE` reads as a model."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name == "model" or (name.endswith("_model") and len(name) > len("_model"))
+
+
+def _proven_by_hasattr(test: ast.expr) -> frozenset[str]:
+    """Member names a condition proves present: `hasattr(m, "x")`, also inside `and`."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return frozenset().union(*(_proven_by_hasattr(value) for value in test.values))
+    is_hasattr = isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "hasattr"
+    if is_hasattr and len(test.args) >= 2:
+        name = test.args[1]
+        if isinstance(name, ast.Constant) and isinstance(name.value, str):
+            return frozenset({name.value})
+    return frozenset()
+
+
+def _model_member_uses(tree: ast.AST, lines: list[int]) -> list[tuple[int, str]]:
+    """(line, member) for each `model.member` in `tree` that no `hasattr(..., "member")` guards.
+    Only nodes that span one of `lines` (sorted, where the text search saw `model.`) are read."""
+    found: list[tuple[int, str]] = []
+    stack: list[tuple[ast.AST, frozenset[str]]] = [(tree, frozenset())]
+    while stack:
+        node, probed = stack.pop()
+        first = getattr(node, "lineno", None)
+        if first is not None and not _spans_any(lines, first, node.end_lineno or first):
+            continue
+        if isinstance(node, ast.Attribute) and node.attr not in probed and _holds_model(node.value):
+            found.append((node.end_lineno or node.lineno, node.attr))
+        if isinstance(node, (ast.If, ast.IfExp)):
+            proven = probed | _proven_by_hasattr(node.test)
+            body = node.body if isinstance(node.body, list) else [node.body]
+            orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
+            stack += [(node.test, probed)] + [(child, proven) for child in body] + [(child, probed) for child in orelse]
+        elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+            for value in node.values:
+                stack.append((value, probed))
+                probed = probed | _proven_by_hasattr(value)
+        else:
+            stack += [(child, probed) for child in ast.iter_child_nodes(node)]
+    return found
+
+
+def _spans_any(lines: list[int], first: int, last: int) -> bool:
+    position = bisect.bisect_left(lines, first)
+    return position < len(lines) and lines[position] <= last
+
+
+def _general_uses_by_text(lines: list[str], inside: set[int]) -> list[tuple[int, str]]:
+    """The plain-text reading, for a file CPython cannot parse."""
+    return [
+        (index, match.group(1))
+        for index, line in enumerate(lines, start=1)
+        if index not in inside and not line.lstrip().startswith("#")
+        for match in _GENERAL_USE.finditer(line)
+    ]
+
+
+def _parameter_role(role: str, parameter: str, frame: Frame) -> str:
+    """A model handed to a helper: its role at the call, else the parameter's name
+    (`target_model`), else what the conditions around the call say."""
+    if role == "unknown":
+        role = role_from_text(parameter)
+    if role == "unknown":
+        role = role_from_conditions(frame.conditions)
+    return role
 
 
 def _find_def(module: cst.Module, header_line: str) -> cst.FunctionDef | None:

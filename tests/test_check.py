@@ -610,6 +610,7 @@ def test_fixture_roles(fixture_report):
     _, data = fixture_report
     protocol = protocol_of(data)
     assert protocol["get_embed_and_head"]["roles"] == ["target"]
+    assert protocol["set_eagle3_layers_to_capture"]["roles"] == ["target"]  # aux-hidden-state guards
     for draft in ("set_embed", "hot_token_id", "load_lm_head_from_target"):
         assert protocol[draft]["roles"] == ["draft"], draft
 

@@ -16,9 +16,11 @@ release's wheel is fetched once into the shared cache and unpacked to a read-onl
 
 Facts checked against the release trees (0.5.9 .. 0.5.23):
 
-* ``set_eagle3_layers_to_capture`` is called by the model runner, not by a
-  ``speculative/*eagle*`` module, so its role is ``unknown``; from 0.5.11 on the runner
-  is its only caller, and from 0.5.21 the call lives in
+* ``set_eagle3_layers_to_capture`` is called by the model runner on its own ``self.model``
+  (or a helper's ``model``), not by a ``speculative/*eagle*`` module; its role is ``target``
+  because every call sits under an aux-hidden-state guard (``if
+  self.eagle_use_aux_hidden_state:``). From 0.5.11 on the runner is its only caller, and
+  from 0.5.16 the call lives in
   ``model_executor/model_runner_components/attention_backend_setup.py``. In 0.5.23 it
   sits behind ``if not hasattr(...): raise`` and stays required.
 * From 0.5.21 ``get_embed_and_head`` is only called through the helper
@@ -163,7 +165,7 @@ def test_kimi_check(version, record_property):
     for name in EAGLE_CALLS:
         assert name in protocol, f"{name} not in the protocol: {sorted(protocol)}"
         entry = protocol[name]
-        assert entry["role"] in ("target", "unknown"), entry
+        assert entry["role"] == "target", entry
         assert entry["called_at"], entry
         for location in entry["called_at"]:
             text = line_at(srt, location)
