@@ -420,10 +420,11 @@ def consumer_source(ex: Example) -> bytes:
         "    def __init__(self, target_worker):",
         "        self.target_worker = target_worker",
         "",
-        "    def init_eagle3(self):",
+        # the arguments are passed through: any signature can take the call (shape checks are tested elsewhere)
+        "    def init_eagle3(self, *args, **kwargs):",
     ]
     for name in ex.protocol:
-        lines.append(f"        self.target_worker.model_runner.model.{name}()")
+        lines.append(f"        self.target_worker.model_runner.model.{name}(*args, **kwargs)")
     return ("\n".join(lines) + "\n").encode()
 
 
