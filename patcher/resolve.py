@@ -19,6 +19,7 @@ from pathlib import Path
 
 import libcst as cst
 
+from patcher.bindings import assigned_value, one_line, parse_value
 from patcher.errors import EaglepatchError
 from patcher.imports import ImportTable
 from patcher.locate import SourceTree
@@ -57,6 +58,14 @@ def _holds_language_model(cls: ClassInfo, wrapper_file: str) -> bool:
     if not cls.file.startswith("models/") or _NOT_LANGUAGE.search(cls.name):
         return False
     return cls.file != wrapper_file or bool(_MODEL_NAME.search(cls.name))
+
+
+def _code(node: cst.CSTNode) -> str:
+    return one_line(cst.Module(body=[]).code_for_node(node).split("\n"))
+
+
+def _same_name(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
+    return _code(a) == _code(b)
 
 
 @dataclass
@@ -122,19 +131,34 @@ class Resolver:
         return self._texts[key]
 
     def find_class(self, source: SourceFile, expr: cst.BaseExpression, depth: int = 0) -> tuple[SourceFile, str] | None:
-        """Where the class named by `expr` in `source` is defined, through imports and re-exports."""
+        """Where the class named by `expr` in `source` is defined, through imports, re-exports,
+        star imports and module-level aliases (`B = A`)."""
         if depth > 4:
             return None
         if isinstance(expr, cst.Name) and self.cache.outline(source).find(expr.value, "class") is not None:
             return source, expr.value
         origin = ImportTable.of(self.cache, source, self.tree).lookup_expr(expr)
-        if origin is None or origin.path is None or origin.name is None:
+        if origin is None:
+            alias = self._module_alias(source, expr)
+            return self.find_class(source, alias, depth + 1) if alias is not None else None
+        if origin.path is None or origin.name is None:
             return None
         try:
             other = self.cache.read(origin.path)
         except EaglepatchError:
             return None
         return self.find_class(other, cst.Name(origin.name), depth + 1)
+
+    def _module_alias(self, source: SourceFile, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+        """`B = A` (or `B = module.A`) at module level: the expression `B` names."""
+        if not isinstance(expr, cst.Name):
+            return None
+        match = re.search(rf"^{re.escape(expr.value)}[ \t]*(?::[^=\n]*)?=(?!=)", source.text, re.MULTILINE)
+        if match is None:
+            return None
+        index = source.text.count("\n", 0, match.start())
+        value = parse_value(assigned_value(source.lines, index, expr.value) or "")
+        return value if isinstance(value, (cst.Name, cst.Attribute)) and not _same_name(value, expr) else None
 
     def bases_of(self, text: ClassText) -> list[cst.Arg]:
         """The class header, parsed on its own."""
@@ -150,7 +174,10 @@ class Resolver:
         try:
             node = cst.parse_statement(header + "\n    pass\n")
         except cst.ParserSyntaxError:
-            return []
+            try:  # `class B(A): pass` carries its body on the header line
+                node = cst.parse_statement(header + "\n")
+            except cst.ParserSyntaxError:
+                return []
         return list(node.bases) if isinstance(node, cst.ClassDef) else []
 
     # -- class members -------------------------------------------------------------------
@@ -315,6 +342,9 @@ class Resolver:
         name = cst.Module(body=[]).code_for_node(expr)
         origin = ImportTable.of(self.cache, source, self.tree).lookup_expr(expr)
         if origin is None:
+            alias = self._module_alias(source, expr)
+            if alias is not None:
+                return f"{name} = {_code(alias)}, and {_code(alias)} is not a class in the tree"
             return f"neither defined nor imported in {source.rel}"
         if origin.path is None:
             if origin.module.startswith("sglang.srt"):

@@ -65,6 +65,25 @@ def resolved(inners) -> dict[str, list[str]]:
 # --------------------------------------------------------------------------- resolved constructs
 
 RESOLVED = {
+    "a module-level alias of a class": (
+        {
+            "models/text.py": TEXT,
+            "models/wrap.py": """\
+                from torch import nn
+                from sglang.srt.models import text
+
+                Backbone = text.TextModel
+
+
+                class WrapForCausalLM(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        self.model = Backbone(config)
+                """,
+        },
+        "models/wrap.py:WrapForCausalLM",
+        {"model": ["TextModel"]},
+    ),
     "the try import, not its except ImportError fallback": (
         {
             "models/text.py": TEXT,
@@ -102,6 +121,26 @@ RESOLVED = {
                 """,
         },
         "models/wrap.py:WrapForCausalLM",
+        {"model": ["TextModel"]},
+    ),
+    "a one-line subclass": (
+        {
+            "models/text.py": TEXT,
+            "models/wrap.py": """\
+                from torch import nn
+                from sglang.srt.models.text import TextModel
+
+
+                class WrapForCausalLM(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        self.model = TextModel(config)
+
+
+                class RenamedForCausalLM(WrapForCausalLM): pass
+                """,
+        },
+        "models/wrap.py:RenamedForCausalLM",
         {"model": ["TextModel"]},
     ),
 }
