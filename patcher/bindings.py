@@ -7,7 +7,8 @@ answers "which expression is this name bound to, and where is that expression ev
 
 `__init__` bodies are long, so an `InitScope` reads them as text and parses only the lines
 that answer a question (the signature, one assignment, the `super().__init__` call).  Short
-methods and helper functions are parsed whole (`FunctionScope`).
+methods and helper functions are parsed whole (`FunctionScope`).  The same kind of reading
+tells whether a `__getattr__` forwards any name it is asked for, or only a few.
 """
 
 from __future__ import annotations
@@ -295,3 +296,100 @@ def on_self(node) -> bool:
         if isinstance(node, cst.Name) and node.value == "self":
             return True
     return False
+
+
+
+# -- __getattr__ ----------------------------------------------------------------------------
+def forwards_any_name(function: cst.FunctionDef) -> bool:
+    """True when `__getattr__` hands any name it is asked for on to another object: a
+    `return getattr(self.X, name)` that no test on the name in front of it narrows down to a
+    few names (`if name == "x": raise` only keeps one name out; `if name in (...)` lets only
+    those through)."""
+    params = _positional(function.params)
+    return bool(params) and _reaches_forward(_body(function), params[0].name.value)
+
+
+def _body(node) -> list:
+    body = getattr(node, "body", None)
+    if isinstance(body, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+        return list(body.body)
+    return []
+
+
+def _reaches_forward(statements: list, name: str) -> bool:
+    for statement in statements:
+        if _is_forward(statement, name):
+            return True
+        if isinstance(statement, cst.If):
+            narrows = _narrowing(statement.test, name)
+            if narrows != "only" and _reaches_forward(_body(statement), name):
+                return True
+            orelse = statement.orelse
+            rest = [orelse] if isinstance(orelse, cst.If) else _body(orelse) if orelse is not None else []
+            if narrows != "except" and _reaches_forward(rest, name):
+                return True
+            if narrows == "except" and _ends(_body(statement)):
+                return False  # `if name not in (...): raise`: only those names go on
+        elif isinstance(statement, (cst.Try, cst.With)):
+            blocks = [statement] + list(getattr(statement, "handlers", ()))
+            if any(_reaches_forward(_body(block), name) for block in blocks):
+                return True
+    return False
+
+
+def _is_forward(statement, name: str) -> bool:
+    """`return getattr(self.X, name)` (with or without a default)."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    for small in statement.body:
+        value = small.value if isinstance(small, cst.Return) else None
+        if (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Name)
+            and value.func.value == "getattr"
+            and len(value.args) >= 2
+            and on_self(value.args[0].value)
+            and isinstance(value.args[1].value, cst.Name)
+            and value.args[1].value.value == name
+        ):
+            return True
+    return False
+
+
+def _ends(statements: list) -> bool:
+    last = statements[-1] if statements else None
+    return isinstance(last, cst.SimpleStatementLine) and any(isinstance(s, (cst.Raise, cst.Return)) for s in last.body)
+
+
+def _mentions(node, name: str) -> bool:
+    found = []
+
+    class Find(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            if n.value == name:
+                found.append(n)
+
+    node.visit(Find())
+    return bool(found)
+
+
+_EXCLUDING = (cst.NotIn, cst.NotEqual, cst.IsNot)
+
+
+def _narrowing(test, name: str) -> str | None:
+    """How a condition on `name` splits names: "only" (true for a few: `name in (...)`,
+    `name == "x"`, `name.startswith("x")`), "except" (true for all but a few: `not in`, `!=`), or
+    None (it does not test the name, e.g. `hasattr(self.inner, name)`)."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _narrowing(test.expression, name)
+        return {"only": "except", "except": "only"}.get(inner or "")
+    if isinstance(test, cst.BooleanOperation):
+        sides = {_narrowing(test.left, name), _narrowing(test.right, name)} - {None}
+        prefer = "only" if isinstance(test.operator, cst.And) else "except"
+        return prefer if prefer in sides else next(iter(sides), None)
+    if isinstance(test, cst.Comparison) and _mentions(test, name):
+        excluding = all(isinstance(c.operator, _EXCLUDING) for c in test.comparisons)
+        return "except" if excluding else "only"
+    if isinstance(test, cst.Call) and isinstance(test.func, cst.Attribute) and _mentions(test.func.value, name):
+        return "only"
+    return None

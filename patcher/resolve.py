@@ -25,6 +25,7 @@ from patcher.bindings import (
     InitScope,
     Scope,
     assigned_value,
+    forwards_any_name,
     on_self,
     one_line,
     parse_value,
@@ -343,10 +344,15 @@ class Resolver:
             members=members,
             bases=bases,
             external_bases=external,
-            dynamic="__getattr__" in members,
+            dynamic=self._forwards_any_name(members.get("__getattr__")),
         )
         self._classes[key] = info
         return info
+
+    def _forwards_any_name(self, getattr_: Signature | None) -> bool:
+        """A `__getattr__` that can hand any name on: one that forwards a few names is not dynamic."""
+        node = signature_node(self.cache, getattr_) if getattr_ is not None and getattr_.kind == "method" else None
+        return node is not None and forwards_any_name(node)
 
     def _own_members(self, text: ClassText) -> dict[str, Signature]:
         source, outline = text.source, self.cache.outline(text.source)

@@ -533,6 +533,73 @@ def test_towers_stay_out_of_unresolved_inners(tmp_path):
     assert [i.attribute for i in inner_models(root, "models/mm.py:MMForConditionalGeneration")] == ["language_model"]
 
 
+# --------------------------------------------------------------------------- __getattr__
+
+GETATTR_BODIES = {
+    "forwards a listed few names": """\
+        if name in ("get_embed_and_head", "set_embed_and_head"):
+            return getattr(self.language_model, name)
+        raise AttributeError(name)
+    """,
+    "raises for every name not listed": """\
+        if name not in _FORWARDED:
+            raise AttributeError(name)
+        return getattr(self.language_model, name)
+    """,
+    "forwards names with a prefix": """\
+        if name.startswith("get_"):
+            return getattr(self.language_model, name)
+        return super().__getattr__(name)
+    """,
+    "forwards nothing": """\
+        raise AttributeError(f"{type(self).__name__} has no {name}")
+    """,
+}
+STILL_DYNAMIC = {
+    "forwards every name": "return getattr(self.inner, name)\n",
+    "keeps one name out (a recursion guard)": """\
+        if name == "language_model":
+            raise AttributeError(name)
+        return getattr(self.language_model, name)
+    """,
+    "tries its own attributes first": """\
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.language_model, name)
+    """,
+    "forwards whatever the inner model has": """\
+        if hasattr(self.language_model, name):
+            return getattr(self.language_model, name)
+        raise AttributeError(name)
+    """,
+}
+
+
+def _getattr_class(body: str) -> str:
+    return (
+        "from torch import nn\n\n_FORWARDED = ()\n\n\nclass HolderForCausalLM(nn.Module):\n"
+        "    def __getattr__(self, name):\n" + textwrap.indent(textwrap.dedent(body), " " * 8)
+    )
+
+
+def class_info_of(root: Path, rel: str, name: str):
+    resolver, cache, srt = resolver_for(root)
+    return resolver.class_info(cache.read(srt / rel), name)
+
+
+@pytest.mark.parametrize("body", GETATTR_BODIES.values(), ids=list(GETATTR_BODIES))
+def test_getattr_that_forwards_some_names_is_not_dynamic(tmp_path, body):
+    root = write_tree(tmp_path, {"models/holder.py": _getattr_class(body)})
+    assert class_info_of(root, "models/holder.py", "HolderForCausalLM").dynamic is False
+
+
+@pytest.mark.parametrize("body", STILL_DYNAMIC.values(), ids=list(STILL_DYNAMIC))
+def test_getattr_that_forwards_any_name_stays_dynamic(tmp_path, body):
+    root = write_tree(tmp_path, {"models/holder.py": _getattr_class(body)})
+    assert class_info_of(root, "models/holder.py", "HolderForCausalLM").dynamic is True
+
+
 # --------------------------------------------------------------------------- real releases
 
 
