@@ -22,6 +22,7 @@ import libcst as cst
 from patcher.source import SourceFile, _indent, _scan
 
 _CONTINUED = re.compile(r"\\[ \t]*$")
+_TARGET = re.compile(r"[ \t]*([A-Za-z_][\w.]*)[ \t]*(?::[^=\n]*)?=(?!=)")  # `name =`, `self.x: T =`
 _COMMENT = re.compile(r"""\"\"\"|'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|\#.*""")
 _SUPER_CALL = re.compile(r"\bsuper\([^)]*\)\.__init__\(|\b([\w.]+)\.__init__\(\s*self\b")
 
@@ -55,18 +56,31 @@ def one_line(lines: list[str]) -> str:
 
 def assigned_value(lines: list[str], start: int, target: str) -> str | None:
     """The right-hand side of `target = ...` (or `target: T = ...`) starting at line `start`."""
-    match = re.match(rf"[ \t]*{re.escape(target)}[ \t]*(?::[^=\n]*)?=(?!=)", lines[start])
-    if match is None:
+    match = _TARGET.match(lines[start])
+    if match is None or match.group(1) != target:
         return None
     rest = [lines[start][match.end() :]] + lines[start + 1 : statement_end(lines, start)]
     return "\n".join(_code_of(line).rstrip().rstrip("\\") for line in rest).strip()
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_value(text: str) -> cst.BaseExpression | None:
+    """An expression parsed on its own (libcst nodes are immutable: one parse serves every
+    class that builds `ParallelLMHead(`...)."""
     try:
         return cst.parse_expression(text if "\n" not in text else f"({text})")
     except cst.ParserSyntaxError:
         return None
+
+
+def assignment_lines(lines: list[str], start: int, end: int) -> dict[str, list[int]]:
+    """name -> line indices of `name = ...` (or `name: T = ...`) in lines [start, end)."""
+    found: dict[str, list[int]] = {}
+    for index in range(start, end):
+        match = _TARGET.match(lines[index])
+        if match is not None and "." not in match.group(1):
+            found.setdefault(match.group(1), []).append(index)
+    return found
 
 
 @dataclass
@@ -180,7 +194,7 @@ class InitScope(Scope):
     _signature: cst.FunctionDef | None = field(default=None, repr=False)
     _calls: dict | None = field(default=None, repr=False)
     _header: str | None = field(default=None, repr=False)
-    _text: str | None = field(default=None, repr=False)
+    _assigned: dict | None = field(default=None, repr=False)
 
     def header(self) -> str:
         if self._header is None:
@@ -209,14 +223,10 @@ class InitScope(Scope):
         return Binding(param.name.value, "parameter", param.default, self.module())
 
     def locals(self, name: str) -> list[Binding]:
-        if self._text is None:
-            self._text = "\n".join(self.source.lines[self.start : self.end])
-        if name not in self._text:
-            return []
+        if self._assigned is None:  # one pass over the body, however many names are asked about
+            self._assigned = assignment_lines(self.source.lines, self.start + 1, self.end)
         out = []
-        pattern = rf"^[ \t]*{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)"
-        for match in re.finditer(pattern, self._text, re.MULTILINE):
-            index = self.start + self._text.count("\n", 0, match.start())
+        for index in self._assigned.get(name, ()):
             value = parse_value(assigned_value(self.source.lines, index, name) or "")
             if value is not None:
                 out.append(Binding(name, "local", value, self))

@@ -25,6 +25,7 @@ from patcher.bindings import (
     InitScope,
     Scope,
     assigned_value,
+    assignment_lines,
     forwards_any_name,
     on_self,
     one_line,
@@ -229,6 +230,7 @@ class Resolver:
         self._checked: set[Path] = set()
         self._helpers: dict[tuple[Path, int, bool], _Built] = {}
         self._named: dict[tuple[Path, str], tuple[SourceFile, str] | None] = {}
+        self._module_assignments: dict[Path, dict[str, int]] = {}  # module-level `name = ...` lines
         self.warnings: list[str] = []
 
     def require_valid(self, source: SourceFile) -> None:
@@ -284,10 +286,15 @@ class Resolver:
         """`B = A` (or `B = module.A`) at module level: the expression `B` names."""
         if not isinstance(expr, cst.Name):
             return None
-        match = re.search(rf"^{re.escape(expr.value)}[ \t]*(?::[^=\n]*)?=(?!=)", source.text, re.MULTILINE)
-        if match is None:
+        if "\n" + expr.value not in source.text and not source.text.startswith(expr.value):
             return None
-        index = source.text.count("\n", 0, match.start())
+        if source.path not in self._module_assignments:
+            found = assignment_lines(source.lines, 0, len(source.lines))
+            at_top = {name: [i for i in lines if _indent(source.lines[i]) == 0] for name, lines in found.items()}
+            self._module_assignments[source.path] = {name: lines[-1] for name, lines in at_top.items() if lines}
+        index = self._module_assignments[source.path].get(expr.value)
+        if index is None:
+            return None
         value = parse_value(assigned_value(source.lines, index, expr.value) or "")
         return value if isinstance(value, (cst.Name, cst.Attribute)) and not _same_name(value, expr) else None
 
@@ -475,7 +482,7 @@ class Resolver:
                 info = self.class_info(*target)
                 if info is not None and all(c.name != info.name for c in inner.classes):
                     inner.classes.append(info)
-            construct = one_line(where.lines[assignment.index : assignment.end])
+            construct = one_line(where.lines[assignment.index : assignment.end]) if built.dead_ends else ""
             for dead_end in built.dead_ends:
                 record = Unresolved(construct, f"{where.rel}:{assignment.index + 1}", dead_end.why)
                 if record not in inner.unresolved:
@@ -600,13 +607,17 @@ class Resolver:
         return self._returned(function, FunctionScope(source, owner, node=function), instances, depth)
 
     def _helper_function(self, source: SourceFile, name: str, depth: int = 0) -> tuple[SourceFile, int] | None:
-        """A module-level `def name`, in this file or imported from an in-tree one."""
+        """A module-level `def name`, in this file or imported from another model module.  Helpers
+        elsewhere (a parallel-group getter, a layer factory) build no model class, and reading
+        their modules only costs time."""
         outline = self.cache.outline(source)
         header = next((i for i, indent, kind, n in outline.headers if kind == "def" and indent == 0 and n == name), None)
         if header is not None:
             return source, header
         origin = ImportTable.of(self.cache, source, self.tree).lookup(name)
         if origin is None or origin.path is None or origin.name is None or depth > 2:
+            return None
+        if not self.tree.rel(origin.path).startswith("models/"):
             return None
         try:
             return self._helper_function(self.cache.read(origin.path), origin.name, depth + 1)
