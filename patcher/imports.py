@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,8 +10,12 @@ import libcst as cst
 
 from codemods.names import dotted_name
 
+from patcher.bindings import statement_end
+from patcher.errors import EaglepatchError
 from patcher.locate import SourceTree
-from patcher.source import SourceCache, SourceFile
+from patcher.source import _IMPORT, SourceCache, SourceFile, _indent
+
+_EXCEPT = re.compile(r"^([ \t]*)except\b[^\n]*:[ \t]*(?:#.*)?$")
 
 PACKAGE = "sglang.srt"
 
@@ -20,6 +25,11 @@ class Origin:
     module: str  # absolute dotted module
     name: str | None  # the imported name; None when the local name is the module itself
     path: Path | None  # the in-tree file, None for out-of-tree modules
+
+
+def _package_only(local: str, origin: Origin) -> bool:
+    """The `a` that `import a.b` binds as a side effect: it never replaces another binding of `a`."""
+    return origin == Origin(local, None, None) and "." not in local
 
 
 def module_path(tree: SourceTree, module: str) -> Path | None:
@@ -34,61 +44,130 @@ def module_path(tree: SourceTree, module: str) -> Path | None:
 
 
 class ImportTable:
-    """Local name -> Origin, for one file."""
+    """Local name -> Origin, for one file.
+
+    When a name is imported in a `try:` and again in its `except ...:` fallback, the `try`
+    binding is the one that runs.  Names a `from module import *` brings in are looked up in
+    that module when first asked for.
+    """
 
     _cache_key = "_import_tables"
 
-    def __init__(self, tree: SourceTree, source: SourceFile, statements: list[cst.CSTNode]):
+    def __init__(self, tree: SourceTree, source: SourceFile, statements: list[cst.CSTNode], cache: SourceCache | None = None):
         self.tree = tree
         self.source = source
+        self.cache = cache
         self.names: dict[str, Origin] = {}
-        package = source.rel.split("/")[:-1]
-        for stmt in statements:
-            for small in getattr(stmt, "body", []):
-                if isinstance(small, cst.ImportFrom):
-                    self._add_from(small, package)
-                elif isinstance(small, cst.Import):
-                    self._add_import(small)
+        self.stars: list[Origin] = []  # in-tree modules imported with `*`
+        self._package = source.rel.split("/")[:-1]
+        fallbacks = self._fallbacks() if "except" in source.text else set()
+        for local, origin in self._bindings(statements):
+            if local == "*":
+                if origin.path is not None and origin not in self.stars:
+                    self.stars.append(origin)
+            elif local not in self.names or ((local, origin) not in fallbacks and not _package_only(local, origin)):
+                self.names[local] = origin
 
     @classmethod
     def of(cls, cache: SourceCache, source: SourceFile, tree: SourceTree) -> ImportTable:
         tables = cache.__dict__.setdefault(cls._cache_key, {})
         table = tables.get(source.path)
         if table is None:
-            table = tables[source.path] = cls(tree, source, cache.parse_imports(source))
+            table = tables[source.path] = cls(tree, source, cache.parse_imports(source), cache)
         return table
 
-    def _add_from(self, node: cst.ImportFrom, package: list[str]) -> None:
+    def _bindings(self, statements) -> list[tuple[str, Origin]]:
+        out: list[tuple[str, Origin]] = []
+        for stmt in statements:
+            for small in getattr(stmt, "body", []):
+                if isinstance(small, cst.ImportFrom):
+                    out += self._from_bindings(small)
+                elif isinstance(small, cst.Import):
+                    out += self._import_bindings(small)
+        return out
+
+    def _fallbacks(self) -> set[tuple[str, Origin]]:
+        """Bindings made by imports inside `except ...:` blocks."""
+        lines = self.source.lines
+        texts: list[str] = []
+        for index, line in enumerate(lines):
+            match = _EXCEPT.match(line) if "except" in line else None
+            if match is None:
+                continue
+            own = len(match.group(1))
+            inner = index + 1
+            while inner < len(lines) and (not lines[inner].strip() or _indent(lines[inner]) > own):
+                if _IMPORT.match(lines[inner]):
+                    end = statement_end(lines, inner)
+                    texts.append("\n".join(l.strip() for l in lines[inner:end]))
+                    inner = end
+                else:
+                    inner += 1
+        if not texts:
+            return set()
+        try:
+            statements = list(cst.parse_module("\n".join(texts) + "\n").body)
+        except cst.ParserSyntaxError:
+            return set()
+        return set(self._bindings(statements))
+
+    def _from_bindings(self, node: cst.ImportFrom) -> list[tuple[str, Origin]]:
         level = len(node.relative)
         module = dotted_name(node.module)
         if level:
-            base = ["sglang", "srt"] + package
+            base = ["sglang", "srt"] + self._package
             if level > 1:
                 base = base[: len(base) - (level - 1)]
             module = ".".join(base + ([module] if module else []))
         if isinstance(node.names, cst.ImportStar):
-            return
+            return [("*", Origin(module, None, module_path(self.tree, module)))]
+        out = []
         for alias in node.names:
             name = dotted_name(alias.name)
             local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
             submodule = module_path(self.tree, f"{module}.{name}")
             if submodule is not None:
-                self.names[local] = Origin(f"{module}.{name}", None, submodule)
+                out.append((local, Origin(f"{module}.{name}", None, submodule)))
             else:
-                self.names[local] = Origin(module, name, module_path(self.tree, module))
+                out.append((local, Origin(module, name, module_path(self.tree, module))))
+        return out
 
-    def _add_import(self, node: cst.Import) -> None:
+    def _import_bindings(self, node: cst.Import) -> list[tuple[str, Origin]]:
+        out = []
         for alias in node.names:
             module = dotted_name(alias.name)
             if alias.asname and isinstance(alias.asname.name, cst.Name):
-                self.names[alias.asname.name.value] = Origin(module, None, module_path(self.tree, module))
+                out.append((alias.asname.name.value, Origin(module, None, module_path(self.tree, module))))
             else:
                 top = module.split(".")[0]
-                self.names.setdefault(top, Origin(top, None, None))
-                self.names[module] = Origin(module, None, module_path(self.tree, module))
+                if top != module:  # `import a.b` binds `a` too, unless something else already did
+                    out.append((top, Origin(top, None, None)))
+                out.append((module, Origin(module, None, module_path(self.tree, module))))
+        return out
 
-    def lookup(self, local: str) -> Origin | None:
-        return self.names.get(local)
+    def lookup(self, local: str, _seen: frozenset = frozenset()) -> Origin | None:
+        origin = self.names.get(local)
+        if origin is None and self.stars and not local.startswith("_"):
+            origin = self._through_star(local, _seen | {self.source.path})
+        return origin
+
+    def _through_star(self, local: str, seen: frozenset) -> Origin | None:
+        """`from sglang.srt.models.x import *`: the name, if module x defines or imports it."""
+        if self.cache is None:
+            return None
+        for star in self.stars:
+            if star.path in seen:
+                continue
+            try:
+                other = self.cache.read(star.path)
+            except EaglepatchError:
+                continue
+            outline = self.cache.outline(other)
+            defined = any(indent == 0 and name == local for _, indent, _, name in outline.headers)
+            assigned = re.search(rf"^{re.escape(local)}[ \t]*(?::[^=\n]*)?=(?!=)", other.text, re.MULTILINE)
+            if defined or assigned or ImportTable.of(self.cache, other, self.tree).lookup(local, seen) is not None:
+                return Origin(star.module, local, star.path)
+        return None
 
     def lookup_expr(self, node: cst.BaseExpression) -> Origin | None:
         """`Name` or `module_alias.Name` or `sglang.srt.models.x.Name`."""

@@ -1,0 +1,617 @@
+"""Stage 4 on its own: which inner model a class holds, on tiny trees written to tmp_path.
+
+Each row of a table is one construct SGLang uses to build the inner model, the smallest tree
+that shows it, and what it must resolve to.  Every row failed before the construct was
+followed (the class's inner model was missing, wrong, or silently dropped).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from patcher.locate import locate_tree
+from patcher.records import Protocol
+from patcher.resolve import Resolver
+from patcher.source import SourceCache
+
+NO_PROTOCOL = Protocol(members={}, consumers=[], general_interface={})
+
+# Small model modules the rows import from.
+TEXT = """\
+from torch import nn
+
+
+class TextModel(nn.Module):
+    pass
+
+
+class MoeTextModel(nn.Module):
+    pass
+"""
+LLAMA_LIKE = """\
+from torch import nn
+
+
+class LlamaLikeModel(nn.Module):
+    pass
+
+
+class LlamaLikeForCausalLM(nn.Module):
+    def __init__(self, config, quant_config=None, prefix=""):
+        super().__init__()
+        self.config = config
+        self.model = self._init_model(config, quant_config, prefix)
+
+    def _init_model(self, config, quant_config=None, prefix=""):
+        return LlamaLikeModel(config)
+"""
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    """A site-packages-shaped folder holding sglang/srt with `files` (paths relative to srt)."""
+    srt = root / "sglang" / "srt"
+    for package in (root / "sglang", srt, srt / "models"):
+        package.mkdir(parents=True, exist_ok=True)
+        (package / "__init__.py").write_text("")
+    for rel, text in files.items():
+        path = srt / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def resolver_for(root: Path) -> tuple[Resolver, SourceCache, Path]:
+    tree = locate_tree(root)
+    cache = SourceCache(tree.srt)
+    return Resolver(tree, cache), cache, tree.srt
+
+
+def inner_models(root: Path, wrapper: str):
+    rel, _, name = wrapper.partition(":")
+    resolver, cache, srt = resolver_for(root)
+    return resolver.inner_models(cache.read(srt / rel), name, NO_PROTOCOL)
+
+
+def resolved(inners) -> dict[str, list[str]]:
+    return {inner.attribute: [c.name for c in inner.classes] for inner in inners}
+
+
+def line_of(root: Path, rel: str, needle: str) -> str:
+    """`rel:N` for the only line of srt/rel containing `needle`."""
+    lines = (root / "sglang" / "srt" / rel).read_text().splitlines()
+    hits = [n for n, line in enumerate(lines, start=1) if needle in line]
+    assert len(hits) == 1, (needle, hits)
+    return f"{rel}:{hits[0]}"
+
+
+# --------------------------------------------------------------------------- resolved constructs
+
+RESOLVED = {
+    "constructor parameter default": (
+        {
+            "models/text.py": TEXT,
+            "models/vl.py": """\
+                from torch import nn
+                from sglang.srt.models.text import TextModel
+
+
+                class VLForConditionalGeneration(nn.Module):
+                    def __init__(self, config, quant_config=None, prefix="", language_model_cls=TextModel):
+                        super().__init__()
+                        self.model = language_model_cls(config=config)
+                """,
+        },
+        "models/vl.py:VLForConditionalGeneration",
+        {"model": ["TextModel"]},
+    ),
+    "subclass passes the class to super().__init__ by keyword": (
+        {
+            "models/text.py": TEXT,
+            "models/vl.py": """\
+                from torch import nn
+                from sglang.srt.models.text import TextModel
+
+
+                class VLForConditionalGeneration(nn.Module):
+                    def __init__(
+                        self,
+                        config,
+                        quant_config=None,
+                        prefix="",
+                        language_model_cls=TextModel,
+                    ):
+                        super().__init__()
+                        if not getattr(config, "encoder_only", False):
+                            self.model = language_model_cls(config=config)
+                """,
+            "models/vl_moe.py": """\
+                from sglang.srt.models.text import MoeTextModel
+                from sglang.srt.models.vl import VLForConditionalGeneration
+
+
+                class VLMoeForConditionalGeneration(VLForConditionalGeneration):
+                    def __init__(self, config, quant_config=None, prefix=""):
+                        super().__init__(config, quant_config, prefix=prefix, language_model_cls=MoeTextModel)
+                """,
+        },
+        "models/vl_moe.py:VLMoeForConditionalGeneration",
+        {"model": ["MoeTextModel"]},
+    ),
+    "subclass passes its own parameter's default positionally": (
+        {
+            "models/text.py": TEXT,
+            "models/vl.py": """\
+                from torch import nn
+                from sglang.srt.models.text import TextModel
+
+
+                class VLForConditionalGeneration(nn.Module):
+                    def __init__(self, config, quant_config=None, prefix="", language_model_cls=TextModel):
+                        super().__init__()
+                        self.model = language_model_cls(config=config)
+                """,
+            "models/vl_moe.py": """\
+                from sglang.srt.models.text import MoeTextModel
+                from sglang.srt.models.vl import VLForConditionalGeneration
+
+
+                class VLMoeForConditionalGeneration(VLForConditionalGeneration):
+                    def __init__(self, config, quant_config=None, prefix="", language_model_cls=MoeTextModel):
+                        super().__init__(config, quant_config, prefix, language_model_cls)
+                """,
+        },
+        "models/vl_moe.py:VLMoeForConditionalGeneration",
+        {"model": ["MoeTextModel"]},
+    ),
+    "subclass without __init__ keeps the base's default": (
+        {
+            "models/text.py": TEXT,
+            "models/vl.py": """\
+                from torch import nn
+                from sglang.srt.models.text import TextModel
+
+
+                class VLForConditionalGeneration(nn.Module):
+                    def __init__(self, config, language_model_cls=TextModel):
+                        super().__init__()
+                        self.model = language_model_cls(config=config)
+
+
+                class EdgeForConditionalGeneration(VLForConditionalGeneration):
+                    weights_mapper = None
+                """,
+        },
+        "models/vl.py:EdgeForConditionalGeneration",
+        {"model": ["TextModel"]},
+    ),
+    "a method on self builds it": (
+        {"models/llama_like.py": LLAMA_LIKE},
+        "models/llama_like.py:LlamaLikeForCausalLM",
+        {"model": ["LlamaLikeModel"]},
+    ),
+    "a subclass overrides the building method": (
+        {
+            "models/llama_like.py": LLAMA_LIKE,
+            "models/tele.py": """\
+                from torch import nn
+                from sglang.srt.models.llama_like import LlamaLikeForCausalLM, LlamaLikeModel
+
+
+                class TeleModel(LlamaLikeModel):
+                    pass
+
+
+                class TeleForCausalLM(LlamaLikeForCausalLM):
+                    def _init_model(self, config, quant_config=None, prefix=""):
+                        return TeleModel(config, quant_config=quant_config, prefix=prefix)
+                """,
+        },
+        "models/tele.py:TeleForCausalLM",
+        {"model": ["TeleModel"]},
+    ),
+    "a factory method with several returns gives every candidate": (
+        {
+            "models/text.py": TEXT,
+            "models/hybrid.py": """\
+                from torch import nn
+                from sglang.srt.models.text import MoeTextModel, TextModel
+
+
+                class HybridForCausalLM(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        self.model = self.build_backbone(config)
+
+                    def build_backbone(self, config):
+                        if config.num_experts:
+                            return MoeTextModel(config)
+                        backbone = TextModel(config)
+                        return backbone
+                """,
+        },
+        "models/hybrid.py:HybridForCausalLM",
+        {"model": ["MoeTextModel", "TextModel"]},
+    ),
+    "a class attribute names the class": (
+        {
+            "models/text.py": TEXT,
+            "models/wrap.py": """\
+                from torch import nn
+                from sglang.srt.models import text
+
+
+                class WrapForCausalLM(nn.Module):
+                    body_cls = text.TextModel
+
+                    def __init__(self, config):
+                        super().__init__()
+                        self.model = self.body_cls(config=config)
+                """,
+        },
+        "models/wrap.py:WrapForCausalLM",
+        {"model": ["TextModel"]},
+    ),
+    "a subclass overrides the class attribute": (
+        {
+            "models/text.py": TEXT,
+            "models/wrap.py": """\
+                from torch import nn
+                from sglang.srt.models.text import MoeTextModel, TextModel
+
+
+                class WrapForCausalLM(nn.Module):
+                    body_cls = TextModel
+
+                    def __init__(self, config):
+                        super().__init__()
+                        self.model = self.body_cls(config=config)
+
+
+                class WrapMoeForCausalLM(WrapForCausalLM):
+                    body_cls = MoeTextModel
+                """,
+        },
+        "models/wrap.py:WrapMoeForCausalLM",
+        {"model": ["MoeTextModel"]},
+    ),
+    "the callee on the line after `= (`": (
+        {
+            "models/text.py": TEXT,
+            "models/wrap.py": """\
+                from torch import nn
+                from sglang.srt.models.text import TextModel
+
+
+                class WrapForCausalLM(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        self.language_model = (
+                            TextModel(
+                                config,
+                            )
+                        )
+                """,
+        },
+        "models/wrap.py:WrapForCausalLM",
+        {"language_model": ["TextModel"]},
+    ),
+    "the callee after a backslash continuation": (
+        {
+            "models/text.py": TEXT,
+            "models/wrap.py": """\
+                from torch import nn
+                from sglang.srt.models.text import TextModel
+
+
+                class WrapForCausalLM(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        self.language_model = \\
+                            TextModel(config)
+                """,
+        },
+        "models/wrap.py:WrapForCausalLM",
+        {"language_model": ["TextModel"]},
+    ),
+    "either side of a conditional expression": (
+        {
+            "models/text.py": TEXT,
+            "models/wrap.py": """\
+                from torch import nn
+                from sglang.srt.models.text import MoeTextModel, TextModel
+
+
+                class WrapForCausalLM(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        self.model = TextModel(config) if config.dense else MoeTextModel(config)
+                """,
+        },
+        "models/wrap.py:WrapForCausalLM",
+        {"model": ["TextModel", "MoeTextModel"]},
+    ),
+    "a module-level alias of a class": (
+        {
+            "models/text.py": TEXT,
+            "models/wrap.py": """\
+                from torch import nn
+                from sglang.srt.models import text
+
+                Backbone = text.TextModel
+
+
+                class WrapForCausalLM(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        self.model = Backbone(config)
+                """,
+        },
+        "models/wrap.py:WrapForCausalLM",
+        {"model": ["TextModel"]},
+    ),
+    "the try import, not its except ImportError fallback": (
+        {
+            "models/text.py": TEXT,
+            "models/wrap.py": """\
+                from torch import nn
+
+                try:
+                    from sglang.srt.models.text import MoeTextModel as Backbone
+                except ImportError:
+                    from sglang.srt.models.text import TextModel as Backbone
+
+
+                class WrapForCausalLM(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        self.model = Backbone(config)
+                """,
+        },
+        "models/wrap.py:WrapForCausalLM",
+        {"model": ["MoeTextModel"]},
+    ),
+    "a name brought in by a star import": (
+        {
+            "models/text.py": TEXT,
+            "models/common.py": "from sglang.srt.models.text import TextModel\n",
+            "models/wrap.py": """\
+                from torch import nn
+                from sglang.srt.models.common import *
+
+
+                class WrapForCausalLM(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        self.model = TextModel(config)
+                """,
+        },
+        "models/wrap.py:WrapForCausalLM",
+        {"model": ["TextModel"]},
+    ),
+    "a one-line subclass": (
+        {
+            "models/text.py": TEXT,
+            "models/wrap.py": """\
+                from torch import nn
+                from sglang.srt.models.text import TextModel
+
+
+                class WrapForCausalLM(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        self.model = TextModel(config)
+
+
+                class RenamedForCausalLM(WrapForCausalLM): pass
+                """,
+        },
+        "models/wrap.py:RenamedForCausalLM",
+        {"model": ["TextModel"]},
+    ),
+}
+
+
+@pytest.mark.parametrize("files, wrapper, expected", RESOLVED.values(), ids=list(RESOLVED))
+def test_inner_model_is_resolved(tmp_path, files, wrapper, expected):
+    inners = inner_models(write_tree(tmp_path, files), wrapper)
+    assert resolved(inners) == expected
+    assert all(not inner.unresolved for inner in inners)
+
+
+def test_parameter_default_inner_is_reported_where_assigned(tmp_path):
+    root = write_tree(tmp_path, {"models/text.py": TEXT, **RESOLVED["subclass passes the class to super().__init__ by keyword"][0]})
+    [inner] = inner_models(root, "models/vl_moe.py:VLMoeForConditionalGeneration")
+    assert (inner.file, inner.line, inner.conditional) == ("models/vl.py", int(line_of(root, "models/vl.py", "self.model =").split(":")[1]), True)
+    assert inner.classes[0].file == "models/text.py"
+
+
+# --------------------------------------------------------------------------- unresolved constructs
+
+UNRESOLVED = {
+    "an out-of-tree factory": (
+        {
+            "models/auto.py": """\
+                from torch import nn
+                from transformers import AutoModel
+
+
+                class AutoForCausalLM(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        self.model = AutoModel.from_config(
+                            config,
+                            trust_remote_code=True,
+                        )
+                """,
+        },
+        "models/auto.py:AutoForCausalLM",
+        "model",
+        "self.model = AutoModel.from_config(config, trust_remote_code=True)",
+        "models/auto.py:self.model =",
+        "outside the SGLang tree",
+    ),
+    "a class picked from a registry at run time": (
+        {
+            "models/picked.py": """\
+                from torch import nn
+
+                _ARCHITECTURES = {}
+
+
+                class PickedForConditionalGeneration(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        language_model_cls = _ARCHITECTURES[config.text_config.architectures[0]]
+                        self.language_model = language_model_cls(config.text_config)
+                """,
+        },
+        "models/picked.py:PickedForConditionalGeneration",
+        "language_model",
+        "self.language_model = language_model_cls(config.text_config)",
+        "models/picked.py:self.language_model =",
+        "chosen at run time",
+    ),
+    "an instance built from a registry lookup, assigned through a local": (
+        {
+            "models/versioned.py": """\
+                from torch import nn
+
+                _SUPPORTED = {}
+
+
+                class VersionedModel(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        instance_class = _SUPPORTED.get(config.version)
+                        inner = instance_class(config=config)
+                        self.inner = inner
+                """,
+        },
+        "models/versioned.py:VersionedModel",
+        "inner",
+        "self.inner = inner",
+        "models/versioned.py:self.inner =",
+        "instance_class = _SUPPORTED.get(config.version)",
+    ),
+}
+
+
+@pytest.mark.parametrize("files, wrapper, attribute, construct, at, why", UNRESOLVED.values(), ids=list(UNRESOLVED))
+def test_unresolved_construct_is_kept(tmp_path, files, wrapper, attribute, construct, at, why):
+    root = write_tree(tmp_path, files)
+    [inner] = inner_models(root, wrapper)
+    assert inner.attribute == attribute and inner.classes == []
+    [record] = inner.unresolved
+    rel, _, needle = at.partition(":")
+    assert (record.construct, record.at) == (construct, line_of(root, rel, needle))
+    assert why in record.why
+
+
+def test_towers_stay_out_of_unresolved_inners(tmp_path):
+    root = write_tree(
+        tmp_path,
+        {
+            "models/mm.py": """\
+                from torch import nn
+                from transformers import AutoModel
+
+                _ARCHITECTURES = {}
+
+
+                class MMForConditionalGeneration(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        self.vision_tower = AutoModel.from_config(config.vision_config)
+                        self.multi_modal_projector = _ARCHITECTURES["projector"](config)
+                        self.language_model = _ARCHITECTURES[config.arch](config.text_config)
+                """,
+        },
+    )
+    assert [i.attribute for i in inner_models(root, "models/mm.py:MMForConditionalGeneration")] == ["language_model"]
+
+
+# --------------------------------------------------------------------------- __getattr__
+
+GETATTR_BODIES = {
+    "forwards a listed few names": """\
+        if name in ("get_embed_and_head", "set_embed_and_head"):
+            return getattr(self.language_model, name)
+        raise AttributeError(name)
+    """,
+    "raises for every name not listed": """\
+        if name not in _FORWARDED:
+            raise AttributeError(name)
+        return getattr(self.language_model, name)
+    """,
+    "forwards names with a prefix": """\
+        if name.startswith("get_"):
+            return getattr(self.language_model, name)
+        return super().__getattr__(name)
+    """,
+    "forwards nothing": """\
+        raise AttributeError(f"{type(self).__name__} has no {name}")
+    """,
+}
+STILL_DYNAMIC = {
+    "forwards every name": "return getattr(self.inner, name)\n",
+    "keeps one name out (a recursion guard)": """\
+        if name == "language_model":
+            raise AttributeError(name)
+        return getattr(self.language_model, name)
+    """,
+    "tries its own attributes first": """\
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.language_model, name)
+    """,
+    "forwards whatever the inner model has": """\
+        if hasattr(self.language_model, name):
+            return getattr(self.language_model, name)
+        raise AttributeError(name)
+    """,
+}
+
+
+def _getattr_class(body: str) -> str:
+    return (
+        "from torch import nn\n\n_FORWARDED = ()\n\n\nclass HolderForCausalLM(nn.Module):\n"
+        "    def __getattr__(self, name):\n" + textwrap.indent(textwrap.dedent(body), " " * 8)
+    )
+
+
+def class_info_of(root: Path, rel: str, name: str):
+    resolver, cache, srt = resolver_for(root)
+    return resolver.class_info(cache.read(srt / rel), name)
+
+
+@pytest.mark.parametrize("body", GETATTR_BODIES.values(), ids=list(GETATTR_BODIES))
+def test_getattr_that_forwards_some_names_is_not_dynamic(tmp_path, body):
+    root = write_tree(tmp_path, {"models/holder.py": _getattr_class(body)})
+    assert class_info_of(root, "models/holder.py", "HolderForCausalLM").dynamic is False
+
+
+@pytest.mark.parametrize("body", STILL_DYNAMIC.values(), ids=list(STILL_DYNAMIC))
+def test_getattr_that_forwards_any_name_stays_dynamic(tmp_path, body):
+    root = write_tree(tmp_path, {"models/holder.py": _getattr_class(body)})
+    assert class_info_of(root, "models/holder.py", "HolderForCausalLM").dynamic is True
+
+
+# --------------------------------------------------------------------------- real releases
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("release", ["sglang_059", "sglang_latest"])
+def test_real_release_inner_models(request, release):
+    root = request.getfixturevalue(release)
+    expected = {
+        ("models/qwen3_vl.py", "Qwen3VLForConditionalGeneration"): ("model", "Qwen3LLMModel", "models/qwen3_vl.py"),
+        ("models/qwen3_vl_moe.py", "Qwen3VLMoeForConditionalGeneration"): ("model", "Qwen3MoeLLMModel", "models/qwen3_vl_moe.py"),
+        ("models/nemotron_h.py", "NemotronHForCausalLM"): ("model", "NemotronHModel", "models/nemotron_h.py"),
+    }
+    for (rel, name), (attribute, cls, where) in expected.items():
+        inners = inner_models(root, f"{rel}:{name}")
+        assert [(i.attribute, [(c.name, c.file) for c in i.classes]) for i in inners] == [(attribute, [(cls, where)])], name
