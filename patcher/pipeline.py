@@ -15,6 +15,7 @@ from patcher.roles import learn_roles
 from patcher.source import SourceCache
 
 DEFAULT_MODEL = "kimi_k25"
+MAX_ADOPTION_ROUNDS = 3
 
 
 @dataclass
@@ -113,5 +114,17 @@ def analyze(
         static = any(getattr(d.decorator, "value", "") == "staticmethod" for d in node.decorators)
         return call_misfit(node.params, shape, is_method=not static)
 
-    plans: list[ModelPlan] = [plan_wrapper(protocol, w, *roles.role_of(w.cls), shape_misfit) for w in wrappers]
+    def plan_all() -> list[ModelPlan]:
+        return [plan_wrapper(protocol, w, *roles.role_of(w.cls), shape_misfit) for w in wrappers]
+
+    plans = plan_all()
+    for _ in range(MAX_ADOPTION_ROUNDS):  # fixes into a base class serve its subclasses in the same run
+        written = {
+            (p.wrapper.cls.file, p.wrapper.cls.name): {m.member.name: m.defined for m in p.fixes if m.defined}
+            for p in plans
+            if p.fixes
+        }
+        if not written or not resolver.adopt(written):
+            break
+        plans = plan_all()
     return Analysis(tree, cache, protocol, plans, list(protocol.warnings) + resolver.warnings, all_models)

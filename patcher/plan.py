@@ -77,6 +77,15 @@ def _locate(member, wrapper: Wrapper) -> MemberPlan:
 
 
 def _decide_fix(entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | None) -> None:
+    if entry.defined is not None and _holds_bare_backbone(wrapper):
+        # the backbone's hook of the same name only records layers; the class itself must turn capture on
+        # and hand the aux hidden states to its logits processor: a body, not a forward
+        entry.blocker = (
+            f"holds a bare backbone ({entry.inner_attribute}: {entry.defined.owner}) beside its own lm_head: "
+            f"forwarding to the backbone's {entry.member.name} ({entry.defined.at}) would skip the class's own "
+            "part; the hook needs a body written on the class"
+        )
+        return
     if entry.defined is not None and entry.inner_attribute is not None:
         misfit = _first_misfit(entry, shape_misfit)
         if misfit is None:

@@ -49,6 +49,19 @@ _SELF_ASSIGN = re.compile(r"^([ \t]*)self\.(\w+)[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*(
 _CALLEE = re.compile(r"^([A-Za-z_][\w.]*)[ \t]*\(")
 _BRACKET_TOKEN = re.compile(r'"{3}[\s\S]*?"{3}|\'{3}[\s\S]*?\'{3}|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|#[^\n]*|[()\[\]{}]')
 _SUPER_INIT = re.compile(r"\bsuper\([^)]*\)\.__init__\(|\b\w+\.__init__\(\s*self\b")
+# why_not_found() clauses that mean the tree itself is broken (the import would fail at run time),
+# as opposed to an inner model chosen at run time or built outside the tree
+_BROKEN_IMPORT = (
+    "is not in this tree",
+    "has no class",
+    "neither defined nor imported",
+    ": class ",  # "<file>: class X could not be read"
+    "is not UTF-8",  # the inner file itself cannot be read (SourceCache.read's errors)
+    "is a binary file",
+    "MiB",
+    "is not valid Python",
+    "cannot be read (",
+)
 _DECORATOR = re.compile(r"^[ \t]*@([\w.]+)")
 # a name that says "model" anywhere (`AutoModel.from_config`): an unresolved construction worth reporting
 _MODEL_WORD = re.compile(r"Model|ForCausalLM|ForConditionalGeneration|LLM")
@@ -400,6 +413,22 @@ class Resolver:
             if match:
                 out.append((index, len(match.group(1)), match.group(2), match.group(3).strip()))
         return out
+
+    def adopt(self, written: dict[tuple[str, str], dict[str, Signature]]) -> bool:
+        """Let subclasses see members this run will write into their base classes, so one `apply`
+        does what two would (a wrapper whose inner model inherits from a class apply also fixes).
+        The class written into is left as it is: its own plan still shows the gap it fixes."""
+        changed = False
+        by_name = {name: members for (_file, name), members in written.items()}
+        for info in self._classes.values():
+            if info is None:
+                continue
+            for base in info.bases:
+                for member, signature in by_name.get(base, {}).items():
+                    if member not in info.members:
+                        info.members[member] = signature
+                        changed = True
+        return changed
 
     # -- wrappers ---------------------------------------------------------------------------
     def wrapper_candidates(self, source: SourceFile, entry_only: bool = False) -> list[str]:
@@ -771,9 +800,10 @@ def select_wrappers(tree: SourceTree, cache: SourceCache, resolver: Resolver, se
     holding = [resolver.wrapper(source, name, protocol) for name in names]
     for wrapper in holding:
         for inner in wrapper.inners:
-            if not inner.classes and inner.unresolved:
+            broken = [u for u in inner.unresolved if any(sign in u.why for sign in _BROKEN_IMPORT)]
+            if not inner.classes and broken:  # an import of a module the tree lacks: the tree is broken
                 raise EaglepatchError(
-                    f"self.{inner.attribute} = {inner.unresolved[0].why}; fix the import, or pass --model module:Class",
+                    f"self.{inner.attribute} = {broken[0].why}; fix the import, or pass --model module:Class",
                     path=inner.file or rel,
                     line=inner.line,
                 )
