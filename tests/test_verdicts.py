@@ -396,3 +396,43 @@ def test_latest_baseline_round_trip_then_a_lost_hook_is_caught(checkout_of, tmp_
     assert json.loads(red.stdout)["baseline"]["new"] == [
         {"file": "models/kimi_k25.py", "class": KIMI_CLASS, "member": "get_embed_and_head"}
     ]
+
+
+# --------------------------------------------------------------------------- one apply does it all
+
+OMNI_MODULE = '''\
+"""A wrapper whose inner model subclasses another wrapper (the Qwen3-Omni shape; fixture)."""
+
+from torch import nn
+
+from sglang.srt.models.kimi_k25 import KimiK25ForConditionalGeneration
+
+
+class OmniThinkerForConditionalGeneration(KimiK25ForConditionalGeneration):
+    pass
+
+
+class OmniLikeForConditionalGeneration(nn.Module):
+    def __init__(self, config, quant_config=None):
+        super().__init__()
+        self.thinker = OmniThinkerForConditionalGeneration(config, quant_config)
+
+
+EntryClass = [OmniLikeForConditionalGeneration]
+'''
+
+
+def test_fixes_into_a_base_class_serve_its_subclasses_in_the_same_run(root: Path):
+    (root / SRT / "models" / "omni_like.py").write_text(OMNI_MODULE, encoding="utf-8")
+    _, data = check_json(root, "--all")
+    omni = model(data, "OmniLikeForConditionalGeneration")
+    assert omni["status"] == "fixable", omni["reason"]
+    assert {m["fix"]["to"] for m in omni["missing"]} == {"thinker"}
+    assert names(omni["missing"]) == names(model(data, KIMI_CLASS)["missing"])
+
+    assert invoke("apply", root, "--all").exit_code == 0
+    _, after = check_json(root, "--all")
+    assert after["summary"]["fixes"] == 0
+    assert model(after, "OmniLikeForConditionalGeneration")["status"] == "compliant"
+    again = invoke("apply", root, "--all")
+    assert again.exit_code == 0 and "Nothing to do" in again.stdout
