@@ -627,6 +627,7 @@ def verdict(report: dict, file: str, cls: str, member: str) -> dict:
         "reported": entry is not None,
         "required": entry.get("required") if entry else None,
         "written": model is not None and written(model, entry, report),
+        "fix_to": ((entry or {}).get("fix") or {}).get("to"),
     }
 
 
@@ -665,6 +666,8 @@ def measure(versions: list[str], repo: Path, jobs: int, use_cache: bool = True) 
             row = asdict(fix)
             row.update(in_old_protocol=fix.member in old_names, required_in_new=required_new.get(fix.member))
             row.update(verdict(old_report, fix.old_file, fix.cls, fix.member))
+            # what apply writes is what upstream wrote: a delegation to the same attribute
+            row["as_upstream"] = bool(row["written"] and fix.shape == "delegation" and fix.to == row["fix_to"])
             rows.append(row)
         pair = asdict(truth)
         pair["fixes"] = rows
@@ -718,6 +721,8 @@ def table_rows(pairs: list[dict]) -> list[dict]:
             "listed": sum(f["listed"] for f in fixes),
             "reported": sum(f["reported"] for f in fixes),
             "written": sum(f["written"] for f in fixes),
+            "delegations": sum(f["shape"] == "delegation" for f in fixes),
+            "as_upstream": sum(f.get("as_upstream", False) for f in fixes),
         })
     return rows
 
@@ -732,12 +737,18 @@ def markdown(result: dict) -> str:
     out.append(f"## Release history {releases[0]} .. {releases[-1]} ({len(releases) - 1} pairs), "
                f"eaglepatch {result['eaglepatch'][:12]}")
     out.append("")
-    out.append("| side | upstream fixes | listed by `check --all` in R | reported missing in R | written by `apply` in R |")
-    out.append("| --- | ---: | ---: | ---: | ---: |")
+    out.append(
+        "| side | upstream fixes | listed by `check --all` in R | reported missing in R | written by `apply` in R "
+        "| upstream delegations written the same way |"
+    )
+    out.append("| --- | ---: | ---: | ---: | ---: | ---: |")
     for row in result["table"]:
         n = row["fixes"]
         label = f"**{row['side']}**" if row["side"].startswith("total") else row["side"]
-        out.append(f"| {label} | {n} | {pct(row['listed'], n)} | {pct(row['reported'], n)} | {pct(row['written'], n)} |")
+        same = f"{row.get('as_upstream', 0)} of {row.get('delegations', 0)}"
+        out.append(
+            f"| {label} | {n} | {pct(row['listed'], n)} | {pct(row['reported'], n)} | {pct(row['written'], n)} | {same} |"
+        )
     out.append("")
     shapes: dict[str, int] = {}
     for pair in result["pairs"]:

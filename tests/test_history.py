@@ -293,7 +293,8 @@ def test_verdict_reads_both_contracts():
          "not_delegable": [{"name": "set_embed", "required": True}]},
     ]}
     assert history.verdict(old, "models/a.py", "A", "get_embed_and_head") == {
-        "listed": True, "status_in_old": "delegable", "reported": True, "required": True, "written": True}
+        "listed": True, "status_in_old": "delegable", "reported": True, "required": True, "written": True,
+        "fix_to": None}
     assert history.verdict(old, "models/a.py", "A", "hot_token_id")["written"] is False
     assert history.verdict(old, "models/b.py", "B", "set_embed")["reported"] is True
     assert history.verdict(old, "models/b.py", "B", "set_embed")["written"] is False
@@ -306,6 +307,7 @@ def test_verdict_reads_both_contracts():
         ]},
     ]}
     assert history.verdict(new, "models/a.py", "A", "get_embed_and_head")["written"] is True
+    assert history.verdict(new, "models/a.py", "A", "get_embed_and_head")["fix_to"] == "language_model"
     got = history.verdict(new, "models/a.py", "A", "set_eagle3_layers_to_capture")
     assert (got["reported"], got["written"]) == (True, False)
     assert history.verdict(new, "models/a.py", "A", "hot_token_id")["reported"] is False
