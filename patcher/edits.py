@@ -225,8 +225,8 @@ def build_edits(cache: SourceCache, tree, plans: list[ModelPlan]) -> tuple[list[
     """One edit per wrapper file that has something missing; a file that fails does not stop the others."""
     by_file: dict[str, dict[str, list[MemberPlan]]] = {}
     for plan in plans:
-        if plan.fixes:
-            by_file.setdefault(plan.wrapper.path, {})[plan.wrapper.cls.name] = plan.fixes
+        if plan.writes:
+            by_file.setdefault(plan.wrapper.path, {})[plan.wrapper.cls.name] = plan.writes
     edits: list[FileEdit] = []
     errors: list[EaglepatchError] = []
     for rel, classes in by_file.items():

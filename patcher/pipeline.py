@@ -120,9 +120,9 @@ def analyze(
     plans = plan_all()
     for _ in range(MAX_ADOPTION_ROUNDS):  # fixes into a base class serve its subclasses in the same run
         written = {
-            (p.wrapper.cls.file, p.wrapper.cls.name): {m.member.name: m.defined for m in p.fixes if m.defined}
+            (p.wrapper.cls.file, p.wrapper.cls.name): {m.member.name: m.defined for m in p.writes if m.defined}
             for p in plans
-            if p.fixes
+            if p.writes
         }
         if not written or not resolver.adopt(written):
             break

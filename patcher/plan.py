@@ -46,6 +46,10 @@ def plan_wrapper(
         companion = not mine and role == "target" and member.required
         entry = _locate(member, wrapper)
         entry.required, entry.uses = required, mine
+        if name in wrapper.cls.pending and (required or companion):
+            entry.fix = Fix("inherit", wrapper.cls.pending[name])  # apply writes it into that base
+            plan.missing.append(entry)
+            continue
         if name in own or (wrapper.forwards_dynamically and entry.providers):
             if mine or companion:
                 plan.forwarded.append(entry)
@@ -140,7 +144,10 @@ def _set_status(plan: ModelPlan) -> None:
         plan.reason = f"lacks {names}: {blocked[0].blocker}"
     elif plan.fixes:
         plan.status = "fixable"
-        plan.reason = f"{len(plan.fixes)} member(s) can be forwarded to the inner model"
+        inherited = len(plan.fixes) - len(plan.writes)
+        plan.reason = f"{len(plan.writes)} member(s) can be forwarded to the inner model" + (
+            f", {inherited} come with a fix apply writes into a base class" if inherited else ""
+        )
     elif wrapper.forwards_dynamically:
         plan.status = "dynamic"
         plan.reason = f"forwards every attribute through {wrapper.forwards_dynamically}"

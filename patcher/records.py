@@ -116,7 +116,8 @@ class ClassInfo:
     members: dict[str, Signature]  # own and inherited, nearest definition wins
     bases: list[str]  # resolved chain, nearest first, e.g. ["DeepseekV2ForCausalLM", ...]
     external_bases: list[str]  # bases not found in the tree (nn.Module, ...)
-    dynamic: bool = False  # defines __getattr__
+    dynamic: bool = False  # __getattr__ forwards any name
+    pending: dict[str, str] = field(default_factory=dict)  # member -> "file:Base" that this run's apply writes it into
 
 
 @dataclass(frozen=True)
@@ -151,13 +152,14 @@ class Wrapper:
 
 @dataclass(frozen=True)
 class Fix:
-    """What `apply` writes for a gap: a delegation to an inner model (`to` its attribute)."""
+    """What `apply` does for a gap: write a delegation to an inner model (`to` its attribute), or
+    write one into a base class the class inherits it from (`to` is that "file:Class")."""
 
-    kind: str  # "delegate"
-    to: str  # the attribute holding the inner model
+    kind: str  # "delegate" | "inherit"
+    to: str
 
     def as_json(self) -> dict:
-        return {"kind": self.kind, "to": self.to}
+        return {"kind": self.kind, "to": self.to} if self.kind == "delegate" else {"kind": self.kind, "from": self.to}
 
 
 @dataclass
@@ -196,6 +198,11 @@ class ModelPlan:
     @property
     def fixes(self) -> list[MemberPlan]:
         return [m for m in self.missing if m.fix is not None]
+
+    @property
+    def writes(self) -> list[MemberPlan]:
+        """The fixes written into this class itself (not those it inherits from a fixed base)."""
+        return [m for m in self.missing if m.fix is not None and m.fix.kind == "delegate"]
 
     @property
     def required_gaps(self) -> list[MemberPlan]:

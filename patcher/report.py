@@ -183,6 +183,8 @@ def gap_message(plan: ModelPlan, entry: MemberPlan) -> str:
     member = entry.member
     cls = plan.wrapper.cls.name
     used = f"EAGLE-3 uses it at {', '.join(entry.called_at[:3])}"
+    if entry.fix is not None and entry.fix.kind == "inherit":
+        return f"{cls} lacks {member.name}; {used}. Fix: eaglepatch apply writes it into its base {entry.fix.to}"
     if entry.fix is not None and entry.defined is not None:
         return (
             f"{cls} does not forward {member.name}() to {entry.fix.to} ({entry.defined.owner} defines it at "
@@ -296,7 +298,9 @@ def print_model(plan: ModelPlan, console: Console, gate: Gate | None = None) -> 
             label = "[dim]✗ baselined [/dim]" if accepted else "[red]✗ missing   [/red]"
         else:
             label = "[yellow]+ companion [/yellow]"
-        if entry.fix is not None and entry.defined is not None:
+        if entry.fix is not None and entry.fix.kind == "inherit":
+            what = f"fix: inherited from {entry.fix.to}, which apply fixes"
+        elif entry.fix is not None and entry.defined is not None:
             what = f"fix: forward to self.{entry.fix.to} ({entry.defined.owner} defines it at {entry.defined.at})"
         else:
             what = f"no fix: {entry.blocker}"
@@ -345,10 +349,13 @@ def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None
             f"[{style}]{plan.status:<10}[/{style}] {plan.role:<6} [bold]{plan.wrapper.cls.name}[/bold] "
             f"({plan.wrapper.path}:{plan.wrapper.cls.line})"
         )
-        fixes = [m.member.name + ("" if m.required else " (companion)") for m in plan.fixes]
+        fixes = [m.member.name + ("" if m.required else " (companion)") for m in plan.writes]
         if fixes:
-            targets = sorted({m.fix.to for m in plan.fixes if m.fix is not None})
+            targets = sorted({m.fix.to for m in plan.writes if m.fix is not None})
             console.print(f"{'':18}forward to self.{'/'.join(targets)}: {', '.join(fixes)}", overflow="fold")
+        for base in sorted({m.fix.to for m in plan.fixes if m.fix is not None and m.fix.kind == "inherit"}):
+            members = ", ".join(m.member.name for m in plan.fixes if m.fix is not None and m.fix.to == base)
+            console.print(f"{'':18}inherits {members} from {base}, which apply fixes", overflow="fold")
         blocked = [m for m in plan.missing if m.fix is None]
         if blocked:
             names = ", ".join(m.member.name for m in blocked)
@@ -447,7 +454,7 @@ def explain_json(analysis: Analysis, name: str) -> dict:
                     item["defined_at"] = entry.defined.at
                     item["defined_by"] = entry.defined.owner
                     item["inner_attribute"] = entry.inner_attribute
-                if entry.fix is not None:
+                if entry.fix is not None and entry.fix.kind == "delegate":
                     source = analysis.cache.read(analysis.tree.srt / plan.wrapper.path)
                     delegation = delegation_for(analysis.cache, analysis.tree, source, entry)
                     item["would_write"] = render_delegation(delegation)

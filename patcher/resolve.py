@@ -419,14 +419,16 @@ class Resolver:
         does what two would (a wrapper whose inner model inherits from a class apply also fixes).
         The class written into is left as it is: its own plan still shows the gap it fixes."""
         changed = False
-        by_name = {name: members for (_file, name), members in written.items()}
+        by_name = {name: (file, members) for (file, name), members in written.items()}
         for info in self._classes.values():
             if info is None:
                 continue
             for base in info.bases:
-                for member, signature in by_name.get(base, {}).items():
+                file, members = by_name.get(base, ("", {}))
+                for member, signature in members.items():
                     if member not in info.members:
                         info.members[member] = signature
+                        info.pending[member] = f"{file}:{base}"
                         changed = True
         return changed
 

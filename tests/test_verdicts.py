@@ -418,7 +418,11 @@ class OmniLikeForConditionalGeneration(nn.Module):
         self.thinker = OmniThinkerForConditionalGeneration(config, quant_config)
 
 
-EntryClass = [OmniLikeForConditionalGeneration]
+class KimiLiteForConditionalGeneration(KimiK25ForConditionalGeneration):
+    pass
+
+
+EntryClass = [OmniLikeForConditionalGeneration, KimiLiteForConditionalGeneration]
 '''
 
 
@@ -429,10 +433,20 @@ def test_fixes_into_a_base_class_serve_its_subclasses_in_the_same_run(root: Path
     assert omni["status"] == "fixable", omni["reason"]
     assert {m["fix"]["to"] for m in omni["missing"]} == {"thinker"}
     assert names(omni["missing"]) == names(model(data, KIMI_CLASS)["missing"])
+    # a subclass of the fixed wrapper gets the members from it: nothing is written into the subclass
+    lite = model(data, "KimiLiteForConditionalGeneration")
+    assert lite["status"] == "fixable"
+    assert {m["fix"]["kind"] for m in lite["missing"]} == {"inherit"}
+    assert {m["fix"]["from"] for m in lite["missing"]} == {f"models/kimi_k25.py:{KIMI_CLASS}"}
+    before_lite = (root / SRT / "models" / "omni_like.py").read_text(encoding="utf-8")
 
     assert invoke("apply", root, "--all").exit_code == 0
     _, after = check_json(root, "--all")
     assert after["summary"]["fixes"] == 0
     assert model(after, "OmniLikeForConditionalGeneration")["status"] == "compliant"
+    assert model(after, "KimiLiteForConditionalGeneration")["status"] == "compliant"
+    written = (root / SRT / "models" / "omni_like.py").read_text(encoding="utf-8")
+    assert "class KimiLiteForConditionalGeneration(KimiK25ForConditionalGeneration):\n    pass\n" in written
+    assert written.count("def ") == before_lite.count("def ") + 3  # the three forwards, all into OmniLike
     again = invoke("apply", root, "--all")
     assert again.exit_code == 0 and "Nothing to do" in again.stdout
