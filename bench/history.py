@@ -388,6 +388,8 @@ def delegation_target(func: ast.FunctionDef, name: str) -> str | None:
     if not func.args.args:
         return None
     me = func.args.args[0].arg
+    if _sets_own_state(func, me):
+        return None  # e.g. `self.capture_aux_hidden_states = True` before calling the backbone: a body
     for sub in ast.walk(func):
         if isinstance(sub, ast.Attribute) and sub.attr == name:
             chain = []
@@ -398,6 +400,16 @@ def delegation_target(func: ast.FunctionDef, name: str) -> str | None:
             if chain and isinstance(value, ast.Name) and value.id == me:
                 return ".".join(reversed(chain))
     return None
+
+
+def _sets_own_state(func: ast.FunctionDef, me: str) -> bool:
+    """The method assigns an attribute of its own instance (`self.x = ...`, `self.x += ...`)."""
+    for sub in ast.walk(func):
+        targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target] if isinstance(sub, (ast.AugAssign, ast.AnnAssign)) else []
+        for target in targets:
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == me:
+                return True
+    return False
 
 
 def _shape(tree: SourceTree, found, member: Member) -> tuple[str, str | None]:

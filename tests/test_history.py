@@ -180,6 +180,19 @@ def test_delegation_versus_body(tmp_path):
     }
 
 
+def test_a_method_that_sets_its_own_state_before_calling_the_backbone_is_a_body(tmp_path):
+    """Qwen3.5's hook (0.5.22) turns capture on and shifts the layers before calling self.model's."""
+    before = {"models/llama.py": LLAMA, "models/wrap.py": WRAPPER.format(extra="")}
+    after = {"models/llama.py": LLAMA, "models/wrap.py": WRAPPER.format(extra="""
+        def set_eagle3_layers_to_capture(self, layer_ids=None):
+            self.capture_aux_hidden_states = True
+            self.model.set_eagle3_layers_to_capture([i + 1 for i in layer_ids or []])
+    """)}
+    _, found = fixes(tmp_path, before, after)
+    (fix,) = found.values()
+    assert (fix.member, fix.shape, fix.to) == ("set_eagle3_layers_to_capture", "body", None)
+
+
 def test_a_member_gained_through_a_base_class_is_an_inherited_fix(tmp_path):
     old_base = "class Base:\n    pass\n"
     new_base = "class Base:\n    def get_embed_and_head(self):\n        return self.e, self.h\n"
