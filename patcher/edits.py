@@ -262,8 +262,7 @@ def apply_codemod(source: SourceFile, delegations: dict[str, list[Delegation]]) 
                     added.setdefault(module_name, set()).add(obj)
     if added:
         updated = updated.visit(NormalizeAddedImports(added))
-    text = updated.code
-    data = (b"\xef\xbb\xbf" if source.bom else b"") + text.encode("utf-8")
+    data = source.rewrite(module, updated)
     imports = sorted({_describe(i) for ds in delegations.values() for d in ds for i in d.imports})
     return FileEdit(source.path, source.rel, source.data, data, dict(command.added), imports)
 
@@ -305,7 +304,7 @@ def revert_edits(cache: SourceCache, tree, models: list[str] | None):
             updated = module.visit(command)  # no metadata needed: skip transform_module's deep copy
             for cls, names in command.kept.items():
                 kept.append((f"{source.rel}:{cls}", names))
-            data = (b"\xef\xbb\xbf" if source.bom else b"") + updated.code.encode("utf-8")
+            data = source.rewrite(module, updated)
             if data != source.data:
                 edits.append(FileEdit(source.path, source.rel, source.data, data, removed=dict(command.removed)))
         except EaglepatchError as exc:
