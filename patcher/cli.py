@@ -277,14 +277,22 @@ def _patch_base(tree):
     return work_tree, (work_tree.root if work_tree else tree.given)
 
 
-def _show_patch(patch: str) -> None:
+def _show_patch(patch: bytes) -> None:
+    """On a terminal, coloured; elsewhere the exact bytes, so `diff > fix.patch` is what apply writes."""
     if sys.stdout.isatty():
         from rich.syntax import Syntax
 
-        _console().print(Syntax(patch, "diff", theme="ansi_dark", background_color="default", word_wrap=False))
+        text = patch.decode("utf-8", errors="backslashreplace")
+        _console().print(Syntax(text, "diff", theme="ansi_dark", background_color="default", word_wrap=False))
+        return
+    sys.stdout.flush()
+    raw = getattr(sys.stdout, "buffer", None)
+    if raw is None:  # a text-only stream: the bytes that are not UTF-8 come out escaped
+        sys.stdout.write(patch.decode("utf-8", errors="backslashreplace"))
     else:
-        sys.stdout.write(patch)
-        sys.stdout.flush()
+        raw.write(patch)
+        raw.flush()
+    sys.stdout.flush()
 
 
 @app.command(epilog=EPILOG_DIFF)
