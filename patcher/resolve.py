@@ -25,7 +25,7 @@ from patcher.locate import SourceTree
 from patcher.records import ClassInfo, InnerModel, Protocol, Signature, Unresolved, Wrapper
 from patcher.source import SourceCache, SourceFile, _indent, _is_code, _scan
 
-_ENTRY = re.compile(r"^EntryClass\s*=\s*(.+)$", re.MULTILINE)
+_ENTRY = re.compile(r"^[ \t]*EntryClass\s*=\s*(.+)$", re.MULTILINE)  # indented under a module-level `if` too
 MAX_BASE_DEPTH = 12
 # a class name that says "model" (for inner models that cannot be resolved, or live in the wrapper's file)
 _MODEL_NAME = re.compile(r"(Model|ForCausalLM|ForConditionalGeneration|LMHeadModel)$")
@@ -233,12 +233,13 @@ class Resolver:
 
     # -- wrappers ---------------------------------------------------------------------------
     def wrapper_candidates(self, source: SourceFile, entry_only: bool = False) -> list[str]:
-        """EntryClass names when the file has them, else every top-level class."""
+        """EntryClass names when the file has them, else every module-level class (one under a
+        module-level `if` included: apply writes into it, so check must see it too)."""
         outline = self.cache.outline(source)
-        top = [name for _, indent, kind, name in outline.headers if kind == "class" and indent == 0]
+        top = outline.module_level("class")
         named: list[str] = []
-        for match in _ENTRY.finditer(source.text):
-            value = _balanced(source.text, match.start(1))
+        for match in _ENTRY.finditer(outline.joined):  # the lines Python sees: \r and form feeds are gone
+            value = _balanced(outline.joined, match.start(1))
             named += [n for n in re.findall(r"\w+", value) if n in top and n not in named]
         if named or entry_only:
             return named

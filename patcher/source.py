@@ -361,6 +361,15 @@ class Outline:
         self.ends = _Ends(self)
         self._indices = [h[0] for h in self.headers]
 
+    def module_level(self, kind: str) -> list[str]:
+        """Names of the `kind` blocks no def or class encloses: at column 0, or under a module-level
+        `if`/`try`/`with` (`if TYPE_CHECKING:`, a version switch), which Python runs as module code."""
+        names = []
+        for index, indent, k, name in self.headers:
+            if k == kind and name not in names and (indent == 0 or all(h[0] == index for h in self.enclosing(index))):
+                names.append(name)
+        return names
+
     def find(self, name: str, kind: str) -> int | None:
         """Header index of `kind name`, preferring the least indented one."""
         best = None
