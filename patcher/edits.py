@@ -15,7 +15,7 @@ from codemods.normalize_imports import NormalizeAddedImports
 from patcher.errors import EaglepatchError
 from patcher.imports import ImportTable
 from patcher.records import MemberPlan, ModelPlan
-from patcher.resolve import signature_node, syntax_error
+from patcher.resolve import one_path_per_file, signature_node, syntax_error
 from patcher.source import SourceCache, SourceFile
 
 _TOP_ASSIGN = re.compile(r"^(\w+)\s*(?::[^=]*)?=", re.MULTILINE)
@@ -287,7 +287,7 @@ def revert_edits(cache: SourceCache, tree, models: list[str] | None):
                 raise EaglepatchError("no such model module; pass --model with a file name under models/", path=f"models/{module}.py")
             paths.append(path)
     else:
-        paths = [p for p in sorted(tree.models.rglob("*.py")) if p.is_file() and MARKER.encode() in p.read_bytes()]
+        paths = [p for p in one_path_per_file(tree.models.rglob("*.py")) if p.is_file() and MARKER.encode() in p.read_bytes()]
     edits: list[FileEdit] = []
     errors: list[EaglepatchError] = []
     kept: list[tuple[str, list[str]]] = []

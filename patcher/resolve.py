@@ -356,9 +356,10 @@ class Resolver:
         return Wrapper(cls=info, inners=inners, path=source.rel, forwards_dynamically=dynamic)
 
     def all_wrappers(self, protocol: Protocol, progress=None) -> list[Wrapper]:
-        """Every class an `EntryClass` names under models/: each gets a verdict, none is left out."""
+        """Every class an `EntryClass` names under models/: each gets a verdict, none is left out,
+        and none twice (a module symlinked under another name is one file)."""
         files = []
-        for path in sorted(self.tree.models.rglob("*.py")):
+        for path in one_path_per_file(self.tree.models.rglob("*.py")):
             try:
                 with open(path, "rb") as handle:
                     if b"EntryClass" in handle.read():
@@ -376,6 +377,19 @@ class Resolver:
             except EaglepatchError as exc:
                 self.warnings.append(f"skipped {exc}")
         return found
+
+def one_path_per_file(paths) -> list[Path]:
+    """Sorted paths, one per real file: the file's own name rather than a symlink to it."""
+    chosen: dict[Path, Path] = {}
+    for path in sorted(paths):
+        try:
+            real = path.resolve()
+        except (OSError, RuntimeError):  # a symlink loop
+            continue
+        if real not in chosen or not path.is_symlink() and chosen[real].is_symlink():
+            chosen[real] = path
+    return sorted(chosen.values())
+
 
 def signature_node(cache: SourceCache, signature: Signature) -> cst.FunctionDef | None:
     """The libcst tree of a member's definition, parsed only when its signature is copied."""
