@@ -6,6 +6,7 @@ Heavy modules (libcst, rich, git) are imported inside the commands so `--help` s
 
 from __future__ import annotations
 
+import codecs
 import enum
 import sys
 from pathlib import Path
@@ -147,11 +148,34 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+def _unencodable(error: UnicodeError):
+    """A file name the OS gave as bytes that are not UTF-8 (a surrogate escape) goes out as those
+    bytes, as `ls` shows it; any other character the stream cannot hold is backslash-escaped."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    chunk = error.object[error.start : error.end]
+    if all(0xDC80 <= ord(char) <= 0xDCFF for char in chunk):
+        return bytes(ord(char) - 0xDC00 for char in chunk), error.end
+    return codecs.backslashreplace_errors(error)
+
+
+def tolerant_output() -> None:
+    """Printing a path must never fail: a name that is not UTF-8 under a strict UTF-8 stdout
+    would turn a finished `apply` into an internal error."""
+    codecs.register_error("eaglepatch", _unencodable)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="eaglepatch")
+        except (AttributeError, ValueError, OSError):
+            continue  # not a text stream of ours to configure
+
+
 @app.callback()
 def main_options(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
 ) -> None:
     """Global options."""
+    tolerant_output()
 
 
 def fail(message: str) -> None:
