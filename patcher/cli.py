@@ -118,8 +118,11 @@ Examples:
   eaglepatch apply /root/sglang
   eaglepatch apply /root/sglang --commit      # commit just the patched files
 
-Writes are atomic; a file that changed since it was read is left alone.
-Exit codes: 0 written or nothing to do, 2 error (that file untouched; other files still written).
+Writes are atomic; a file that changed since it was read is left alone. Every file (and, with
+--commit, the commit) is checked before any is written. A file another process keeps locked is
+waited for EAGLEPATCH_LOCK_TIMEOUT seconds (default 10).
+Exit codes: 0 written or nothing to do, 2 error (that file untouched; other files still written,
+unless --commit, which then writes nothing).
 """
 EPILOG_REVERT = """\
 Examples:
@@ -342,15 +345,53 @@ def diff(
     raise typer.Exit(2 if errors else 1)
 
 
+def _check_commit(tree, work_tree, edits) -> None:
+    """Every reason the commit would fail that git can tell before anything is written."""
+    from patcher.errors import EaglepatchError
+    from patcher.write import writable_target
+
+    if work_tree is None:
+        fail(f"{tree.given}: is not inside a git work tree, so --commit has nothing to commit to; run git init there, or drop --commit")
+    try:
+        work_tree.check_can_commit([(writable_target(edit, tree.srt), edit.rel) for edit in edits])
+    except EaglepatchError as exc:
+        fail(str(exc))
+
+
+def _writable(edits, tree) -> tuple[list, list]:
+    """(edits that can be written, edits that cannot), each refusal reported in one line."""
+    from patcher.errors import EaglepatchError
+    from patcher.write import check_writable
+
+    ready, refused = [], []
+    for edit in edits:
+        try:
+            check_writable(edit, tree.srt)
+        except EaglepatchError as exc:
+            typer.echo(f"eaglepatch: error: {exc}", err=True)
+            refused.append(edit)
+            continue
+        ready.append(edit)
+    return ready, refused
+
+
 def _write_all(tree, edits, errors, console, commit: bool, verb: str, changes_of) -> None:
-    """Write each edit atomically; report per file; optionally commit what was written."""
+    """Check every precondition (of each write, and of the commit) before touching any file; then
+    write each edit atomically, report per file, and optionally commit what was written.  With
+    --commit a failed precondition writes nothing; without, only that file is left alone."""
     from patcher.errors import EaglepatchError
     from patcher.preview import render_patch
     from patcher.write import write_edit
 
     work_tree, base = _patch_base(tree)
-    written, failed = [], list(errors)
-    for edit in edits:
+    if commit:
+        _check_commit(tree, work_tree, edits)
+    ready, failed = _writable(edits, tree)
+    failed += list(errors)
+    if commit and len(ready) < len(edits):
+        raise typer.Exit(2)
+    written = []
+    for edit in ready:
         if work_tree is not None and work_tree.dirty(edit.path):
             console.print(f"[yellow]note:[/yellow] {edit.rel} already had uncommitted changes")
         try:
@@ -366,16 +407,14 @@ def _write_all(tree, edits, errors, console, commit: bool, verb: str, changes_of
             for cls, members in changes_of(edit).items():
                 console.print(f"[green]{verb}[/green] {cls} ({edit.rel}): {', '.join(members)}")
     if commit and written:
-        if work_tree is None:
-            fail(f"{tree.given}: --commit needs a git work tree; the files were written but not committed")
         names = sorted({m for e in written for ms in changes_of(e).values() for m in ms})
         classes = sorted({c for e in written for c in changes_of(e)})
         title = "Forward EAGLE-3 members from" if verb == "added to" else "Remove eaglepatch delegations from"
         message = f"{title} {', '.join(classes)}\n\n{verb.capitalize()} by eaglepatch: {', '.join(names)}.\n"
         try:
             sha = work_tree.commit([e.path for e in written], message)
-        except Exception as exc:  # git's own message is the useful one
-            fail(f"{work_tree.root}: git commit failed ({str(exc).strip().splitlines()[-1]}); the files are written")
+        except EaglepatchError as exc:
+            fail(str(exc))
         console.print(f"committed {sha}")
     raise typer.Exit(2 if failed else 0)
 
