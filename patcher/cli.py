@@ -336,7 +336,8 @@ def diff(
     analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python)
     edits, errors = _edits(analysis)
     if not edits:
-        typer.echo("eaglepatch: nothing to change", err=True)
+        if not errors:  # after an error, its line is the whole story
+            typer.echo("eaglepatch: nothing to change", err=True)
         raise typer.Exit(2 if errors else 0)
     from patcher.preview import render_patch
 
@@ -435,7 +436,8 @@ def apply(
     edits, errors = _edits(analysis)
     console = _console()
     if not edits:
-        console.print("Nothing to do: every EAGLE-3 member eaglepatch can forward is already present.")
+        if not errors:
+            console.print("Nothing to do: every EAGLE-3 member eaglepatch can forward is already present.")
         raise typer.Exit(2 if errors else 0)
     _write_all(analysis.tree, edits, errors, console, commit, "added to", lambda e: e.added)
 
@@ -467,7 +469,8 @@ def revert(
     for error in errors:
         typer.echo(f"eaglepatch: error: {error}", err=True)
     if not edits:
-        console.print("Nothing to revert: no unchanged eaglepatch delegations found.")
+        if not errors:
+            console.print("Nothing to revert: no unchanged eaglepatch delegations found.")
         raise typer.Exit(2 if errors else 0)
 
     _write_all(tree, edits, errors, console, commit, "removed from", lambda e: e.removed)

@@ -157,7 +157,7 @@ def source_encoding(data: bytes, rel: str) -> str:
             path=rel,
             line=number + 1,
         )
-    return name
+    return "utf-8" if name == "utf-8" else declared  # as the file names it, for messages
 
 
 def decode_source(path: Path, rel: str, data: bytes) -> SourceFile:
