@@ -299,7 +299,7 @@ def revert_edits(cache: SourceCache, tree, models: list[str] | None):
             try:
                 module = cst.parse_module(source.text)
             except cst.ParserSyntaxError:
-                raise syntax_error(source) or EaglepatchError("is not valid Python", path=source.rel) from None
+                raise syntax_error(source) or EaglepatchError("is not valid Python; fix the syntax error", path=source.rel) from None
             command = RemoveDelegations(CodemodContext(filename=str(path)))
             updated = module.visit(command)  # no metadata needed: skip transform_module's deep copy
             for cls, names in command.kept.items():

@@ -105,13 +105,19 @@ def _lock(handle, edit: FileEdit) -> None:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
         except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise EaglepatchError(
-                    f"is locked by another process, still after {timeout:g} s; let it finish (fuser names it) "
-                    f"and run again, or wait longer with {LOCK_TIMEOUT_VARIABLE}=SECONDS",
-                    path=edit.rel,
-                ) from None
-            time.sleep(0.02)
+            pass
+        except OSError as exc:  # a file system without locks, say
+            raise EaglepatchError(
+                f"cannot be locked ({exc.strerror}); eaglepatch writes only under a lock, so patch a copy on a local disk",
+                path=edit.rel,
+            ) from None
+        if time.monotonic() >= deadline:
+            raise EaglepatchError(
+                f"is locked by another process, still after {timeout:g} s; let it finish (fuser names it) "
+                f"and run again, or wait longer with {LOCK_TIMEOUT_VARIABLE}=SECONDS",
+                path=edit.rel,
+            )
+        time.sleep(0.02)
 
 
 def _conflict(edit: FileEdit) -> EaglepatchError:
@@ -127,7 +133,7 @@ def write_edit(edit: FileEdit, tree_root: Path) -> None:
     try:
         handle = open(target, "rb")
     except OSError as exc:
-        raise EaglepatchError(f"cannot be opened ({exc.strerror})", path=edit.rel) from None
+        raise EaglepatchError(f"cannot be opened ({exc.strerror}); check that it exists and is readable", path=edit.rel) from None
     with handle:
         _lock(handle, edit)
         try:
@@ -166,7 +172,7 @@ def write_edit(edit: FileEdit, tree_root: Path) -> None:
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
                 raise EaglepatchError(f"cannot be written ({exc.strerror}); check its permissions", path=edit.rel) from None
-            raise EaglepatchError(f"cannot be written ({exc.strerror})", path=edit.rel) from None
+            raise EaglepatchError(f"cannot be written ({exc.strerror}); free the disk or fix the folder, then run again", path=edit.rel) from None
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
