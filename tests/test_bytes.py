@@ -4,13 +4,15 @@ For each byte situation a wrapper is written in it, in a real git repository, an
   * `apply` changes nothing but the inserted lines (every original line is still there, in order);
   * `git apply` of what `diff` printed gives exactly the bytes `apply` wrote;
   * `revert` gives back the original bytes, byte for byte.
-A hypothesis property then mixes newline style, BOM, final newline and where a form feed or
-U+2028 stands, through the library calls the CLI makes (no CLI start-up per example).
+A hypothesis property then mixes newline style, BOM, final newline, where a form feed or
+U+2028 stands, a latin-1 coding line and whether imports are added, through the library
+calls the CLI makes (no CLI start-up per example).
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import shutil
 import subprocess
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -104,6 +106,8 @@ DECORATIONS = {
     "u2028-comment": _before("        return self.language_model", "        # line\u2028separator\n"),
     "u2028-docstring": lambda t: t.replace("forwards none", "forwards\u2028none", 1),
     "latin1-comment": _before("    def forward", "    # caf\xe9 cr\xe8me\n"),
+    # one CRLF and one lone CR in an LF file: each line keeps its own ending
+    "mixed-endings": lambda t: t.replace('hooks."""\n', 'hooks."""\r\n', 1).replace("InnerForCausalLM\n", "InnerForCausalLM\r", 1),
 }
 
 SITUATIONS = {
@@ -130,6 +134,8 @@ SITUATIONS = {
         encoding="iso-8859-15", cookie="# vim: set fileencoding=iso-8859-15 :", decorate="latin1-comment"
     ),
     "utf-8-cookie-bom": Situation(bom=True, cookie="# coding: utf-8", decorate="u2028-comment"),
+    "mixed-endings": Situation(decorate="mixed-endings"),
+    "mixed-endings-no-final-newline": Situation(final_newline=False, decorate="mixed-endings"),
 }
 
 
@@ -146,7 +152,6 @@ def make_repo(root: Path, wrapper: bytes, inner: str | None = None) -> Path:
 
 def only_insertions(old: bytes, new: bytes) -> list[str]:
     """Original lines (split at \\r\\n, \\r or \\n, kept whole) that `new` dropped or changed."""
-    a, b = LINE_END.split(old.replace(b"\r\n", b"\n")), LINE_END.split(new.replace(b"\r\n", b"\n"))
     a, b = _lines_with_ends(old), _lines_with_ends(new)
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     return [repr(a[i1:i2]) for tag, i1, i2, _, _ in matcher.get_opcodes() if tag not in ("equal", "insert")]
@@ -234,7 +239,7 @@ def test_latin1_consumer_is_read_not_skipped(tmp_path):
     result = eaglepatch("check", root, "--model", "wrapper", "--format", "json")
     assert result.exit_code == 1, result.output
     assert "skipped" not in result.output
-    assert set(HOOKS) <= {m["name"] for m in __import__("json").loads(result.stdout)["models"][0]["missing"]}
+    assert set(HOOKS) <= {m["name"] for m in json.loads(result.stdout)["models"][0]["missing"]}
 
 
 def test_cookie_that_disagrees_with_the_bom_is_an_error(tmp_path):
@@ -303,13 +308,26 @@ def _decorate(text: str, char: str, place: str) -> str:
     final_newline=st.booleans(),
     char=ODD_CHARACTERS,
     place=PLACES,
+    latin1=st.booleans(),
+    imports=st.booleans(),
 )
-def test_property_any_bytes_round_trip(tmp_path_factory, newline, bom, final_newline, char, place):
+def test_property_any_bytes_round_trip(tmp_path_factory, newline, bom, final_newline, char, place, latin1, imports):
+    assume(not latin1 or (not bom and char == "\f"))  # latin-1 holds no U+2028, and a BOM says UTF-8
     text = _decorate(WRAPPER_PY, char, place)
-    data = Situation(newline=newline, bom=bom, final_newline=final_newline).render(text)
+    if latin1:
+        text = DECORATIONS["latin1-comment"](text)
+    situation = Situation(
+        newline=newline,
+        bom=bom,
+        final_newline=final_newline,
+        encoding="latin-1" if latin1 else "utf-8",
+        cookie="# -*- coding: latin-1 -*-" if latin1 else "",
+    )
     root = tmp_path_factory.mktemp("prop")
     minimal_tree(root)
-    (root / SRT / WRAPPER).write_bytes(data)
+    (root / SRT / WRAPPER).write_bytes(situation.render(text))
+    if imports:
+        (root / SRT / INNER).write_text(INNER_WITH_IMPORTS, encoding="utf-8")
     git(root, "init", "-q", "-b", "main")
     try:
         _library_round_trip(root)
