@@ -68,10 +68,10 @@ class WorkTree:
 
     def _check_git_runs(self) -> None:
         try:
-            status, _, _ = self._git("version")
-        except Exception as exc:  # GitPython cannot start git at all
-            status = exc
-        if status != 0:
+            runs = self._git("version")[0] == 0
+        except Exception:  # GitPython reads .git without git, but cannot start a git that is not there
+            runs = False
+        if not runs:
             raise EaglepatchError("git cannot be run here, so --commit cannot commit; install git or drop --commit", path=str(self.root))
 
     def _check_not_ignored(self, rels: dict[str, str]) -> None:

@@ -165,6 +165,22 @@ def test_commit_without_a_git_identity_writes_nothing(tmp_path, monkeypatch):
     untouched(tmp_path, lambda: eaglepatch("apply", root, "--model", "wrapper", "--commit"), str(root), "user.name", "git config")
 
 
+def test_commit_without_git_installed_writes_nothing(tmp_path):
+    """GitPython finds the repository without git, but nothing could commit: said before writing."""
+    root = repo(tmp_path / "repo")
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    (empty / "python").symlink_to(sys.executable)
+    env = {"PATH": str(empty), "GIT_PYTHON_GIT_EXECUTABLE": "git"}
+    untouched(
+        tmp_path,
+        lambda: Completed(run_cli(tmp_path, "apply", root, "--model", "wrapper", "--commit", **env)),
+        str(root),
+        "git cannot be run",
+        "--commit",
+    )
+
+
 def test_commit_refused_by_a_hook_keeps_gits_reason(tmp_path):
     """A hook cannot be asked first: the files are written, and the line says what the hook said."""
     root = repo(tmp_path / "repo")
