@@ -6,8 +6,9 @@ patch (or wrote themselves) stays.  The marker names the imports eaglepatch adde
 (`; imported Sequence, LayerSpec`); exactly those names are taken out of the import
 statements again, unless code outside the removed members has come to use them.  Whether
 they are used is decided by scope analysis (libcst's GatherUnusedImportsVisitor: references,
-`__all__`, string annotations), so a star import in the file changes nothing: it may or may
-not provide the name, and a name still read keeps its import.
+`__all__`, string annotations).  A name still read goes only when something else binds it
+too: the caller passes the names the file's star imports are known to provide (a star import
+it cannot read provides nothing, so the import stays).
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ def _is_pristine(func: cst.FunctionDef, attribute: str, module: cst.Module, unit
 class RemoveDelegations(VisitorBasedCodemodCommand):
     DESCRIPTION = "Remove delegating members that eaglepatch added."
 
-    def __init__(self, context: CodemodContext):
+    def __init__(self, context: CodemodContext, bound_elsewhere: frozenset[str] = frozenset()):
         super().__init__(context)
+        self.bound_elsewhere = bound_elsewhere  # names the file's star imports provide anyway
         self.removed: dict[str, list[str]] = {}
         self.kept: dict[str, list[str]] = {}  # marked but edited by hand
         self._module: cst.Module | None = None
@@ -102,7 +104,7 @@ class RemoveDelegations(VisitorBasedCodemodCommand):
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if not self._imported:
             return updated_node
-        mentioned = _mentioned(updated_node, self._imported)
+        mentioned = _mentioned(updated_node, self._imported) - self.bound_elsewhere
         removable = (self._imported - mentioned) | (_unused_imports(updated_node) & mentioned if mentioned else set())
         body = []
         for stmt in updated_node.body:

@@ -277,6 +277,7 @@ def revert_edits(cache: SourceCache, tree, models: list[str] | None):
     """Edits that remove eaglepatch's unchanged delegations: from the named model modules, or all of models/."""
     from codemods.add_delegations import MARKER
     from codemods.remove_delegations import RemoveDelegations
+    from patcher.star_imports import star_imported_names
 
     if models:
         paths = []
@@ -300,7 +301,7 @@ def revert_edits(cache: SourceCache, tree, models: list[str] | None):
                 module = cst.parse_module(source.text)
             except cst.ParserSyntaxError:
                 raise syntax_error(source) or EaglepatchError("is not valid Python; fix the syntax error", path=source.rel) from None
-            command = RemoveDelegations(CodemodContext(filename=str(path)))
+            command = RemoveDelegations(CodemodContext(filename=str(path)), star_imported_names(cache, tree, source, module))
             updated = module.visit(command)  # no metadata needed: skip transform_module's deep copy
             for cls, names in command.kept.items():
                 kept.append((f"{source.rel}:{cls}", names))

@@ -348,6 +348,25 @@ def test_revert_still_removes_imports_nothing_uses_beside_a_star_import(tmp_path
     assert path.read_bytes() == expected
 
 
+def test_revert_removes_an_import_an_in_tree_star_import_provides(tmp_path):
+    """As in sglang's deepseek_janus_pro: the file reads `List` through a star import of a module in
+    the tree, apply imports it, revert takes it out again: the original bytes come back."""
+    root = repo(tmp_path / "repo")
+    (root / SRT / INNER).write_text(INNER_TYPED, encoding="utf-8")
+    (root / SRT / "models" / "shared.py").write_text("from typing import List, Optional\n", encoding="utf-8")
+    path = root / SRT / WRAPPER
+    path.write_text(
+        WRAPPER_PY.replace("InnerForCausalLM\n", "InnerForCausalLM\nfrom sglang.srt.models.shared import *\n", 1)
+        + "\n\ndef ids(x: Optional[int]) -> List[int]:\n    return [x]\n",
+        encoding="utf-8",
+    )
+    original = path.read_bytes()
+    assert eaglepatch("apply", root, "--model", "wrapper").exit_code == 0
+    assert b"from typing import List, Optional" in path.read_bytes()
+    assert eaglepatch("revert", root, "--model", "wrapper").exit_code == 0
+    assert path.read_bytes() == original
+
+
 # --------------------------------------------------------------------------- file names that are not UTF-8
 
 
