@@ -234,8 +234,9 @@ class AddDelegations(VisitorBasedCodemodCommand):
     def visit_Module(self, node: cst.Module) -> None:
         self._module = node
 
-    # Only module-level classes are patched: nothing below a statement needs visiting, which
-    # keeps a 3,000-line model file from being rebuilt node by node.
+    # Only module-level classes are patched (a class under a module-level `if` or `try` is one):
+    # nothing inside a class, function or simple statement needs visiting, which keeps a
+    # 3,000-line model file from being rebuilt node by node.
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         return False
 
@@ -243,12 +244,6 @@ class AddDelegations(VisitorBasedCodemodCommand):
         return False
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
-        return False
-
-    def visit_If(self, node: cst.If) -> bool:
-        return False
-
-    def visit_Try(self, node: cst.Try) -> bool:
         return False
 
     def leave_ClassDef(self, original_node: cst.ClassDef, updated_node: cst.ClassDef) -> cst.ClassDef:

@@ -6,6 +6,7 @@ Heavy modules (libcst, rich, git) are imported inside the commands so `--help` s
 
 from __future__ import annotations
 
+import codecs
 import enum
 import sys
 from pathlib import Path
@@ -117,8 +118,11 @@ Examples:
   eaglepatch apply /root/sglang
   eaglepatch apply /root/sglang --commit      # commit just the patched files
 
-Writes are atomic; a file that changed since it was read is left alone.
-Exit codes: 0 written or nothing to do, 2 error (that file untouched; other files still written).
+Writes are atomic; a file that changed since it was read is left alone. Every file (and, with
+--commit, the commit) is checked before any is written. A file another process keeps locked is
+waited for EAGLEPATCH_LOCK_TIMEOUT seconds (default 10).
+Exit codes: 0 written or nothing to do, 2 error (that file untouched; other files still written,
+unless --commit, which then writes nothing).
 """
 EPILOG_REVERT = """\
 Examples:
@@ -147,11 +151,34 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+def _unencodable(error: UnicodeError):
+    """A file name the OS gave as bytes that are not UTF-8 (a surrogate escape) goes out as those
+    bytes, as `ls` shows it; any other character the stream cannot hold is backslash-escaped."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    chunk = error.object[error.start : error.end]
+    if all(0xDC80 <= ord(char) <= 0xDCFF for char in chunk):
+        return bytes(ord(char) - 0xDC00 for char in chunk), error.end
+    return codecs.backslashreplace_errors(error)
+
+
+def tolerant_output() -> None:
+    """Printing a path must never fail: a name that is not UTF-8 under a strict UTF-8 stdout
+    would turn a finished `apply` into an internal error."""
+    codecs.register_error("eaglepatch", _unencodable)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="eaglepatch")
+        except (AttributeError, ValueError, OSError):
+            continue  # not a text stream of ours to configure
+
+
 @app.callback()
 def main_options(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
 ) -> None:
     """Global options."""
+    tolerant_output()
 
 
 def fail(message: str) -> None:
@@ -277,14 +304,22 @@ def _patch_base(tree):
     return work_tree, (work_tree.root if work_tree else tree.given)
 
 
-def _show_patch(patch: str) -> None:
+def _show_patch(patch: bytes) -> None:
+    """On a terminal, coloured; elsewhere the exact bytes, so `diff > fix.patch` is what apply writes."""
     if sys.stdout.isatty():
         from rich.syntax import Syntax
 
-        _console().print(Syntax(patch, "diff", theme="ansi_dark", background_color="default", word_wrap=False))
+        text = patch.decode("utf-8", errors="backslashreplace")
+        _console().print(Syntax(text, "diff", theme="ansi_dark", background_color="default", word_wrap=False))
+        return
+    sys.stdout.flush()
+    raw = getattr(sys.stdout, "buffer", None)
+    if raw is None:  # a text-only stream: the bytes that are not UTF-8 come out escaped
+        sys.stdout.write(patch.decode("utf-8", errors="backslashreplace"))
     else:
-        sys.stdout.write(patch)
-        sys.stdout.flush()
+        raw.write(patch)
+        raw.flush()
+    sys.stdout.flush()
 
 
 @app.command(epilog=EPILOG_DIFF)
@@ -301,7 +336,8 @@ def diff(
     analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python)
     edits, errors = _edits(analysis)
     if not edits:
-        typer.echo("eaglepatch: nothing to change", err=True)
+        if not errors:  # after an error, its line is the whole story
+            typer.echo("eaglepatch: nothing to change", err=True)
         raise typer.Exit(2 if errors else 0)
     from patcher.preview import render_patch
 
@@ -310,15 +346,53 @@ def diff(
     raise typer.Exit(2 if errors else 1)
 
 
+def _check_commit(tree, work_tree, edits) -> None:
+    """Every reason the commit would fail that git can tell before anything is written."""
+    from patcher.errors import EaglepatchError
+    from patcher.write import writable_target
+
+    if work_tree is None:
+        fail(f"{tree.given}: is not inside a git work tree, so --commit has nothing to commit to; run git init there, or drop --commit")
+    try:
+        work_tree.check_can_commit([(writable_target(edit, tree.srt), edit.rel) for edit in edits])
+    except EaglepatchError as exc:
+        fail(str(exc))
+
+
+def _writable(edits, tree) -> tuple[list, list]:
+    """(edits that can be written, edits that cannot), each refusal reported in one line."""
+    from patcher.errors import EaglepatchError
+    from patcher.write import check_writable
+
+    ready, refused = [], []
+    for edit in edits:
+        try:
+            check_writable(edit, tree.srt)
+        except EaglepatchError as exc:
+            typer.echo(f"eaglepatch: error: {exc}", err=True)
+            refused.append(edit)
+            continue
+        ready.append(edit)
+    return ready, refused
+
+
 def _write_all(tree, edits, errors, console, commit: bool, verb: str, changes_of) -> None:
-    """Write each edit atomically; report per file; optionally commit what was written."""
+    """Check every precondition (of each write, and of the commit) before touching any file; then
+    write each edit atomically, report per file, and optionally commit what was written.  With
+    --commit a failed precondition writes nothing; without, only that file is left alone."""
     from patcher.errors import EaglepatchError
     from patcher.preview import render_patch
     from patcher.write import write_edit
 
     work_tree, base = _patch_base(tree)
-    written, failed = [], list(errors)
-    for edit in edits:
+    if commit:
+        _check_commit(tree, work_tree, edits)
+    ready, failed = _writable(edits, tree)
+    failed += list(errors)
+    if commit and len(ready) < len(edits):
+        raise typer.Exit(2)
+    written = []
+    for edit in ready:
         if work_tree is not None and work_tree.dirty(edit.path):
             console.print(f"[yellow]note:[/yellow] {edit.rel} already had uncommitted changes")
         try:
@@ -334,16 +408,14 @@ def _write_all(tree, edits, errors, console, commit: bool, verb: str, changes_of
             for cls, members in changes_of(edit).items():
                 console.print(f"[green]{verb}[/green] {cls} ({edit.rel}): {', '.join(members)}")
     if commit and written:
-        if work_tree is None:
-            fail(f"{tree.given}: --commit needs a git work tree; the files were written but not committed")
         names = sorted({m for e in written for ms in changes_of(e).values() for m in ms})
         classes = sorted({c for e in written for c in changes_of(e)})
         title = "Forward EAGLE-3 members from" if verb == "added to" else "Remove eaglepatch delegations from"
         message = f"{title} {', '.join(classes)}\n\n{verb.capitalize()} by eaglepatch: {', '.join(names)}.\n"
         try:
             sha = work_tree.commit([e.path for e in written], message)
-        except Exception as exc:  # git's own message is the useful one
-            fail(f"{work_tree.root}: git commit failed ({str(exc).strip().splitlines()[-1]}); the files are written")
+        except EaglepatchError as exc:
+            fail(str(exc))
         console.print(f"committed {sha}")
     raise typer.Exit(2 if failed else 0)
 
@@ -364,7 +436,8 @@ def apply(
     edits, errors = _edits(analysis)
     console = _console()
     if not edits:
-        console.print("Nothing to do: every EAGLE-3 member eaglepatch can forward is already present.")
+        if not errors:
+            console.print("Nothing to do: every EAGLE-3 member eaglepatch can forward is already present.")
         raise typer.Exit(2 if errors else 0)
     _write_all(analysis.tree, edits, errors, console, commit, "added to", lambda e: e.added)
 
@@ -396,7 +469,8 @@ def revert(
     for error in errors:
         typer.echo(f"eaglepatch: error: {error}", err=True)
     if not edits:
-        console.print("Nothing to revert: no unchanged eaglepatch delegations found.")
+        if not errors:
+            console.print("Nothing to revert: no unchanged eaglepatch delegations found.")
         raise typer.Exit(2 if errors else 0)
 
     _write_all(tree, edits, errors, console, commit, "removed from", lambda e: e.removed)

@@ -15,7 +15,7 @@ from codemods.normalize_imports import NormalizeAddedImports
 from patcher.errors import EaglepatchError
 from patcher.imports import ImportTable
 from patcher.records import MemberPlan, ModelPlan
-from patcher.resolve import signature_node, syntax_error
+from patcher.resolve import one_path_per_file, signature_node, syntax_error
 from patcher.source import SourceCache, SourceFile
 
 _TOP_ASSIGN = re.compile(r"^(\w+)\s*(?::[^=]*)?=", re.MULTILINE)
@@ -262,8 +262,7 @@ def apply_codemod(source: SourceFile, delegations: dict[str, list[Delegation]]) 
                     added.setdefault(module_name, set()).add(obj)
     if added:
         updated = updated.visit(NormalizeAddedImports(added))
-    text = updated.code
-    data = (b"\xef\xbb\xbf" if source.bom else b"") + text.encode("utf-8")
+    data = source.rewrite(module, updated)
     imports = sorted({_describe(i) for ds in delegations.values() for d in ds for i in d.imports})
     return FileEdit(source.path, source.rel, source.data, data, dict(command.added), imports)
 
@@ -278,6 +277,7 @@ def revert_edits(cache: SourceCache, tree, models: list[str] | None):
     """Edits that remove eaglepatch's unchanged delegations: from the named model modules, or all of models/."""
     from codemods.add_delegations import MARKER
     from codemods.remove_delegations import RemoveDelegations
+    from patcher.star_imports import star_imported_names
 
     if models:
         paths = []
@@ -288,7 +288,7 @@ def revert_edits(cache: SourceCache, tree, models: list[str] | None):
                 raise EaglepatchError("no such model module; pass --model with a file name under models/", path=f"models/{module}.py")
             paths.append(path)
     else:
-        paths = [p for p in sorted(tree.models.rglob("*.py")) if p.is_file() and MARKER.encode() in p.read_bytes()]
+        paths = [p for p in one_path_per_file(tree.models.rglob("*.py")) if p.is_file() and MARKER.encode() in p.read_bytes()]
     edits: list[FileEdit] = []
     errors: list[EaglepatchError] = []
     kept: list[tuple[str, list[str]]] = []
@@ -300,12 +300,12 @@ def revert_edits(cache: SourceCache, tree, models: list[str] | None):
             try:
                 module = cst.parse_module(source.text)
             except cst.ParserSyntaxError:
-                raise syntax_error(source) or EaglepatchError("is not valid Python", path=source.rel) from None
-            command = RemoveDelegations(CodemodContext(filename=str(path)))
+                raise syntax_error(source) or EaglepatchError("is not valid Python; fix the syntax error", path=source.rel) from None
+            command = RemoveDelegations(CodemodContext(filename=str(path)), star_imported_names(cache, tree, source, module))
             updated = module.visit(command)  # no metadata needed: skip transform_module's deep copy
             for cls, names in command.kept.items():
                 kept.append((f"{source.rel}:{cls}", names))
-            data = (b"\xef\xbb\xbf" if source.bom else b"") + updated.code.encode("utf-8")
+            data = source.rewrite(module, updated)
             if data != source.data:
                 edits.append(FileEdit(source.path, source.rel, source.data, data, removed=dict(command.removed)))
         except EaglepatchError as exc:

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from patcher.errors import EaglepatchError
+
 # GitPython refuses to import when no git binary exists; eaglepatch must still work then.
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 
@@ -29,10 +31,97 @@ class WorkTree:
             return False
 
     def commit(self, paths: list[Path], message: str) -> str:
+        """Commit just `paths`; a refusal (a hook, most likely) is raised with git's own words."""
         rels = [self.rel(p) for p in paths]
-        self.repo.git.add("--", *rels)
-        self.repo.git.commit("-m", message, "--only", "--", *rels)
+        for step in (("add", "--", *rels), ("commit", "-m", message, "--only", "--", *rels)):
+            status, _, err = self._git(*step)
+            if status != 0:
+                raise EaglepatchError(
+                    f"git {step[0]} failed ({git_reason(err)}); the files are written, commit them by hand",
+                    path=str(self.root),
+                )
         return self.repo.head.commit.hexsha[:12]
+
+    def check_can_commit(self, files: list[tuple[Path, str]]) -> None:
+        """Raise for the first reason `commit` would fail, before any file is written.
+
+        `files` are (real path, name to report).  Hooks can still refuse the commit; nothing
+        else git checks first should.
+        """
+        self._check_git_runs()
+        rels = {}
+        for path, name in files:
+            try:
+                rels[self.rel(path)] = name
+            except ValueError:
+                raise EaglepatchError(
+                    f"is outside the git work tree {self.root}, so --commit cannot commit it; drop --commit", path=name
+                ) from None
+        self._check_not_ignored(rels)
+        self._check_no_operation_in_progress()
+        self._check_identity()
+
+    def _git(self, command: str, *args: str) -> tuple[int, str, str]:
+        """(exit status, stdout, stderr) of a git command run in the work tree, never raising for its status."""
+        run = getattr(self.repo.git, command.replace("-", "_"))
+        return run(*args, with_extended_output=True, with_exceptions=False)
+
+    def _check_git_runs(self) -> None:
+        try:
+            runs = self._git("version")[0] == 0
+        except Exception:  # GitPython reads .git without git, but cannot start a git that is not there
+            runs = False
+        if not runs:
+            raise EaglepatchError("git cannot be run here, so --commit cannot commit; install git or drop --commit", path=str(self.root))
+
+    def _check_not_ignored(self, rels: dict[str, str]) -> None:
+        status, out, err = self._git("check-ignore", "--verbose", "--", *rels)
+        if status == 0:  # tracked files are never reported: git adds them whatever .gitignore says
+            rule, _, path = out.splitlines()[0].partition("\t")  # "source:line:pattern<TAB>path"
+            raise EaglepatchError(
+                f"is ignored by git (rule {rule}), so --commit cannot commit it; "
+                "un-ignore it (or git add -f it once) or drop --commit",
+                path=rels.get(path, next(iter(rels.values())) if len(rels) == 1 else path),
+            )
+        if status != 1:
+            raise EaglepatchError(f"git check-ignore failed ({git_reason(err)}); fix the repository or drop --commit", path=str(self.root))
+
+    def _check_no_operation_in_progress(self) -> None:
+        for ref, what, finish in _OPERATIONS:
+            if self._git("rev-parse", "--quiet", "--verify", ref)[0] == 0:
+                raise EaglepatchError(
+                    f"a {what} is in progress, and git cannot commit single files during one; {finish} or drop --commit",
+                    path=str(self.root),
+                )
+        lock = Path(self.repo.git_dir) / "index.lock"
+        if lock.exists():
+            raise EaglepatchError(
+                f"git's index is locked ({lock} exists); wait for the other git command, or remove the lock if none runs",
+                path=str(self.root),
+            )
+
+    def _check_identity(self) -> None:
+        for who in ("GIT_AUTHOR_IDENT", "GIT_COMMITTER_IDENT"):
+            if self._git("var", who)[0] != 0:
+                raise EaglepatchError(
+                    "git does not know who you are (user.name and user.email are not set), so it cannot commit; "
+                    "set them with git config, or drop --commit",
+                    path=str(self.root),
+                )
+
+
+_OPERATIONS = (
+    ("MERGE_HEAD", "merge", "finish it (git commit) or abort it (git merge --abort)"),
+    ("CHERRY_PICK_HEAD", "cherry-pick", "finish it or abort it (git cherry-pick --abort)"),
+    ("REVERT_HEAD", "revert", "finish it or abort it (git revert --abort)"),
+)
+
+
+def git_reason(stderr: str) -> str:
+    """What git said, without its hints: the lines that tell why."""
+    lines = [line.strip() for line in stderr.strip().splitlines()]
+    said = [line for line in lines if line and not line.startswith("hint:")]
+    return "; ".join(said) or "no message"
 
 
 def find_work_tree(path: Path) -> WorkTree | None:

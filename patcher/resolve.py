@@ -39,7 +39,7 @@ from patcher.locate import SourceTree
 from patcher.records import ClassInfo, InnerModel, Protocol, Signature, Unresolved, Wrapper
 from patcher.source import SourceCache, SourceFile, _indent, _is_code, _scan
 
-_ENTRY = re.compile(r"^EntryClass\s*=\s*(.+)$", re.MULTILINE)
+_ENTRY = re.compile(r"^[ \t]*EntryClass\s*=\s*(.+)$", re.MULTILINE)  # indented under a module-level `if` too
 MAX_BASE_DEPTH = 12
 # a class name that says "model" (for an inner model class that lives in the wrapper's file)
 _MODEL_NAME = re.compile(r"(Model|ForCausalLM|ForConditionalGeneration|LMHeadModel)$")
@@ -434,12 +434,13 @@ class Resolver:
 
     # -- wrappers ---------------------------------------------------------------------------
     def wrapper_candidates(self, source: SourceFile, entry_only: bool = False) -> list[str]:
-        """EntryClass names when the file has them, else every top-level class."""
+        """EntryClass names when the file has them, else every module-level class (one under a
+        module-level `if` included: apply writes into it, so check must see it too)."""
         outline = self.cache.outline(source)
-        top = [name for _, indent, kind, name in outline.headers if kind == "class" and indent == 0]
+        top = outline.module_level("class")
         named: list[str] = []
-        for match in _ENTRY.finditer(source.text):
-            value = _balanced(source.text, match.start(1))
+        for match in _ENTRY.finditer(outline.joined):  # the lines Python sees: \r and form feeds are gone
+            value = _balanced(outline.joined, match.start(1))
             named += [n for n in re.findall(r"\w+", value) if n in top and n not in named]
         if named or entry_only:
             return named
@@ -715,9 +716,10 @@ class Resolver:
         return Wrapper(cls=info, inners=inners, path=source.rel, forwards_dynamically=dynamic)
 
     def all_wrappers(self, protocol: Protocol, progress=None) -> list[Wrapper]:
-        """Every class an `EntryClass` names under models/: each gets a verdict, none is left out."""
+        """Every class an `EntryClass` names under models/: each gets a verdict, none is left out,
+        and none twice (a module symlinked under another name is one file)."""
         files = []
-        for path in sorted(self.tree.models.rglob("*.py")):
+        for path in one_path_per_file(self.tree.models.rglob("*.py")):
             try:
                 with open(path, "rb") as handle:
                     if b"EntryClass" in handle.read():
@@ -735,6 +737,19 @@ class Resolver:
             except EaglepatchError as exc:
                 self.warnings.append(f"skipped {exc}")
         return found
+
+def one_path_per_file(paths) -> list[Path]:
+    """Sorted paths, one per real file: the file's own name rather than a symlink to it."""
+    chosen: dict[Path, Path] = {}
+    for path in sorted(paths):
+        try:
+            real = path.resolve()
+        except (OSError, RuntimeError):  # a symlink loop
+            continue
+        if real not in chosen or not path.is_symlink() and chosen[real].is_symlink():
+            chosen[real] = path
+    return sorted(chosen.values())
+
 
 def signature_node(cache: SourceCache, signature: Signature) -> cst.FunctionDef | None:
     """The libcst tree of a member's definition, parsed only when its signature is copied."""

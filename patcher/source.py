@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import bisect
+import codecs
+import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,12 +29,23 @@ _HEADER_ANYWHERE = re.compile(r"^([ \t]*)(async[ \t]+def|def|class)[ \t]+(\w+)",
 _HEADER = re.compile(r"^([ \t]*)(?:async[ \t]+def|def|class)[ \t]+(\w+)")
 # Python (and the ast module) end lines at \r\n, \r or \n only; str.splitlines also splits on \f and others
 _NEWLINES = re.compile(r"\r\n|\r|\n")
+_NEWLINES_BYTES = re.compile(rb"\r\n|\r|\n")
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import\b|import[ \t]+\w)")
+# PEP 263, as the tokenize module reads it: on line 1, or on line 2 below a comment or blank line
+_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+_BLANK_OR_COMMENT = re.compile(rb"^[ \t\f]*(?:[#\r\n]|$)")
+# a form feed in indentation resets Python's column count: only what follows the last one counts
+_FORMFEED_INDENT = re.compile(r"^[ \t\f]*\f")
 
 
 @dataclass
 class SourceFile:
-    """A file's bytes and text, decoded once; `text` has no BOM and keeps its newlines."""
+    """A file's bytes and text, decoded once.
+
+    `text` has no BOM and keeps its newlines and form feeds: it is what libcst rewrites.
+    `lines` are for reading only: split where Python splits, with form feeds in indentation
+    dropped, so an outline sees `\\fclass X:` as the top-level class Python sees.
+    """
 
     path: Path
     rel: str
@@ -41,17 +54,128 @@ class SourceFile:
     bom: bool
     newline: str
     lines: list[str] = field(repr=False)
+    encoding: str = "utf-8"  # PEP 263 coding line, or UTF-8
+
+    def encode(self, text: str) -> bytes:
+        """`text` as bytes in this file's own encoding, BOM included."""
+        try:
+            body = text.encode(self.encoding)
+        except UnicodeEncodeError as exc:
+            raise EaglepatchError(
+                f"is {self.encoding} text, which cannot hold {exc.object[exc.start : exc.end]!r} that the new code "
+                "needs; re-encode the file as UTF-8 (and drop its coding line)",
+                path=self.rel,
+            ) from None
+        return (BOM if self.bom else b"") + body
+
+    def rewrite(self, before: cst.Module, after: cst.Module) -> bytes:
+        """The file's bytes with what libcst changed, and not one other byte changed.
+
+        libcst drops a form feed that starts an indented line and a lone `\\r` that ends the
+        file; so every line libcst printed unchanged is taken from the original text, and
+        only the lines it added or changed come from libcst.
+        """
+        if after is before:
+            return self.data
+        if self.encoding != "utf-8" and self.encode(self.text) != self.data:
+            raise EaglepatchError(
+                f"does not read back to the same bytes in {self.encoding}; re-encode the file as UTF-8",
+                path=self.rel,
+            )
+        if not _libcst_may_drop_bytes(self.text):  # printing a module costs ~0.2 s per 3,000 lines
+            return self.encode(after.code)
+        return self.encode(splice(self.text, before.code, after.code, self.rel))
+
+
+def _libcst_may_drop_bytes(text: str) -> bool:
+    return "\f" in text or text.endswith("\r")
+
+
+def lines_with_ends(text: str) -> list[str]:
+    """Lines as Python ends them (\\r\\n, \\r or \\n), each with its own ending."""
+    out, start = [], 0
+    for match in _NEWLINES.finditer(text):
+        out.append(text[start : match.end()])
+        start = match.end()
+    if start < len(text):
+        out.append(text[start:])
+    return out
+
+
+def _ending(line: str) -> str:
+    return line[len(line.rstrip("\r\n")) :]
+
+
+def splice(original: str, printed: str, updated: str, rel: str) -> str:
+    """`original` with the lines `printed` (libcst's copy of it) and `updated` differ on replaced."""
+    old, seen, new = lines_with_ends(original), lines_with_ends(printed), lines_with_ends(updated)
+    if len(old) != len(seen):
+        raise EaglepatchError(
+            f"has {len(old)} lines, but libcst reads {len(seen)}; normalize its line endings (dos2unix) and run again",
+            path=rel,
+        )
+    out: list[str] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, seen, new, autojunk=False).get_opcodes():
+        out += old[i1:i2] if tag == "equal" else new[j1:j2]
+    lost = _ending(old[-1]) if old and not _ending(seen[-1]) else ""
+    if lost and out and not _ending(out[-1]):
+        out[-1] += lost  # the final newline libcst dropped belongs after whatever is now last
+    return "".join(out)
+
+
+def source_encoding(data: bytes, rel: str) -> str:
+    """The encoding Python reads the file in: its PEP 263 coding line, else UTF-8."""
+    bom = data.startswith(BOM)
+    first_two = _NEWLINES_BYTES.split(data[len(BOM) :] if bom else data, 2)[:2]
+    declared = None
+    for number, line in enumerate(first_two):
+        match = _COOKIE.match(line)
+        if match is not None:
+            declared = match.group(1).decode("ascii")
+            break
+        if not _BLANK_OR_COMMENT.match(line):
+            break
+    if declared is None:
+        return "utf-8"
+    try:
+        name = codecs.lookup(declared).name
+    except LookupError:
+        raise EaglepatchError(
+            f"declares source encoding {declared!r}, which Python does not know; fix its coding line",
+            path=rel,
+            line=number + 1,
+        ) from None
+    if "\n".encode(name, errors="replace") != b"\n":
+        raise EaglepatchError(
+            f"declares source encoding {declared!r}, which Python cannot read source in; re-encode the file as UTF-8",
+            path=rel,
+            line=number + 1,
+        )
+    if bom and name != "utf-8":
+        raise EaglepatchError(
+            f"starts with a UTF-8 BOM but its coding line says {declared}; drop the BOM or the coding line",
+            path=rel,
+            line=number + 1,
+        )
+    return "utf-8" if name == "utf-8" else declared  # as the file names it, for messages
 
 
 def decode_source(path: Path, rel: str, data: bytes) -> SourceFile:
     if b"\x00" in data:
         raise EaglepatchError("is a binary file, not Python source; remove it or rename it", path=rel)
+    encoding = source_encoding(data, rel)
     bom = data.startswith(BOM)
     try:
-        text = data[len(BOM) :].decode("utf-8") if bom else data.decode("utf-8")
+        text = data[len(BOM) :].decode(encoding) if bom else data.decode(encoding)
     except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise EaglepatchError("is not UTF-8 text; re-encode it as UTF-8", path=rel, line=line) from None
+        line = len(_NEWLINES_BYTES.findall(data[: exc.start])) + 1
+        if encoding == "utf-8":
+            raise EaglepatchError("is not UTF-8 text; re-encode it as UTF-8", path=rel, line=line) from None
+        raise EaglepatchError(
+            f"is not valid {encoding} text, though its coding line says it is; fix the coding line or re-encode the file",
+            path=rel,
+            line=line,
+        ) from None
     if "\r\n" in text:
         newline = "\r\n"
     elif "\r" in text:
@@ -61,7 +185,9 @@ def decode_source(path: Path, rel: str, data: bytes) -> SourceFile:
     lines = _NEWLINES.split(text)
     if lines and lines[-1] == "":
         lines.pop()  # text ends with a newline
-    return SourceFile(path, rel, data, text, bom, newline, lines)
+    if "\f" in text:
+        lines = [_FORMFEED_INDENT.sub("", line) for line in lines]
+    return SourceFile(path, rel, data, text, bom, newline, lines, encoding)
 
 
 @dataclass
@@ -234,6 +360,15 @@ class Outline:
             self.headers.append((self.line_index(match.start()), len(match.group(1)), kind, match.group(3)))
         self.ends = _Ends(self)
         self._indices = [h[0] for h in self.headers]
+
+    def module_level(self, kind: str) -> list[str]:
+        """Names of the `kind` blocks no def or class encloses: at column 0, or under a module-level
+        `if`/`try`/`with` (`if TYPE_CHECKING:`, a version switch), which Python runs as module code."""
+        names = []
+        for index, indent, k, name in self.headers:
+            if k == kind and name not in names and (indent == 0 or all(h[0] == index for h in self.enclosing(index))):
+                names.append(name)
+        return names
 
     def find(self, name: str, kind: str) -> int | None:
         """Header index of `kind name`, preferring the least indented one."""
