@@ -19,6 +19,7 @@ from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
 
 MARKER = "# eaglepatch: forwards to self."
+NOTE = "# eaglepatch: "  # the prefix of the line under the marker saying why a signature is not the inner's
 LINE_LENGTH = 88
 _EMPTY = cst.Module(body=[])
 
@@ -35,6 +36,7 @@ class Delegation:
     is_async: bool = False
     binding: str = "instance"  # "instance" | "static" | "class": how the inner defines it
     imports: tuple[tuple[str, str | None, str | None], ...] = field(default=())  # (module, name, asname)
+    note: str = ""  # one line under the marker: why the signature is not the inner's
 
 
 def _code(node: cst.CSTNode) -> str:
@@ -170,6 +172,8 @@ def render_delegation(delegation: Delegation, unit: str = "    ", newline: str =
     attr, name = delegation.inner_attribute, delegation.name
     i1, i2, i3 = unit, unit * 2, unit * 3
     lines: list[str] = [f"{i1}{marker_text(delegation)}"]
+    if delegation.note:
+        lines.append(f"{i1}{NOTE}{delegation.note}")
     if delegation.style == "property":
         lines.append(f"{i1}@property")
     returns = f" -> {_code(delegation.returns.annotation)}" if delegation.returns is not None else ""
