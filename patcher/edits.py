@@ -39,9 +39,12 @@ class FileEdit:
 def delegation_for(
     cache: SourceCache, tree, wrapper: SourceFile, entry: MemberPlan, spelling: WrapperSpelling | None = None, cls: str = ""
 ) -> Delegation:
-    """What to write for one member: a method with the inner signature spelled the wrapper's way (or taking
-    `*args, **kwargs`), or a forwarding property."""
+    """What to write for one member: a forwarding property with a setter when EAGLE-3 code assigns the
+    member (a method too: the getter hands out the inner's bound method); else a method with the inner
+    signature spelled the wrapper's way (or taking `*args, **kwargs`), or a read-only property."""
     signature = entry.defined
+    if entry.member.assigned_at:  # EAGLE-3 code sets it: reads and writes both reach the inner model
+        return Delegation(name=entry.member.name, inner_attribute=entry.inner_attribute, style="settable")
     node = signature_node(cache, signature) if signature.kind == "method" else None
     if isinstance(node, cst.FunctionDef):
         decorators = {_decorator_name(d) for d in node.decorators}

@@ -12,7 +12,7 @@ every generated member:
   member shadowing it), or the inner's literal value in place of a name bound to that literal;
   an annotation may be left out, never changed;
 * its decorators and body use only its own locals and builtins the module does not rebind;
-* an attribute of the inner model is not written as a method.
+* a member EAGLE-3 code assigns is a property with a setter, and methods are not properties.
 
 A patch that fails is an error for its file (one line: the name, the file, the line), and that
 file is not written; `diff` and `apply` both stop there.
@@ -98,6 +98,8 @@ class _Proof:
         if len(written) == 1 and not written[0][1].decorators:  # a method: its signature must be the inner's
             if entry.defined is None or entry.defined.kind != "method":
                 raise Unproven(name, "an attribute of the inner model is written as a method")
+            if entry.member.assigned_at:
+                raise Unproven(name, f"EAGLE-3 code assigns it ({entry.member.assigned_at[0]}): a method cannot take that")
             index, func = written[0]
             self.signature(cls, index, func, entry)
         else:  # a forwarding property (for a method too: it hands out the inner's bound method)
@@ -115,6 +117,8 @@ class _Proof:
         found = wrapper_binding(self.scope, self.exports, "property", cls, None, index, lazy=False)
         if found.qualified != "builtins.property":
             raise Unproven("property", found.problem or f"it is {found.qualified}, not the builtin", found.culprit)
+        if entry.member.assigned_at and not setters:
+            raise Unproven(name, f"EAGLE-3 code assigns it ({entry.member.assigned_at[0]}) and the property has no setter")
         for setter_index, _ in setters:
             before = [b for b in self.scope.class_bindings(cls, name) if b.statement < setter_index]
             if not before or before[-1].statement != index:

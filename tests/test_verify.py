@@ -10,7 +10,8 @@ One regression test per failure class seen on real trees:
     under a module-level `if`;
 (e) a name the inner file imports only under `if TYPE_CHECKING:` (a package that may not be installed);
 (f) a wrapper class-body name (its own attribute, or a member written before) that shadows a copied
-    default or annotation.
+    default or annotation;
+(g) a member EAGLE-3 code assigns (`model.x = ...`).
 
 Each builds a small tree, patches it in-process, imports the patched wrapper (with stub modules
 for packages that are not installed) and checks that a call without arguments reaches the inner
@@ -473,6 +474,62 @@ def test_f_member_written_before_shadows_a_copied_default(tmp_path, setter_first
     make_tree(tmp_path, inner_hook_default(setter_first), WRAPPER, names=("get_embed_and_head", "set_embed_and_head"))
     patch(tmp_path)
     assert_forwards_inner_defaults(tmp_path, "set_embed_and_head")
+
+
+# --------------------------------------------------------------------------- (g) members EAGLE-3 code assigns
+
+
+CONSUMER_ASSIGNS = '''\
+    """EAGLE-3 worker (generated)."""
+
+
+    class EAGLEWorker:
+        def __init__(self, target_worker):
+            self.target_worker = target_worker
+
+        def init_eagle3(self, *args, **kwargs):
+            model = self.target_worker.model_runner.model
+            model.get_embed_and_head()
+            if model.hot_token_id is None:
+                model.hot_token_id = [1, 2]
+            model.capture_hook(*args, **kwargs)
+            model.capture_hook = print
+    '''
+
+INNER_ASSIGNED = f'''\
+    class {INNER_CLASS}:
+        def __init__(self, config):
+            self.config = config
+            self.hot_token_id = None
+    {EMBED}
+        def capture_hook(self, *args):
+            return args
+    '''
+
+
+def test_g_assigned_member_gets_a_forwarding_setter(tmp_path):
+    make_tree(tmp_path, INNER_ASSIGNED, WRAPPER, consumer=CONSUMER_ASSIGNS)
+    analysis, _, _ = build(tmp_path)
+    patch(tmp_path)
+    with imported(tmp_path) as (wrapper_module, inner_module):
+        Wrapper = getattr(wrapper_module, WRAPPER_CLASS)
+        assert isinstance(inspect.getattr_static(Wrapper, "hot_token_id"), property)
+        wrapper = Wrapper(None)
+        assert wrapper.hot_token_id is None
+        wrapper.hot_token_id = [1, 2]  # what the consumer does
+        assert wrapper.language_model.hot_token_id == [1, 2] and wrapper.hot_token_id == [1, 2]
+        # a method the consumer calls and replaces: the call and the replacement both reach the inner model
+        assert wrapper.capture_hook(1, 2) == (1, 2)
+        wrapper.capture_hook = print
+        assert wrapper.language_model.capture_hook is print and wrapper.capture_hook is print
+        wrapper.language_model = None
+        with pytest.raises(AttributeError, match="hot_token_id"):
+            wrapper.hot_token_id = [3]
+    assert analysis.protocol.members["hot_token_id"].assigned_at == ["speculative/eagle_worker.py:12"]
+    assert analysis.protocol.members["capture_hook"].assigned_at == ["speculative/eagle_worker.py:14"]
+    result = RUNNER.invoke(app, ["revert", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "sglang/srt/models/wrapper.py").read_text() == textwrap.dedent(WRAPPER)
 
 
 # --------------------------------------------------------------------------- what cannot be proven
