@@ -226,11 +226,31 @@ def render_setter(delegation: Delegation, unit: str = "    ", newline: str = "\n
     return newline.join(lines) + newline
 
 
+def _suites(statement: cst.CSTNode) -> list[cst.BaseSuite]:
+    """The blocks of a compound statement in a class body: `if`/`else`, `try`/`except`/`finally`, `with`, loops."""
+    suites = []
+    if isinstance(statement, (cst.If, cst.Try, cst.With, cst.For, cst.While)) or type(statement).__name__ == "TryStar":
+        suites.append(statement.body)
+        orelse = getattr(statement, "orelse", None)
+        if isinstance(orelse, cst.If):
+            suites += _suites(orelse)
+        elif orelse is not None:
+            suites.append(orelse.body)
+        suites += [handler.body for handler in getattr(statement, "handlers", ())]
+        finalbody = getattr(statement, "finalbody", None)
+        if finalbody is not None:
+            suites.append(finalbody.body)
+    return suites
+
+
 def defined_names(body: cst.BaseSuite) -> set[str]:
-    """Members a class body defines itself: methods, properties, class attributes."""
+    """Members a class body defines itself: methods, properties, class attributes, also those it
+    defines only under a condition (`if _is_cuda:`), which count as present."""
     names: set[str] = set()
     statements = body.body if isinstance(body, cst.IndentedBlock) else []
     for stmt in statements:
+        for suite in _suites(stmt):
+            names |= defined_names(suite)
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
             names.add(stmt.name.value)
         elif isinstance(stmt, cst.SimpleStatementLine):

@@ -11,7 +11,8 @@ One regression test per failure class seen on real trees:
 (e) a name the inner file imports only under `if TYPE_CHECKING:` (a package that may not be installed);
 (f) a wrapper class-body name (its own attribute, or a member written before) that shadows a copied
     default or annotation;
-(g) a member EAGLE-3 code assigns (`model.x = ...`).
+(g) a member EAGLE-3 code assigns (`model.x = ...`);
+(h) a hook the wrapper defines under `if _is_cuda:` in its class body.
 
 Each builds a small tree, patches it in-process, imports the patched wrapper (with stub modules
 for packages that are not installed) and checks that a call without arguments reaches the inner
@@ -530,6 +531,55 @@ def test_g_assigned_member_gets_a_forwarding_setter(tmp_path):
     result = RUNNER.invoke(app, ["revert", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "sglang/srt/models/wrapper.py").read_text() == textwrap.dedent(WRAPPER)
+
+
+# --------------------------------------------------------------------------- (h) hooks defined conditionally in the class body
+
+
+WRAPPER_CONDITIONAL_HOOK = f'''\
+    from sglang.srt.models.inner import {INNER_CLASS}
+
+    _is_cuda = True
+
+
+    class {WRAPPER_CLASS}:
+        def __init__(self, config):
+            self.language_model = {INNER_CLASS}(config)
+
+        if _is_cuda:
+
+            def get_embed_and_head(self):
+                return "the wrapper's own"
+
+        else:
+            pass
+
+
+    EntryClass = [{WRAPPER_CLASS}]
+    '''
+
+INNER_HOOKS = f'''\
+    class {INNER_CLASS}:
+        def __init__(self, config):
+            self.config = config
+    {EMBED}
+        def set_eagle3_layers_to_capture(self, layer_ids=None):
+            {received("layer_ids")}
+    '''
+
+
+def test_h_hook_defined_under_if_in_the_class_body_counts_as_present(tmp_path):
+    make_tree(tmp_path, INNER_HOOKS, WRAPPER_CONDITIONAL_HOOK)
+    analysis, edits, errors = build(tmp_path)
+    (plan,) = analysis.plans
+    assert {m.member.name for m in plan.fixes} == {"set_eagle3_layers_to_capture"}
+    assert "get_embed_and_head" in {m.member.name for m in plan.forwarded}
+    (edit,) = edits
+    assert edit.added == {WRAPPER_CLASS: ["set_eagle3_layers_to_capture"]}
+    patch(tmp_path)
+    with imported(tmp_path) as (wrapper_module, _):
+        assert getattr(wrapper_module, WRAPPER_CLASS)(None).get_embed_and_head() == "the wrapper's own"
+    assert_forwards_inner_defaults(tmp_path, "set_eagle3_layers_to_capture")
 
 
 # --------------------------------------------------------------------------- what cannot be proven
