@@ -34,7 +34,7 @@ from patcher.meanings import CLASS_ATTRIBUTE, TYPE_ONLY, UNKNOWN, immutable_lite
 from patcher.records import MemberPlan
 from patcher.resolve import signature_node
 from patcher.scopes import Exports, ModuleScope, dotted_module, scope_of
-from patcher.source import Parsed, SourceCache, SourceFile
+from patcher.source import Parsed, SourceCache, SourceFile, decode_source
 
 _SKIP_FIELDS = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after", "header", "footer", "equal", "dot")
 _NOT_FREE = ("attr", "keyword")  # Name fields that are not looked up: `x.attr`, `f(keyword=...)`
@@ -60,7 +60,7 @@ def prove_edit(
 ) -> None:
     """Raise EaglepatchError for the first generated name of `updated` (the patched `source`) not proven;
     `added` is what the codemod wrote (class -> members), `entries` the plans it wrote them for."""
-    text = updated.decode("utf-8-sig")
+    text = decode_source(source.path, source.rel, updated).text  # as Python will read it: BOM, coding line
     module = cst.parse_module(text)
     keep = frozenset((cls, name) for cls, names in added.items() for name in names)
     scope = ModuleScope(module, dotted_module(source.rel), source.rel.endswith("__init__.py"), frozenset(added), keep, text)

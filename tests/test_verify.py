@@ -691,31 +691,32 @@ def test_apply_all_on_a_real_release_is_proven_and_imports(checkout_of, version,
     isolate_git(monkeypatch)
     patched_root, pristine_root = checkout_of(version), checkout_of(version)
     analysis = analyze(pristine_root / "python", all_models=True)
+    edits, errors = build_edits(analysis.cache, analysis.tree, analysis.plans)
+    assert not errors, [str(e) for e in errors]
+    edits = [e for e in edits if e.changed]
+    assert edits, "nothing to patch: the release no longer needs eaglepatch?"
     result = RUNNER.invoke(app, ["apply", str(patched_root), "--all"])
     assert result.exit_code == 0, result.output
     srt_patched = patched_root / "python" / "sglang" / "srt"
-    by_file: dict[str, dict] = {}
-    for plan in analysis.plans:
-        if plan.fixes:
-            by_file.setdefault(plan.wrapper.path, {})[plan.wrapper.cls.name] = plan.fixes
-    assert by_file, "nothing to patch: the release no longer needs eaglepatch?"
 
     targets = []
-    for rel, classes in sorted(by_file.items()):
+    for edit in edits:
+        rel = edit.rel
         written = (srt_patched / rel).read_bytes()
+        assert written == edit.updated, f"{rel}: apply wrote something else than what was proven"
         compile(written, rel, "exec")
+        entries = {plan.wrapper.cls.name: plan.missing for plan in analysis.plans if plan.wrapper.path == rel}
         source = analysis.cache.read(analysis.tree.srt / rel)
-        added = {cls: [entry.member.name for entry in entries] for cls, entries in classes.items()}
-        prove_edit(analysis.cache, analysis.tree, source, written, added, classes)  # raises when unproven
+        prove_edit(analysis.cache, analysis.tree, source, written, edit.added, entries)  # raises when unproven
         new_undefined = _undefined_names(srt_patched / rel) - _undefined_names(analysis.tree.srt / rel)
         assert not new_undefined, f"{rel}: {new_undefined}"
         module = "sglang.srt." + rel.removesuffix(".py").replace("/", ".")
-        members = [
-            f"{cls}/{entry.member.name}/sglang.srt.{entry.defined.file.removesuffix('.py').replace('/', '.')}/{entry.defined.owner}"
-            for cls, entries in classes.items()
-            for entry in entries
-            if entry.defined.kind == "method" and not entry.member.assigned_at
-        ]
+        members = []
+        for cls, names in edit.added.items():
+            for entry in (e for e in entries[cls] if e.member.name in names):
+                if entry.defined.kind == "method" and not entry.member.assigned_at:
+                    inner = "sglang.srt." + entry.defined.file.removesuffix(".py").replace("/", ".")
+                    members.append(f"{cls}/{entry.member.name}/{inner}/{entry.defined.owner}")
         targets.append(f"{module}:{','.join(members)}")
 
     for root in (patched_root, pristine_root):
