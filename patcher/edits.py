@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,10 +14,13 @@ from codemods.add_delegations import AddDelegations, Delegation
 from codemods.normalize_imports import NormalizeAddedImports
 from patcher.errors import EaglepatchError
 from patcher.forms import Import, WrapperSpelling, respelled_signature
+from patcher.imports import ImportTable
 from patcher.records import MemberPlan, ModelPlan
 from patcher.resolve import signature_node, syntax_error
 from patcher.source import SourceCache, SourceFile
 from patcher.verify import prove_edit
+
+_TOP_ASSIGN = re.compile(r"^(\w+)\s*(?::[^=]*)?=", re.MULTILINE)
 
 
 @dataclass
@@ -34,6 +38,23 @@ class FileEdit:
     @property
     def changed(self) -> bool:
         return self.original != self.updated
+
+
+def defined_here(cache: SourceCache, source: SourceFile) -> set[str]:
+    """Names a module defines itself at top level: classes, functions, assignments (once per file)."""
+    table = cache.__dict__.setdefault("_defined_here", {})
+    names = table.get(source.path)
+    if names is None:
+        names = {name for _, indent, _, name in cache.outline(source).headers if indent == 0}
+        names |= set(_TOP_ASSIGN.findall(source.text))
+        table[source.path] = names
+    return names
+
+
+def module_names(cache: SourceCache, source: SourceFile, tree) -> set[str]:
+    """Names a module binds at top level: its imports and what it defines itself (a cheap reading, for
+    revert; what a copied signature needs is read with scope analysis, patcher/scopes.py)."""
+    return set(ImportTable.of(cache, source, tree).names) | defined_here(cache, source)
 
 
 def delegation_for(
