@@ -92,8 +92,8 @@ class WrapperSpelling:
                 return local
         else:
             resolution = wrapper_binding(self.scope, self.exports, local, cls, self.class_names(cls), None, lazy)
-            if resolution.qualified == target and not resolution.type_only:
-                return local
+            if resolution.qualified == target and not resolution.type_only and not resolution.via_star:
+                return local  # (a name only a star import binds gets an import of its own: it reads plainly)
         if spec is None or spec[0] == self.scope.dotted:
             return None  # nothing to import it from but the wrapper itself
         for name, meaning in {**self.meanings, **pending.meanings}.items():
@@ -113,7 +113,16 @@ class WrapperSpelling:
             return False
         if any(module == spec[0] for module, _ in self.scope.star_imports):
             return False  # AddImportsVisitor reads a star import as importing everything
-        return all(self.exports.canonical(b.qualified) == target for b in self.scope.module_bindings(local))
+        bound = {self.exports.canonical(b.qualified) for b in self.scope.module_bindings(local)}
+        return bound <= {target} and self._stars_agree(local, target)
+
+    def _stars_agree(self, local: str, target: str) -> bool:
+        """No star import of the wrapper binds `local` to something else (it would rebind the import)."""
+        for module, _ in self.scope.star_imports:
+            provided = self.exports.star_provides(module, local)
+            if provided is not None and self.exports.canonical(provided) != target:
+                return False
+        return True
 
     def _fresh(self, wanted: str, pending: _Pending) -> str:
         alias = wanted

@@ -49,6 +49,7 @@ class Resolution:
     problem: str = ""  # why not, one clause
     type_only: bool = False  # bound, but only for type checkers
     culprit: tuple[str | None, int, str] | None = None  # (class or None, statement, name) of the binding at fault
+    via_star: bool = False  # bound only through a star import (of a module in the tree)
 
 
 # --------------------------------------------------------------------------- literals
@@ -113,7 +114,10 @@ def inner_meaning(scope: ModuleScope, exports: Exports, name: str, cls: str | No
         return _whatever_the_module_holds(scope, name, runtime)
     if len(runtime) == 1 and runtime[0].context == TOP:
         only = runtime[0]
-        return Meaning(GLOBAL, exports.canonical(only.qualified), only.spec, _literal_of(only))
+        qualified = exports.canonical(only.qualified)
+        if _star_meanings(scope, exports, name) - {qualified}:  # a star import may rebind it
+            return _whatever_the_module_holds(scope, name, runtime)
+        return Meaning(GLOBAL, qualified, only.spec, _literal_of(only))
     if runtime:
         return _whatever_the_module_holds(scope, name, runtime)
     if bindings:
@@ -128,6 +132,15 @@ def inner_meaning(scope: ModuleScope, exports: Exports, name: str, cls: str | No
     if stars:  # a star import the analysis cannot read (outside the tree): the inner module holds it
         return Meaning(GLOBAL, f"{scope.dotted}.{name}", (scope.dotted, name))
     return Meaning(UNKNOWN, why=f"{name} is not bound in {scope.dotted}")
+
+
+def _star_meanings(scope: ModuleScope, exports: Exports, name: str) -> set[str]:
+    """What the module's runtime star imports of in-tree modules bind `name` to (they may rebind it)."""
+    found = set()
+    for module, context in scope.star_imports:
+        if context != TYPE_CHECKING and (provided := exports.star_provides(module, name)) is not None:
+            found.add(exports.canonical(provided))
+    return found
 
 
 def _class_attribute(scope: ModuleScope, name: str, cls: str, inside, before: int | None) -> Meaning:
@@ -188,7 +201,7 @@ def wrapper_binding(
     if own_imports:
         return Resolution(None, "it is imported from the wrapper's own module", culprit=(None, own_imports[0].statement, name))
     if runtime:
-        meanings = {exports.canonical(b.qualified) for b in runtime}
+        meanings = {exports.canonical(b.qualified) for b in runtime} | _star_meanings(scope, exports, name)
         if len(meanings) > 1:
             return Resolution(None, "the module binds it to different objects", culprit=(None, runtime[-1].statement, name))
         limit = scope.class_statement(cls)
@@ -208,7 +221,7 @@ def wrapper_binding(
     for module in reversed(stars):
         found = exports.star_provides(module, name)
         if found is not None:
-            return Resolution(exports.canonical(found))
+            return Resolution(exports.canonical(found), via_star=True)
     if stars and any(exports.table(module) is None for module in stars):
         return Resolution(None, "a star import the analysis cannot read may bind it")
     if name in BUILTINS:
