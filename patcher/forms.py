@@ -39,6 +39,7 @@ from patcher.source import SourceCache, SourceFile
 Import = tuple  # (module, object or None, asname or None)
 
 FALLBACK_PARAMS = cst.ensure_type(cst.parse_statement("def f(self, *args, **kwargs): ..."), cst.FunctionDef).params
+_TIGHT_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
 
 @dataclass
@@ -89,7 +90,7 @@ class WrapperSpelling:
         planned = pending.meanings.get(local, self.meanings.get(local))
         if planned is not None:
             if planned == target and (lazy or local not in self.class_names(cls)):
-                return local
+                return self._reuse(local, pending)
         else:
             resolution = wrapper_binding(self.scope, self.exports, local, cls, self.class_names(cls), None, lazy)
             if resolution.qualified == target and not resolution.type_only and not resolution.via_star:
@@ -98,7 +99,7 @@ class WrapperSpelling:
             return None  # nothing to import it from but the wrapper itself
         for name, meaning in {**self.meanings, **pending.meanings}.items():
             if meaning == target and (lazy or name not in self.class_names(cls)) and name not in self.scope.module_names():
-                return name  # imported under an alias already
+                return self._reuse(name, pending)  # imported under an alias already
         if planned is None and self._may_bind(local, target, cls, lazy, spec):
             return self._plan(local, spec, target, pending, asname=None if _binds_as(spec) == local else local)
         alias = self._fresh(f"{(spec[0].rsplit('.', 1)[-1])}_{local}", pending)
@@ -137,9 +138,22 @@ class WrapperSpelling:
         pending.meanings[local] = target
         return local
 
+    def _reuse(self, local: str, pending: _Pending) -> str:
+        """A name this run already imports: the delegation using it lists the import too (its marker)."""
+        if local in self.imports:
+            pending.imports.setdefault(local, self.imports[local])
+        return local
+
     def commit(self, pending: _Pending) -> None:
         self.imports.update(pending.imports)
         self.meanings.update(pending.meanings)
+
+    def snapshot(self) -> tuple[dict, dict]:
+        return dict(self.imports), dict(self.meanings)
+
+    def restore(self, snapshot: tuple[dict, dict]) -> None:
+        """Forget what a signature that falls back to `*args, **kwargs` planned to import."""
+        self.imports, self.meanings = dict(snapshot[0]), dict(snapshot[1])
 
     # -- one meaning ---------------------------------------------------------------------------
     def spell(self, name: str, meaning: Meaning, cls: str, lazy: bool, default: bool, pending: _Pending) -> cst.BaseExpression | None:
@@ -197,6 +211,7 @@ def respelled_signature(spelling: WrapperSpelling, entry: MemberPlan, cls: str) 
     inner = _InnerSide(inner_scope, signature.owner, inner_scope.member_statement(signature.owner, signature.name))
     dropped: list[str] = []
     used: dict[str, Import] = {}
+    before = spelling.snapshot()
 
     def respell(expression, default: bool):
         if expression is None:
@@ -224,7 +239,7 @@ def respelled_signature(spelling: WrapperSpelling, entry: MemberPlan, cls: str) 
                 dropped.append(f"{param.name.value}: {why}")
                 changes["annotation"] = None
                 if param.default is not None:  # `name=default`, as black writes it unannotated
-                    changes["equal"] = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+                    changes["equal"] = _TIGHT_EQUAL
             else:
                 changes["annotation"] = param.annotation.with_changes(annotation=annotation)
         return param.with_changes(**changes), ""
@@ -237,6 +252,7 @@ def respelled_signature(spelling: WrapperSpelling, entry: MemberPlan, cls: str) 
         for param in value if isinstance(value, (list, tuple)) else [value]:
             new, why = fix(param)
             if why:
+                spelling.restore(before)
                 return _fallback(why)
             fixed.append(new)
         changes[group] = fixed if isinstance(value, (list, tuple)) else fixed[0]

@@ -617,6 +617,41 @@ def test_default_no_form_can_prove_is_forwarded_through_args_and_kwargs(tmp_path
     assert (tmp_path / "sglang/srt/models/wrapper.py").read_text() == textwrap.dedent(WRAPPER)
 
 
+INNER_FALLS_BACK_FIRST = f'''\
+    import os
+    from typing import Optional
+
+
+    class LayerSpec:
+        pass
+
+
+    class {INNER_CLASS}:
+        if os.environ.get("EAGLEPATCH_NEVER_SET"):
+            MODE = object()
+        else:
+            MODE = object()
+
+        def __init__(self, config):
+            self.config = config
+
+        def get_embed_and_head(self, spec: Optional[LayerSpec] = None, mode=MODE):
+            {received("spec", "mode")}
+
+        def set_eagle3_layers_to_capture(self, spec: Optional[LayerSpec] = None):
+            {received("spec")}
+    '''
+
+
+def test_imports_planned_for_a_signature_that_falls_back_are_not_counted_on_by_the_next(tmp_path):
+    make_tree(tmp_path, INNER_FALLS_BACK_FIRST, WRAPPER)
+    text = patch(tmp_path)
+    assert "def get_embed_and_head(self, *args, **kwargs):" in text
+    assert "from typing import Optional" in text and "LayerSpec" in text.split("class")[0]
+    assert_forwards_inner_defaults(tmp_path, "get_embed_and_head")
+    assert_forwards_inner_defaults(tmp_path, "set_eagle3_layers_to_capture")
+
+
 def test_a_patch_that_fails_the_proof_is_an_error_and_nothing_is_written(tmp_path, monkeypatch):
     """The proof does not trust the planner: with signatures copied verbatim (what eaglepatch used to do),
     the file is an error (exit 2, one line naming the name, the file and the line) and stays as it was."""
