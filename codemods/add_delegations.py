@@ -12,13 +12,14 @@ Idempotent by construction: a member the class already defines is never written 
 from __future__ import annotations
 
 import builtins
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
 
 MARKER = "# eaglepatch: forwards to self."
+NOTE = "# eaglepatch: "  # the prefix of the line under the marker saying why a signature is not the inner's
 LINE_LENGTH = 88
 _EMPTY = cst.Module(body=[])
 
@@ -29,12 +30,13 @@ class Delegation:
 
     name: str
     inner_attribute: str
-    style: str = "method"  # "method" | "property"
+    style: str = "method"  # "method" | "property" | "settable" (a property with a setter) | "setter" (that setter alone)
     params: cst.Parameters | None = None
     returns: cst.Annotation | None = None
     is_async: bool = False
     binding: str = "instance"  # "instance" | "static" | "class": how the inner defines it
     imports: tuple[tuple[str, str | None, str | None], ...] = field(default=())  # (module, name, asname)
+    note: str = ""  # one line under the marker: why the signature is not the inner's
 
 
 def _code(node: cst.CSTNode) -> str:
@@ -164,12 +166,20 @@ def _fits(line: str) -> bool:
 
 
 def render_delegation(delegation: Delegation, unit: str = "    ", newline: str = "\n") -> str:
-    """The source text of one delegating member, at class-body indentation."""
+    """The source text of one delegating member, at class-body indentation (a settable one: the property,
+    a blank line, its setter)."""
+    if delegation.style == "settable":
+        getter = render_delegation(replace(delegation, style="property"), unit, newline)
+        return getter + newline + render_setter(replace(delegation, style="setter"), unit, newline)
+    if delegation.style == "setter":
+        return render_setter(delegation, unit, newline)
     signature = render_signature(delegation)
     local = next(n for n in ("inner", "inner_model", "_inner", "_eaglepatch_inner") if n not in signature.names)
     attr, name = delegation.inner_attribute, delegation.name
     i1, i2, i3 = unit, unit * 2, unit * 3
     lines: list[str] = [f"{i1}{marker_text(delegation)}"]
+    if delegation.note:
+        lines.append(f"{i1}{NOTE}{delegation.note}")
     if delegation.style == "property":
         lines.append(f"{i1}@property")
     returns = f" -> {_code(delegation.returns.annotation)}" if delegation.returns is not None else ""
@@ -202,11 +212,45 @@ def render_delegation(delegation: Delegation, unit: str = "    ", newline: str =
     return newline.join(lines) + newline
 
 
+def render_setter(delegation: Delegation, unit: str = "    ", newline: str = "\n") -> str:
+    """The setter of a forwarding property: `model.x = value` on the wrapper sets it on the inner model."""
+    attr, name = delegation.inner_attribute, delegation.name
+    i1, i2, i3 = unit, unit * 2, unit * 3
+    message = f'f"{{self.__class__.__name__}}.{attr} has no {name}"'
+    lines = [f"{i1}{marker_text(delegation)}", f"{i1}@{name}.setter", f"{i1}def {name}(self, value):"]
+    lines.append(f'{i2}"""Forward to ``self.{attr}`` (EAGLE-3 speculative decoding)."""')
+    lines.append(f"{i2}inner = self.{attr}")
+    lines.append(f"{i2}if inner is None:")
+    lines += fit_call(i3, unit, "raise AttributeError(", [message], ")")
+    lines.append(f"{i2}inner.{name} = value")
+    return newline.join(lines) + newline
+
+
+def _suites(statement: cst.CSTNode) -> list[cst.BaseSuite]:
+    """The blocks of a compound statement in a class body: `if`/`else`, `try`/`except`/`finally`, `with`, loops."""
+    suites = []
+    if isinstance(statement, (cst.If, cst.Try, cst.With, cst.For, cst.While)) or type(statement).__name__ == "TryStar":
+        suites.append(statement.body)
+        orelse = getattr(statement, "orelse", None)
+        if isinstance(orelse, cst.If):
+            suites += _suites(orelse)
+        elif orelse is not None:
+            suites.append(orelse.body)
+        suites += [handler.body for handler in getattr(statement, "handlers", ())]
+        finalbody = getattr(statement, "finalbody", None)
+        if finalbody is not None:
+            suites.append(finalbody.body)
+    return suites
+
+
 def defined_names(body: cst.BaseSuite) -> set[str]:
-    """Members a class body defines itself: methods, properties, class attributes."""
+    """Members a class body defines itself: methods, properties, class attributes, also those it
+    defines only under a condition (`if _is_cuda:`), which count as present."""
     names: set[str] = set()
     statements = body.body if isinstance(body, cst.IndentedBlock) else []
     for stmt in statements:
+        for suite in _suites(stmt):
+            names |= defined_names(suite)
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
             names.add(stmt.name.value)
         elif isinstance(stmt, cst.SimpleStatementLine):
@@ -262,9 +306,10 @@ class AddDelegations(VisitorBasedCodemodCommand):
             text = render_delegation(delegation, unit, newline)
             # a statement first, so the marker comment belongs to the def, not the module header
             parsed = cst.parse_module("pass" + newline + _dedent(text, unit), config=module.config_for_parsing)
-            stmt = parsed.body[1]
             blank = cst.EmptyLine(indent=False, newline=cst.Newline())
-            new_statements.append(stmt.with_changes(leading_lines=[blank, *stmt.leading_lines]))
+            for stmt in parsed.body[1:]:  # a settable member is two: the property and its setter
+                leading = [line for line in stmt.leading_lines if line.comment is not None]
+                new_statements.append(stmt.with_changes(leading_lines=[blank, *leading]))
             for module_name, obj, asname in delegation.imports:
                 AddImportsVisitor.add_needed_import(self.context, module_name, obj, asname)
         body = list(updated_node.body.body)

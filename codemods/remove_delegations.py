@@ -35,9 +35,8 @@ def _marker(func: cst.FunctionDef) -> tuple[str, list[str]] | None:
 
 def _is_pristine(func: cst.FunctionDef, attribute: str, module: cst.Module, unit: str) -> bool:
     """True when the method is byte for byte what eaglepatch would write for its own signature."""
-    style = "property" if any(
-        isinstance(d.decorator, cst.Name) and d.decorator.value == "property" for d in func.decorators
-    ) else "method"
+    decorators = [dotted_name(d.decorator) for d in func.decorators]
+    style = {"property": "property", f"{func.name.value}.setter": "setter"}.get(",".join(decorators), "method")
     delegation = Delegation(
         name=func.name.value,
         inner_attribute=attribute,

@@ -250,6 +250,7 @@ class Extraction:
     warnings: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, why) consumers that could not be read
     followed: set[tuple[str, int, tuple]] = field(default_factory=set)
+    assigned: list[tuple[str, str]] = field(default_factory=list)  # (member, "path:line") of `model.member = ...`
 
 
 class ConsumerWalker:
@@ -435,9 +436,12 @@ class ConsumerWalker:
         self._bind(node.target, node.value, frame)
 
     def _walk_target(self, target: cst.BaseExpression, frame: Frame) -> None:
-        """Writing `model.x = ...` needs nothing from the model; reads inside the target still count."""
+        """Writing `model.x = ...` needs nothing from the model, but is recorded: a member EAGLE-3 code
+        assigns must not be forwarded read-only.  Reads inside the target still count."""
         if isinstance(target, cst.Attribute):
             self.walk(target.value, frame, target)
+            if frame.in_scope and self.model_role(target.value, frame) is not None:
+                self.out.assigned.append((target.attr.value, self.parsed.where(target.attr, self.statement)))
         elif isinstance(target, (cst.Tuple, cst.List)):
             for element in target.elements:
                 self._walk_target(element.value, frame)
@@ -924,6 +928,9 @@ def extract_protocol(
             set_aside[use.name] = general[use.name]
             continue
         members.setdefault(use.name, ProtocolMember(use.name)).uses.append(use)
+    for name, at in extraction.assigned:
+        if name in members and at not in members[name].assigned_at:
+            members[name].assigned_at.append(at)
     if not members:
         if extraction.skipped:
             path, why = extraction.skipped[0]

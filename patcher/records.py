@@ -46,6 +46,7 @@ class Use:
 class ProtocolMember:
     name: str
     uses: list[Use] = field(default_factory=list)
+    assigned_at: list[str] = field(default_factory=list)  # "path:line" where EAGLE-3 code assigns `model.name = ...`
 
     @property
     def kind(self) -> str:

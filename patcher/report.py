@@ -456,7 +456,7 @@ def explain_json(analysis: Analysis, name: str) -> dict:
                     item["inner_attribute"] = entry.inner_attribute
                 if entry.fix is not None and entry.fix.kind == "delegate":
                     source = analysis.cache.read(analysis.tree.srt / plan.wrapper.path)
-                    delegation = delegation_for(analysis.cache, analysis.tree, source, entry)
+                    delegation = delegation_for(analysis.cache, analysis.tree, source, entry, cls=plan.wrapper.cls.name)
                     item["would_write"] = render_delegation(delegation)
                 data["models"].append(item)
     return data

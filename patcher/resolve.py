@@ -214,11 +214,19 @@ class ClassText:
     body_indent: int
 
     def methods(self, outline) -> list[tuple[int, str]]:
+        """The class's own `def`s: in its body, or in an `if`/`try`/`with` block of its body (a hook
+        defined under `if _is_cuda:` is there), not inside a method or a nested class."""
         return [
             (index, name)
             for index, indent, kind, name in outline.headers
-            if kind == "def" and self.header < index < self.end and indent == self.body_indent
+            if kind == "def" and self.header < index < self.end and self._directly_in_body(outline, index, indent)
         ]
+
+    def _directly_in_body(self, outline, index: int, indent: int) -> bool:
+        if indent <= self.body_indent:
+            return indent == self.body_indent
+        around = outline.enclosing(index)  # the def itself first, then the blocks around it
+        return len(around) > 1 and around[1][0] == self.header
 
 
 def syntax_error(source: SourceFile) -> EaglepatchError | None:

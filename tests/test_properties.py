@@ -13,6 +13,12 @@ Each example is a minimal SGLang tree written to a fresh temporary folder:
   may collide with the inner's, a nested class, and the same kind of formatting noise.
 * ``sglang/srt/speculative/eagle_worker.py``: calls ``self.target_worker.model_runner.model.<m>``
   for every generated name, so every one of them is in the EAGLE-3 protocol.
+* name situations (``Example.situations``) that once broke the copied signatures: defaults and
+  annotations that are class attributes of the inner class, that reach the inner file through a
+  star import, that it binds under a module-level ``if``, that it imports only under
+  ``TYPE_CHECKING`` or from a package that is stubbed at import time (``torch``); names the wrapper
+  binds only under ``TYPE_CHECKING`` or inside a function, and class attributes of the wrapper
+  that shadow them.  The patched wrapper must import and forward the inner's very defaults.
 
 Each file gets its own indent (4 spaces, 2 spaces, a tab) and newline (LF, CRLF).
 
@@ -64,6 +70,19 @@ ANNOTATIONS = [
 ]
 DEFAULTS = ["None", "0", "-1", "1.5", "'s'", '"two words"', "True", "(1, 2)", "()", "DEFAULT_SCALE", "DEFAULT_SCALE * 2"]
 RETURNS = ["None", "int", "Optional[LayerSpec]", "Tuple[Any, Any]", "Dict[str, Any]", "{t}.Any"]
+
+# Name situations: (defaults, annotations) each one adds to what a parameter may draw.
+SITUATIONS = {
+    "class_attr": (["CLASS_SCALE", "CLASS_SENTINEL", "CLASS_LAYERS"], ["ClassSpec", "Optional[ClassSpec]"]),
+    "star_import": (["STAR_SCALE", "STAR_SENTINEL"], ["StarSpec", "Optional[StarSpec]"]),
+    "if_bound": (["IF_SCALE", "IF_SENTINEL"], ["IfSpec", "Optional[IfSpec]"]),
+    "inner_type_checking": ([], ['"Missing"', 'Optional["Missing"]']),
+    "stub_package": ([], ["torch.Tensor", "Optional[torch.Tensor]"]),
+    "wrapper_type_checking": ([], []),
+    "wrapper_function_import": ([], []),
+    "class_shadow": ([], []),
+}
+TYPE_CHECKING_ONLY = "Missing"  # imported by inner.py under TYPE_CHECKING from a package that is not installed
 
 
 # --------------------------------------------------------------------------- specs
@@ -124,6 +143,7 @@ class Example:
     wrapper_layout: Layout
     extra_protocol: list[str] = field(default_factory=list)  # called by the consumer, defined nowhere
     header_comments: bool = False  # `class X(Base):  # comment` (see test_class_header_comment_*)
+    situations: list[str] = field(default_factory=list)  # keys of SITUATIONS
 
     @property
     def inner_members(self) -> set[str]:
@@ -155,9 +175,11 @@ noise_lines = st.lists(st.sampled_from(["", "", "# a comment", "#", "#col0 comme
 
 
 @st.composite
-def params_for(draw, kind: str) -> tuple[list[Param], bool]:
+def params_for(draw, kind: str, situations: tuple[str, ...] = ()) -> tuple[list[Param], bool]:
     if kind == "property":
         return [], False
+    defaults = DEFAULTS + [d for name in situations for d in SITUATIONS[name][0]]
+    annotations = ANNOTATIONS + [a for name in situations for a in SITUATIONS[name][1]]
     names = draw(st.lists(st.sampled_from(PARAM_NAMES), unique=True, max_size=7))
     counts = [draw(st.integers(0, 2)), draw(st.integers(0, 3)), draw(st.integers(0, 1)), draw(st.integers(0, 2)), draw(st.integers(0, 1))]
     params: list[Param] = []
@@ -170,12 +192,12 @@ def params_for(draw, kind: str) -> tuple[list[Param], bool]:
     positional = [p for p in params if p.kind in ("posonly", "regular")]
     first_default = draw(st.integers(0, len(positional)))
     for p in positional[first_default:]:
-        p.default = draw(st.sampled_from(DEFAULTS))
+        p.default = draw(st.sampled_from(defaults))
     for p in params:
         if p.kind == "kwonly" and draw(st.booleans()):
-            p.default = draw(st.sampled_from(DEFAULTS))
+            p.default = draw(st.sampled_from(defaults))
         if p.kind not in ("vararg", "varkw") or draw(st.booleans()):
-            p.annotation = draw(st.none() | st.sampled_from(ANNOTATIONS))
+            p.annotation = draw(st.none() | st.sampled_from(annotations))
         elif p.kind in ("vararg", "varkw"):
             p.annotation = draw(st.none() | st.sampled_from(["int", "Any"]))
     has_vararg = any(p.kind == "vararg" for p in params)
@@ -184,11 +206,12 @@ def params_for(draw, kind: str) -> tuple[list[Param], bool]:
 
 
 @st.composite
-def members(draw, name: str) -> Member:
+def members(draw, name: str, situations: tuple[str, ...] = ()) -> Member:
     kind = draw(st.sampled_from(["method", "method", "method", "static", "class", "async", "property"]))
     receiver = {"method": draw(st.sampled_from(["self", "self", "this"])), "async": "self", "property": "self",
                 "class": draw(st.sampled_from(["cls", "klass"])), "static": None}[kind]
-    params, bare_star = draw(params_for(kind))
+    params, bare_star = draw(params_for(kind, situations))
+    returns = RETURNS + (['"Missing"'] if "inner_type_checking" in situations else [])
     has_posonly = any(p.kind == "posonly" for p in params)
     return Member(
         name=name,
@@ -197,7 +220,7 @@ def members(draw, name: str) -> Member:
         receiver_posonly=receiver is not None and not has_posonly and kind != "property" and draw(st.booleans()),
         params=params,
         bare_star=bare_star,
-        returns=draw(st.none() | st.sampled_from(RETURNS)),
+        returns=draw(st.none() | st.sampled_from(returns)),
         traced=draw(st.sampled_from(["", "", "above", "below", "factory"])),
         multiline=kind != "property" and draw(st.booleans()),
         noise=draw(noise_lines),
@@ -206,12 +229,13 @@ def members(draw, name: str) -> Member:
 
 @st.composite
 def examples(draw) -> Example:
+    situations = tuple(draw(st.lists(st.sampled_from(sorted(SITUATIONS)), unique=True, max_size=4)))
     names = draw(st.lists(st.sampled_from(MEMBER_NAMES), unique=True, min_size=1, max_size=6))
     split = draw(st.integers(0, len(names)))
-    inner = [draw(members(n)) for n in names[:split]]
-    inner_base = [draw(members(n)) for n in names[split:]]
+    inner = [draw(members(n, situations)) for n in names[:split]]
+    inner_base = [draw(members(n, situations)) for n in names[split:]]
     if not inner and not inner_base:
-        inner = [draw(members(names[0]))]
+        inner = [draw(members(names[0], situations))]
     owned_names = draw(st.lists(st.sampled_from(MEMBER_NAMES), unique=True, max_size=4))
     owned = [
         Owned(n, draw(st.sampled_from(["method", "property", "attribute", "annotated", "self_attr", "base_method", "base_attribute"])))
@@ -234,6 +258,7 @@ def examples(draw) -> Example:
         inner_layout=draw(layouts),
         wrapper_layout=draw(layouts),
         extra_protocol=draw(st.lists(st.sampled_from(["not_defined_anywhere", "also_missing"]), unique=True, max_size=1)),
+        situations=list(situations),
     )
 
 
@@ -328,6 +353,9 @@ def inner_source(ex: Example) -> bytes:
         (0, ""),
         (0, "DEFAULT_SCALE = 1.0"),
         (0, ""),
+    ]
+    lines += inner_situation_lines(ex.situations)
+    lines += [
         (0, ""),
         (0, "class LayerSpec:"),
         (1, "pass"),
@@ -344,10 +372,12 @@ def inner_source(ex: Example) -> bytes:
     ]
     if ex.inner_base:
         lines.append((0, "class InnerBase:"))
+        lines += class_attribute_lines(ex.situations)
         for m in ex.inner_base:
             lines += render_member(m, 1, t) + [(None, "")]
         lines += [(0, ""), (0, "")]
     lines.append((0, f"class {INNER_CLASS}{'(InnerBase)' if ex.inner_base else ''}:{HEADER_COMMENT if ex.header_comments else ''}"))
+    lines += class_attribute_lines(ex.situations)
     lines += [(1, "def __init__(self, config):"), (2, "self.config = config"), (None, "")]
     for m in ex.inner:
         lines += render_member(m, 1, t) + [(None, "")]
@@ -358,6 +388,60 @@ def inner_source(ex: Example) -> bytes:
     lines += [(1, "# trailing comment in the class"), (0, ""), (0, "")]
     lines.append((0, f"EntryClass = [{INNER_CLASS}]"))
     return render(lines, ex.inner_layout)
+
+
+def inner_situation_lines(situations) -> list[Line]:
+    """Module-level names of inner.py that the situations draw on."""
+    lines: list[Line] = []
+    if "star_import" in situations:
+        lines += [(0, "from sglang.srt.configs.star_defaults import *"), (0, "")]
+    if "stub_package" in situations:
+        lines += [(0, "import torch  # a stub at import time"), (0, "")]
+    if "inner_type_checking" in situations:
+        lines += [(0, "from typing import TYPE_CHECKING"), (0, "if TYPE_CHECKING:"),
+                  (1, f"from eaglepatch_absent_package import {TYPE_CHECKING_ONLY}"), (0, "")]
+    if "if_bound" in situations:
+        lines += [
+            (0, "import os"), (0, ""),
+            (0, 'if os.environ.get("EAGLEPATCH_NEVER_SET"):'), (1, "IF_SCALE = 2.5"), (1, "IF_SENTINEL = None"),
+            (0, "else:"), (1, "IF_SCALE = 0.5"), (1, "IF_SENTINEL = object()"), (0, ""), (1, "class IfSpec:"), (2, "pass"),
+            (0, ""),
+        ]
+    return lines
+
+
+def class_attribute_lines(situations) -> list[Line]:
+    """Class-body names of the inner classes, before their methods."""
+    if "class_attr" not in situations:
+        return []
+    return [(1, "CLASS_SCALE = 0.25"), (1, "CLASS_SENTINEL = object()"), (1, "CLASS_LAYERS = (1, 2)"), (None, ""),
+            (1, "class ClassSpec:"), (2, "pass"), (None, "")]
+
+
+STAR_DEFAULTS = """\
+\"\"\"Names inner.py reaches through `from ... import *` (generated).\"\"\"
+
+STAR_SCALE = 0.75
+STAR_SENTINEL = object()
+
+
+class StarSpec:
+    pass
+"""
+
+# the names the wrapper binds where they do not run, or shadows in its class body: (depth, text) lines
+WRAPPER_TYPE_CHECKING: list[Line] = [
+    (0, "from typing import TYPE_CHECKING"), (0, ""), (0, "if TYPE_CHECKING:"),
+    (1, "from typing import Any, Dict, List, Optional"), (1, "from sglang.srt.models.inner import DEFAULT_SCALE, LayerSpec"), (0, ""),
+]
+WRAPPER_FUNCTION_IMPORT: list[Line] = [
+    (0, ""), (0, "def _helper():"), (1, "from typing import Callable, Optional, Sequence, Tuple, Union"),
+    (1, "from sglang.srt.models.inner import DEFAULT_SCALE, LayerSpec"), (None, ""), (1, "return Optional"), (0, ""),
+]
+WRAPPER_SHADOWS: list[Line] = [
+    (1, line) for line in ("DEFAULT_SCALE = 'shadow'", "Optional = None", "LayerSpec = 'shadow'", "int = 'shadow'",
+                           "CLASS_SCALE = 'shadow'", "STAR_SCALE = 'shadow'", "IF_SENTINEL = 'shadow'", "ClassSpec = None")
+]
 
 
 def wrapper_source(ex: Example) -> bytes:
@@ -373,6 +457,10 @@ def wrapper_source(ex: Example) -> bytes:
         "module": ("from sglang.srt.models import inner as inner_module", "inner_module.InnerForCausalLM"),
     }[ex.import_style]
     lines += [(0, ctor[0]), (0, "")]
+    if "wrapper_type_checking" in ex.situations:
+        lines += WRAPPER_TYPE_CHECKING
+    if "wrapper_function_import" in ex.situations:
+        lines += WRAPPER_FUNCTION_IMPORT
     if ex.shadow_default:
         lines += [(0, "DEFAULT_SCALE = 'the wrapper means something else'"), (0, "")]
     base = [o for o in ex.owned if o.kind.startswith("base_")]
@@ -385,6 +473,8 @@ def wrapper_source(ex: Example) -> bytes:
                 lines += [(1, f"{o.name} = 'base attribute'")]
         lines += [(0, "")]
     lines += [(0, ""), (0, f"class {WRAPPER_CLASS}{'(WrapperBase)' if base else ''}:{HEADER_COMMENT if ex.header_comments else ''}")]
+    if "class_shadow" in ex.situations:
+        lines += WRAPPER_SHADOWS
     for o in ex.owned:
         if o.kind == "attribute":
             lines.append((1, f"{o.name} = None"))
@@ -438,6 +528,10 @@ def write_tree(root: Path, ex: Example) -> Path:
     (srt / "models" / "inner.py").write_bytes(inner_source(ex))
     (srt / "models" / "wrapper.py").write_bytes(wrapper_source(ex))
     (srt / "speculative" / "eagle_worker.py").write_bytes(consumer_source(ex))
+    if "star_import" in ex.situations:
+        (srt / "configs").mkdir()
+        (srt / "configs" / "__init__.py").write_bytes(b"")
+        (srt / "configs" / "star_defaults.py").write_text(STAR_DEFAULTS, encoding="utf-8")
     return srt / "models" / "wrapper.py"
 
 
@@ -485,6 +579,8 @@ def generated_spans(data: bytes, names: set[str]) -> set[int]:
     for node in cls.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
             start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            if not lines[start - 2].strip().startswith(MARKER) and lines[start - 2].strip().startswith("# eaglepatch: "):
+                start -= 1  # the note under the marker: why the signature is not the inner's
             assert lines[start - 2].strip().startswith(MARKER), f"no marker above {node.name}: {lines[start - 2]!r}"
             assert lines[start - 3].strip() == "", f"no blank line above the marker of {node.name}"
             spans.update(range(start - 2, node.end_lineno + 1))
@@ -626,6 +722,8 @@ def test_delegations_are_minimal_idempotent_and_forward_exactly(ex: Example, dat
         note(f"wrapper.py:\n{original.decode()}")
 
         event(f"wrapper: {ex.wrapper_layout.unit!r} {ex.wrapper_layout.newline!r}, import {ex.import_style}")
+        for situation in ex.situations:
+            event(f"names: {situation}")
         event(f"{len(ex.expected)} member(s) to write")
         for name in ex.expected:
             event(f"writes a {ex.member(name).kind}")
@@ -682,12 +780,13 @@ def test_delegations_are_minimal_idempotent_and_forward_exactly(ex: Example, dat
 
 
 def check_forwarding(root: Path, ex: Example, data) -> None:
-    with tree_importable(root):
+    with stubbed(STUBS), tree_importable(root):
         wrapper_module = importlib.import_module("sglang.srt.models.wrapper")
         inner_module = importlib.import_module("sglang.srt.models.inner")
         Wrapper = getattr(wrapper_module, WRAPPER_CLASS)
         Inner = getattr(inner_module, INNER_CLASS)
         bare_inner = Inner.__new__(Inner)
+        owners = {m.name: Inner for m in ex.inner} | {m.name: getattr(inner_module, "InnerBase", Inner) for m in ex.inner_base}
         for name in sorted(ex.expected):
             m = ex.member(name)
             w = Wrapper(None)
@@ -700,11 +799,11 @@ def check_forwarding(root: Path, ex: Example, data) -> None:
                 assert recorder.calls and value is recorder.calls[-1][3]
             else:
                 got = inspect.signature(getattr(w, name), eval_str=True)
-                want = inspect.signature(getattr(bare_inner, name), eval_str=True)
+                want = expected_signature(m, getattr(bare_inner, name), vars(inner_module))
                 assert got == want, f"{name}: {got} != {want}"
                 assert inspect.iscoroutinefunction(getattr(Wrapper, name)) == (m.kind == "async")
                 args, kwargs = data.draw(call_for(m), label=f"call {name}")
-                bind = binder(m, vars(inner_module), ex.typing_alias)
+                bind = binder(m, {**vars(inner_module), **vars(owners[name])}, ex.typing_alias)
                 bind(*args, **kwargs)  # the generator only makes calls the inner accepts
                 result = getattr(w, name)(*args, **kwargs)
                 if m.kind == "async":
@@ -727,6 +826,47 @@ def check_forwarding(root: Path, ex: Example, data) -> None:
                     assert name in str(exc), str(exc)
                 else:
                     raise AssertionError(f"{name}: no AttributeError with language_model={missing!r}")
+
+
+def expected_signature(m: Member, inner_method, namespace: dict) -> inspect.Signature:
+    """The inner method's signature with its string annotations evaluated, as the wrapper's should read;
+    an annotation naming what inner.py imports only for type checkers is left out of the wrapper."""
+    def expected(annotation, spec: str | None):
+        if spec is not None and TYPE_CHECKING_ONLY in spec:
+            return inspect.Parameter.empty
+        return eval(annotation, namespace) if isinstance(annotation, str) else annotation  # noqa: S307 - generated
+
+    signature = inspect.signature(inner_method)
+    specs = {p.name: p.annotation for p in m.params}
+    params = [p.replace(annotation=expected(p.annotation, specs.get(p.name))) for p in signature.parameters.values()]
+    return signature.replace(parameters=params, return_annotation=expected(signature.return_annotation, m.returns))
+
+
+class _TorchTensor:
+    """`torch.Tensor` in the stub."""
+
+
+STUBS = {"torch": {"Tensor": _TorchTensor}}
+
+
+@contextlib.contextmanager
+def stubbed(modules: dict[str, dict]):
+    """Stand-ins for packages a tree imports but the test environment lacks."""
+    import types
+
+    saved = {name: sys.modules.get(name) for name in modules}
+    for name, attributes in modules.items():
+        module = types.ModuleType(name)
+        module.__dict__.update(attributes)
+        sys.modules[name] = module
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
 
 
 def _minimal_call(m: Member) -> tuple[tuple, dict]:

@@ -1,0 +1,333 @@
+"""Stage 6b: prove each patch on the text that would be written, before anything is written.
+
+The planner (patcher/forms.py) chooses how a copied signature is spelled; this stage does not
+trust it.  It parses the patched module and, with LibCST scope analysis of that text, proves for
+every generated member:
+
+* its signature is the inner method's, parameter for parameter (or the `*args, **kwargs` form),
+  and every default and annotation in it is the same expression, where each name means what
+  the inner file meant: the same canonical qualified name (module + name, through the inner
+  file's imports, re-exports and star imports), bound when the wrapper's class body runs (an
+  unconditional module-level binding before the class, nothing in the class body before the
+  member shadowing it), or the inner's literal value in place of a name bound to that literal;
+  an annotation may be left out, never changed;
+* its decorators and body use only its own locals and builtins the module does not rebind;
+* a member EAGLE-3 code assigns is a property with a setter, and methods are not properties.
+
+A patch that fails is an error for its file (one line: the name, the file, the line), and that
+file is not written; `diff` and `apply` both stop there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+
+import libcst as cst
+from libcst.metadata import BuiltinAssignment
+
+from codemods.add_delegations import MARKER
+from codemods.names import dotted_name
+from codemods.respell import _is_literal_subscript, _parse_string
+from patcher.errors import EaglepatchError
+from patcher.meanings import CLASS_ATTRIBUTE, TYPE_ONLY, UNKNOWN, immutable_literal, inner_meaning, same_literal, wrapper_binding
+from patcher.records import MemberPlan
+from patcher.resolve import signature_node
+from patcher.scopes import Exports, ModuleScope, dotted_module, scope_of
+from patcher.source import Parsed, SourceCache, SourceFile, decode_source
+
+_SKIP_FIELDS = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after", "header", "footer", "equal", "dot")
+_NOT_FREE = ("attr", "keyword")  # Name fields that are not looked up: `x.attr`, `f(keyword=...)`
+
+
+class Unproven(Exception):
+    """One name (or construct) the patched text does not prove."""
+
+    def __init__(self, name: str, why: str, culprit=None):
+        super().__init__(why)
+        self.name = name
+        self.why = why
+        self.culprit = culprit  # (class or None, statement index, name) in the patched module
+
+
+def prove_edit(
+    cache: SourceCache,
+    tree,
+    source: SourceFile,
+    updated: bytes,
+    added: dict[str, list[str]],
+    entries: dict[str, list[MemberPlan]],
+) -> None:
+    """Raise EaglepatchError for the first generated name of `updated` (the patched `source`) not proven;
+    `added` is what the codemod wrote (class -> members), `entries` the plans it wrote them for."""
+    text = decode_source(source.path, source.rel, updated).text  # as Python will read it: BOM, coding line
+    module = cst.parse_module(text)
+    keep = frozenset((cls, name) for cls, names in added.items() for name in names)
+    scope = ModuleScope(module, dotted_module(source.rel), source.rel.endswith("__init__.py"), frozenset(added), keep, text)
+    proof = _Proof(cache, tree, source, scope, module, text)
+    for cls, names in added.items():
+        plans = {entry.member.name: entry for entry in entries.get(cls, [])}
+        for name in names:
+            try:
+                proof.member(cls, plans[name])
+            except Unproven as problem:
+                raise proof.error(cls, plans[name], problem) from None
+
+
+class _Proof:
+    def __init__(self, cache: SourceCache, tree, source: SourceFile, scope: ModuleScope, module: cst.Module, text: str):
+        self.cache = cache
+        self.tree = tree
+        self.source = source
+        self.scope = scope
+        self.module = module  # the patched module, function bodies included
+        self.text = text
+        self.exports = Exports.of(cache, tree)
+
+    # -- a member ----------------------------------------------------------------------------------
+    def member(self, cls: str, entry: MemberPlan) -> None:
+        name = entry.member.name
+        classdef = self.scope.classes[cls][0]
+        written = [
+            (i, s)
+            for i, s in enumerate(classdef.body.body)
+            if isinstance(s, cst.FunctionDef) and s.name.value == name and _marked(s)
+        ]
+        if not written:
+            raise Unproven(name, "the generated member is not in the class body")
+        if len(written) == 1 and not written[0][1].decorators:  # a method: its signature must be the inner's
+            if entry.defined is None or entry.defined.kind != "method":
+                raise Unproven(name, "an attribute of the inner model is written as a method")
+            if entry.member.assigned_at:
+                raise Unproven(name, f"EAGLE-3 code assigns it ({entry.member.assigned_at[0]}): a method cannot take that")
+            index, func = written[0]
+            self.signature(cls, index, func, entry)
+        else:  # a forwarding property (for a method too: it hands out the inner's bound method)
+            self.property(cls, written, entry)
+        for index, func in written:
+            self.body(func)
+
+    def property(self, cls: str, written, entry: MemberPlan) -> None:
+        name = entry.member.name
+        getters = [(i, f) for i, f in written if _decorators(f) == ["property"]]
+        setters = [(i, f) for i, f in written if _decorators(f) == [f"{name}.setter"]]
+        if len(getters) != 1 or len(getters) + len(setters) != len(written):
+            raise Unproven(name, "the generated member is not one property (and its setter)")
+        index, _ = getters[0]
+        found = wrapper_binding(self.scope, self.exports, "property", cls, None, index, lazy=False)
+        if found.qualified != "builtins.property":
+            raise Unproven("property", found.problem or f"it is {found.qualified}, not the builtin", found.culprit)
+        if entry.member.assigned_at and not setters:
+            raise Unproven(name, f"EAGLE-3 code assigns it ({entry.member.assigned_at[0]}) and the property has no setter")
+        for setter_index, _ in setters:
+            before = [b for b in self.scope.class_bindings(cls, name) if b.statement < setter_index]
+            if not before or before[-1].statement != index:
+                raise Unproven(name, "the setter does not decorate the generated property")
+
+    # -- a signature ---------------------------------------------------------------------------------
+    def signature(self, cls: str, index: int, func: cst.FunctionDef, entry: MemberPlan) -> None:
+        inner_node = signature_node(self.cache, entry.defined)
+        inner_source = self.cache.read(self.tree.srt / entry.defined.file)
+        inner_scope = scope_of(self.cache, inner_source, frozenset({entry.defined.owner}))
+        owner = entry.defined.owner
+        side = _Sides(self, inner_scope, owner, inner_scope.member_statement(owner, entry.defined.name), cls, index)
+        generated = _parameters(func.params, has_receiver=True)
+        if _is_forwarding_everything(func):
+            return
+        inner = _parameters(inner_node.params, has_receiver=_binding_of(inner_node) != "static")
+        if [(kind, p.name.value) for kind, p in generated] != [(kind, p.name.value) for kind, p in inner]:
+            raise Unproven(entry.member.name, "its parameters are not the inner method's")
+        for (_, mine), (_, theirs) in zip(generated, inner):
+            if (mine.default is None) != (theirs.default is None):
+                raise Unproven(mine.name.value, "a default was added or left out")
+            if mine.default is not None:
+                side.same(mine.default, theirs.default, annotation=False)
+            if mine.annotation is not None:
+                if theirs.annotation is None:
+                    raise Unproven(mine.name.value, "an annotation the inner method does not have")
+                side.same(mine.annotation.annotation, theirs.annotation.annotation, annotation=True)
+        if func.returns is not None:
+            if inner_node.returns is None:
+                raise Unproven("return", "a return annotation the inner method does not have")
+            side.same(func.returns.annotation, inner_node.returns.annotation, annotation=True)
+
+    # -- a body -----------------------------------------------------------------------------------------
+    def body(self, func: cst.FunctionDef) -> None:
+        """Names a generated body reads are its own locals, or builtins nothing in the module rebinds."""
+        statements = func.body.body if isinstance(func.body, cst.IndentedBlock) else []
+        function_scope = self.scope.scopes.get(statements[0]) if statements else None
+        if function_scope is None:
+            raise Unproven(func.name.value, "the generated body could not be analysed")
+        for access in function_scope.accesses:
+            referents = access.referents
+            if not referents:
+                raise Unproven(access.node.value, "the generated body reads a name nothing binds")
+            for referent in referents:
+                if referent.scope is not function_scope and not isinstance(referent, BuiltinAssignment):
+                    raise Unproven(access.node.value, "the module rebinds a builtin the generated body uses")
+
+    # -- errors ------------------------------------------------------------------------------------------
+    def error(self, cls: str, entry: MemberPlan, problem: Unproven) -> EaglepatchError:
+        line = self._original_line(cls, problem.culprit)
+        inner = f" (copied from {entry.defined.at})" if entry.defined is not None else ""
+        return EaglepatchError(
+            f"cannot prove {problem.name} in {cls}.{entry.member.name}{inner}: {problem.why}; "
+            "this file is left as it is",
+            path=self.source.rel,
+            line=line,
+        )
+
+    def _original_line(self, cls: str, culprit) -> int | None:
+        """The culprit binding's line in the file as it is on disk (nothing was written); else the class's."""
+        patched = Parsed(self.source, self.module, 0, self.text)
+        node = None
+        if culprit is not None and culprit[1] >= 0:
+            owner, index, _ = culprit
+            body = self.module.body if owner is None else _class_body(self.module, owner)
+            node = body[index] if body is not None and 0 <= index < len(body) else None
+        if node is None:
+            node = next((s for s in self.module.body if isinstance(s, cst.ClassDef) and s.name.value == cls), None)
+        span = patched.statement_span(node) if node is not None else None
+        if span is None:
+            return None
+        return _old_line(self.source.text, self.text, span[0])
+
+
+class _Sides:
+    """One generated signature against the inner one: where each side looks its names up."""
+
+    def __init__(self, proof: _Proof, inner_scope: ModuleScope, owner: str, inner_before: int | None, cls: str, index: int):
+        self.proof = proof
+        self.inner_scope = inner_scope
+        self.owner = owner
+        self.inner_before = inner_before
+        self.cls = cls
+        self.index = index
+
+    def same(
+        self, mine: cst.BaseExpression, theirs: cst.BaseExpression, annotation: bool, in_string: bool = False, literal: bool = False
+    ) -> None:
+        """`mine` (in the wrapper) means what `theirs` (in the inner file) means, or Unproven."""
+        if isinstance(theirs, cst.Name):
+            self._name(mine, theirs, annotation, in_string)
+            return
+        if isinstance(theirs, cst.Attribute) and isinstance(mine, cst.Attribute) and mine.attr.value == theirs.attr.value:
+            self.same(mine.value, theirs.value, annotation, in_string, literal)
+            return
+        if annotation and not literal and isinstance(theirs, cst.SimpleString) and isinstance(mine, cst.SimpleString):
+            parsed_mine, parsed_theirs = _parse_string(mine), _parse_string(theirs)
+            if parsed_mine is None or parsed_theirs is None:
+                if mine.evaluated_value == theirs.evaluated_value:
+                    return
+                raise Unproven(mine.value, "a string annotation was changed")
+            self.same(parsed_mine, parsed_theirs, annotation, True, False)
+            return
+        if type(mine) is not type(theirs):
+            raise Unproven(_code(mine), f"it is not the inner's {_code(theirs)}")
+        if isinstance(theirs, cst.Subscript) and annotation and _is_literal_subscript(theirs):
+            literal = True
+        self._children(mine, theirs, annotation, in_string, literal)
+
+    def _children(self, mine, theirs, annotation: bool, in_string: bool, literal: bool) -> None:
+        for item in dataclasses.fields(theirs):
+            if item.name.startswith(_SKIP_FIELDS):
+                continue
+            a, b = getattr(mine, item.name), getattr(theirs, item.name)
+            if item.name in _NOT_FREE:
+                if (a is None) != (b is None) or (a is not None and a.value != b.value):
+                    raise Unproven(_code(mine), f"it is not the inner's {_code(theirs)}")
+                continue
+            pairs = list(zip(a, b)) if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) else [(a, b)]
+            if isinstance(a, (list, tuple)) and len(a) != len(b):
+                raise Unproven(_code(mine), f"it is not the inner's {_code(theirs)}")
+            for x, y in pairs:
+                if isinstance(x, cst.CSTNode) and isinstance(y, cst.CSTNode):
+                    self.same(x, y, annotation, in_string, literal)
+                elif isinstance(x, cst.CSTNode) or isinstance(y, cst.CSTNode):
+                    raise Unproven(_code(mine), f"it is not the inner's {_code(theirs)}")
+                elif x != y and not isinstance(x, cst.MaybeSentinel):
+                    raise Unproven(_code(mine), f"it is not the inner's {_code(theirs)}")
+
+    def _name(self, mine: cst.BaseExpression, theirs: cst.Name, annotation: bool, in_string: bool) -> None:
+        proof = self.proof
+        inner_lazy = in_string or (annotation and self.inner_scope.future_annotations)
+        wrapper_lazy = in_string or (annotation and proof.scope.future_annotations)
+        meaning = inner_meaning(self.inner_scope, proof.exports, theirs.value, self.owner, self.inner_before, inner_lazy)
+        if meaning.kind == UNKNOWN:
+            raise Unproven(theirs.value, meaning.why)
+        chain = dotted_name(mine)
+        if chain:
+            root, _, rest = chain.partition(".")
+            found = wrapper_binding(proof.scope, proof.exports, root, self.cls, None, self.index, wrapper_lazy)
+            if found.qualified is None:
+                raise Unproven(root, found.problem, found.culprit)
+            if found.type_only and meaning.kind != TYPE_ONLY:
+                raise Unproven(root, found.problem, found.culprit)
+            got = proof.exports.canonical(f"{found.qualified}.{rest}" if rest else found.qualified)
+            if got != meaning.qualified:
+                raise Unproven(chain, f"it is {got} in the wrapper, and {meaning.qualified} in the inner file")
+            return
+        if not annotation and immutable_literal(mine) and meaning.literal is not None and same_literal(mine, meaning.literal):
+            return
+        kind = "class attribute" if meaning.kind == CLASS_ATTRIBUTE else meaning.kind
+        raise Unproven(theirs.value, f"{_code(mine)} is not the inner's {theirs.value} ({kind} {meaning.qualified})")
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _marked(func: cst.FunctionDef) -> bool:
+    return any(line.comment is not None and line.comment.value.startswith(MARKER) for line in func.leading_lines)
+
+
+def _decorators(func: cst.FunctionDef) -> list[str]:
+    return [dotted_name(d.decorator) for d in func.decorators]
+
+
+def _binding_of(func: cst.FunctionDef) -> str:
+    names = {
+        dotted_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator).rsplit(".", 1)[-1]
+        for d in func.decorators
+    }
+    return "static" if "staticmethod" in names else "class" if "classmethod" in names else "instance"
+
+
+def _parameters(params: cst.Parameters, has_receiver: bool) -> list[tuple[str, cst.Param]]:
+    """(kind, parameter) in order, without the receiver."""
+    out = [("posonly", p) for p in params.posonly_params] + [("regular", p) for p in params.params]
+    if has_receiver and out:
+        out = out[1:]
+    if isinstance(params.star_arg, cst.Param):
+        out.append(("vararg", params.star_arg))
+    out += [("kwonly", p) for p in params.kwonly_params]
+    if isinstance(params.star_kwarg, cst.Param):
+        out.append(("varkw", params.star_kwarg))
+    return out
+
+
+def _is_forwarding_everything(func: cst.FunctionDef) -> bool:
+    """`def m(self, *args, **kwargs)`, nothing annotated, no default: nothing to prove in it."""
+    kinds = [(kind, p) for kind, p in _parameters(func.params, has_receiver=False)]
+    if [k for k, _ in kinds] != ["regular", "vararg", "varkw"] or func.returns is not None:
+        return False
+    return all(p.default is None and p.annotation is None for _, p in kinds)
+
+
+def _class_body(module: cst.Module, cls: str):
+    for statement in module.body:
+        if isinstance(statement, cst.ClassDef) and statement.name.value == cls:
+            return statement.body.body
+    return None
+
+
+def _old_line(old: str, new: str, line: int) -> int:
+    """Line `line` of the patched text, as a line of the text before the patch."""
+    matcher = difflib.SequenceMatcher(a=old.splitlines(), b=new.splitlines(), autojunk=False)
+    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+        if b0 < line <= b1:
+            return a0 + (line - b0) if tag == "equal" else a0 + 1
+    return line
+
+
+def _code(node: cst.CSTNode) -> str:
+    return " ".join(cst.Module(body=[]).code_for_node(node).split())
