@@ -42,6 +42,11 @@ class Use:
     shape: CallShape | None = None  # for calls: how the member is called
 
 
+def call_sites(uses: list[Use]) -> list[str]:
+    """Where the uses are, each place once, in the order first seen."""
+    return list(dict.fromkeys(use.at for use in uses))
+
+
 @dataclass
 class ProtocolMember:
     name: str
@@ -70,11 +75,7 @@ class ProtocolMember:
 
     @property
     def called_at(self) -> list[str]:
-        seen: list[str] = []
-        for use in self.uses:
-            if use.at not in seen:
-                seen.append(use.at)
-        return seen
+        return call_sites(self.uses)
 
 
 @dataclass
@@ -179,11 +180,7 @@ class MemberPlan:
 
     @property
     def called_at(self) -> list[str]:
-        seen: list[str] = []
-        for use in self.uses or self.member.uses:
-            if use.at not in seen:
-                seen.append(use.at)
-        return seen
+        return call_sites(self.uses or self.member.uses)
 
 
 @dataclass
