@@ -12,6 +12,7 @@ Idempotent by construction: a member the class already defines is never written 
 from __future__ import annotations
 
 import builtins
+import hashlib
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
@@ -19,6 +20,7 @@ from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
 
 MARKER = "# eaglepatch: forwards to self."
+LEARNED = "# eaglepatch: learned from "  # a hook body taken from another class of the tree (patcher/synthesize.py)
 NOTE = "# eaglepatch: "  # the prefix of the line under the marker saying why a signature is not the inner's
 LINE_LENGTH = 88
 _EMPTY = cst.Module(body=[])
@@ -30,13 +32,15 @@ class Delegation:
 
     name: str
     inner_attribute: str
-    style: str = "method"  # "method" | "property" | "settable" (a property with a setter) | "setter" (that setter alone)
+    style: str = "method"  # "method" | "property" | "settable" (a property with a setter) | "setter" (that setter alone) | "learned"
     params: cst.Parameters | None = None
     returns: cst.Annotation | None = None
     is_async: bool = False
     binding: str = "instance"  # "instance" | "static" | "class": how the inner defines it
     imports: tuple[tuple[str, str | None, str | None], ...] = field(default=())  # (module, name, asname)
     note: str = ""  # one line under the marker: why the signature is not the inner's
+    learned: cst.FunctionDef | None = None  # style "learned": the whole def, retargeted (codemods/retarget.py)
+    origin: str = ""  # style "learned": "file:Class" it was learned from
 
 
 def _code(node: cst.CSTNode) -> str:
@@ -145,14 +149,32 @@ def imported_names(delegation: Delegation) -> list[str]:
     return names
 
 
-def marker_text(delegation: Delegation) -> str:
-    """`# eaglepatch: forwards to self.language_model` (+ `; imported X, Y` when it added imports)."""
+def marker_text(delegation: Delegation, unit: str = "    ", newline: str = "\n") -> str:
+    """`# eaglepatch: forwards to self.language_model` (+ `; imported X, Y` when it added imports); for a
+    learned body `# eaglepatch: learned from models/llama.py:LlamaForCausalLM (digest ...)`."""
     names = imported_names(delegation)
-    return f"{MARKER}{delegation.inner_attribute}" + (f"{IMPORTED}{', '.join(names)}" if names else "")
+    if delegation.style == "learned":
+        head = f"{LEARNED}{delegation.origin} (digest {learned_digest(delegation.learned, unit, newline)})"
+    else:
+        head = f"{MARKER}{delegation.inner_attribute}"
+    return head + (f"{IMPORTED}{', '.join(names)}" if names else "")
+
+
+def learned_digest(func: cst.FunctionDef, unit: str = "    ", newline: str = "\n") -> str:
+    """What revert compares a learned body against: the def as written, without its marker."""
+    printer = cst.Module(body=[], default_indent=unit, default_newline=newline)
+    code = printer.code_for_node(func.with_changes(leading_lines=[]))
+    return hashlib.sha256(code.encode("utf-8")).hexdigest()[:12]
 
 
 def parse_marker(comment: str) -> tuple[str, list[str]] | None:
-    """(inner attribute, imported names) from a marker comment, or None."""
+    """(inner attribute, imported names) from a marker comment, or None; for a learned body the
+    "attribute" is `learned:<digest>`."""
+    if comment.startswith(LEARNED):
+        rest = comment[len(LEARNED) :].strip()
+        head, _, imported = rest.partition(IMPORTED.strip())
+        digest = head.rpartition("(digest ")[2].rstrip("); ").strip()
+        return f"learned:{digest}", [n.strip() for n in imported.split(",") if n.strip()]
     if not comment.startswith(MARKER):
         return None
     rest = comment[len(MARKER) :].strip()
@@ -173,6 +195,10 @@ def render_delegation(delegation: Delegation, unit: str = "    ", newline: str =
         return getter + newline + render_setter(replace(delegation, style="setter"), unit, newline)
     if delegation.style == "setter":
         return render_setter(delegation, unit, newline)
+    if delegation.style == "learned":
+        holder = cst.ClassDef(name=cst.Name("C"), body=cst.IndentedBlock(body=[learned_statement(delegation, unit, newline)]))
+        code = cst.Module(body=[holder], default_indent=unit, default_newline=newline).code
+        return code.split(newline, 1)[1]
     signature = render_signature(delegation)
     local = next(n for n in ("inner", "inner_model", "_inner", "_eaglepatch_inner") if n not in signature.names)
     attr, name = delegation.inner_attribute, delegation.name
@@ -210,6 +236,12 @@ def render_delegation(delegation: Delegation, unit: str = "    ", newline: str =
         awaited = "await " if delegation.is_async else ""
         lines += fit_call(i2, unit, f"return {awaited}{target}(", signature.args, ")")
     return newline.join(lines) + newline
+
+
+def learned_statement(delegation: Delegation, unit: str = "    ", newline: str = "\n") -> cst.FunctionDef:
+    """The learned def as it goes into the class: a blank line, the marker, the def."""
+    marker = cst.EmptyLine(comment=cst.Comment(marker_text(delegation, unit, newline)))
+    return delegation.learned.with_changes(leading_lines=[cst.EmptyLine(indent=False), marker])
 
 
 def render_setter(delegation: Delegation, unit: str = "    ", newline: str = "\n") -> str:
@@ -303,6 +335,11 @@ class AddDelegations(VisitorBasedCodemodCommand):
         newline = module.default_newline
         new_statements = []
         for delegation in todo:
+            for module_name, obj, asname in delegation.imports:
+                AddImportsVisitor.add_needed_import(self.context, module_name, obj, asname)
+            if delegation.style == "learned":  # a node already: its strings and comments stay as they were
+                new_statements.append(learned_statement(delegation, unit, newline))
+                continue
             text = render_delegation(delegation, unit, newline)
             # a statement first, so the marker comment belongs to the def, not the module header
             parsed = cst.parse_module("pass" + newline + _dedent(text, unit), config=module.config_for_parsing)
@@ -310,8 +347,6 @@ class AddDelegations(VisitorBasedCodemodCommand):
             for stmt in parsed.body[1:]:  # a settable member is two: the property and its setter
                 leading = [line for line in stmt.leading_lines if line.comment is not None]
                 new_statements.append(stmt.with_changes(leading_lines=[blank, *leading]))
-            for module_name, obj, asname in delegation.imports:
-                AddImportsVisitor.add_needed_import(self.context, module_name, obj, asname)
         body = list(updated_node.body.body)
         last_method = max((i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef)), default=len(body) - 1)
         body[last_method + 1 : last_method + 1] = new_statements

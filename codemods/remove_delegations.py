@@ -20,7 +20,7 @@ from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import GatherUnusedImportsVisitor
 from libcst.metadata import MetadataWrapper
 
-from codemods.add_delegations import Delegation, _dedent, parse_marker, render_delegation
+from codemods.add_delegations import Delegation, _dedent, learned_digest, parse_marker, render_delegation
 from codemods.names import dotted_name
 
 
@@ -34,7 +34,10 @@ def _marker(func: cst.FunctionDef) -> tuple[str, list[str]] | None:
 
 
 def _is_pristine(func: cst.FunctionDef, attribute: str, module: cst.Module, unit: str) -> bool:
-    """True when the method is byte for byte what eaglepatch would write for its own signature."""
+    """True when the method is byte for byte what eaglepatch would write for its own signature (a learned
+    body: what it was when written, as its marker's digest says)."""
+    if attribute.startswith("learned:"):
+        return learned_digest(func, unit, module.default_newline) == attribute.partition(":")[2]
     decorators = [dotted_name(d.decorator) for d in func.decorators]
     style = {"property": "property", f"{func.name.value}.setter": "setter"}.get(",".join(decorators), "method")
     delegation = Delegation(

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
-from codemods.add_delegations import AddDelegations, Delegation
+from codemods.add_delegations import LINE_LENGTH, AddDelegations, Delegation
+from codemods.retarget import ExplodeLongLiterals, Retarget, body_reads
 from codemods.normalize_imports import NormalizeAddedImports
 from patcher.errors import EaglepatchError
-from patcher.forms import Import, WrapperSpelling, respelled_signature
+from patcher.forms import Import, WrapperSpelling, _Pending, respelled_signature
+from patcher.meanings import TYPE_ONLY, UNKNOWN, inner_meaning
+from patcher.scopes import scope_of
 from patcher.imports import ImportTable
 from patcher.records import MemberPlan, ModelPlan
 from patcher.resolve import one_path_per_file, signature_node, syntax_error
@@ -63,6 +66,8 @@ def delegation_for(
     """What to write for one member: a forwarding property with a setter when EAGLE-3 code assigns the
     member (a method too: the getter hands out the inner's bound method); else a method with the inner
     signature spelled the wrapper's way (or taking `*args, **kwargs`), or a read-only property."""
+    if entry.fix is not None and entry.fix.kind == "synthesize":
+        return learned_for(cache, tree, wrapper, entry, spelling or WrapperSpelling(cache, tree, wrapper), cls)
     signature = entry.defined
     if entry.member.assigned_at:  # EAGLE-3 code sets it: reads and writes both reach the inner model
         return Delegation(name=entry.member.name, inner_attribute=entry.inner_attribute, style="settable")
@@ -86,6 +91,49 @@ def delegation_for(
             note=f"signature not copied: {form.fallback}" if form.fallback else "",
         )
     return Delegation(name=entry.member.name, inner_attribute=entry.inner_attribute, style="property")
+
+
+def learned_for(cache: SourceCache, tree, wrapper: SourceFile, entry: MemberPlan, spelling: WrapperSpelling, cls: str) -> Delegation:
+    """The hook body the plan learned from another class (patcher/synthesize.py), retargeted to `cls`:
+    its backbone attribute and config path, and every module-level name spelled the wrapper's way."""
+    synthesis = entry.synthesis
+    reference = synthesis.reference
+    node = signature_node(cache, reference.signature)
+    form = respelled_signature(spelling, replace(entry, defined=reference.signature), cls)
+    if form.fallback:
+        raise EaglepatchError(
+            f"cannot write {cls}.{entry.member.name} learned from {reference.label}: {form.fallback}", path=wrapper.rel
+        )
+    reference_source = cache.read(tree.srt / reference.signature.file)
+    reference_scope = scope_of(cache, reference_source, frozenset({reference.owner.name}))
+    func = node.with_changes(params=form.params, returns=form.returns, leading_lines=[], decorators=[])
+    module, reads = body_reads(func)
+    pending = _Pending()
+    spelled: dict = {}
+    for name, nodes in reads.items():
+        meaning = inner_meaning(reference_scope, spelling.exports, name, None, None, lazy=True)
+        expression = None if meaning.kind in (TYPE_ONLY, UNKNOWN) else spelling.spell(name, meaning, cls, True, False, pending)
+        if expression is None:
+            why = meaning.why or f"{name} ({meaning.qualified or meaning.kind}) has no proven spelling here"
+            raise EaglepatchError(
+                f"cannot write {cls}.{entry.member.name} learned from {reference.label}: {why}", path=wrapper.rel
+            )
+        for read in nodes:
+            spelled[read] = expression
+    spelling.commit(pending)
+    receiver = (list(func.params.posonly_params) + list(func.params.params))[0].name.value
+    retargeted = module.visit(Retarget(receiver, synthesis.renames(), spelled))
+    unit = cache.parse_whole(wrapper).module.default_indent
+    retargeted = retargeted.visit(ExplodeLongLiterals(unit, LINE_LENGTH)).body[0]
+    imports = dict.fromkeys([*form.imports, *pending.imports.values()])
+    return Delegation(
+        name=entry.member.name,
+        inner_attribute=synthesis.backbone,
+        style="learned",
+        imports=tuple(imports),
+        learned=retargeted,
+        origin=reference.label,
+    )
 
 
 def _decorator_name(decorator: cst.Decorator) -> str:
@@ -158,9 +206,13 @@ def _describe(spec: Import) -> str:
     return f"{text} as {asname}" if asname else text
 
 
+def _marked(data: bytes, *markers: str) -> bool:
+    return any(marker.encode() in data for marker in markers)
+
+
 def revert_edits(cache: SourceCache, tree, models: list[str] | None):
     """Edits that remove eaglepatch's unchanged delegations: from the named model modules, or all of models/."""
-    from codemods.add_delegations import MARKER
+    from codemods.add_delegations import LEARNED, MARKER
     from codemods.remove_delegations import RemoveDelegations
     from patcher.star_imports import star_imported_names
 
@@ -173,14 +225,14 @@ def revert_edits(cache: SourceCache, tree, models: list[str] | None):
                 raise EaglepatchError("no such model module; pass --model with a file name under models/", path=f"models/{module}.py")
             paths.append(path)
     else:
-        paths = [p for p in one_path_per_file(tree.models.rglob("*.py")) if p.is_file() and MARKER.encode() in p.read_bytes()]
+        paths = [p for p in one_path_per_file(tree.models.rglob("*.py")) if p.is_file() and _marked(p.read_bytes(), MARKER, LEARNED)]
     edits: list[FileEdit] = []
     errors: list[EaglepatchError] = []
     kept: list[tuple[str, list[str]]] = []
     for path in paths:
         try:
             source = cache.read(path)
-            if MARKER not in source.text:
+            if MARKER not in source.text and LEARNED not in source.text:
                 continue
             try:
                 module = cst.parse_module(source.text)

@@ -9,10 +9,11 @@ from patcher.errors import EaglepatchError
 from patcher.locate import SourceTree, locate_tree
 from patcher.plan import call_misfit, plan_wrapper
 from patcher.protocol import extract_protocol
-from patcher.records import ModelPlan, Protocol
+from patcher.records import ModelPlan, Protocol, Signature
 from patcher.resolve import Resolver, select_wrappers, signature_node
 from patcher.roles import learn_roles
 from patcher.source import SourceCache
+from patcher.synthesize import HookLibrary
 
 DEFAULT_MODEL = "kimi_k25"
 MAX_ADOPTION_ROUNDS = 3
@@ -114,17 +115,30 @@ def analyze(
         static = any(getattr(d.decorator, "value", "") == "staticmethod" for d in node.decorators)
         return call_misfit(node.params, shape, is_method=not static)
 
+    library = HookLibrary(resolver, protocol)
+
+    def synthesize(entry, wrapper):
+        return library.fit(entry, wrapper, shape_misfit)
+
     def plan_all() -> list[ModelPlan]:
-        return [plan_wrapper(protocol, w, *roles.role_of(w.cls), shape_misfit) for w in wrappers]
+        return [plan_wrapper(protocol, w, *roles.role_of(w.cls), shape_misfit, synthesize) for w in wrappers]
 
     plans = plan_all()
     for _ in range(MAX_ADOPTION_ROUNDS):  # fixes into a base class serve its subclasses in the same run
-        written = {
-            (p.wrapper.cls.file, p.wrapper.cls.name): {m.member.name: m.defined for m in p.writes if m.defined}
-            for p in plans
-            if p.writes
-        }
+        written = {(p.wrapper.cls.file, p.wrapper.cls.name): _written(p) for p in plans if p.writes}
         if not written or not resolver.adopt(written):
             break
         plans = plan_all()
     return Analysis(tree, cache, protocol, plans, list(protocol.warnings) + resolver.warnings, all_models)
+
+
+def _written(plan: ModelPlan) -> dict[str, Signature]:
+    """What apply writes into a class, as its subclasses will inherit it."""
+    cls = plan.wrapper.cls
+    out: dict[str, Signature] = {}
+    for entry in plan.writes:
+        if entry.fix.kind == "synthesize":
+            out[entry.member.name] = Signature(entry.member.name, "method", cls.name, cls.file, cls.line)
+        elif entry.defined is not None:
+            out[entry.member.name] = entry.defined
+    return out

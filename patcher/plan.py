@@ -11,17 +11,22 @@ accepts every way EAGLE-3 code calls it.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import libcst as cst
 
 from patcher.records import CallShape, Fix, MemberPlan, ModelPlan, Protocol, Signature, Use, Wrapper
+
+if TYPE_CHECKING:
+    from patcher.synthesize import _Fit as SynthesisFit
 
 # A use whose receiver does not say which model it is counts against the target.
 _ROLE_OF_USE = {"target": "target", "unknown": "target", "draft": "draft"}
 
 # (inner definition, call shape) -> why the call cannot bind to it, or None; parsing is the caller's
 ShapeCheck = Callable[[Signature, CallShape], Optional[str]]
+# (gap, class) -> a body learned from the tree (patcher/synthesize.py), or why there is none
+Synthesizer = Callable[[MemberPlan, Wrapper], "SynthesisFit"]
 
 
 def uses_for_role(uses: list[Use], role: str) -> list[Use]:
@@ -34,6 +39,7 @@ def plan_wrapper(
     role: str = "target",
     role_reason: str = "",
     shape_misfit: ShapeCheck | None = None,
+    synthesize: Synthesizer | None = None,
 ) -> ModelPlan:
     plan = ModelPlan(wrapper=wrapper, status="compliant", role=role, role_reason=role_reason)
     if role == "other":
@@ -56,7 +62,7 @@ def plan_wrapper(
             continue
         if not (required or companion):
             continue  # optional for this role (probed with hasattr), or another role's concern
-        _decide_fix(entry, wrapper, shape_misfit)
+        _decide_fix(entry, wrapper, shape_misfit, synthesize)
         if entry.fix is not None or required:
             plan.missing.append(entry)
     _set_status(plan)
@@ -80,15 +86,21 @@ def _locate(member, wrapper: Wrapper) -> MemberPlan:
     return MemberPlan(member, defined, attribute, providers, lacking)
 
 
-def _decide_fix(entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | None) -> None:
-    if entry.defined is not None and _holds_bare_backbone(wrapper):
-        # the backbone's hook of the same name only records layers; the class itself must turn capture on
-        # and hand the aux hidden states to its logits processor: a body, not a forward
-        entry.blocker = (
-            f"holds a bare backbone ({entry.inner_attribute}: {entry.defined.owner}) beside its own lm_head: "
-            f"forwarding to the backbone's {entry.member.name} ({entry.defined.at}) would skip the class's own "
-            "part; the hook needs a body written on the class"
-        )
+def _decide_fix(entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | None, synthesize: Synthesizer | None) -> None:
+    if _holds_bare_backbone(wrapper) and any(i.classes for i in wrapper.inners):
+        # the class is the causal LM: a hook reads its own lm_head and turns its own capture on, so it
+        # needs a body, learned from a class of the tree that has one on the same shape, never a forward
+        # (only what its role requires: a companion is the inner model's hook, and a backbone has none to give)
+        fit = synthesize(entry, wrapper) if synthesize is not None and entry.required else None
+        if fit is not None and fit.synthesis is not None:
+            entry.fix = Fix("synthesize", fit.synthesis.reference.label)
+            entry.synthesis = fit.synthesis
+            return
+        held = "; ".join(f"{i.attribute}: {'/'.join(c.name for c in i.classes)}" for i in wrapper.inners if i.classes)
+        why = fit.why if fit is not None else "the hook needs a body written on the class"
+        if entry.defined is not None:
+            why = f"forwarding to the backbone's {entry.member.name} ({entry.defined.at}) would skip the class's own part; {why}"
+        entry.blocker = f"holds a bare backbone ({held}) beside its own lm_head: {why}"
         return
     if entry.defined is not None and entry.inner_attribute is not None:
         misfit = _first_misfit(entry, shape_misfit)
@@ -99,12 +111,7 @@ def _decide_fix(entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | 
         return
     pending = [u for inner in wrapper.inners for u in inner.unresolved]
     held = [f"{i.attribute}: {'/'.join(c.name for c in i.classes)}" for i in wrapper.inners if i.classes]
-    if held and _holds_bare_backbone(wrapper):
-        entry.blocker = (
-            f"holds a bare backbone ({'; '.join(held)}) beside its own lm_head: the hook needs a body "
-            "written on the class, not a delegation"
-        )
-    elif held:
+    if held:
         entry.blocker = f"the inner model ({'; '.join(held)}) lacks it: needs hand-written code"
     elif pending:
         entry.blocker = f"the inner model could not be resolved: {pending[0]}"
@@ -145,7 +152,11 @@ def _set_status(plan: ModelPlan) -> None:
     elif plan.fixes:
         plan.status = "fixable"
         inherited = len(plan.fixes) - len(plan.writes)
-        plan.reason = f"{len(plan.writes)} member(s) can be forwarded to the inner model" + (
+        learned = sum(1 for m in plan.writes if m.fix.kind == "synthesize")
+        what = f"{len(plan.writes)} member(s) can be written" if learned else f"{len(plan.writes)} member(s) can be forwarded to the inner model"
+        if learned:
+            what += f" ({learned} learned from {', '.join(sorted({m.fix.to for m in plan.writes if m.fix.kind == 'synthesize'}))})"
+        plan.reason = what + (
             f", {inherited} come with a fix apply writes into a base class" if inherited else ""
         )
     elif wrapper.forwards_dynamically:

@@ -154,14 +154,20 @@ class Wrapper:
 
 @dataclass(frozen=True)
 class Fix:
-    """What `apply` does for a gap: write a delegation to an inner model (`to` its attribute), or
-    write one into a base class the class inherits it from (`to` is that "file:Class")."""
+    """What `apply` does for a gap: write a delegation to an inner model (`to` its attribute), write
+    a body learned from a class of the tree that has the hook (`to` is that "file:Class"), or write
+    one into a base class the class inherits it from (`to` is that "file:Class")."""
 
-    kind: str  # "delegate" | "inherit"
+    kind: str  # "delegate" | "inherit" | "synthesize" (a body learned from the class `to`, "file:Class")
     to: str
 
     def as_json(self) -> dict:
         return {"kind": self.kind, "to": self.to} if self.kind == "delegate" else {"kind": self.kind, "from": self.to}
+
+    @property
+    def written_here(self) -> bool:
+        """Apply writes it into the class itself (an inherited fix is written into a base)."""
+        return self.kind in ("delegate", "synthesize")
 
 
 @dataclass
@@ -177,6 +183,7 @@ class MemberPlan:
     fix: Fix | None = None  # what apply writes; None when it cannot
     blocker: str | None = None  # why there is no fix
     uses: list[Use] = field(default_factory=list)  # the uses made on this class's role
+    synthesis: object = None  # patcher.synthesize.Synthesis, when the fix is a learned body
 
     @property
     def called_at(self) -> list[str]:
@@ -200,7 +207,7 @@ class ModelPlan:
     @property
     def writes(self) -> list[MemberPlan]:
         """The fixes written into this class itself (not those it inherits from a fixed base)."""
-        return [m for m in self.missing if m.fix is not None and m.fix.kind == "delegate"]
+        return [m for m in self.missing if m.fix is not None and m.fix.written_here]
 
     @property
     def required_gaps(self) -> list[MemberPlan]:

@@ -185,6 +185,11 @@ def gap_message(plan: ModelPlan, entry: MemberPlan) -> str:
     used = f"EAGLE-3 uses it at {', '.join(entry.called_at[:3])}"
     if entry.fix is not None and entry.fix.kind == "inherit":
         return f"{cls} lacks {member.name}; {used}. Fix: eaglepatch apply writes it into its base {entry.fix.to}"
+    if entry.fix is not None and entry.fix.kind == "synthesize":
+        return (
+            f"{cls} lacks {member.name}; {used}. Fix: eaglepatch apply writes it after "
+            f"{entry.fix.to} ({entry.synthesis.reference.signature.at}), on self.{entry.synthesis.backbone}"
+        )
     if entry.fix is not None and entry.defined is not None:
         return (
             f"{cls} does not forward {member.name}() to {entry.fix.to} ({entry.defined.owner} defines it at "
@@ -300,6 +305,8 @@ def print_model(plan: ModelPlan, console: Console, gate: Gate | None = None) -> 
             label = "[yellow]+ companion [/yellow]"
         if entry.fix is not None and entry.fix.kind == "inherit":
             what = f"fix: inherited from {entry.fix.to}, which apply fixes"
+        elif entry.fix is not None and entry.fix.kind == "synthesize":
+            what = f"fix: write it after {entry.fix.to} ({entry.synthesis.reference.signature.at}), on self.{entry.synthesis.backbone}"
         elif entry.fix is not None and entry.defined is not None:
             what = f"fix: forward to self.{entry.fix.to} ({entry.defined.owner} defines it at {entry.defined.at})"
         else:
@@ -349,10 +356,14 @@ def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None
             f"[{style}]{plan.status:<10}[/{style}] {plan.role:<6} [bold]{plan.wrapper.cls.name}[/bold] "
             f"({plan.wrapper.path}:{plan.wrapper.cls.line})"
         )
-        fixes = [m.member.name + ("" if m.required else " (companion)") for m in plan.writes]
+        forwards = [m for m in plan.writes if m.fix.kind == "delegate"]
+        fixes = [m.member.name + ("" if m.required else " (companion)") for m in forwards]
         if fixes:
-            targets = sorted({m.fix.to for m in plan.writes if m.fix is not None})
+            targets = sorted({m.fix.to for m in forwards})
             console.print(f"{'':18}forward to self.{'/'.join(targets)}: {', '.join(fixes)}", overflow="fold")
+        for origin in sorted({m.fix.to for m in plan.writes if m.fix.kind == "synthesize"}):
+            members = ", ".join(m.member.name for m in plan.writes if m.fix.kind == "synthesize" and m.fix.to == origin)
+            console.print(f"{'':18}write {members} after {origin}", overflow="fold")
         for base in sorted({m.fix.to for m in plan.fixes if m.fix is not None and m.fix.kind == "inherit"}):
             members = ", ".join(m.member.name for m in plan.fixes if m.fix is not None and m.fix.to == base)
             console.print(f"{'':18}inherits {members} from {base}, which apply fixes", overflow="fold")
@@ -429,8 +440,11 @@ def write_sarif(analysis: Analysis, out, gate: Gate | None = None) -> None:
 
 
 def explain_json(analysis: Analysis, name: str) -> dict:
+    import libcst as cst
+
     from codemods.add_delegations import render_delegation
     from patcher.edits import delegation_for
+    from patcher.resolve import signature_node
 
     member = analysis.protocol.members[name]
     data = protocol_json(member)
@@ -454,7 +468,14 @@ def explain_json(analysis: Analysis, name: str) -> dict:
                     item["defined_at"] = entry.defined.at
                     item["defined_by"] = entry.defined.owner
                     item["inner_attribute"] = entry.inner_attribute
-                if entry.fix is not None and entry.fix.kind == "delegate":
+                if entry.fix is not None and entry.fix.kind == "synthesize":
+                    reference = entry.synthesis.reference
+                    item["learned_from"] = reference.signature.at
+                    item["learned_from_class"] = reference.owner.name
+                    item["backbone"] = entry.synthesis.backbone
+                    node = signature_node(analysis.cache, reference.signature)
+                    item["reference_code"] = cst.Module(body=[]).code_for_node(node.with_changes(leading_lines=[]))
+                if entry.fix is not None and entry.fix.written_here:
                     source = analysis.cache.read(analysis.tree.srt / plan.wrapper.path)
                     delegation = delegation_for(analysis.cache, analysis.tree, source, entry, cls=plan.wrapper.cls.name)
                     item["would_write"] = render_delegation(delegation)
@@ -481,6 +502,12 @@ def print_explain(data: dict, console: Console) -> None:
         console.print(f"\n{model['class']} ({model['file']}, {model['role']}): {model['status']}{where}")
         if model["blocker"]:
             console.print(f"no fix: {model['blocker']}")
+        if "learned_from" in model:
+            console.print(
+                f"learned from {model['learned_from_class']} ({model['learned_from']}), "
+                f"its backbone read as self.{model['backbone']}:"
+            )
+            console.print(Syntax(model["reference_code"], "python", theme="ansi_dark", background_color="default"))
         if "would_write" in model:
             console.print("eaglepatch apply would write:")
             console.print(Syntax(model["would_write"], "python", theme="ansi_dark", background_color="default"))

@@ -26,7 +26,7 @@ import difflib
 import libcst as cst
 from libcst.metadata import BuiltinAssignment
 
-from codemods.add_delegations import MARKER
+from codemods.add_delegations import LEARNED, MARKER
 from codemods.names import dotted_name
 from codemods.respell import _is_literal_subscript, _parse_string
 from patcher.errors import EaglepatchError
@@ -95,6 +95,11 @@ class _Proof:
         ]
         if not written:
             raise Unproven(name, "the generated member is not in the class body")
+        if entry.fix is not None and entry.fix.kind == "synthesize":
+            if len(written) != 1 or written[0][1].decorators:
+                raise Unproven(name, "a learned hook is not one plain method")
+            self.learned(cls, *written[0], entry)
+            return
         if len(written) == 1 and not written[0][1].decorators:  # a method: its signature must be the inner's
             if entry.defined is None or entry.defined.kind != "method":
                 raise Unproven(name, "an attribute of the inner model is written as a method")
@@ -131,12 +136,15 @@ class _Proof:
         inner_scope = scope_of(self.cache, inner_source, frozenset({entry.defined.owner}))
         owner = entry.defined.owner
         side = _Sides(self, inner_scope, owner, inner_scope.member_statement(owner, entry.defined.name), cls, index)
-        generated = _parameters(func.params, has_receiver=True)
         if _is_forwarding_everything(func):
             return
+        self._same_signature(side, func, inner_node, entry.member.name)
+
+    def _same_signature(self, side: "_Sides", func: cst.FunctionDef, inner_node: cst.FunctionDef, name: str) -> None:
+        generated = _parameters(func.params, has_receiver=True)
         inner = _parameters(inner_node.params, has_receiver=_binding_of(inner_node) != "static")
         if [(kind, p.name.value) for kind, p in generated] != [(kind, p.name.value) for kind, p in inner]:
-            raise Unproven(entry.member.name, "its parameters are not the inner method's")
+            raise Unproven(name, "its parameters are not the inner method's")
         for (_, mine), (_, theirs) in zip(generated, inner):
             if (mine.default is None) != (theirs.default is None):
                 raise Unproven(mine.name.value, "a default was added or left out")
@@ -150,6 +158,25 @@ class _Proof:
             if inner_node.returns is None:
                 raise Unproven("return", "a return annotation the inner method does not have")
             side.same(func.returns.annotation, inner_node.returns.annotation, annotation=True)
+
+    # -- a learned hook --------------------------------------------------------------------------------
+    def learned(self, cls: str, index: int, func: cst.FunctionDef, entry: MemberPlan) -> None:
+        """The written def is the reference's, statement for statement, with only the plan's `self.`
+        renames; each module-level name it reads is, at call time, what the reference's file meant."""
+        from codemods.retarget import Retarget
+
+        synthesis = entry.synthesis
+        reference = synthesis.reference
+        theirs = signature_node(self.cache, reference.signature)
+        ref_source = self.cache.read(self.tree.srt / reference.signature.file)
+        ref_scope = scope_of(self.cache, ref_source, frozenset({reference.owner.name}))
+        owner = reference.owner.name
+        before = ref_scope.member_statement(owner, reference.signature.name)
+        self._same_signature(_Sides(self, ref_scope, owner, before, cls, index), func, theirs, entry.member.name)
+        receiver = _parameters(theirs.params, has_receiver=False)[0][1].name.value
+        expected = cst.Module(body=[theirs]).visit(Retarget(receiver, synthesis.renames())).body[0]
+        side = _BodySides(self, ref_scope, owner, None, cls, index, _locals_of(theirs))
+        side.same(func.body, expected.body, annotation=False)
 
     # -- a body -----------------------------------------------------------------------------------------
     def body(self, func: cst.FunctionDef) -> None:
@@ -169,7 +196,10 @@ class _Proof:
     # -- errors ------------------------------------------------------------------------------------------
     def error(self, cls: str, entry: MemberPlan, problem: Unproven) -> EaglepatchError:
         line = self._original_line(cls, problem.culprit)
-        inner = f" (copied from {entry.defined.at})" if entry.defined is not None else ""
+        if entry.fix is not None and entry.fix.kind == "synthesize":
+            inner = f" (learned from {entry.synthesis.reference.signature.at})"
+        else:
+            inner = f" (copied from {entry.defined.at})" if entry.defined is not None else ""
         return EaglepatchError(
             f"cannot prove {problem.name} in {cls}.{entry.member.name}{inner}: {problem.why}; "
             "this file is left as it is",
@@ -273,11 +303,56 @@ class _Sides:
         raise Unproven(theirs.value, f"{_code(mine)} is not the inner's {theirs.value} ({kind} {meaning.qualified})")
 
 
+class _BodySides(_Sides):
+    """A learned body against its reference: locals must be the same names; a module-level name is
+    looked up when the method runs (the module's globals, never a class body or a type checker's)."""
+
+    def __init__(self, proof: _Proof, inner_scope: ModuleScope, owner: str, inner_before, cls: str, index: int, local: set[str]):
+        super().__init__(proof, inner_scope, owner, inner_before, cls, index)
+        self.local = local
+
+    def same(self, mine, theirs, annotation: bool, in_string: bool = False, literal: bool = False) -> None:
+        if isinstance(theirs, cst.Name) and theirs.value in self.local:
+            if not isinstance(mine, cst.Name) or mine.value != theirs.value:
+                raise Unproven(_code(mine), f"it is not the reference's {theirs.value}")
+            return
+        if isinstance(theirs, cst.Name):
+            meaning = inner_meaning(self.inner_scope, self.proof.exports, theirs.value, None, None, True)
+            if meaning.kind == TYPE_ONLY:
+                raise Unproven(theirs.value, f"{theirs.value} is bound only for type checkers in {self.inner_scope.dotted}")
+            self._name(mine, theirs, False, True)  # in_string: resolved in the module's globals at call time
+            chain = dotted_name(mine)
+            found = wrapper_binding(self.proof.scope, self.proof.exports, chain.partition(".")[0], self.cls, None, self.index, True)
+            if found.type_only:
+                raise Unproven(chain, found.problem or "it is bound only for type checkers", found.culprit)
+            return
+        if isinstance(theirs, (cst.BaseSuite, cst.BaseStatement, cst.BaseSmallStatement)) or not isinstance(theirs, cst.BaseExpression):
+            if type(mine) is not type(theirs):
+                raise Unproven(_code(mine), f"it is not the reference's {_code(theirs)}")
+            self._children(mine, theirs, annotation, in_string, literal)
+            return
+        super().same(mine, theirs, annotation, in_string, literal)
+
+
+def _locals_of(func: cst.FunctionDef) -> set[str]:
+    """Names the function binds itself: parameters, assignments, loop and comprehension targets."""
+    from libcst.metadata import MetadataWrapper, ScopeProvider
+
+    module = cst.Module(body=[func])
+    scopes = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
+    names: set[str] = set()
+    for scope in {s for s in scopes.values() if s is not None}:
+        if scope is scope.globals:
+            continue
+        names |= {assignment.name for assignment in scope.assignments}
+    return names
+
+
 # --------------------------------------------------------------------------- small helpers
 
 
 def _marked(func: cst.FunctionDef) -> bool:
-    return any(line.comment is not None and line.comment.value.startswith(MARKER) for line in func.leading_lines)
+    return any(line.comment is not None and line.comment.value.startswith((MARKER, LEARNED)) for line in func.leading_lines)
 
 
 def _decorators(func: cst.FunctionDef) -> list[str]:

@@ -1,0 +1,526 @@
+"""Stage 5b: the EAGLE-3 hook a class that *is* the causal LM lacks, learned from a class of the same tree that has it.
+
+A class that holds a bare backbone (`self.model = FooModel(...)`, no `lm_head` of its own) beside
+its own `lm_head` cannot forward a hook: the hook reads both.  Upstream writes such hooks by hand,
+and the tree already holds many (`LlamaForCausalLM.get_embed_and_head`, ...).  This stage finds
+them, reads what each one touches on `self` and which module-level names it uses, and decides,
+for a class that lacks the hook, whether the same body means the same thing there:
+
+* every `self.<backbone>.<x>` it reads or sets exists on the class's own backbone (through its
+  bases), and `self.<backbone>.layers_to_capture` is read by that backbone's `forward`;
+* `self.capture_aux_hidden_states = True` is only set where the class's own `forward` unpacks
+  `hidden_states, aux_hidden_states` when it is set;
+* `self.config...` is the backbone's config on both sides (the config each class builds its
+  backbone from, `config` or `config.text_config`); `self.pp_group` exists on both, and a class that
+  knows pipeline parallelism only takes a body from a class that knows it too; tied embeddings are
+  handled on both sides or on neither;
+* nothing else of `self` is used, and no name is only a type checker's.
+
+When one fits, the plan says `synthesize` from that class (the best fit: the same backbone lineage,
+then the most common body); when none does, the gap stays `needs_code` with the reason, naming the
+method and line that lack the plumbing and the reference to compare with.  Nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+import libcst as cst
+from libcst.metadata import BuiltinAssignment, MetadataWrapper, ScopeProvider
+
+from codemods.add_delegations import LINE_LENGTH
+from codemods.names import dotted_name
+from codemods.retarget import ExplodeLongLiterals, Retarget, overlong_lines
+from patcher.bindings import assigned_value, parse_value
+from patcher.errors import EaglepatchError
+from patcher.records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
+from patcher.resolve import Resolver, one_path_per_file, signature_node
+
+CAPTURE_FLAG = "capture_aux_hidden_states"  # the class's switch its forward reads
+CAPTURE_LAYERS = "layers_to_capture"  # the backbone's list its forward collects
+# `self.<x>` a learned body may use besides the backbone: what each one requires of the class fixed
+_OWN_STATE = ("lm_head", "config", "pp_group", CAPTURE_FLAG)
+
+
+@dataclass(frozen=True)
+class SelfUse:
+    """One `self.a.b.c` in a hook body: the chain after `self`, and how it is used."""
+
+    chain: tuple[str, ...]
+    store: bool  # assigned or deleted (not only read)
+
+
+@dataclass
+class Reference:
+    """A hook as a class of the tree implements it, with what its body needs."""
+
+    member: str
+    owner: ClassInfo
+    signature: Signature
+    backbone: InnerModel  # the bare backbone the body reaches through
+    config_path: tuple[str, ...] | None  # from `self.config` to the backbone's config; None: not seen
+    self_uses: list[SelfUse]
+    free_names: list[str]  # module-level names the body reads (imports, globals, builtins)
+    knows_pp: bool  # the class keeps `self.pp_group`
+    ties: bool  # its __init__ handles tie_word_embeddings
+    unportable: str = ""  # why this body cannot be taken anywhere else
+    shared_by: int = 1  # classes of the tree with the same body
+
+    @property
+    def label(self) -> str:
+        return f"{self.owner.file}:{self.owner.name}"
+
+    @property
+    def pp_in_body(self) -> bool:
+        return any(u.chain[0] == "pp_group" for u in self.self_uses) or "get_pp_group" in self.free_names
+
+
+@dataclass(frozen=True)
+class Synthesis:
+    """How to write one learned hook into one class: the reference, and what its `self.` chains become."""
+
+    reference: Reference
+    backbone: str  # the attribute of the class fixed that holds its backbone
+    config_path: tuple[str, ...]  # the class's path from `self.config` to its backbone's config
+
+    def renames(self) -> dict[tuple[str, ...], tuple[str, ...]]:
+        """Prefix of a `self.` chain in the reference -> what it is in the class fixed."""
+        ref = self.reference
+        out = {(ref.backbone.attribute,): (self.backbone,)}
+        if ref.config_path is not None:
+            out[("config", *ref.config_path)] = ("config", *self.config_path)
+        return out
+
+    def as_json(self) -> dict:
+        return {"kind": "synthesize", "from": self.reference.label}
+
+
+@dataclass
+class _Fit:
+    synthesis: Synthesis | None = None
+    why: str = ""
+
+
+@dataclass
+class HookLibrary:
+    """The tree's own hook implementations on the bare-backbone shape, read once per member per run."""
+
+    resolver: Resolver
+    protocol: Protocol
+    _references: dict[str, list[Reference]] = field(default_factory=dict)
+    _forwards: dict[tuple, list[SelfUse]] = field(default_factory=dict)
+    _unpacks: dict[tuple, bool] = field(default_factory=dict)
+    _ties_of: dict[tuple[str, str], bool] = field(default_factory=dict)
+    _configs: dict[tuple[str, str, str], tuple[str, ...] | None] = field(default_factory=dict)
+
+    # -- learning -----------------------------------------------------------------------------
+    def references(self, member: str) -> list[Reference]:
+        if member not in self._references:
+            self._references[member] = self._learn(member)
+        return self._references[member]
+
+    def _learn(self, member: str) -> list[Reference]:
+        resolver = self.resolver
+        pattern = re.compile(rf"^[ \t]+def {re.escape(member)}\(", re.MULTILINE)
+        found: list[Reference] = []
+        for path in one_path_per_file(resolver.tree.models.rglob("*.py")):
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            if f"def {member}(".encode() not in data:
+                continue
+            try:
+                source = resolver.cache.read(path)
+            except EaglepatchError:
+                continue
+            if not pattern.search(source.text):
+                continue
+            for name in resolver.cache.outline(source).module_level("class"):
+                try:
+                    info = resolver.class_info(source, name)
+                except EaglepatchError:
+                    continue
+                signature = info.members.get(member) if info is not None else None
+                if signature is None or signature.owner != name or signature.file != info.file or signature.kind != "method":
+                    continue
+                reference = self._reference(source, info, signature)
+                if reference is not None:
+                    found.append(reference)
+        bodies: dict[str, int] = {}
+        for reference in found:
+            key = _body_key(reference)
+            bodies[key] = bodies.get(key, 0) + 1
+        for reference in found:
+            reference.shared_by = bodies[_body_key(reference)]
+        return found
+
+    def _reference(self, source, info: ClassInfo, signature: Signature) -> Reference | None:
+        node = signature_node(self.resolver.cache, signature)
+        if node is None:
+            return None
+        uses, free, unportable = read_body(node)
+        heads = {u.chain[0] for u in uses}
+        if "lm_head" not in info.members:
+            return None
+        try:
+            inners = self.resolver.inner_models(source, info.name, self.protocol)
+        except EaglepatchError:
+            return None
+        backbones = [i for i in inners if i.attribute in heads and i.classes and _bare(i)]
+        if len(backbones) != 1:
+            return None  # not the shape: a wrapper of a whole causal LM, or nothing held
+        backbone = backbones[0]
+        others = heads - {backbone.attribute} - set(_OWN_STATE)
+        if not unportable and others:
+            unportable = f"it uses self.{sorted(others)[0]}, which is particular to {info.name}"
+        return Reference(
+            member=signature.name,
+            owner=info,
+            signature=signature,
+            backbone=backbone,
+            config_path=self._config_path(source, info, backbone),
+            self_uses=uses,
+            free_names=free,
+            knows_pp="pp_group" in info.members,
+            ties=self._ties(info),
+            unportable=unportable,
+        )
+
+    # -- what a class is built from ------------------------------------------------------------
+    def _config_path(self, source, info: ClassInfo, backbone: InnerModel) -> tuple[str, ...] | None:
+        """The attributes from `self.config` to the config the backbone is built from, or None."""
+        key = (info.file, info.name, backbone.attribute)
+        if key not in self._configs:
+            self._configs[key] = self._read_config_path(source, info, backbone)
+        return self._configs[key]
+
+    def _read_config_path(self, source, info: ClassInfo, backbone: InnerModel) -> tuple[str, ...] | None:
+        kept = built = None
+        for assignment in self.resolver._init_assignments(source, info.name):
+            if assignment.attribute == "config" and kept is None:
+                kept = _dotted(parse_value(assignment.value))
+            elif assignment.attribute == backbone.attribute and built is None:
+                built = _config_argument(parse_value(assignment.value))
+        if not kept or not built:
+            return None
+        if built == ("self", "config") or built[:2] == ("self", "config"):
+            return built[2:]
+        if built[: len(kept)] == kept:
+            return built[len(kept) :]
+        return None
+
+    def _ties(self, info: ClassInfo) -> bool:
+        key = (info.file, info.name)
+        if key not in self._ties_of:
+            init = info.members.get("__init__")
+            ties = False
+            if init is not None and init.path is not None and init.header is not None:
+                source = self.resolver.cache.read(init.path)
+                end = self.resolver.cache.outline(source).ends.get(init.header, init.header + 1)
+                ties = any("tie_word_embeddings" in line for line in source.lines[init.header : end])
+            self._ties_of[key] = ties
+        return self._ties_of[key]
+
+    # -- fitting -------------------------------------------------------------------------------
+    def fit(self, entry: MemberPlan, wrapper: Wrapper, shape_misfit=None) -> _Fit:
+        """The best reference whose body means the same in `wrapper`'s class, or why there is none."""
+        member = entry.member.name
+        references = self.references(member)
+        if not references:
+            return _Fit(why=f"no class of this tree implements {member} on a bare backbone to learn it from")
+        plumbing = self.plumbing(wrapper, references)
+        if plumbing and member_needs_capture(references):
+            return _Fit(why=plumbing)
+        fits: list[tuple[tuple, Synthesis]] = []
+        rejected: list[tuple[Reference, str]] = []
+        for reference in references:
+            synthesis, why = self._try(reference, wrapper, entry, shape_misfit)
+            if synthesis is None:
+                rejected.append((reference, why))
+            else:
+                fits.append((self._rank(reference, synthesis, wrapper), synthesis))
+        if fits:
+            fits.sort(key=lambda pair: pair[0])
+            return _Fit(synthesis=fits[0][1])
+        rejected.sort(key=lambda pair: self._rank(pair[0], None, wrapper))
+        best, why = rejected[0]
+        more = f" (and {len(rejected) - 1} other reference(s) do not fit either)" if len(rejected) > 1 else ""
+        return _Fit(why=f"{best.label}.{member} ({best.signature.at}) does not fit: {why}{more}")
+
+    def _try(self, reference: Reference, wrapper: Wrapper, entry: MemberPlan, shape_misfit) -> tuple[Synthesis | None, str]:
+        if reference.unportable:
+            return None, reference.unportable
+        cls = wrapper.cls
+        if cls.name == reference.owner.name and cls.file == reference.owner.file:
+            return None, "it is the class itself"
+        candidates = [i for i in wrapper.inners if i.classes and _bare(i)]
+        candidates.sort(key=lambda i: i.attribute != reference.backbone.attribute)
+        if not candidates:
+            return None, f"{cls.name} holds no bare backbone"
+        why = ""
+        for backbone in candidates:
+            why = self._backbone_misfit(reference, backbone)
+            if not why:
+                break
+        else:
+            return None, why
+        config_path: tuple[str, ...] = ()
+        if any(u.chain[0] == "config" for u in reference.self_uses):
+            if reference.config_path is None:
+                return None, f"which config {reference.owner.name} builds its backbone from is not visible"
+            source = self.resolver.cache.read(self.resolver.tree.srt / wrapper.path)
+            mine = self._config_path(source, cls, backbone)
+            if mine is None:
+                return None, f"which config {cls.name} builds its backbone ({backbone.attribute}) from is not visible"
+            prefix = ("config", *reference.config_path)
+            for use in reference.self_uses:
+                if use.chain[0] == "config" and use.chain[: len(prefix)] != prefix:
+                    return None, f"it reads self.{'.'.join(use.chain)}, not its backbone's config"
+            config_path = mine
+        heads = {u.chain[0] for u in reference.self_uses}
+        if "pp_group" in heads and "pp_group" not in cls.members:
+            return None, f"it uses self.pp_group, which {cls.name} does not keep"
+        if "pp_group" in cls.members and not reference.knows_pp:
+            return None, f"{cls.name} keeps self.pp_group (pipeline parallelism) and {reference.owner.name} knows none"
+        if "lm_head" in heads and "lm_head" not in cls.members:
+            return None, f"{cls.name} has no lm_head"
+        swaps_weights = any(u.store and (u.chain[0] == "lm_head" or "weight" in u.chain) for u in reference.self_uses)
+        if swaps_weights and reference.ties != self._ties(cls):
+            return None, "tied embeddings are handled in one class's __init__ and not in the other's"
+        if shape_misfit is not None:
+            for use in entry.uses or entry.member.uses:
+                if use.shape is not None:
+                    misfit = shape_misfit(reference.signature, use.shape)
+                    if misfit:
+                        return None, f"it cannot take the call at {use.at} {use.shape.describe()}: {misfit}"
+        synthesis = Synthesis(reference, backbone.attribute, config_path)
+        too_long = self._overlong(synthesis)
+        if too_long:
+            return None, f"retargeted, its line `{too_long.strip()}` would not fit {LINE_LENGTH} columns and black would re-wrap it"
+        return synthesis, ""
+
+    def _overlong(self, synthesis: Synthesis) -> str:
+        renames = synthesis.renames()
+        if all(old == new for old, new in renames.items()):
+            return ""  # nothing changes length: the reference's own layout stands
+        node = synthesis.reference.signature.node
+        receiver = [*node.params.posonly_params, *node.params.params][0].name.value
+        moved = cst.Module(body=[node]).visit(Retarget(receiver, renames)).visit(ExplodeLongLiterals("    ", LINE_LENGTH))
+        lines = overlong_lines(moved.body[0], "    ", LINE_LENGTH)
+        return lines[0] if lines else ""
+
+    def _backbone_misfit(self, reference: Reference, backbone: InnerModel) -> str:
+        for use in reference.self_uses:
+            if use.chain[0] != reference.backbone.attribute or len(use.chain) < 2:
+                continue
+            attribute = use.chain[1]
+            for cls in backbone.classes:
+                if attribute not in cls.members:
+                    return f"it uses self.{reference.backbone.attribute}.{attribute}, and {cls.name} has no {attribute}"
+                if attribute == CAPTURE_LAYERS and use.store and not self._forward_reads(cls, CAPTURE_LAYERS):
+                    forward = cls.members.get("forward")
+                    where = f" ({forward.at})" if forward is not None else ""
+                    return f"{cls.name}.forward{where} does not collect aux hidden states for {CAPTURE_LAYERS}"
+        return ""
+
+    def plumbing(self, wrapper: Wrapper, references: list[Reference]) -> str:
+        """Why EAGLE-3's aux hidden states cannot flow through this class ("" when they can): its
+        backbone's forward must collect them, its own forward must unpack them."""
+        compare = self._working_example(references)
+        against = f"; compare {compare.owner.name}.forward ({_forward_at(compare.owner)})" if compare else ""
+        for backbone in (i for i in wrapper.inners if i.classes and _bare(i)):
+            for cls in backbone.classes:
+                if CAPTURE_LAYERS in cls.members and not self._forward_reads(cls, CAPTURE_LAYERS):
+                    return f"{cls.name}.forward ({_forward_at(cls)}) does not collect aux hidden states for {CAPTURE_LAYERS}{against}"
+                if CAPTURE_LAYERS not in cls.members and "set_eagle3_layers_to_capture" not in cls.members:
+                    return f"{cls.name} ({cls.file}:{cls.line}) has no {CAPTURE_LAYERS}: its forward collects no aux hidden states{against}"
+        if not self._forward_unpacks(wrapper.cls):
+            return (
+                f"{wrapper.cls.name}.forward ({_forward_at(wrapper.cls)}) does not unpack aux hidden states when "
+                f"{CAPTURE_FLAG} is set{against}"
+            )
+        return ""
+
+    def _working_example(self, references: list[Reference]) -> Reference | None:
+        """The reference to compare plumbing with: one whose own forward and backbone have it, the most common."""
+
+        def works(reference: Reference) -> bool:
+            collects = all(self._forward_reads(c, CAPTURE_LAYERS) for c in reference.backbone.classes)
+            return collects and self._forward_unpacks(reference.owner)
+
+        return max(references, key=lambda r: (works(r), not r.unportable, r.shared_by, r.label), default=None)
+
+    def _forward_reads(self, cls: ClassInfo, attribute: str) -> bool:
+        return any(u.chain[0] == attribute and not u.store for u in self._forward_uses(cls))
+
+    def _forward_unpacks(self, cls: ClassInfo) -> bool:
+        reads = any(u.chain == (CAPTURE_FLAG,) and not u.store for u in self._forward_uses(cls))
+        return reads and self._unpacks.get(self._forward_key(cls), False)
+
+    def _forward_key(self, cls: ClassInfo):
+        forward = cls.members.get("forward")
+        if forward is None or forward.kind != "method" or forward.path is None:
+            return None
+        return (forward.path, forward.line)
+
+    def _forward_uses(self, cls: ClassInfo) -> list[SelfUse]:
+        """What a class's `forward` (its own or inherited) does with `self`, read once per definition."""
+        key = self._forward_key(cls)
+        if key is None:
+            return []
+        if key not in self._forwards:
+            node = signature_node(self.resolver.cache, cls.members["forward"])
+            self._forwards[key] = self_uses(node) if node is not None else []
+            self._unpacks[key] = node is not None and _unpacks_pair(node)
+        return self._forwards[key]
+
+    def _rank(self, reference: Reference, synthesis: Synthesis | None, wrapper: Wrapper) -> tuple:
+        held = {c.name for i in wrapper.inners for c in i.classes} | {b for i in wrapper.inners for c in i.classes for b in c.bases}
+        lineage = not ({c.name for c in reference.backbone.classes} & held)
+        related = reference.owner.name not in wrapper.cls.bases and reference.owner.file != wrapper.path
+        pp = ("pp_group" in wrapper.cls.members) != reference.pp_in_body
+        model_imports = sum(1 for name in reference.free_names if name.startswith("_"))
+        return (lineage, related, -reference.shared_by, pp, model_imports, reference.label)
+
+
+def member_needs_capture(references: list[Reference]) -> bool:
+    """The hook turns aux-hidden-state capture on (what `set_eagle3_layers_to_capture` does)."""
+    return any(any(u.chain == (CAPTURE_FLAG,) and u.store for u in r.self_uses) for r in references)
+
+
+
+
+def _forward_at(cls: ClassInfo) -> str:
+    forward = cls.members.get("forward")
+    return forward.at if forward is not None else f"{cls.file}:{cls.line}"
+
+
+def _bare(inner: InnerModel) -> bool:
+    return all("lm_head" not in c.members for c in inner.classes)
+
+
+def _dotted(node) -> tuple[str, ...] | None:
+    text = dotted_name(node) if node is not None else ""
+    return tuple(text.split(".")) if text else None
+
+
+def _config_argument(node) -> tuple[str, ...] | None:
+    """The config a backbone construction passes: `Foo(config.text_config, ...)` or `Foo(config=...)`."""
+    if not isinstance(node, cst.Call):
+        return None
+    for arg in node.args:
+        if arg.keyword is not None and arg.keyword.value == "config":
+            return _dotted(arg.value)
+    positional = [a for a in node.args if a.keyword is None and not a.star]
+    return _dotted(positional[0].value) if positional else None
+
+
+def _body_key(reference: Reference) -> str:
+    node = reference.signature.node
+    code = cst.Module(body=[]).code_for_node(node.with_changes(leading_lines=[])) if node is not None else ""
+    return " ".join(code.split())
+
+
+def _unpacks_pair(node: cst.FunctionDef) -> bool:
+    """`a, b = x` somewhere in the function: the shape of `hidden_states, aux_hidden_states = hidden_states`."""
+    found = False
+
+    class Find(cst.CSTVisitor):
+        def visit_Assign(self, assign: cst.Assign) -> None:
+            nonlocal found
+            for target in assign.targets:
+                if isinstance(target.target, (cst.Tuple, cst.List)) and len(target.target.elements) == 2:
+                    found = True
+
+    node.body.visit(Find())
+    return found
+
+
+# --------------------------------------------------------------------------- reading one body
+
+
+def self_uses(node: cst.FunctionDef) -> list[SelfUse]:
+    """The `self.` chains a method uses (no scope analysis: what reading a long `forward` needs)."""
+    positional = [*node.params.posonly_params, *node.params.params]
+    if not positional:
+        return []
+    reader = _SelfReader(positional[0].name.value)
+    node.body.visit(reader)
+    return reader.uses
+
+
+def read_body(node: cst.FunctionDef) -> tuple[list[SelfUse], list[str], str]:
+    """(the `self.` chains the function uses, the module-level names it reads, why it cannot be
+    moved to another class or "")."""
+    params = node.params
+    positional = [*params.posonly_params, *params.params]
+    if not positional or node.decorators:
+        return [], [], "it is not a plain method" if node.decorators else "it takes no self"
+    receiver = positional[0].name.value
+    reader = _SelfReader(receiver)
+    node.body.visit(reader)
+    free = free_names_of(node)
+    why = reader.unportable
+    if not why and "super" in free:
+        why = "it calls super()"
+    return reader.uses, [n for n in free if n != receiver], why
+
+
+class _SelfReader(cst.CSTVisitor):
+    def __init__(self, receiver: str):
+        super().__init__()
+        self.receiver = receiver
+        self.uses: list[SelfUse] = []
+        self.unportable = ""
+        self._stores: set[int] = set()
+
+    def _mark_stores(self, targets) -> None:
+        for target in targets:
+            self._stores.add(id(target))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self._mark_stores(t.target for t in node.targets)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._mark_stores([node.target])
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._mark_stores([node.target])
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self._mark_stores([node.target])
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.unportable = self.unportable or "it defines a function of its own"
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        chain = dotted_name(node)
+        if chain.startswith(self.receiver + "."):
+            parts = tuple(chain.split(".")[1:])
+            self.uses.append(SelfUse(parts, id(node) in self._stores))
+            return False
+        return True
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self.receiver:  # `self` handed on whole: what it needs cannot be read here
+            self.unportable = self.unportable or f"it passes {self.receiver} on"
+
+
+def free_names_of(node: cst.FunctionDef) -> list[str]:
+    """Names the function reads from its module (globals and builtins), in order of first use."""
+    wrapper = MetadataWrapper(cst.Module(body=[node]), unsafe_skip_copy=True)
+    scopes = wrapper.resolve(ScopeProvider)
+    names: list[str] = []
+    for scope in set(scopes.values()):
+        if scope is None:
+            continue
+        for access in scope.accesses:
+            if not isinstance(access.node, cst.Name):
+                continue
+            if not access.referents or all(r.scope is scope.globals or isinstance(r, BuiltinAssignment) for r in access.referents):
+                if access.node.value not in names:
+                    names.append(access.node.value)
+    return names
+

@@ -1,0 +1,464 @@
+"""Synthesize: hooks for classes that hold a bare backbone, learned from a class of the same tree.
+
+Stage tables first (what a body uses of `self`, which names it reads), then small SGLang-shaped
+trees (the bundled fixture plus a few modules written here, each mirroring a shape seen in the
+releases): which classes get a body, from which reference, and why the others do not.  Last,
+the patched modules are imported and run: each learned hook sets and returns what the reference
+sets and returns on the same model, apply is idempotent, revert gives the bytes back, black
+changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from typer.testing import CliRunner
+
+from patcher.cli import app
+from patcher.synthesize import SelfUse, read_body
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CHECKOUT = REPO_ROOT / "fixtures" / "checkout"
+SRT = Path("python", "sglang", "srt")
+
+
+# --------------------------------------------------------------------------- reading a body, as a table
+
+BODY_CASES = [
+    (
+        "def get_embed_and_head(self):\n    return self.model.embed_tokens.weight, self.lm_head.weight\n",
+        [SelfUse(("model", "embed_tokens", "weight"), False), SelfUse(("lm_head", "weight"), False)],
+        [],
+        "",
+    ),
+    (
+        "def set_embed_and_head(self, embed, head):\n"
+        "    del self.model.embed_tokens.weight\n"
+        "    self.lm_head.weight = head\n"
+        "    torch.cuda.empty_cache()\n",
+        [SelfUse(("model", "embed_tokens", "weight"), True), SelfUse(("lm_head", "weight"), True)],
+        ["torch"],
+        "",
+    ),
+    (
+        "def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):\n"
+        "    if not get_pp_group().is_last_rank:\n"
+        "        return\n"
+        "    n = len(self.model.layers)\n"
+        "    self.model.layers_to_capture = [v + 1 for v in layer_ids or [2, n // 2, n - 3]]\n",
+        [SelfUse(("model", "layers"), False), SelfUse(("model", "layers_to_capture"), True)],
+        ["Optional", "List", "int", "None", "get_pp_group", "len"],  # builtins too: the class's file may rebind them
+        "",
+    ),
+    ("def f(self):\n    return helper(self)\n", [], ["helper"], "it passes self on"),
+    ("def f(self):\n    return super().f()\n", [], ["super"], "it calls super()"),
+    ("def f(self):\n    def inner():\n        return 1\n    return inner\n", [], [], "it defines a function of its own"),
+]
+
+
+@pytest.mark.parametrize("code, uses, free, why", BODY_CASES)
+def test_read_body(code, uses, free, why):
+    node = cst.ensure_type(cst.parse_statement(code), cst.FunctionDef)
+    got_uses, got_free, got_why = read_body(node)
+    assert got_uses == uses
+    assert sorted(got_free) == sorted(free)
+    assert got_why == why
+
+
+# --------------------------------------------------------------------------- a tree with references and gaps
+
+DISTRIBUTED = '''\
+"""Stand-in for sglang.srt.distributed: one pipeline stage."""
+
+
+class _Group:
+    is_first_rank = True
+    is_last_rank = True
+    world_size = 1
+
+
+def get_pp_group():
+    return _Group()
+'''
+
+# A causal LM whose backbone collects aux hidden states and whose forward unpacks them: the reference.
+REFERENCE = '''\
+"""Reference causal LM with the EAGLE-3 hooks and their plumbing."""
+
+from typing import List, Optional
+
+from sglang.srt.distributed import get_pp_group
+from sglang.srt.utils import nn
+
+
+class RefModel(nn.Module):
+    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.num_layers = config.num_hidden_layers
+        self.layers_to_capture = []
+
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.embed_tokens(input_ids)
+        aux_hidden_states = []
+        for i in range(self.num_layers):
+            if i in self.layers_to_capture:
+                aux_hidden_states.append(i)
+        if not aux_hidden_states:
+            return hidden_states
+        return hidden_states, aux_hidden_states
+
+
+class RefForCausalLM(nn.Module):
+    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
+        super().__init__()
+        self.pp_group = get_pp_group()
+        self.config = config
+        self.model = RefModel(config, quant_config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
+        self.capture_aux_hidden_states = False
+
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.model(input_ids, positions, forward_batch)
+        aux_hidden_states = None
+        if self.capture_aux_hidden_states:
+            hidden_states, aux_hidden_states = hidden_states
+        return hidden_states, aux_hidden_states
+
+    def get_embed_and_head(self):
+        return self.model.embed_tokens.weight, self.lm_head.weight
+
+    def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
+        if not self.pp_group.is_last_rank:
+            return
+
+        self.capture_aux_hidden_states = True
+        if layer_ids is None:
+            num_layers = self.config.num_hidden_layers
+            self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]
+        else:
+            self.model.layers_to_capture = [val + 1 for val in layer_ids]
+
+
+EntryClass = RefForCausalLM
+'''
+
+# Same shape, no hooks: upstream's most common EAGLE-3 fix.
+PLAIN = '''\
+"""A causal LM on the reference's shape, without the hooks."""
+
+from sglang.srt.distributed import get_pp_group
+from sglang.srt.models.ref_lm import RefModel
+from sglang.srt.utils import nn
+
+
+class PlainForCausalLM(nn.Module):
+    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
+        super().__init__()
+        self.pp_group = get_pp_group()
+        self.config = config
+        self.model = RefModel(config, quant_config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
+        self.capture_aux_hidden_states = False
+
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.model(input_ids, positions, forward_batch)
+        aux_hidden_states = None
+        if self.capture_aux_hidden_states:
+            hidden_states, aux_hidden_states = hidden_states
+        return hidden_states, aux_hidden_states
+
+
+EntryClass = PlainForCausalLM
+'''
+
+# A multimodal class holding the backbone under another name, built from the text config.
+VISION_LANGUAGE = '''\
+"""A vision-language class: its own lm_head, the backbone as language_model, built from text_config."""
+
+from sglang.srt.distributed import get_pp_group
+from sglang.srt.models.ref_lm import RefModel
+from sglang.srt.utils import nn
+
+
+class VlForConditionalGeneration(nn.Module):
+    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
+        super().__init__()
+        self.pp_group = get_pp_group()
+        self.config = config
+        self.visual = nn.Identity()
+        self.language_model = RefModel(config.text_config, quant_config)
+        text = config.text_config
+        self.lm_head = nn.Linear(text.hidden_size, text.vocab_size)
+        self.capture_aux_hidden_states = False
+
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.language_model(input_ids, positions, forward_batch)
+        aux_hidden_states = None
+        if self.capture_aux_hidden_states:
+            hidden_states, aux_hidden_states = hidden_states
+        return hidden_states, aux_hidden_states
+
+
+EntryClass = VlForConditionalGeneration
+'''
+
+# The backbone collects nothing: a hook alone would not make EAGLE-3 work.
+NO_COLLECT = '''\
+"""A causal LM whose backbone does not collect aux hidden states."""
+
+from sglang.srt.distributed import get_pp_group
+from sglang.srt.utils import nn
+
+
+class BareModel(nn.Module):
+    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+
+    def forward(self, input_ids, positions, forward_batch):
+        return self.embed_tokens(input_ids)
+
+
+class BareForCausalLM(nn.Module):
+    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
+        super().__init__()
+        self.pp_group = get_pp_group()
+        self.config = config
+        self.model = BareModel(config, quant_config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, input_ids, positions, forward_batch):
+        return self.model(input_ids, positions, forward_batch)
+
+
+EntryClass = BareForCausalLM
+'''
+
+# The backbone collects them, the class's forward never unpacks them ("too many values to unpack").
+NO_UNPACK = '''\
+"""A causal LM whose forward ignores the aux hidden states its backbone collects."""
+
+from sglang.srt.distributed import get_pp_group
+from sglang.srt.models.ref_lm import RefModel
+from sglang.srt.utils import nn
+
+
+class NoUnpackForCausalLM(nn.Module):
+    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
+        super().__init__()
+        self.pp_group = get_pp_group()
+        self.config = config
+        self.model = RefModel(config, quant_config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, input_ids, positions, forward_batch):
+        return self.model(input_ids, positions, forward_batch)
+
+
+EntryClass = NoUnpackForCausalLM
+'''
+
+
+def _tree(tmp_path: Path) -> Path:
+    root = tmp_path / "tree"
+    shutil.copytree(CHECKOUT, root)
+    srt = root / SRT
+    (srt / "distributed").mkdir()
+    (srt / "distributed" / "__init__.py").write_text(DISTRIBUTED)
+    modules = {"ref_lm": REFERENCE, "plain_lm": PLAIN, "vl_lm": VISION_LANGUAGE, "no_collect": NO_COLLECT, "no_unpack": NO_UNPACK}
+    for name, text in modules.items():
+        (srt / "models" / f"{name}.py").write_text(text)
+    return root
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    return _tree(tmp_path)
+
+
+def invoke(*args):
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def check(tree: Path, *models: str) -> tuple[int, dict]:
+    selection = [arg for m in models for arg in ("--model", m)] if models else ["--all"]
+    result = invoke("check", tree, "--format", "json", *selection)
+    assert result.exit_code in (0, 1), result.output
+    return result.exit_code, json.loads(result.stdout)
+
+
+def by_class(data: dict) -> dict[str, dict]:
+    return {m["class"]: m for m in data["models"]}
+
+
+def gaps(model: dict) -> dict[str, dict]:
+    return {g["name"]: g for g in model["missing"]}
+
+
+def test_same_shape_gets_bodies_learned_from_the_reference(tree: Path):
+    code, data = check(tree, "plain_lm")
+    plain = by_class(data)["PlainForCausalLM"]
+    assert code == 1 and plain["status"] == "fixable"
+    missing = gaps(plain)
+    for name in ("get_embed_and_head", "set_eagle3_layers_to_capture"):
+        assert missing[name]["fix"] == {"kind": "synthesize", "from": "models/ref_lm.py:RefForCausalLM"}
+        assert missing[name]["blocker"] is None
+    # companions (the draft's hooks) are the inner model's to give: a backbone has none, none is invented
+    assert "set_embed_and_head" not in missing
+
+
+def test_no_collecting_backbone_is_needs_code_naming_it(tree: Path):
+    _, data = check(tree, "no_collect")
+    bare = by_class(data)["BareForCausalLM"]
+    assert bare["status"] == "needs_code"
+    blocker = gaps(bare)["set_eagle3_layers_to_capture"]["blocker"]
+    assert "BareModel (models/no_collect.py:" in blocker and "layers_to_capture" in blocker
+    assert "compare RefForCausalLM.forward (models/ref_lm.py:" in blocker
+    # the getter needs no plumbing: it is still learned
+    assert gaps(bare)["get_embed_and_head"]["fix"]["kind"] == "synthesize"
+
+
+def test_forward_that_does_not_unpack_is_needs_code_naming_the_line(tree: Path):
+    _, data = check(tree, "no_unpack")
+    model = by_class(data)["NoUnpackForCausalLM"]
+    assert model["status"] == "needs_code"
+    blocker = gaps(model)["set_eagle3_layers_to_capture"]["blocker"]
+    text = (tree / SRT / "models" / "no_unpack.py").read_text().splitlines()
+    line = next(i for i, l in enumerate(text, 1) if "def forward" in l)
+    assert f"NoUnpackForCausalLM.forward (models/no_unpack.py:{line}) does not unpack aux hidden states" in blocker
+
+
+def test_a_reference_that_needs_pipeline_state_the_class_lacks_is_not_taken(tree: Path):
+    """Without self.pp_group the class cannot run the reference's early return: another fits, or none."""
+    path = tree / SRT / "models" / "plain_lm.py"
+    path.write_text(path.read_text().replace("        self.pp_group = get_pp_group()\n", ""))
+    _, data = check(tree, "plain_lm")
+    missing = gaps(by_class(data)["PlainForCausalLM"])
+    assert missing["get_embed_and_head"]["fix"]["kind"] == "synthesize"  # uses no pp state
+    capture = missing["set_eagle3_layers_to_capture"]
+    if capture["fix"] is not None:
+        assert capture["fix"]["from"] != "models/ref_lm.py:RefForCausalLM"
+    else:
+        assert "pp_group" in capture["blocker"]
+
+
+def test_vision_language_class_is_retargeted_to_its_backbone_and_config(tree: Path):
+    result = invoke("diff", tree, "--model", "vl_lm")
+    assert result.exit_code == 1, result.output  # a diff to show
+    added = "\n".join(l[1:] for l in result.stdout.splitlines() if l.startswith("+") and not l.startswith("+++"))
+    assert "return self.language_model.embed_tokens.weight, self.lm_head.weight" in added
+    assert "num_layers = self.config.text_config.num_hidden_layers" in added
+    assert "self.language_model.layers_to_capture = [val + 1 for val in layer_ids]" in added
+    assert "self.model" not in added
+
+
+# --------------------------------------------------------------------------- run what apply wrote
+
+RUN = '''\
+import json, sys, types
+sys.path.insert(0, sys.argv[1])
+from sglang.srt.models.ref_lm import RefForCausalLM
+from sglang.srt.models.plain_lm import PlainForCausalLM
+from sglang.srt.models.vl_lm import VlForConditionalGeneration
+
+def config(layers):
+    return types.SimpleNamespace(num_hidden_layers=layers, hidden_size=8, vocab_size=32)
+
+def state(model, backbone):
+    inner = getattr(model, backbone)
+    return [model.capture_aux_hidden_states, list(inner.layers_to_capture)]
+
+out = {}
+for label, cls, backbone, wrap in [
+    ("ref", RefForCausalLM, "model", False),
+    ("plain", PlainForCausalLM, "model", False),
+    ("vl", VlForConditionalGeneration, "language_model", True),
+]:
+    text = config(12)
+    cfg = types.SimpleNamespace(text_config=text, num_hidden_layers=99) if wrap else text
+    runs = {}
+    for layer_ids in (None, [1, 5, 9]):
+        model = cls(cfg)
+        model.set_eagle3_layers_to_capture(layer_ids)
+        runs[str(layer_ids)] = state(model, backbone)
+    model = cls(cfg)
+    embed, head = model.get_embed_and_head()
+    same = embed is getattr(model, backbone).embed_tokens.weight and head is model.lm_head.weight
+    model.set_eagle3_layers_to_capture([0, 1])
+    hidden, aux = model.forward(0, None, None)
+    out[label] = {"runs": runs, "same_objects": same, "aux": aux}
+print(json.dumps(out))
+'''
+
+
+def black_check(paths) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "black", "--check", "--diff", "--quiet", *map(str, paths)], capture_output=True, text=True)
+
+
+def test_applied_bodies_behave_like_the_reference_and_revert_exactly(tree: Path):
+    srt = tree / SRT
+    before = {p: p.read_bytes() for p in (srt / "models").glob("*.py")}
+    written_here = [srt / "models" / "plain_lm.py", srt / "models" / "vl_lm.py"]
+    assert black_check(written_here).returncode == 0  # the modules as written here are black's
+    result = invoke("apply", tree, "--model", "plain_lm", "--model", "vl_lm")
+    assert result.exit_code == 0, result.output
+    changed = {p for p in before if p.read_bytes() != before[p]}
+    assert changed == {srt / "models" / "plain_lm.py", srt / "models" / "vl_lm.py"}
+
+    done = subprocess.run([sys.executable, "-c", RUN, str(tree / "python")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["ref"]["runs"] == {"None": [True, [2, 6, 9]], "[1, 5, 9]": [True, [2, 6, 10]]}  # the reference itself
+    for label in ("plain", "vl"):
+        assert got[label]["runs"] == got["ref"]["runs"], label
+        assert got[label]["same_objects"] is True
+        assert got[label]["aux"] == got["ref"]["aux"] == [1, 2]  # forward now hands the aux hidden states on
+
+    # idempotent: a second apply writes nothing, check is clean
+    patched = {p: p.read_bytes() for p in changed}
+    again = invoke("apply", tree, "--model", "plain_lm", "--model", "vl_lm")
+    assert again.exit_code == 0 and {p: p.read_bytes() for p in changed} == patched
+    code, _ = check(tree, "plain_lm", "vl_lm")
+    assert code == 0
+
+    # black leaves the learned code as it is
+    black = black_check(changed)
+    assert black.returncode == 0, black.stdout
+
+    # revert gives back the original bytes
+    reverted = invoke("revert", tree)
+    assert reverted.exit_code == 0, reverted.output
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_revert_keeps_a_learned_body_edited_by_hand(tree: Path):
+    path = tree / SRT / "models" / "plain_lm.py"
+    assert invoke("apply", tree, "--model", "plain_lm").exit_code == 0
+    edited = path.read_text().replace("return self.model.embed_tokens.weight, self.lm_head.weight", "return None, None")
+    path.write_text(edited)
+    assert invoke("revert", tree).exit_code == 0
+    text = path.read_text()
+    assert "return None, None" in text  # the hand-edited hook stays
+    assert "def set_eagle3_layers_to_capture" not in text  # the untouched one goes
+
+
+def test_explain_shows_the_reference_it_learned_from(tree: Path):
+    result = invoke("explain", "get_embed_and_head", tree, "--model", "plain_lm", "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    (entry,) = [m for m in data["models"] if m["class"] == "PlainForCausalLM"]
+    assert entry["learned_from_class"] == "RefForCausalLM"
+    assert entry["learned_from"].startswith("models/ref_lm.py:")
+    assert "def get_embed_and_head(self):" in entry["reference_code"]
+    assert "return self.model.embed_tokens.weight, self.lm_head.weight" in entry["would_write"]
