@@ -120,25 +120,31 @@ def analyze(
     def synthesize(entry, wrapper):
         return library.fit(entry, wrapper, shape_misfit)
 
+    written: dict[tuple[str, str], dict[str, Signature]] = {}
+
     def plan_all() -> list[ModelPlan]:
-        return [plan_wrapper(protocol, w, *roles.role_of(w.cls), shape_misfit, synthesize) for w in wrappers]
+        return [plan_wrapper(protocol, w, *roles.role_of(w.cls), shape_misfit, synthesize, written) for w in wrappers]
 
     plans = plan_all()
-    for _ in range(MAX_ADOPTION_ROUNDS):  # fixes into a base class serve its subclasses in the same run
-        written = {(p.wrapper.cls.file, p.wrapper.cls.name): _written(p) for p in plans if p.writes}
-        if not written or not resolver.adopt(written):
+    # what apply writes into a class serves, in the same run, its subclasses (they inherit it) and
+    # the wrappers that hold it (they can forward to it)
+    for _ in range(MAX_ADOPTION_ROUNDS):
+        now = {(p.wrapper.cls.file, p.wrapper.cls.name): _written(p) for p in plans if p.writes}
+        adopted = resolver.adopt(now) if now else False
+        if not adopted and now == written:
             break
+        written = now
         plans = plan_all()
     return Analysis(tree, cache, protocol, plans, list(protocol.warnings) + resolver.warnings, all_models)
 
 
 def _written(plan: ModelPlan) -> dict[str, Signature]:
-    """What apply writes into a class, as its subclasses will inherit it."""
-    cls = plan.wrapper.cls
+    """What apply writes into a class, with the signature it is written with (a learned body's is its
+    reference's; a delegation's the inner's)."""
     out: dict[str, Signature] = {}
     for entry in plan.writes:
         if entry.fix.kind == "synthesize":
-            out[entry.member.name] = Signature(entry.member.name, "method", cls.name, cls.file, cls.line)
+            out[entry.member.name] = entry.synthesis.reference.signature
         elif entry.defined is not None:
             out[entry.member.name] = entry.defined
     return out

@@ -40,6 +40,7 @@ def plan_wrapper(
     role_reason: str = "",
     shape_misfit: ShapeCheck | None = None,
     synthesize: Synthesizer | None = None,
+    written: dict[tuple[str, str], dict[str, Signature]] | None = None,
 ) -> ModelPlan:
     plan = ModelPlan(wrapper=wrapper, status="compliant", role=role, role_reason=role_reason)
     if role == "other":
@@ -50,7 +51,7 @@ def plan_wrapper(
         mine = uses_for_role(member.uses, role)
         required = any(u.required for u in mine)
         companion = not mine and role == "target" and member.required
-        entry = _locate(member, wrapper)
+        entry = _locate(member, wrapper, written or {})
         entry.required, entry.uses = required, mine
         if name in wrapper.cls.pending and (required or companion):
             entry.fix = Fix("inherit", wrapper.cls.pending[name])  # apply writes it into that base
@@ -69,14 +70,15 @@ def plan_wrapper(
     return plan
 
 
-def _locate(member, wrapper: Wrapper) -> MemberPlan:
+def _locate(member, wrapper: Wrapper, written: dict[tuple[str, str], dict[str, Signature]]) -> MemberPlan:
+    """Where the inner models define the member: as they are, or once this run's apply has written it."""
     providers: list[str] = []
     lacking: list[str] = []
     defined = None
     attribute = None
     for inner in wrapper.inners:
         for cls in inner.classes:
-            signature = cls.members.get(member.name)
+            signature = cls.members.get(member.name) or written.get((cls.file, cls.name), {}).get(member.name)
             if signature is not None:
                 providers.append(cls.name)
                 if defined is None:
