@@ -33,6 +33,15 @@ For each consecutive pair (R, R+1) of the pinned releases (``tests/releases.txt`
    reports, and how many of them are in classes upstream never fixed a protocol member of
    in the whole history (likely false alarms: models nobody serves with EAGLE-3).
 
+4. **Hook bodies on a bare backbone**: for each ``body`` / ``inherited`` fix whose method
+   reaches ``self.X.…`` with ``self.X`` built from an in-tree class without ``lm_head``
+   (``Fix.backbone``): whether ``apply`` on R would have written it with a learned body
+   (``synthesize``, or ``inherit`` followed to the base that learns it), and if so whether
+   that body (``explain --format json``'s ``would_write``, cached) behaves like upstream's R+1
+   ``def`` when both run on the same stub model (``compare_bodies``; anything the stub lacks:
+   not compared). For ``needs_code`` ones, whether R+1 changed the method the blocker names.
+   Neither body is stored: only the differing state.
+
 Prints a Markdown table (one row per side and a total) and a per-fix list, and writes
 ``bench/history.json``, which is committed and regenerated on purpose (``make history``).
 Runs ``check --all`` and the per-pair extraction in a process pool (``--jobs``, 2).
