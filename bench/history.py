@@ -33,6 +33,15 @@ For each consecutive pair (R, R+1) of the pinned releases (``tests/releases.txt`
    reports, and how many of them are in classes upstream never fixed a protocol member of
    in the whole history (likely false alarms: models nobody serves with EAGLE-3).
 
+4. **Hook bodies on a bare backbone**: for each ``body`` / ``inherited`` fix whose method
+   reaches ``self.X.…`` with ``self.X`` built from an in-tree class without ``lm_head``
+   (``Fix.backbone``): whether ``apply`` on R would have written it with a learned body
+   (``synthesize``, or ``inherit`` followed to the base that learns it), and if so whether
+   that body (``explain --format json``'s ``would_write``, cached) behaves like upstream's R+1
+   ``def`` when both run on the same stub model (``compare_bodies``; anything the stub lacks:
+   not compared). For ``needs_code`` ones, whether R+1 changed the method the blocker names.
+   Neither body is stored: only the differing state.
+
 Prints a Markdown table (one row per side and a total) and a per-fix list, and writes
 ``bench/history.json``, which is committed and regenerated on purpose (``make history``).
 Runs ``check --all`` and the per-pair extraction in a process pool (``--jobs``, 2).
@@ -46,8 +55,10 @@ import gc
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
+import textwrap
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -90,6 +101,9 @@ class Fix:
     shape: str  # delegation | body | assignment | attribute | inherited
     to: str | None = None  # delegation: the self.<attr> chain; inherited: "file:Class"
     side: str = ""  # target | draft (filled in from the protocol)
+    # body / inherited: the attribute of a bare backbone (an in-tree class without lm_head, built
+    # in __init__) the method reaches, e.g. "model" for `return self.model.embed_tokens.weight, ...`
+    backbone: str | None = None
 
 
 @dataclass
@@ -276,8 +290,13 @@ class SourceTree:
         seen = _seen | {key}
         rel = self.rel(module)
         out: dict[str, Member] = {}
+        own: dict[str, Member] = {}
         for name, kind, line in own_members(node):
-            out.setdefault(name, Member(name, kind, rel, node.name, line))
+            if kind == "attribute":  # `self.X = ...` in __init__: after the class body's own names
+                own.setdefault(name, Member(name, kind, rel, node.name, line))
+            else:  # the class body binds a name twice (two `def`s): the last one is the one Python keeps
+                own[name] = Member(name, kind, rel, node.name, line)
+        out.update(own)
         for base in node.bases:
             resolved = self.resolve_expr(module, base)
             if resolved and resolved[0] == "class":
@@ -425,6 +444,115 @@ def _shape(tree: SourceTree, found, member: Member) -> tuple[str, str | None]:
     return ("delegation", to) if to else ("body", None)
 
 
+# `self.<x>` a hook body may use that is the class's own state, not a held module
+OWN_STATE = {"lm_head", "config", "pp_group", "capture_aux_hidden_states"}
+
+
+def _self_heads(func: ast.FunctionDef) -> list[str]:
+    """The X of every ``self.X.Y`` in ``func`` (X used as a held object), in order of first use."""
+    if not func.args.args:
+        return []
+    me = func.args.args[0].arg
+    heads: list[str] = []
+    for sub in ast.walk(func):
+        if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Attribute):
+            inner = sub.value
+            if isinstance(inner.value, ast.Name) and inner.value.id == me and inner.attr not in heads:
+                heads.append(inner.attr)
+    return heads
+
+
+def _constructed_class(tree: SourceTree, found_cls, member: Member):
+    """The in-tree class ``self.X = Foo(...)`` (or ``Foo(...) if c else ...``) builds in __init__.
+
+    ``Foo`` may be a module-level name, a parameter of ``__init__`` (its default:
+    ``language_model_cls=Qwen3LLMModel``) or a class-level name of the class (``self.body_cls``)."""
+    found = tree.find_class(member.owner_file, member.owner_class)
+    if found is None:
+        return None
+    _, module, node = found
+    init = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+    if init is None:
+        return None
+    for sub in ast.walk(init):
+        if not (isinstance(sub, (ast.Assign, ast.AnnAssign)) and sub.lineno == member.line and sub.value is not None):
+            continue
+        value = sub.value.body if isinstance(sub.value, ast.IfExp) else sub.value
+        if not isinstance(value, ast.Call):
+            return None
+        func, where = value.func, module
+        args = init.args.args + init.args.kwonlyargs
+        defaults = [None] * (len(init.args.args) - len(init.args.defaults)) + init.args.defaults + init.args.kw_defaults
+        if isinstance(func, ast.Name) and func.id in {a.arg for a in args}:
+            func = dict(zip((a.arg for a in args), defaults)).get(func.id)  # the parameter's default
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and args and func.value.id == args[0].arg:
+            held = tree.members(found_cls).get(func.attr)  # self.body_cls: a class-level name
+            func = None
+            if held is not None and held.kind == "assignment":
+                owner = tree.find_class(held.owner_file, held.owner_class)
+                where = owner[1] if owner else module
+                for stmt in (owner[2].body if owner else ()):
+                    if isinstance(stmt, ast.Assign) and stmt.lineno == held.line:
+                        func = stmt.value
+        if func is None:
+            return None
+        resolved = tree.resolve_expr(where, func)
+        return resolved if resolved and resolved[0] == "class" else None
+    return None
+
+
+def bare_backbone(tree: SourceTree, found, member: Member) -> str | None:
+    """The attribute of the bare backbone the method ``member`` (of ``found``, maybe inherited)
+    reaches: ``self.X.…`` where ``self.X`` is built in __init__ from an in-tree class with no
+    ``lm_head``. None when the method reaches none (or more than one)."""
+    if member.kind not in ("def", "property"):
+        return None
+    owner_module = tree.module_name(tree.srt / member.owner_file)
+    func = _def_node(tree.module(owner_module), member.owner_class, member.line, member.name)
+    if func is None:
+        return None
+    members = tree.members(found)
+    found_backbones = []
+    for head in _self_heads(func):
+        held = members.get(head)
+        if head in OWN_STATE or held is None or held.kind != "attribute":
+            continue
+        built = _constructed_class(tree, found, held)
+        if built is not None and "lm_head" not in tree.members(built):
+            found_backbones.append(head)
+    return found_backbones[0] if len(found_backbones) == 1 else None
+
+
+def method_source(site, rel: str, cls: str, member: str) -> str | None:
+    """The source of the ``def member`` Python keeps in class ``cls`` of ``rel`` (the last one
+    the class body binds, ``if``/``try`` branches included), dedented; None when absent."""
+    path = Path(site).joinpath(*SRT) / rel
+    try:
+        text = path.read_text()
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    found = None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            def visit(statements):
+                nonlocal found
+                for stmt in statements:
+                    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == member:
+                        found = stmt
+                    elif isinstance(stmt, (ast.If, ast.Try)):
+                        visit(stmt.body)
+                        visit(stmt.orelse)
+                        for handler in getattr(stmt, "handlers", ()):
+                            visit(handler.body)
+                        visit(getattr(stmt, "finalbody", ()))
+            visit(node.body)
+    if found is None:
+        return None
+    segment = ast.get_source_segment(text, found, padded=True)
+    return textwrap.dedent(segment) if segment else None
+
+
 def _locate_old(old: SourceTree, rel: str, cls: str, old_entries: dict[str, list[str]]):
     """(file in R, found) for class ``cls`` of R+1's ``rel``; file None when absent or ambiguous."""
     if old.defines(rel, cls):
@@ -503,10 +631,204 @@ def _upstream_fixes(old_site, new_site, names: set[str], old: str, new: str) -> 
             for name in gained:
                 member = has[name]
                 shape, to = _shape(after, found_new, member)
-                truth.fixes.append(Fix(cls, name, new_rel, old_rel, member.line, shape, to))
+                backbone = bare_backbone(after, found_new, member) if shape in ("body", "inherited") else None
+                truth.fixes.append(Fix(cls, name, new_rel, old_rel, member.line, shape, to, backbone=backbone))
     truth.parse_errors = sorted(set(before.parse_errors[errors_before[0]:] + after.parse_errors[errors_before[1]:]))
     truth.fixes.sort(key=lambda f: (f.file, f.cls, f.member))
     return truth
+
+
+# =========================================================================== behaviour of a hook body
+#
+# Whether the body eaglepatch would have written in R does what upstream's in R+1 does: each is
+# run as a function on the same stub model, and what the call returns and leaves behind compared.
+# The stub holds only what is listed below; a body that reads anything else (of the model or of
+# a module-level name) is "not compared", never run on a guess.
+
+LAYERS = 32
+CALLS = {  # member -> the calls made, each on a fresh stub
+    "get_embed_and_head": [()],
+    "set_eagle3_layers_to_capture": [(None,), ([1, 5, 9],)],
+    "set_embed_and_head": [("<new embed>", "<new head>")],  # strings name sentinels, made per run
+}
+
+
+class NotModelled(BaseException):
+    """A body read something the stub does not hold (BaseException: `except Exception` lets it through)."""
+
+
+class Sentinel:
+    """An object that only has a name: a weight, a layer, a tensor handed in."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+
+class Stub:
+    """An object holding exactly the attributes it was given (and those a body sets on it)."""
+
+    def __init__(self, path: str, misses: list, **attrs):
+        object.__setattr__(self, "_path", path)
+        object.__setattr__(self, "_misses", misses)
+        object.__setattr__(self, "_attrs", dict(attrs))
+
+    def __getattr__(self, name: str):
+        attrs = object.__getattribute__(self, "_attrs")
+        if name in attrs:
+            return attrs[name]
+        where = f"{object.__getattribute__(self, '_path')}.{name}"
+        object.__getattribute__(self, "_misses").append(where)
+        raise NotModelled(where)
+
+    def __setattr__(self, name: str, value) -> None:
+        self._attrs[name] = value
+
+    def __delattr__(self, name: str) -> None:
+        if name not in self._attrs:
+            self.__getattr__(name)
+        del self._attrs[name]
+
+
+def _noop(*args, **kwargs):
+    return None
+
+
+def stub_model(backbone: str, misses: list) -> tuple[Stub, dict]:
+    """(self, the module globals) for one run: one pipeline stage, a 32-layer backbone at
+    ``self.<backbone>`` with ``embed_tokens.weight`` and ``layers_to_capture == []``, the class's
+    own ``lm_head.weight``, ``config`` (and ``config.text_config``) with ``num_hidden_layers``,
+    ``capture_aux_hidden_states`` False."""
+    pp = Stub("pp_group", misses, is_first_rank=True, is_last_rank=True, world_size=1)
+    held = Stub(
+        f"self.{backbone}", misses,
+        embed_tokens=Stub(f"self.{backbone}.embed_tokens", misses, weight=Sentinel(f"{backbone}.embed_tokens.weight")),
+        layers=[Sentinel(f"{backbone}.layers[{i}]") for i in range(LAYERS)],
+        layers_to_capture=[],
+    )
+    text_config = Stub("self.config.text_config", misses, num_hidden_layers=LAYERS)
+    me = Stub("self", misses, **{
+        backbone: held,
+        "lm_head": Stub("self.lm_head", misses, weight=Sentinel("lm_head.weight")),
+        "config": Stub("self.config", misses, num_hidden_layers=LAYERS, text_config=text_config),
+        "pp_group": pp,
+        "capture_aux_hidden_states": False,
+    })
+
+    class PPMissingLayer:  # one pipeline stage: no layer is missing, nothing is an instance
+        pass
+
+    cuda = Stub("torch.cuda", misses, empty_cache=_noop, synchronize=_noop)
+    names = {
+        "get_pp_group": lambda: pp,
+        "torch": Stub("torch", misses, cuda=cuda),
+        "current_platform": Stub("current_platform", misses, empty_cache=_noop, synchronize=_noop),
+        "PPMissingLayer": PPMissingLayer,
+    }
+    return me, names
+
+
+def describe(value, _depth: int = 0):
+    """A comparable picture of a value: sentinels by name, stubs by their attributes."""
+    if _depth > 8:
+        return "..."
+    if isinstance(value, Sentinel):
+        return repr(value)
+    if isinstance(value, Stub):
+        return {k: describe(v, _depth + 1) for k, v in sorted(object.__getattribute__(value, "_attrs").items())}
+    if isinstance(value, (list, tuple)):
+        return [describe(v, _depth + 1) for v in value] if isinstance(value, list) else {"__tuple__": [describe(v, _depth + 1) for v in value]}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return f"<{type(value).__name__}>"
+
+
+def _flatten(picture, prefix: str = "self") -> dict[str, object]:
+    if isinstance(picture, dict) and "__tuple__" not in picture:
+        out = {}
+        for key, value in picture.items():
+            out.update(_flatten(value, f"{prefix}.{key}"))
+        return out
+    return {prefix: picture}
+
+
+def _function(source: str, member: str, names: dict):
+    """``source``'s ``def member`` as a plain function whose globals are ``names`` (annotations
+    are not evaluated, as under ``from __future__ import annotations``)."""
+    import __future__
+
+    module = ast.parse(textwrap.dedent(source))
+    defs = [n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == member]
+    if not defs:
+        raise ValueError(f"no def {member} in the source")
+    code = compile(ast.Module(body=[defs[-1]], type_ignores=[]), f"<{member}>", "exec",
+                   flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    scope = dict(names)
+    exec(code, scope)  # noqa: S102 - a method body of a pinned release, run on stubs only
+    return scope[member]
+
+
+def run_body(source: str, member: str, backbone: str) -> list[dict]:
+    """Each call of ``CALLS[member]`` on a fresh stub: what it returned (or raised) and the
+    model's state after, flattened to ``{"self.model.layers_to_capture": [...], ...}``.
+    Raises NotModelled naming what the body read that the stub does not hold."""
+    import builtins
+
+    outcomes = []
+    for args in CALLS[member]:
+        misses: list[str] = []
+        me, names = stub_model(backbone, misses)
+        args = tuple(Sentinel(a[1:-1]) if isinstance(a, str) and a.startswith("<") else a for a in args)
+        scope = {"__builtins__": builtins, **names}
+        function = _function(source, member, scope)
+        shown = (d if isinstance(d, str) else repr(d) for d in map(describe, args))
+        outcome: dict = {"call": f"{member}({', '.join(shown)})"}
+        try:
+            outcome["returned"] = describe(function(me, *args))
+        except NotModelled:
+            raise
+        except NameError as exc:
+            raise NotModelled(f"the module-level name {exc.name}") from None
+        except Exception as exc:  # the body failed on the stub: that is its behaviour
+            outcome["raised"] = f"{type(exc).__name__}: {exc}"
+        if misses:  # read, failed, and the failure was swallowed by the body
+            raise NotModelled(misses[0])
+        outcome["state"] = _flatten(describe(me))
+        outcomes.append(outcome)
+    return outcomes
+
+
+def compare_bodies(ours: str, upstream: str, member: str, backbone: str = "model") -> dict:
+    """Whether two sources of ``def member`` behave alike on the stub model.
+
+    ``{"behaves_as_upstream": True | False | None, "differences": [...], "not_compared": why}``;
+    each difference is ``{"call", "what", "eaglepatch", "upstream"}``. None when ``member`` has no
+    calls to make, or either body reads something the stub does not hold."""
+    if member not in CALLS:
+        return {"behaves_as_upstream": None, "differences": [], "not_compared": f"no calls defined for {member}"}
+    results = {}
+    for side, source in (("eaglepatch", ours), ("upstream", upstream)):
+        try:
+            results[side] = run_body(source, member, backbone)
+        except NotModelled as exc:
+            return {"behaves_as_upstream": None, "differences": [],
+                    "not_compared": f"{side}'s body reads {exc.args[0]}, which the stub does not hold"}
+        except (SyntaxError, ValueError) as exc:
+            return {"behaves_as_upstream": None, "differences": [], "not_compared": f"{side}'s body: {exc}"}
+    differences = []
+    for mine, theirs in zip(results["eaglepatch"], results["upstream"]):
+        for what in ("returned", "raised"):
+            if mine.get(what) != theirs.get(what):
+                differences.append({"call": mine["call"], "what": what,
+                                    "eaglepatch": mine.get(what), "upstream": theirs.get(what)})
+        for key in sorted(set(mine["state"]) | set(theirs["state"])):
+            missing = "<not set>"
+            a, b = mine["state"].get(key, missing), theirs["state"].get(key, missing)
+            if a != b:
+                differences.append({"call": mine["call"], "what": key, "eaglepatch": a, "upstream": b})
+    return {"behaves_as_upstream": not differences, "differences": differences, "not_compared": ""}
 
 
 # =========================================================================== eaglepatch
@@ -581,6 +903,138 @@ def roles(report: dict) -> dict[str, set[str]]:
     return out
 
 
+# =========================================================================== learned bodies against upstream's
+
+PLUMBING = re.compile(
+    r"(?P<cls>\w+)(?:\.(?P<method>\w+))? \((?P<file>[\w/.]+\.py):(?P<line>\d+)\)"
+    r"(?P<what> does not collect aux hidden states| does not unpack aux hidden states| has no layers_to_capture)"
+)
+# what each blocker says is missing, as the attribute the fixed method (or class) reads once it has it
+PLUMBING_READS = {
+    " does not collect aux hidden states": "layers_to_capture",
+    " does not unpack aux hidden states": "capture_aux_hidden_states",
+    " has no layers_to_capture": "layers_to_capture",
+}
+
+
+def run_explain(repo: str, site: str, member: str, selector: str, out: str) -> str:
+    """``explain MEMBER SITE --model SELECTOR --format json`` of the eaglepatch at ``repo``, into ``out``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
+    env["NO_COLOR"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "patcher", "explain", member, site, "--model", selector, "--format", "json"],
+        cwd=repo, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=CHECK_TIMEOUT_SECONDS,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"explain {member} --model {selector} on {site} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    json.loads(proc.stdout)
+    tmp = Path(out).with_suffix(".tmp")
+    tmp.write_text(proc.stdout)
+    os.replace(tmp, out)
+    return out
+
+
+def explain_item(version: str, member: str, file: str, cls: str, repo: Path = REPO, cache: Path = CACHE) -> dict | None:
+    """What ``explain`` on ``version`` says about ``cls`` of ``file`` and ``member`` (run once, cached)."""
+    module = file.removeprefix("models/").removesuffix(".py").replace("/", ".")
+    out = report_path(repo, version, cache).parent / "explain" / version / f"{module}.{cls}.{member}.json"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        run_explain(str(repo), str(sglang_releases.site_packages(version)), member, f"{module}:{cls}", str(out))
+    data = json.loads(out.read_text())
+    return next((m for m in data.get("models", []) if (m["file"], m["class"]) == (file, cls)), None)
+
+
+def class_at(site, rel: str, line: int) -> str | None:
+    """The name of the top-level class of ``rel`` whose body holds ``line``."""
+    try:
+        tree = ast.parse((Path(site).joinpath(*SRT) / rel).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            return node.name
+    return None
+
+
+def learned_in(row: dict, report: dict) -> tuple[str, str] | None:
+    """(file, class) where ``apply`` on R writes the body for this gap: the class itself for
+    ``synthesize``, else the base an ``inherit`` fix points to, followed through ``report``
+    (``check --all`` on R) while that base's own gap is ``inherit`` too."""
+    kind, source, member = row.get("fix_kind"), row.get("fix_from"), row["member"]
+    where = (row["old_file"], row["cls"])
+    for _ in range(10):
+        if kind == "synthesize":
+            return where
+        if kind != "inherit" or not source:
+            return None
+        base_file, _, base = source.partition(":")
+        where = (base_file, base)
+        model = next((m for m in report.get("models", []) if (m["file"], m["class"]) == where), None)
+        entry = gaps(model, report).get(member) if model else None
+        if entry is None:  # the base is no class `check --all` lists: what explain says of it decides
+            return where
+        fix = entry.get("fix") or {}
+        kind, source = fix.get("kind"), fix.get("from")
+    return None
+
+
+def plumbing_check(blocker: str | None, old_site, new_site) -> dict | None:
+    """For a ``needs_code`` blocker naming missing plumbing (``X.forward (file:line) does not
+    unpack aux hidden states ...``): the method (or class) it names, and whether upstream's R+1
+    changed it so that it reads what it lacked. None when the blocker names no plumbing."""
+    found = PLUMBING.search((blocker or "").split("; compare ")[0])
+    if not found:
+        return None
+    cls, method, file, what = found["cls"], found["method"], found["file"], found["what"]
+    needed = PLUMBING_READS[what]
+    named = f"{cls}.{method}" if method else cls
+    out = {"names": f"{file}:{named}", "lacks": what.strip(), "changed_in_new": None, "reads_it_in_new": None}
+    if method:
+        # the blocker names the class fixed and where its method is defined (maybe a base's)
+        owner = class_at(old_site, file, int(found["line"])) or cls
+        out["names"] = f"{file}:{owner}.{method}"
+        before, after = method_source(old_site, file, owner, method), method_source(new_site, file, owner, method)
+        if before is not None and after is not None:
+            out["changed_in_new"] = ast.dump(ast.parse(before)) != ast.dump(ast.parse(after))
+            out["reads_it_in_new"] = needed in after and needed not in before
+    else:
+        old_tree, new_tree = SourceTree(Path(old_site)), SourceTree(Path(new_site))
+        had, has = old_tree.find_class(file, cls), new_tree.find_class(file, cls)
+        if had is not None and has is not None:
+            gained = needed in new_tree.members(has) and needed not in old_tree.members(had)
+            out["changed_in_new"] = out["reads_it_in_new"] = gained
+    return out
+
+
+def hook_behaviour(row: dict, old: str, new: str, old_report: dict, repo: Path = REPO) -> dict:
+    """For a fix of the bare-backbone shape: did ``apply`` on R write it with a learned body
+    (``synthesize``, or ``inherit`` from a base that gets one), and does that body behave like
+    upstream's in R+1 on the stub model? Else, for ``needs_code``, what plumbing the blocker names."""
+    old_site, new_site = sglang_releases.site_packages(old), sglang_releases.site_packages(new)
+    out = {"synthesized": False, "synthesized_in": None, "learned_from": None,
+           "behaves_as_upstream": None, "differences": [], "not_compared": "", "plumbing": None}
+    member = row["member"]
+    where = learned_in(row, old_report)
+    item = explain_item(old, member, *where, repo=repo) if where else None
+    if item is not None and (item.get("fix") or {}).get("kind") == "synthesize" and item.get("would_write"):
+        out.update(synthesized=True, synthesized_in=f"{where[0]}:{where[1]}", learned_from=item["fix"]["from"])
+        upstream_file, upstream_cls = (row["file"], row["cls"]) if row["shape"] == "body" else row["to"].split(":")
+        upstream = method_source(new_site, upstream_file, upstream_cls, member)
+        if upstream is None:
+            out["not_compared"] = f"no def {member} in {upstream_file}:{upstream_cls} of {new}"
+        else:
+            ours = textwrap.dedent(item["would_write"])
+            compared = compare_bodies(ours, upstream, member, item.get("backbone") or row["backbone"])
+            out.update(compared)
+    elif where is not None:
+        out["not_compared"] = f"explain on {old} gave no learned body for {where[0]}:{where[1]}"
+    if not out["synthesized"] and row.get("status_in_old") == "needs_code":
+        out["plumbing"] = plumbing_check(row.get("blocker"), old_site, new_site)
+    return out
+
+
 # =========================================================================== the run
 
 
@@ -640,6 +1094,9 @@ def verdict(report: dict, file: str, cls: str, member: str) -> dict:
         "required": entry.get("required") if entry else None,
         "written": model is not None and written(model, entry, report),
         "fix_to": ((entry or {}).get("fix") or {}).get("to"),
+        "fix_kind": ((entry or {}).get("fix") or {}).get("kind"),
+        "fix_from": ((entry or {}).get("fix") or {}).get("from"),
+        "blocker": (entry or {}).get("blocker"),
     }
 
 
@@ -680,6 +1137,8 @@ def measure(versions: list[str], repo: Path, jobs: int, use_cache: bool = True) 
             row.update(verdict(old_report, fix.old_file, fix.cls, fix.member))
             # what apply writes is what upstream wrote: a delegation to the same attribute
             row["as_upstream"] = bool(row["written"] and fix.shape == "delegation" and fix.to == row["fix_to"])
+            if fix.backbone:  # a hook body on a bare backbone: what eaglepatch would have learned
+                row["hook"] = hook_behaviour(row, truth.old, truth.new, old_report, repo)
             rows.append(row)
         pair = asdict(truth)
         pair["fixes"] = rows
@@ -735,8 +1194,27 @@ def table_rows(pairs: list[dict]) -> list[dict]:
             "written": sum(f["written"] for f in fixes),
             "delegations": sum(f["shape"] == "delegation" for f in fixes),
             "as_upstream": sum(f.get("as_upstream", False) for f in fixes),
+            **hook_counts(fixes),
         })
     return rows
+
+
+def hook_counts(fixes: list[dict]) -> dict:
+    """Over the fixes of the bare-backbone body shape: how many ``apply`` on R wrote with a
+    learned body, how many of those behave as upstream's (True / False / not compared), and of
+    the ``needs_code`` ones, how many name plumbing upstream then added in R+1."""
+    hooks = [f["hook"] for f in fixes if f.get("hook")]
+    plumbing = [h["plumbing"] for h in hooks if h.get("plumbing")]
+    return {
+        "hook_bodies": len(hooks),
+        "hook_synthesized": sum(h["synthesized"] for h in hooks),
+        "hook_behaves_as_upstream": sum(h["behaves_as_upstream"] is True for h in hooks),
+        "hook_behaves_otherwise": sum(h["behaves_as_upstream"] is False for h in hooks),
+        "hook_not_compared": sum(h["synthesized"] and h["behaves_as_upstream"] is None for h in hooks),
+        "hook_plumbing_blocked": len(plumbing),
+        "hook_plumbing_added_upstream": sum(bool(p["reads_it_in_new"]) for p in plumbing),
+        "hook_plumbing_changed_upstream": sum(bool(p["changed_in_new"]) for p in plumbing),
+    }
 
 
 def markdown(result: dict) -> str:
@@ -751,15 +1229,18 @@ def markdown(result: dict) -> str:
     out.append("")
     out.append(
         "| side | upstream fixes | listed by `check --all` in R | reported missing in R | written by `apply` in R "
-        "| upstream delegations written the same way |"
+        "| upstream delegations written the same way | bare-backbone bodies: learned by `apply` in R, behaving as upstream's |"
     )
-    out.append("| --- | ---: | ---: | ---: | ---: | ---: |")
+    out.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in result["table"]:
         n = row["fixes"]
         label = f"**{row['side']}**" if row["side"].startswith("total") else row["side"]
         same = f"{row.get('as_upstream', 0)} of {row.get('delegations', 0)}"
+        bodies = (f"{row.get('hook_synthesized', 0)} of {row.get('hook_bodies', 0)}, "
+                  f"{row.get('hook_behaves_as_upstream', 0)} alike")
         out.append(
-            f"| {label} | {n} | {pct(row['listed'], n)} | {pct(row['reported'], n)} | {pct(row['written'], n)} | {same} |"
+            f"| {label} | {n} | {pct(row['listed'], n)} | {pct(row['reported'], n)} | {pct(row['written'], n)} "
+            f"| {same} | {bodies} |"
         )
     out.append("")
     shapes: dict[str, int] = {}
@@ -801,6 +1282,7 @@ def markdown(result: dict) -> str:
                        f"[{shape}]{moved} -- eaglepatch on {pair['old']}: {said}")
         for move in pair["moved"]:
             out.append(f"  - moved: {move['class']} {move['from']} -> {move['to']}")
+    out.extend(hook_markdown(result))
     odd = [(p["new"], kind, item) for p in result["pairs"]
            for kind in ("dynamic_in_old", "became_dynamic", "ambiguous", "unresolved", "parse_errors")
            for item in p[kind]]
@@ -811,6 +1293,54 @@ def markdown(result: dict) -> str:
         for version, kind, item in odd:
             out.append(f"- {version} {kind}: {item}")
     return "\n".join(out)
+
+
+def hook_markdown(result: dict) -> list[str]:
+    """The section on hook bodies upstream wrote on a bare backbone: one line per fix."""
+    rows = [(p["old"], p["new"], f) for p in result["pairs"] for f in p["fixes"] if f.get("hook")]
+    if not rows:
+        return []
+    total = hook_counts([f for _, _, f in rows])
+    out = ["", "### Hook bodies upstream wrote on a bare backbone", ""]
+    out.append(
+        f"{total['hook_bodies']} upstream fixes (own bodies and ones inherited from a base that got one) reach a bare "
+        f"backbone. `apply` on R would have written {total['hook_synthesized']} with a learned body "
+        f"(synthesize): {total['hook_behaves_as_upstream']} behave as upstream's R+1 body on the stub model, "
+        f"{total['hook_behaves_otherwise']} differ, {total['hook_not_compared']} could not be compared. "
+        f"Of the others, {total['hook_plumbing_blocked']} were `needs_code` with a blocker naming missing plumbing, "
+        f"R+1 changed the method (or class) named in {total['hook_plumbing_changed_upstream']} of them, and in "
+        f"{total['hook_plumbing_added_upstream']} it now reads what the blocker said it lacked."
+    )
+    out.append("")
+    out.append("| R -> R+1 | class.member (shape) | eaglepatch on R | behaves as upstream's |")
+    out.append("| --- | --- | --- | --- |")
+    for old, new, fix in rows:
+        hook = fix["hook"]
+        shape = fix["shape"] + (f" from {fix['to']}" if fix["shape"] == "inherited" else "")
+        if hook["synthesized"]:
+            said = f"synthesize (in {hook['synthesized_in']}, from {hook['learned_from']})"
+            if hook["behaves_as_upstream"] is True:
+                same = "yes"
+            elif hook["behaves_as_upstream"] is False:
+                same = "no: " + "; ".join(
+                    f"after {d['call']}, {d['what']}: {d['eaglepatch']!r} vs {d['upstream']!r}" for d in hook["differences"][:3])
+            else:
+                same = f"not compared: {hook['not_compared']}"
+        else:
+            said = fix["status_in_old"] or "not listed"
+            if fix["fix_kind"]:
+                said += f", fix {fix['fix_kind']}"
+            plumbing = hook.get("plumbing")
+            if plumbing:
+                added = ("added in R+1" if plumbing["reads_it_in_new"] else "changed in R+1, without reading it"
+                         if plumbing["changed_in_new"] else "unchanged in R+1" if plumbing["changed_in_new"] is False
+                         else "not found in R+1")
+                said += f"; blocker: {plumbing['names']} {plumbing['lacks']} ({added})"
+            elif fix["blocker"]:
+                said += f"; blocker: {fix['blocker'][:120]}"
+            same = "-"
+        out.append(f"| {old} -> {new} | `{fix['cls']}.{fix['member']}` ({shape}) | {said} | {same} |")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -307,7 +307,7 @@ def test_verdict_reads_both_contracts():
     ]}
     assert history.verdict(old, "models/a.py", "A", "get_embed_and_head") == {
         "listed": True, "status_in_old": "delegable", "reported": True, "required": True, "written": True,
-        "fix_to": None}
+        "fix_to": None, "fix_kind": None, "fix_from": None, "blocker": None}
     assert history.verdict(old, "models/a.py", "A", "hot_token_id")["written"] is False
     assert history.verdict(old, "models/b.py", "B", "set_embed")["reported"] is True
     assert history.verdict(old, "models/b.py", "B", "set_embed")["written"] is False
@@ -323,6 +323,8 @@ def test_verdict_reads_both_contracts():
     assert history.verdict(new, "models/a.py", "A", "get_embed_and_head")["fix_to"] == "language_model"
     got = history.verdict(new, "models/a.py", "A", "set_eagle3_layers_to_capture")
     assert (got["reported"], got["written"]) == (True, False)
+    assert (got["fix_kind"], got["blocker"]) == (None, "no inner model")
+    assert history.verdict(new, "models/a.py", "A", "get_embed_and_head")["fix_kind"] == "delegate"
     assert history.verdict(new, "models/a.py", "A", "hot_token_id")["reported"] is False
 
 
@@ -343,3 +345,206 @@ def test_real_0_5_9_to_0_5_10_kimi_hooks_are_delegations():
         said = history.verdict(reports[old], fix.old_file, fix.cls, member)
         assert said["listed"] and said["reported"], said
     assert truth.parse_errors == [] and truth.unresolved == []
+
+
+# --------------------------------------------------------------------------- hook bodies on a bare backbone
+
+CAPTURE = """
+def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
+    if not get_pp_group().is_last_rank:
+        return
+    self.capture_aux_hidden_states = True
+    if layer_ids is None:
+        num_layers = self.config.num_hidden_layers
+        self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]
+    else:
+        self.model.layers_to_capture = [val + 1 for val in layer_ids]
+"""
+
+# The same behaviour written another way: the layer count from the backbone, one assignment.
+CAPTURE_REWRITTEN = """
+    def set_eagle3_layers_to_capture(self, layer_ids=None):
+        # indented as in a class body
+        if self.pp_group.is_last_rank:
+            n = len(self.model.layers)
+            chosen = [2, n // 2, n - 3] if layer_ids is None else [i + 1 for i in layer_ids]
+            self.model.layers_to_capture = chosen
+            self.capture_aux_hidden_states = True
+"""
+
+HEAD = "def get_embed_and_head(self):\n    return self.model.embed_tokens.weight, self.lm_head.weight\n"
+
+
+def test_two_bodies_that_do_the_same_behave_alike():
+    got = history.compare_bodies(CAPTURE, CAPTURE_REWRITTEN, "set_eagle3_layers_to_capture")
+    assert got == {"behaves_as_upstream": True, "differences": [], "not_compared": ""}
+    got = history.compare_bodies(HEAD, "def get_embed_and_head(self):\n    e = self.model.embed_tokens\n    return (e.weight, self.lm_head.weight)\n", "get_embed_and_head")
+    assert got["behaves_as_upstream"] is True
+
+
+def test_a_shifted_layer_list_is_a_difference_after_the_explicit_call_only():
+    unshifted = CAPTURE.replace("[val + 1 for val in layer_ids]", "[val for val in layer_ids]")
+    got = history.compare_bodies(CAPTURE, unshifted, "set_eagle3_layers_to_capture")
+    assert got["behaves_as_upstream"] is False and got["not_compared"] == ""
+    assert got["differences"] == [{
+        "call": "set_eagle3_layers_to_capture([1, 5, 9])", "what": "self.model.layers_to_capture",
+        "eaglepatch": [2, 6, 10], "upstream": [1, 5, 9],
+    }]
+
+
+def test_a_flag_only_one_body_sets_and_a_tied_head_are_differences():
+    also_backbone = CAPTURE + "    self.model.capture_aux_hidden_states = True\n"
+    got = history.compare_bodies(CAPTURE, also_backbone, "set_eagle3_layers_to_capture")
+    assert got["behaves_as_upstream"] is False
+    assert {(d["call"], d["what"], d["eaglepatch"], d["upstream"]) for d in got["differences"]} == {
+        ("set_eagle3_layers_to_capture(None)", "self.model.capture_aux_hidden_states", "<not set>", True),
+        ("set_eagle3_layers_to_capture([1, 5, 9])", "self.model.capture_aux_hidden_states", "<not set>", True),
+    }
+    tied = "def get_embed_and_head(self):\n    embed = self.model.embed_tokens.weight\n    return embed, embed\n"
+    (difference,) = history.compare_bodies(HEAD, tied, "get_embed_and_head")["differences"]
+    assert difference["what"] == "returned"
+    assert difference["eaglepatch"] != difference["upstream"]
+
+
+def test_set_embed_and_head_compares_what_is_left_in_place():
+    swap = (
+        "def set_embed_and_head(self, embed, head):\n"
+        "    del self.model.embed_tokens.weight\n"
+        "    del self.lm_head.weight\n"
+        "    self.model.embed_tokens.weight = embed\n"
+        "    self.lm_head.weight = head\n"
+        "    torch.cuda.empty_cache()\n"
+        "    torch.cuda.synchronize()\n"
+    )
+    platform = swap.replace("torch.cuda.", "current_platform.")
+    assert history.compare_bodies(swap, platform, "set_embed_and_head")["behaves_as_upstream"] is True
+    head_only = swap.replace("    self.model.embed_tokens.weight = embed\n", "")
+    (difference,) = history.compare_bodies(swap, head_only, "set_embed_and_head")["differences"]
+    assert (difference["what"], difference["eaglepatch"], difference["upstream"]) == (
+        "self.model.embed_tokens.weight", "<new embed>", "<not set>")
+
+
+@pytest.mark.parametrize("upstream, read", [
+    ("def get_embed_and_head(self):\n    return self._shard_weight(self.model.embed_tokens.weight), self.lm_head.weight\n",
+     "self._shard_weight"),
+    ("def get_embed_and_head(self):\n    return self.model.start_layer, self.lm_head.weight\n", "self.model.start_layer"),
+    ("def get_embed_and_head(self):\n    return shard(self.lm_head.weight), None\n", "the module-level name shard"),
+    ("def get_embed_and_head(self):\n    return torch.cat([self.lm_head.weight]), None\n", "torch.cat"),
+    # the body swallows the failure: the stub still knows it was asked for something it lacks
+    ("def get_embed_and_head(self):\n    try:\n        return self.visual.weight, None\n    except Exception:\n        return None, None\n",
+     "self.visual"),
+])
+def test_a_body_reading_what_the_stub_lacks_is_not_compared(upstream, read):
+    got = history.compare_bodies(HEAD, upstream, "get_embed_and_head")
+    assert got["behaves_as_upstream"] is None and got["differences"] == []
+    assert got["not_compared"] == f"upstream's body reads {read}, which the stub does not hold"
+
+
+def test_a_member_without_calls_is_not_compared():
+    got = history.compare_bodies("def f(self):\n    return 1\n", "def f(self):\n    return 2\n", "f")
+    assert got["behaves_as_upstream"] is None and "no calls" in got["not_compared"]
+
+
+def test_the_backbone_attribute_is_the_one_given():
+    body = HEAD.replace("self.model.", "self.language_model.")
+    assert history.compare_bodies(body, body, "get_embed_and_head", backbone="language_model")["behaves_as_upstream"] is True
+    assert history.compare_bodies(body, body, "get_embed_and_head")["behaves_as_upstream"] is None
+
+
+BARE = """
+    from sglang.srt.models.backbone import Backbone, CausalLM
+
+    class Bare:
+        def __init__(self, config):
+            self.model = Backbone(config)
+            self.lm_head = object()
+    {extra}
+    class Whole:
+        def __init__(self, config):
+            self.language_model = CausalLM(config)
+    {extra_whole}
+    EntryClass = [Bare, Whole]
+"""
+BACKBONE = """
+    class Backbone:
+        def __init__(self, config):
+            self.layers_to_capture = []
+
+    class CausalLM:
+        def __init__(self, config):
+            self.model = Backbone(config)
+            self.lm_head = object()
+"""
+
+
+def test_a_body_on_a_bare_backbone_names_it_and_one_on_a_whole_causal_lm_does_not(tmp_path):
+    hook = """
+        def get_embed_and_head(self):
+            return self.{attr}.embed_tokens.weight, self.{head}
+    """
+    before = {"models/backbone.py": BACKBONE, "models/m.py": BARE.format(extra="", extra_whole="")}
+    after = {"models/backbone.py": BACKBONE, "models/m.py": BARE.format(
+        extra=hook.format(attr="model", head="lm_head.weight"),
+        extra_whole=hook.format(attr="language_model.model", head="language_model.lm_head.weight"))}
+    _, found = fixes(tmp_path, before, after)
+    assert found[("Bare", "get_embed_and_head")].backbone == "model"
+    assert found[("Whole", "get_embed_and_head")].backbone is None  # language_model has an lm_head
+
+
+def test_the_last_def_of_a_name_is_the_one_read(tmp_path):
+    site = tree(tmp_path / "T", {"models/m.py": """
+        class A:
+            def get_embed_and_head(self):
+                return 1
+
+            def get_embed_and_head(self):
+                return 2
+    """})
+    source = history.SourceTree(site)
+    member = source.members(source.find_class("models/m.py", "A"))["get_embed_and_head"]
+    assert member.line == 6
+    assert "return 2" in history.method_source(site, "models/m.py", "A", "get_embed_and_head")
+
+
+def test_a_plumbing_blocker_is_checked_against_the_method_in_the_next_release(tmp_path):
+    forward_old = """
+        class Base:
+            def forward(self, x):
+                return self.model(x)
+
+        class Sub(Base):
+            pass
+    """
+    forward_new = """
+        class Base:
+            def forward(self, x):
+                hidden = self.model(x)
+                if self.capture_aux_hidden_states:
+                    hidden, aux = hidden
+                return hidden
+    """
+    old = tree(tmp_path / "R", {"models/m.py": forward_old})
+    new = tree(tmp_path / "R1", {"models/m.py": forward_new})
+    blocker = ("holds a bare backbone (model: M) beside its own lm_head: Sub.forward (models/m.py:3) does not unpack "
+               "aux hidden states when capture_aux_hidden_states is set; compare L.forward (models/l.py:9)")
+    got = history.plumbing_check(blocker, old, new)
+    assert got == {"names": "models/m.py:Base.forward", "lacks": "does not unpack aux hidden states",
+                   "changed_in_new": True, "reads_it_in_new": True}
+    assert history.plumbing_check(blocker, old, old)["reads_it_in_new"] is False
+    assert history.plumbing_check("no class of this tree implements it", old, new) is None
+
+
+def test_an_inherit_fix_is_followed_to_the_base_that_learns_the_body():
+    report = {"schema": 2, "models": [
+        {"file": "models/mid.py", "class": "Mid", "missing": [
+            {"name": "get_embed_and_head", "fix": {"kind": "inherit", "from": "models/base.py:Base"}}]},
+        {"file": "models/base.py", "class": "Base", "missing": [
+            {"name": "get_embed_and_head", "fix": {"kind": "synthesize", "from": "models/llama.py:Llama"}}]},
+    ]}
+    row = {"old_file": "models/leaf.py", "cls": "Leaf", "member": "get_embed_and_head",
+           "fix_kind": "inherit", "fix_from": "models/mid.py:Mid"}
+    assert history.learned_in(row, report) == ("models/base.py", "Base")
+    assert history.learned_in({**row, "fix_kind": "synthesize"}, report) == ("models/leaf.py", "Leaf")
+    assert history.learned_in({**row, "fix_kind": "delegate", "fix_from": None}, report) is None
+    unlisted = {**row, "fix_from": "models/other.py:Other"}
+    assert history.learned_in(unlisted, report) == ("models/other.py", "Other")  # explain decides
