@@ -112,6 +112,7 @@ class HookLibrary:
     _unpacks: dict[tuple, bool] = field(default_factory=dict)
     _ties_of: dict[tuple[str, str], bool] = field(default_factory=dict)
     _configs: dict[tuple[str, str, str], tuple[str, ...] | None] = field(default_factory=dict)
+    _built: dict[tuple[str, str, str], list] = field(default_factory=dict)
 
     # -- learning -----------------------------------------------------------------------------
     def references(self, member: str) -> list[Reference]:
@@ -174,6 +175,11 @@ class HookLibrary:
         others = heads - {backbone.attribute} - set(_OWN_STATE)
         if not unportable and others:
             unportable = f"it uses self.{sorted(others)[0]}, which is particular to {info.name}"
+        for use in uses:  # a body that does not run on its own class teaches nothing
+            if not unportable and use.chain[0] == backbone.attribute and len(use.chain) >= 2:
+                lacking = [c.name for c in backbone.classes if use.chain[1] not in c.members]
+                if lacking:
+                    unportable = f"its own backbone {lacking[0]} has no {use.chain[1]}"
         return Reference(
             member=signature.name,
             owner=info,
@@ -260,7 +266,7 @@ class HookLibrary:
             return None, f"{cls.name} holds no bare backbone"
         why = ""
         for backbone in candidates:
-            why = self._backbone_misfit(reference, backbone)
+            why = self._backbone_misfit(reference, backbone) or self._layers_misfit(reference, wrapper, backbone)
             if not why:
                 break
         else:
@@ -323,6 +329,62 @@ class HookLibrary:
                     where = f" ({forward.at})" if forward is not None else ""
                     return f"{cls.name}.forward{where} does not collect aux hidden states for {CAPTURE_LAYERS}"
         return ""
+
+    def _layers_misfit(self, reference: Reference, wrapper: Wrapper, backbone: InnerModel) -> str:
+        """The layers the body reaches (`embed_tokens`, `lm_head`) are built from the same classes on
+        both sides: a hook written for a vocab-parallel embedding means something else on a plain
+        one (Gemma3's `nn.Embedding` needs its weights sharded)."""
+        pairs: list[tuple[ClassInfo, ClassInfo, str]] = []
+        for use in reference.self_uses:
+            if "weight" not in use.chain:
+                continue  # only a layer's weights depend on what class the layer is
+            if use.chain[0] == reference.backbone.attribute and len(use.chain) >= 2:
+                pairs += [(c, r, use.chain[1]) for c in backbone.classes for r in reference.backbone.classes]
+            elif use.chain[0] == "lm_head":
+                pairs.append((wrapper.cls, reference.owner, "lm_head"))
+        seen: set[tuple[str, str, str]] = set()
+        for mine, theirs, attribute in pairs:
+            if (mine.name, theirs.name, attribute) in seen:
+                continue
+            seen.add((mine.name, theirs.name, attribute))
+            built, known = self._built_as(mine, attribute), self._built_as(theirs, attribute)
+            if not built and not known:
+                continue  # a plain value on both sides (`[]`, a tied head): nothing to compare
+            if not built or not known:
+                return f"{theirs.name if not known else mine.name}.{attribute} is not built by a call to compare with the other's"
+            wanted = {lineage[0] for lineage in known}
+            for lineage in built:
+                if not set(lineage) & wanted:
+                    return f"{mine.name}.{attribute} is built as {lineage[0]}, {theirs.name}.{attribute} as {' or '.join(sorted(wanted))}"
+        return ""
+
+    def _built_as(self, info: ClassInfo, attribute: str) -> list[tuple[str, ...]]:
+        """For each `self.<attribute> = Callee(...)` the class's __init__ runs: (Callee, its bases...)."""
+        key = (info.file, info.name, attribute)
+        if key in self._built:
+            return self._built[key]
+        resolver = self.resolver
+        out = []
+        try:
+            source = resolver.cache.read(resolver.tree.srt / info.file)
+            assignments = resolver._init_assignments(source, info.name)
+        except EaglepatchError:
+            assignments = []
+        for assignment in assignments:
+            if assignment.attribute != attribute:
+                continue
+            for value in _branches(parse_value(assignment.value)):
+                name = dotted_name(value.func)
+                if not name:
+                    continue
+                lineage = [name.rsplit(".", 1)[-1]]
+                found = resolver.find_class(assignment.source, value.func)
+                base = resolver.class_info(*found) if found is not None else None
+                if base is not None:
+                    lineage += base.bases + [e.rsplit(".", 1)[-1] for e in base.external_bases]
+                out.append(tuple(lineage))
+        self._built[key] = out
+        return out
 
     def plumbing(self, wrapper: Wrapper, references: list[Reference]) -> str:
         """Why EAGLE-3's aux hidden states cannot flow through this class ("" when they can): its
@@ -403,6 +465,13 @@ def _bare(inner: InnerModel) -> bool:
 def _dotted(node) -> tuple[str, ...] | None:
     text = dotted_name(node) if node is not None else ""
     return tuple(text.split(".")) if text else None
+
+
+def _branches(value) -> list[cst.Call]:
+    """The calls an assigned value may be: `A(...)`, either side of `A(...) if c else B(...)`."""
+    if isinstance(value, cst.IfExp):
+        return _branches(value.body) + _branches(value.orelse)
+    return [value] if isinstance(value, cst.Call) else []
 
 
 def _config_argument(node) -> tuple[str, ...] | None:
