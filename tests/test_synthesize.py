@@ -462,3 +462,49 @@ def test_explain_shows_the_reference_it_learned_from(tree: Path):
     assert entry["learned_from"].startswith("models/ref_lm.py:")
     assert "def get_embed_and_head(self):" in entry["reference_code"]
     assert "return self.model.embed_tokens.weight, self.lm_head.weight" in entry["would_write"]
+
+
+OTHER_EMBEDDING = '''\
+"""A causal LM whose backbone's embedding is not the reference's kind of layer."""
+
+from sglang.srt.utils import nn
+
+
+class OwnEmbedding(nn.Module):
+    def __init__(self, vocab_size, hidden_size):
+        super().__init__()
+        self.weight = nn.Parameter(vocab_size, hidden_size)
+
+
+class OwnModel(nn.Module):
+    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
+        super().__init__()
+        self.embed_tokens = OwnEmbedding(config.vocab_size, config.hidden_size)
+
+    def forward(self, input_ids, positions, forward_batch):
+        return self.embed_tokens(input_ids)
+
+
+class OwnForCausalLM(nn.Module):
+    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
+        super().__init__()
+        self.config = config
+        self.model = OwnModel(config, quant_config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, input_ids, positions, forward_batch):
+        return self.model(input_ids, positions, forward_batch)
+
+
+EntryClass = OwnForCausalLM
+'''
+
+
+def test_a_body_is_not_taken_to_a_layer_of_another_kind(tree: Path):
+    """Upstream's Gemma3 hook shards its plain embedding's weight: a vocab-parallel one's body would not."""
+    (tree / SRT / "models" / "own_lm.py").write_text(OTHER_EMBEDDING)
+    _, data = check(tree, "own_lm")
+    model = by_class(data)["OwnForCausalLM"]
+    gap = gaps(model)["get_embed_and_head"]
+    assert model["status"] == "needs_code" and gap["fix"] is None
+    assert "OwnModel.embed_tokens is built as OwnEmbedding" in gap["blocker"]
