@@ -32,7 +32,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -80,6 +79,14 @@ def own_files() -> list:
             continue
         out += [[f"{package}/{n}", *(_stat(os.path.join(folder, n)) or [])] for n in names]
     return out
+
+
+def own_fingerprint() -> "Fingerprint":
+    """eaglepatch's own modules as dependencies (an edit within the timestamp resolution is racy too)."""
+    prints = Fingerprint()
+    for name, *stat in own_files():
+        prints.add(name, stat or None)
+    return prints
 
 
 class Fingerprint:
@@ -161,14 +168,14 @@ def output_environment(stream) -> dict:
 class ResultCache:
     """One `check` question: look its answer up, or store it."""
 
-    def __init__(self, key: dict, deps: Fingerprint, folder: Path | None = None):
+    def __init__(self, key: dict, deps: Fingerprint, folder: Path | None = None, kind: str = "check"):
         self.key = {"schema": SCHEMA, **key}
         self.key_text = json.dumps(self.key, sort_keys=True, default=str)
         self.deps = deps.digest()
         self.safe = deps.newest_ns < time.time_ns() - int(RACY_SECONDS * 1e9)
         name = hashlib.blake2b(self.key_text.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
         self.folder = folder if folder is not None else cache_dir()
-        self.path = self.folder / "check" / f"{name}.json"
+        self.path = self.folder / kind / f"{name}.json"
 
     def lookup(self) -> tuple[int, str] | None:
         """(exit code, stdout) of the same question on the same files, or None."""
@@ -202,6 +209,8 @@ class ResultCache:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
+    import tempfile
+
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -223,8 +232,9 @@ class Tee:
         self.parts: list[str] = []
 
     def write(self, text: str) -> int:
+        written = self._stream.write(text)  # first: a probe with bytes (click's) fails here, unrecorded
         self.parts.append(text)
-        return self._stream.write(text)
+        return written
 
     def writelines(self, lines) -> None:
         for line in lines:

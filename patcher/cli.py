@@ -15,6 +15,9 @@ from typing import List, Optional
 import typer
 
 from patcher import __version__
+from patcher.startup import fast_coercion, tune_gc
+
+fast_coercion()  # typer's pydantic layer costs more than answering from the cache
 
 app = typer.Typer(
     name="eaglepatch",
@@ -577,6 +580,7 @@ def main() -> None:
     """Entry point: an unexpected failure is still exit 2 with one line, never a findings exit 1."""
     import os
 
+    tune_gc()
     try:
         app()
     except KeyboardInterrupt:

@@ -268,3 +268,75 @@ def test_concurrent_writers_never_leave_half_an_entry(tmp_path, srt):
     assert all(text in outputs for text in seen)
     assert entry.lookup()[1] in outputs
     assert not list((tmp_path / "c" / "check").glob(".*.tmp"))
+
+
+# -- start-up ---------------------------------------------------------------------------------------
+
+PROBE = """\
+import sys
+from patcher.launch import main
+sys.argv = ["eaglepatch", *sys.argv[1:]]
+code = 0
+try:
+    main()
+except SystemExit as done:
+    code = done.code
+heavy = sorted(m for m in ("libcst", "pydantic", "rich", "git") if m in sys.modules)
+sys.stderr.write("HEAVY=" + ",".join(heavy) + f" EXIT={code}\\n")
+"""
+
+
+def probe(*args: str, env: dict | None = None) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})},
+    )
+    return done.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["check", "--help"]])
+def test_help_and_version_import_nothing_heavy(args):
+    assert probe(*args) == "HEAVY= EXIT=0"
+
+
+def cli(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "patcher", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **env},
+    )
+
+
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["check", "--help"], ["explain", "-h"]])
+def test_help_from_the_cache_is_typers_own_text(tmp_path, args):
+    """--help is rendered by typer once and then read back; a narrower terminal is another question."""
+    env = {"EAGLEPATCH_CACHE_DIR": str(tmp_path / "cache"), "EAGLEPATCH_NO_CACHE": "", "COLUMNS": "100"}
+    fresh = cli(*args, env={**env, "EAGLEPATCH_NO_CACHE": "1"})
+    assert fresh.returncode == 0 and "Usage:" in fresh.stdout
+    own_modules_settled = all(time.time() - os.stat(REPO_ROOT / f[0]).st_mtime > 2.5 for f in cache.own_files())
+    for _ in range(2):
+        again = cli(*args, env=env)
+        assert (again.returncode, again.stdout, again.stderr) == (0, fresh.stdout, fresh.stderr)
+    if own_modules_settled:  # an eaglepatch module edited seconds ago is racy: nothing is stored then
+        assert list((tmp_path / "cache" / "help").glob("*.json"))
+    narrow = cli(*args, env={**env, "COLUMNS": "50"})
+    assert narrow.stdout == cli(*args, env={**env, "COLUMNS": "50", "EAGLEPATCH_NO_CACHE": "1"}).stdout
+    assert narrow.stdout != fresh.stdout
+
+
+def test_version_without_typer():
+    from patcher import __version__
+
+    done = cli("--version", env={})
+    assert (done.returncode, done.stdout) == (0, f"eaglepatch {__version__}\n")
+
+
+def test_a_cache_hit_imports_neither_libcst_nor_pydantic(srt, tmp_path):
+    env = {"EAGLEPATCH_CACHE_DIR": str(tmp_path / "cache"), "EAGLEPATCH_NO_CACHE": ""}
+    assert probe("check", "--format", "json", str(srt), env=env).endswith("EXIT=1")
+    assert probe("check", "--format", "json", str(srt), env=env) == "HEAVY= EXIT=1"
