@@ -1,23 +1,27 @@
-"""Benchmark eaglepatch against the goals the project states, on one real SGLang release.
+"""Benchmark eaglepatch honestly: paired, interleaved runs against floors, on the oldest and newest release.
 
-Measured in one run, on the same tree (the release's ``sglang/srt``, fetched once by
-``tests/sglang_releases.py`` into ``.cache/``), each command in a fresh subprocess so
-interpreter start-up and imports count, as they do for a user:
+Every command runs in a fresh subprocess (start-up and imports count, as for a user), with its
+output sent to a file.  Commands that are compared run *interleaved*, A B A B ..., so a burst of
+load from another process hits both sides of a pair alike; each pair gives one ratio A/B, and the
+tables show the min and median of those ratios, for wall-clock time and for CPU time (user + system
+of the child, from wait4).  Peak RSS is the child's ru_maxrss.  No absolute-time goal is checked;
+the issue's "done when" lines are printed beside the measured figures.
 
-1. ``eaglepatch check TREE`` (one model) and ``eaglepatch check --all TREE``;
-2. the baseline: ``libcst.parse_module`` on every ``.py`` file of ``srt`` -- what a tool
-   that simply parses the whole tree with libcst would pay;
-3. ``eaglepatch --help`` against ``python -c pass`` with the same interpreter.
+Comparisons, on the oldest (0.5.9) and newest (0.5.23) pinned release (`tests/releases.txt`, fetched
+once into .cache/ by tests/sglang_releases.py):
 
-Goals: ``check --all`` at least 5x faster than the baseline, ``check`` (one model) under
-1 s, ``--help`` under 0.3 s above a bare interpreter start.
+* `check` (one model) cold -- an empty cache folder -- against its *floor*: a bare interpreter that
+  reads the files that `check` decodes and runs CPython's `ast.parse` on each;
+* `check` warm (the answer is in the cache) against `python -c pass`;
+* `check --all` cold against `ast.parse` of every .py file below srt, and against `libcst.parse_module`
+  of every file (the naive tool); `check --all` warm against `python -c pass`;
+* `--help` and `--version` against `python -c pass`;
+* the scaling of `check --all` (cold) over 1x, 2x, 4x and 8x copies of models/ on the newest release:
+  time per size, the paired slope (seconds per added copy from 4x to 8x over that from 2x to 4x:
+  1.0 is linear) and peak RSS.
 
-Each figure is the median wall-clock time (``time.perf_counter`` around
-``subprocess.run``) of several runs, after one untimed warm-up run (the baseline has
-none: it reads the files the ``check`` runs have already brought into the page cache).
-The median, unlike the mean, is not dragged up by the odd run that loses the CPU to
-something else. A missed goal is reported, not an error: the exit status is non-zero
-only when a command fails.
+Files are in the page cache for every run (each command reads them over and over): the figures are
+warm-disk figures, as in pre-commit and CI re-runs.
 """
 
 from __future__ import annotations
@@ -26,131 +30,333 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from importlib.metadata import version as dist_version
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
 import sglang_releases  # noqa: E402
 
-# Runs in its own interpreter, so libcst's import cost counts as it does for eaglepatch.
+OLDEST, NEWEST = "0.5.9", "0.5.23"
+
+# Each runs in its own interpreter, so its imports count as eaglepatch's do.
 PARSE_ALL = """\
-import json, pathlib, sys
-import libcst
-files = lines = failed = 0
+import pathlib, sys
+mode = sys.argv[2]
+if mode == "libcst":
+    import libcst
+    parse, errors = libcst.parse_module, (libcst.ParserSyntaxError,)
+else:
+    import ast
+    parse, errors = ast.parse, (SyntaxError, ValueError)
 for path in sorted(pathlib.Path(sys.argv[1]).rglob("*.py")):
-    data = path.read_bytes()
-    files += 1
-    lines += data.count(b"\\n")
     try:
-        libcst.parse_module(data)
-    except libcst.ParserSyntaxError:
-        failed += 1
-print(json.dumps({"files": files, "lines": lines, "failed": failed}))
+        parse(path.read_bytes())
+    except errors:
+        pass
+"""
+FLOOR = """\
+import ast, sys
+for path in open(sys.argv[1], encoding="utf-8").read().splitlines():
+    with open(path, "rb") as handle:
+        ast.parse(handle.read())
 """
 
 
-def timed(cmd: list[str], ok=(0,)) -> tuple[float, subprocess.CompletedProcess]:
-    """Seconds one run of `cmd` took; abort the benchmark if it exits outside `ok`."""
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
+class Run:
+    __slots__ = ("wall", "cpu", "rss_mib", "code")
+
+    def __init__(self, wall: float, cpu: float, rss_mib: float, code: int):
+        self.wall, self.cpu, self.rss_mib, self.code = wall, cpu, rss_mib, code
+
+
+def run_once(cmd: list[str], ok=(0,), env: dict | None = None) -> Run:
+    """One run: wall time, CPU time and peak RSS of the child alone (wait4)."""
+    with open(os.devnull, "wb") as sink:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.PIPE,
+                                env={**os.environ, **(env or {})})
+        stderr = proc.stderr.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        proc.stderr.close()
     if proc.returncode not in ok:
-        sys.exit(f"bench: `{' '.join(cmd)}` exited {proc.returncode}:\n{proc.stderr.strip()}")
-    return seconds, proc
+        sys.exit(f"bench: `{' '.join(cmd)}` exited {proc.returncode}:\n{stderr.decode(errors='replace').strip()[-2000:]}")
+    return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode)
 
 
-def median_of(label: str, cmd: list[str], runs: int, ok=(0,), warm_up=True) -> tuple[dict, str]:
-    """Median and spread of `runs` timed runs of `cmd`, and the last run's stdout."""
+class Command:
+    def __init__(self, label: str, cmd: list[str], ok=(0,), env=None, before=None):
+        self.label, self.cmd, self.ok, self.env, self.before = label, cmd, ok, env or {}, before
+        self.runs: list[Run] = []
+
+    def __call__(self) -> Run:
+        env = dict(self.env)
+        if self.before is not None:
+            env.update(self.before() or {})
+        run = run_once(self.cmd, self.ok, env)
+        self.runs.append(run)
+        return run
+
+    def median(self, what: str = "wall") -> float:
+        return statistics.median(getattr(r, what) for r in self.runs)
+
+    def peak_rss(self) -> float:
+        return max(r.rss_mib for r in self.runs)
+
+
+def interleave(commands: list[Command], rounds: int, warm_up: bool = True) -> None:
+    """A B C A B C ...: one untimed round first (it fills the page cache and the warm cache)."""
     if warm_up:
-        timed(cmd, ok)
-    times, out = [], ""
-    for _ in range(runs):
-        seconds, proc = timed(cmd, ok)
-        times.append(seconds)
-        out = proc.stdout
-    print(f"  {label:<46} median {statistics.median(times):7.3f} s of {runs}", file=sys.stderr)
-    return {"label": label, "median": statistics.median(times), "min": min(times), "max": max(times), "runs": times}, out
+        for command in commands:
+            run_once(command.cmd, command.ok, {**command.env, **((command.before or (lambda: {}))() or {})})
+    for round_ in range(rounds):
+        for command in commands:
+            command()
+        print(f"    round {round_ + 1}/{rounds}: " + ", ".join(f"{c.label} {c.runs[-1].wall:.3f}s" for c in commands),
+              file=sys.stderr)
+
+
+def ratios(a: Command, b: Command, what: str = "wall") -> list[float]:
+    return [getattr(x, what) / getattr(y, what) for x, y in zip(a.runs, b.runs)]
+
+
+def pair_row(a: Command, b: Command) -> dict:
+    wall, cpu = ratios(a, b), ratios(a, b, "cpu")
+    return {
+        "a": a.label, "b": b.label, "pairs": len(wall),
+        "a_median_s": a.median(), "b_median_s": b.median(),
+        "a_cpu_median_s": a.median("cpu"), "b_cpu_median_s": b.median("cpu"),
+        "ratio_min": min(wall), "ratio_median": statistics.median(wall),
+        "cpu_ratio_min": min(cpu), "cpu_ratio_median": statistics.median(cpu),
+        "a_peak_rss_mib": a.peak_rss(), "b_peak_rss_mib": b.peak_rss(),
+    }
+
+
+def print_pairs(title: str, rows: list[dict]) -> None:
+    print(f"\n### {title}\n")
+    print("| A | B | pairs | A median wall (s) | B median wall (s) | A/B wall min | A/B wall median "
+          "| A/B CPU min | A/B CPU median | A peak RSS (MiB) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        print(f"| {r['a']} | {r['b']} | {r['pairs']} | {r['a_median_s']:.3f} | {r['b_median_s']:.3f} "
+              f"| {r['ratio_min']:.3f} | {r['ratio_median']:.3f} | {r['cpu_ratio_min']:.3f} "
+              f"| {r['cpu_ratio_median']:.3f} | {r['a_peak_rss_mib']:.0f} |")
+
+
+def decoded_files(srt: Path, model: str) -> list[str]:
+    """The files `check --model MODEL` decodes (read into its SourceCache), found by running it here."""
+    from patcher.pipeline import Selection, analyze
+
+    analysis = analyze(Selection(srt, [model]))
+    return sorted(str(path) for path in analysis.cache._files)
+
+
+def fresh_cache_dir(root: Path):
+    """A `before` hook: every run gets an empty cache folder (a cold run: miss, then store)."""
+    counter = iter(range(10**9))
+
+    def before() -> dict:
+        folder = root / f"cold-{next(counter)}"
+        return {"EAGLEPATCH_CACHE_DIR": str(folder)}
+
+    return before
+
+
+def release_block(version: str, args, cli: list[str], bare: Command, scratch: Path) -> dict:
+    site = sglang_releases.site_packages(version)
+    srt = site / "sglang" / "srt"
+    tree = str(srt)
+    print(f"bench: sglang {version} at {srt}", file=sys.stderr)
+    files = sorted(srt.rglob("*.py"))
+    lines = sum(p.read_bytes().count(b"\n") for p in files)
+    needed = decoded_files(srt, args.model)
+    listing = scratch / f"floor-{version}.txt"
+    listing.write_text("\n".join(needed) + "\n", encoding="utf-8")
+    warm_dir = {"EAGLEPATCH_CACHE_DIR": str(scratch / f"warm-{version}")}
+    cold = fresh_cache_dir(scratch)
+    one = [*cli, "check", "--model", args.model, tree]
+    every = [*cli, "check", "--all", tree]
+
+    check_cold = Command("check cold", one, (0, 1), before=cold)
+    floor = Command(f"floor (python + read + ast.parse of {len(needed)} decoded files)", [sys.executable, "-c", FLOOR, str(listing)])
+    check_warm = Command("check warm", one, (0, 1), env=warm_dir)
+    bare_here = Command("python -c pass", bare.cmd)
+    print("  check: cold vs floor, warm vs bare python", file=sys.stderr)
+    interleave([check_cold, floor, check_warm, bare_here], args.runs)
+
+    all_cold = Command("check --all cold", every, (0, 1), before=cold)
+    ast_all = Command(f"ast.parse of all {len(files)} files", [sys.executable, "-c", PARSE_ALL, tree, "ast"])
+    all_warm = Command("check --all warm", every, (0, 1), env=warm_dir)
+    bare_all = Command("python -c pass", bare.cmd)
+    print("  check --all: cold vs ast.parse of every file, warm vs bare python", file=sys.stderr)
+    interleave([all_cold, ast_all, all_warm, bare_all], args.runs)
+
+    rows = [pair_row(check_cold, floor), pair_row(check_warm, bare_here), pair_row(all_cold, ast_all),
+            pair_row(all_warm, bare_all)]
+    if args.libcst_runs:
+        all_cold2 = Command("check --all cold", every, (0, 1), before=cold)
+        libcst_all = Command(f"libcst.parse_module of all {len(files)} files", [sys.executable, "-c", PARSE_ALL, tree, "libcst"])
+        print("  check --all cold vs libcst's full parse (slow)", file=sys.stderr)
+        interleave([all_cold2, libcst_all], args.libcst_runs, warm_up=False)
+        rows.append(pair_row(all_cold2, libcst_all))
+    print_pairs(f"sglang {version}: {len(files)} .py files, {lines:,} lines; model {args.model}", rows)
+    return {"version": version, "files": len(files), "lines": lines, "decoded_by_check": len(needed), "pairs": rows,
+            "check_warm_median_s": check_warm.median()}
+
+
+def copy_models(srt: Path, into: Path, copies: int) -> Path:
+    """A copy of sglang/srt whose models/ holds `copies` copies of every model module (the original
+    and `name_xK` beside it)."""
+    target = into / f"x{copies}" / "sglang" / "srt"
+    shutil.copytree(srt, target, ignore=shutil.ignore_patterns("__pycache__"))
+    models = target / "models"
+    for k in range(1, copies):
+        for path in (srt / "models").iterdir():
+            if path.name.startswith("__") or path.name == "__pycache__":
+                continue
+            if path.is_dir():
+                shutil.copytree(path, models / f"{path.name}_x{k}", ignore=shutil.ignore_patterns("__pycache__"))
+            elif path.suffix == ".py":
+                shutil.copy2(path, models / f"{path.stem}_x{k}.py")
+    return target
+
+
+def scaling(args, cli: list[str], scratch: Path) -> dict:
+    version = NEWEST if NEWEST in args.releases else args.releases[-1]
+    srt = sglang_releases.site_packages(version) / "sglang" / "srt"
+    sizes = [1, 2, 4, 8]
+    commands = []
+    for copies in sizes:
+        tree = copy_models(srt, scratch / "scaling", copies)
+        count = sum(1 for _ in (tree / "models").rglob("*.py"))
+        commands.append(Command(f"{copies}x ({count} model files)", [*cli, "check", "--all", "--no-cache", str(tree)], (0, 1)))
+    print(f"  scaling of check --all over copies of models/ (sglang {version})", file=sys.stderr)
+    interleave(commands, args.scaling_runs)
+    by = dict(zip(sizes, commands))
+    slopes = [((e.wall - d.wall) / 4) / ((d.wall - b.wall) / 2)
+              for b, d, e in zip(by[2].runs, by[4].runs, by[8].runs) if d.wall > b.wall]
+    cpu_slopes = [((e.cpu - d.cpu) / 4) / ((d.cpu - b.cpu) / 2)
+                  for b, d, e in zip(by[2].runs, by[4].runs, by[8].runs) if d.cpu > b.cpu]
+    print(f"\n### Scaling of `check --all` (cold, --no-cache) over copies of models/, sglang {version}\n")
+    print("| models/ | median wall (s) | median CPU (s) | wall / 1x (paired median) | peak RSS (MiB) |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for copies, command in by.items():
+        rel = statistics.median(ratios(command, by[1]))
+        print(f"| {command.label} | {command.median():.3f} | {command.median('cpu'):.3f} | {rel:.2f} | {command.peak_rss():.0f} |")
+    result = {
+        "version": version,
+        "sizes": {c: {"label": cmd.label, "wall_median_s": cmd.median(), "cpu_median_s": cmd.median("cpu"),
+                      "peak_rss_mib": cmd.peak_rss()} for c, cmd in by.items()},
+        "slope_4_8_over_2_4": {"wall_min": min(slopes, default=float("nan")),
+                               "wall_median": statistics.median(slopes) if slopes else float("nan"),
+                               "cpu_median": statistics.median(cpu_slopes) if cpu_slopes else float("nan")},
+    }
+    s = result["slope_4_8_over_2_4"]
+    print(f"\nPaired slope (s per copy from 4x to 8x) / (s per copy from 2x to 4x): wall min {s['wall_min']:.3f}, "
+          f"median {s['wall_median']:.3f}; CPU median {s['cpu_median']:.3f} (1.0 = linear)")
+    return result
+
+
+def done_when(start: list[dict], releases: list[dict], scale: dict | None) -> None:
+    print("\n### The issue's done-when lines, against these figures\n")
+    print("| line | measured | |")
+    print("| --- | --- | --- |")
+
+    def row(line: str, measured: str, ok: bool) -> None:
+        print(f"| {line} | {measured} | {'met' if ok else 'NOT met'} |")
+
+    for rel in releases:
+        pairs = {p["a"] + "|" + p["b"].split(" ")[0]: p for p in rel["pairs"]}
+        warm = pairs["check warm|python"]
+        row(f"warm `check` <= 0.15 s and <= 10x bare python ({rel['version']})",
+            f"{warm['a_median_s']:.3f} s median; {warm['ratio_median']:.1f}x bare (min {warm['ratio_min']:.1f}x)",
+            warm["a_median_s"] <= 0.15 and warm["ratio_median"] <= 10)
+        cold = pairs["check cold|floor"]
+        row(f"cold `check` <= 2x its floor ({rel['version']})",
+            f"{cold['ratio_median']:.2f}x median (min {cold['ratio_min']:.2f}x; CPU {cold['cpu_ratio_median']:.2f}x)",
+            cold["ratio_median"] <= 2)
+        ast_pair = pairs["check --all cold|ast.parse"]
+        row(f"`--all` cold faster than ast.parse of every file ({rel['version']})",
+            f"{ast_pair['ratio_median']:.2f}x the time of ast.parse (min {ast_pair['ratio_min']:.2f}x)",
+            ast_pair["ratio_median"] < 1)
+        lib = pairs.get("check --all cold|libcst.parse_module")
+        if lib is not None:
+            speedup = 1 / lib["ratio_median"]
+            row(f"`--all` cold >= 20x faster than libcst's full parse ({rel['version']})",
+                f"{speedup:.1f}x faster (median of {lib['pairs']} pairs; best {1 / lib['ratio_min']:.1f}x)", speedup >= 20)
+    for pair in start:
+        if pair["a"] == "eaglepatch --help":
+            row("`--help` <= 3x bare python", f"{pair['ratio_median']:.2f}x median (min {pair['ratio_min']:.2f}x)",
+                pair["ratio_median"] <= 3)
+    if scale is not None:
+        s = scale["slope_4_8_over_2_4"]
+        rss = scale["sizes"][8]["peak_rss_mib"]
+        row("`--all` linear: paired slope <= 1.05 from 2x to 8x", f"{s['wall_median']:.3f} median (CPU {s['cpu_median']:.3f})",
+            s["wall_median"] <= 1.05)
+        row("peak RSS at 8x <= 300 MiB", f"{rss:.0f} MiB", rss <= 300)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--version", help="sglang release to measure (default: the latest on the index)")
+    parser.add_argument("--releases", nargs="+", default=[OLDEST, NEWEST], help="sglang releases (default: 0.5.9 0.5.23)")
     parser.add_argument("--model", default="kimi_k25", help="model for the one-model check (default: kimi_k25)")
-    parser.add_argument("--runs", type=int, default=5, help="runs per check command (default: 5)")
-    parser.add_argument("--baseline-runs", type=int, default=3, help="runs of the full libcst parse (default: 3)")
-    parser.add_argument("--help-runs", type=int, default=15, help="runs of --help and of python -c pass (default: 15)")
+    parser.add_argument("--runs", type=int, default=7, help="pairs per comparison (default: 7)")
+    parser.add_argument("--startup-runs", type=int, default=21, help="pairs for --help/--version (default: 21)")
+    parser.add_argument("--libcst-runs", type=int, default=2, help="pairs against libcst's full parse, 0 to skip (default: 2)")
+    parser.add_argument("--scaling-runs", type=int, default=3, help="rounds of the 1x/2x/4x/8x scaling, 0 to skip (default: 3)")
+    parser.add_argument("--only", choices=["startup", "releases", "scaling"], action="append", help="run only these parts")
     parser.add_argument("--json", type=Path, default=REPO / "build" / "bench.json", help="where to write the results")
     args = parser.parse_args()
-    if min(args.runs, args.baseline_runs, args.help_runs) < 1:
-        parser.error("every run count must be at least 1")
+    if min(args.runs, args.startup_runs) < 1 or min(args.libcst_runs, args.scaling_runs) < 0:
+        parser.error("--runs and --startup-runs must be at least 1; the others at least 0")
+    parts = set(args.only or ["startup", "releases", "scaling"])
 
-    version = args.version or sglang_releases.latest_release()
-    site = sglang_releases.site_packages(version)
-    srt = site / "sglang" / "srt"
     cli = [sys.executable, "-m", "patcher"]
     machine = {
         "nproc": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "libcst": dist_version("libcst"),
+        "typer": dist_version("typer"),
         "eaglepatch": dist_version("eaglepatch"),
-        "sglang": version,
-        "tree": str(srt),
         "loadavg_before": os.getloadavg()[0],
     }
-    print(f"bench: sglang {version} at {srt}", file=sys.stderr)
-
-    tree = str(srt)
-    check_one, _ = median_of(f"eaglepatch check --model {args.model}", [*cli, "check", "--model", args.model, tree],
-                             args.runs, ok=(0, 1))
-    check_all, _ = median_of("eaglepatch check --all", [*cli, "check", "--all", tree], args.runs, ok=(0, 1))
-    help_, _ = median_of("eaglepatch --help", [*cli, "--help"], args.help_runs)
-    bare, _ = median_of("python -c pass", [sys.executable, "-c", "pass"], args.help_runs)
-    baseline, out = median_of("libcst.parse_module on every file (baseline)", [sys.executable, "-c", PARSE_ALL, tree],
-                              args.baseline_runs, warm_up=False)
-    counts = json.loads(out)  # files, lines, files libcst could not parse
+    bare = Command("python -c pass", [sys.executable, "-c", "pass"])
+    results: dict = {"machine": machine, "startup": [], "releases": [], "scaling": None}
+    with tempfile.TemporaryDirectory(prefix="eaglepatch-bench-") as tmp:
+        scratch = Path(tmp)
+        if "startup" in parts:
+            print("bench: start-up", file=sys.stderr)
+            help_ = Command("eaglepatch --help", [*cli, "--help"])
+            version = Command("eaglepatch --version", [*cli, "--version"])
+            bare_a, bare_b = Command("python -c pass", bare.cmd), Command("python -c pass", bare.cmd)
+            interleave([help_, bare_a, version, bare_b], args.startup_runs)
+            results["startup"] = [pair_row(help_, bare_a), pair_row(version, bare_b)]
+        if "releases" in parts:
+            for release in args.releases:
+                results["releases"].append(release_block(release, args, cli, bare, scratch))
+        if "scaling" in parts and args.scaling_runs:
+            results["scaling"] = scaling(args, cli, scratch)
 
     machine["loadavg_after"] = os.getloadavg()[0]
-    speedup = baseline["median"] / check_all["median"]
-    help_overhead = help_["median"] - bare["median"]
-    goals = {
-        "check_all_speedup": {"value": speedup, "goal": ">= 5x", "met": speedup >= 5},
-        "check_one_seconds": {"value": check_one["median"], "goal": "< 1 s", "met": check_one["median"] < 1},
-        "help_overhead_seconds": {"value": help_overhead, "goal": "< 0.3 s", "met": help_overhead < 0.3},
-    }
-    results = {
-        "machine": machine,
-        "tree": counts,
-        "model": args.model,
-        "timings": {"check": check_one, "check_all": check_all, "libcst_parse_all": baseline,
-                    "help": help_, "python_pass": bare},
-        "goals": goals,
-    }
+    print(f"\nMachine: {machine['nproc']} CPUs, Python {machine['python']} ({machine['platform']}), "
+          f"libcst {machine['libcst']}, typer {machine['typer']}, eaglepatch {machine['eaglepatch']}; "
+          f"1-min load average {machine['loadavg_before']:.2f} before, {machine['loadavg_after']:.2f} after")
+    if results["startup"]:
+        print_pairs("Start-up", results["startup"])
+    if results["releases"] or results["startup"]:
+        done_when(results["startup"], results["releases"], results["scaling"])
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2) + "\n")
-
-    def met(name: str) -> str:
-        return "met" if goals[name]["met"] else "NOT met"
-
-    print(f"Machine: {machine['nproc']} CPUs, Python {machine['python']} ({machine['platform']}), "
-          f"libcst {machine['libcst']}, eaglepatch {machine['eaglepatch']}; "
-          f"1-min load average {machine['loadavg_before']:.2f} before, {machine['loadavg_after']:.2f} after")
-    print(f"Tree: sglang {version} srt/ -- {counts['files']} .py files, {counts['lines']:,} lines"
-          f" ({counts['failed']} not parsable by libcst)\n")
-    print("| command | runs | median (s) | min - max (s) |")
-    print("| --- | ---: | ---: | ---: |")
-    for t in (check_one, check_all, baseline, help_, bare):
-        print(f"| `{t['label']}` | {len(t['runs'])} | {t['median']:.3f} | {t['min']:.3f} - {t['max']:.3f} |")
-    print("\n| goal | measured | target | |")
-    print("| --- | ---: | ---: | --- |")
-    print(f"| `check --all` speed-up vs full libcst parse | {speedup:.1f}x | >= 5x | {met('check_all_speedup')} |")
-    print(f"| `check` one model | {check_one['median']:.3f} s | < 1 s | {met('check_one_seconds')} |")
-    print(f"| `--help` minus bare python start | {help_overhead:.3f} s | < 0.3 s | {met('help_overhead_seconds')} |")
     print(f"\nJSON: {args.json}")
     return 0
 

@@ -15,6 +15,9 @@ from typing import List, Optional
 import typer
 
 from patcher import __version__
+from patcher.startup import fast_coercion, tune_gc
+
+fast_coercion()  # typer's pydantic layer costs more than answering from the cache
 
 app = typer.Typer(
     name="eaglepatch",
@@ -206,6 +209,7 @@ def run_analysis(
     ignore: Optional[List[str]] = None,
     installed: bool = False,
     python: Optional[str] = None,
+    resolved=None,
 ):
     from patcher.errors import EaglepatchError
     from patcher.pipeline import Selection, analyze
@@ -228,8 +232,8 @@ def run_analysis(
                 def progress(rel: str, total: int) -> None:
                     bar.update(task, total=total, advance=1, description=rel)
 
-                return analyze(selection, progress=progress)
-        return analyze(selection)
+                return analyze(selection, progress=progress, resolved=resolved)
+        return analyze(selection, resolved=resolved)
     except EaglepatchError as exc:
         fail(str(exc))
 
@@ -250,11 +254,78 @@ def check(
     write_baseline: Optional[Path] = typer.Option(
         None, "--write-baseline", metavar="FILE", help="Record every required gap found now in FILE (JSON, for git), exit 0."
     ),
+    no_cache: bool = typer.Option(
+        False, "--no-cache", help="Neither read nor write the result cache (also EAGLEPATCH_NO_CACHE=1)."
+    ),
 ) -> None:
     """Report every EAGLE-3 member a model class lacks (a CI gate: exit 1 when a required one is missing)."""
     if baseline is not None and write_baseline is not None:
         fail("--baseline and --write-baseline do not go together; pass one of them")
-    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python)
+    results, resolved = None, None
+    if write_baseline is None:
+        results, resolved = _result_cache(path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache)
+    if results is not None:
+        hit = results.lookup()
+        if hit is not None:
+            sys.stdout.write(hit[1])
+            raise typer.Exit(hit[0])
+    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, resolved)
+    if results is None:
+        _report(analysis, output_format, baseline, write_baseline)
+    from patcher.cache import Tee
+
+    stdout = sys.stdout
+    sys.stdout = tee = Tee(stdout)
+    try:
+        _report(analysis, output_format, baseline, write_baseline)
+    except typer.Exit as done:
+        results.store(done.exit_code, tee.text())
+        raise
+    finally:
+        sys.stdout = stdout
+
+
+def _result_cache(path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache):
+    """(the cache entry for this question, the resolved selection), or (None, None) when bypassed."""
+    from patcher import cache
+
+    if cache.disabled(no_cache):
+        return None, None
+    import os
+
+    from patcher import __version__
+    from patcher.errors import EaglepatchError
+    from patcher.pipeline import Selection, resolve_selection
+
+    selection = Selection(path, list(model or []), all_models, list(consumer or []), list(ignore or []), installed, python)
+    try:
+        resolved = resolve_selection(selection)
+    except EaglepatchError as exc:
+        fail(str(exc))
+    tree, merged, consumers = resolved
+    baseline_file = os.path.abspath(baseline) if baseline is not None else None
+    key = {
+        "eaglepatch": __version__,
+        "python": sys.version,
+        "own": cache.own_files(),
+        "command": "check",
+        "tree": [str(tree.srt), str(tree.given), tree.layout],
+        "models": merged.models,
+        "all": merged.all_models,
+        "consumers": [str(c) for c in consumers],
+        "ignore": merged.ignore,
+        "format": output_format.value,
+        "baseline": [str(baseline), baseline_file] if baseline is not None else None,
+        "cwd": os.getcwd(),
+        "output": cache.output_environment(sys.stdout),
+    }
+    outside = [c for c in consumers if tree.srt not in c.parents]
+    deps = cache.dependencies(tree.srt, outside + ([Path(baseline_file)] if baseline_file else []))
+    return cache.ResultCache(key, deps), resolved
+
+
+def _report(analysis, output_format: OutputFormat, baseline: Optional[Path], write_baseline: Optional[Path]) -> None:
+    """`check`'s output and exit code (always raises typer.Exit)."""
     from patcher import report
     from patcher.baseline import load_gate
     from patcher.baseline import write_baseline as record
@@ -509,6 +580,7 @@ def main() -> None:
     """Entry point: an unexpected failure is still exit 2 with one line, never a findings exit 1."""
     import os
 
+    tune_gc()
     try:
         app()
     except KeyboardInterrupt:

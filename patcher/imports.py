@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,10 +54,12 @@ class ImportTable:
 
     _cache_key = "_import_tables"
 
-    def __init__(self, tree: SourceTree, source: SourceFile, statements: list[cst.CSTNode], cache: SourceCache | None = None):
+    def __init__(self, tree: SourceTree, source: SourceFile, statements: list[ast.stmt], cache: SourceCache | None = None):
         self.tree = tree
         self.source = source
         self.cache = cache
+        # module -> in-tree file, for this run: one module is named by hundreds of import lines
+        self._paths = cache.__dict__.setdefault("_module_paths", {}) if cache is not None else {}
         self.names: dict[str, Origin] = {}
         self.stars: list[Origin] = []  # in-tree modules imported with `*`
         self._package = source.rel.split("/")[:-1]
@@ -73,17 +76,22 @@ class ImportTable:
         tables = cache.__dict__.setdefault(cls._cache_key, {})
         table = tables.get(source.path)
         if table is None:
-            table = tables[source.path] = cls(tree, source, cache.parse_imports(source), cache)
+            table = tables[source.path] = cls(tree, source, cache.parse_imports_ast(source), cache)
         return table
 
-    def _bindings(self, statements) -> list[tuple[str, Origin]]:
+    def _module_path(self, module: str) -> Path | None:
+        key = (self.tree.srt, module) if self.tree is not None else (None, module)
+        if key not in self._paths:
+            self._paths[key] = module_path(self.tree, module)
+        return self._paths[key]
+
+    def _bindings(self, statements: list[ast.stmt]) -> list[tuple[str, Origin]]:
         out: list[tuple[str, Origin]] = []
         for stmt in statements:
-            for small in getattr(stmt, "body", []):
-                if isinstance(small, cst.ImportFrom):
-                    out += self._from_bindings(small)
-                elif isinstance(small, cst.Import):
-                    out += self._import_bindings(small)
+            if isinstance(stmt, ast.ImportFrom):
+                out += self._from_bindings(stmt)
+            elif isinstance(stmt, ast.Import):
+                out += self._import_bindings(stmt)
         return out
 
     def _fallbacks(self) -> set[tuple[str, Origin]]:
@@ -106,43 +114,43 @@ class ImportTable:
         if not texts:
             return set()
         try:
-            statements = list(cst.parse_module("\n".join(texts) + "\n").body)
-        except cst.ParserSyntaxError:
+            statements = ast.parse("\n".join(texts) + "\n").body
+        except (SyntaxError, ValueError):
             return set()
         return set(self._bindings(statements))
 
-    def _from_bindings(self, node: cst.ImportFrom) -> list[tuple[str, Origin]]:
-        level = len(node.relative)
-        module = dotted_name(node.module)
+    def _from_bindings(self, node: ast.ImportFrom) -> list[tuple[str, Origin]]:
+        level = node.level or 0
+        module = node.module or ""
         if level:
             base = ["sglang", "srt"] + self._package
             if level > 1:
                 base = base[: len(base) - (level - 1)]
             module = ".".join(base + ([module] if module else []))
-        if isinstance(node.names, cst.ImportStar):
-            return [("*", Origin(module, None, module_path(self.tree, module)))]
+        if len(node.names) == 1 and node.names[0].name == "*":
+            return [("*", Origin(module, None, self._module_path(module)))]
         out = []
         for alias in node.names:
-            name = dotted_name(alias.name)
-            local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
-            submodule = module_path(self.tree, f"{module}.{name}")
+            name = alias.name
+            local = alias.asname or name
+            submodule = self._module_path(f"{module}.{name}")
             if submodule is not None:
                 out.append((local, Origin(f"{module}.{name}", None, submodule)))
             else:
-                out.append((local, Origin(module, name, module_path(self.tree, module))))
+                out.append((local, Origin(module, name, self._module_path(module))))
         return out
 
-    def _import_bindings(self, node: cst.Import) -> list[tuple[str, Origin]]:
+    def _import_bindings(self, node: ast.Import) -> list[tuple[str, Origin]]:
         out = []
         for alias in node.names:
-            module = dotted_name(alias.name)
-            if alias.asname and isinstance(alias.asname.name, cst.Name):
-                out.append((alias.asname.name.value, Origin(module, None, module_path(self.tree, module))))
+            module = alias.name
+            if alias.asname:
+                out.append((alias.asname, Origin(module, None, self._module_path(module))))
             else:
                 top = module.split(".")[0]
                 if top != module:  # `import a.b` binds `a` too, unless something else already did
                     out.append((top, Origin(top, None, None)))
-                out.append((module, Origin(module, None, module_path(self.tree, module))))
+                out.append((module, Origin(module, None, self._module_path(module))))
         return out
 
     def lookup(self, local: str, _seen: frozenset = frozenset()) -> Origin | None:

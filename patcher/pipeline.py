@@ -5,15 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from patcher.errors import EaglepatchError
 from patcher.locate import SourceTree, locate_tree
-from patcher.plan import call_misfit, plan_wrapper
-from patcher.protocol import extract_protocol
-from patcher.records import ModelPlan, Protocol, Signature
-from patcher.resolve import Resolver, select_wrappers, signature_node
-from patcher.roles import learn_roles
-from patcher.source import SourceCache
-from patcher.synthesize import HookLibrary
+
+if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
+    from patcher.records import ModelPlan, Protocol, Signature
+    from patcher.source import SourceCache
 
 DEFAULT_MODEL = "kimi_k25"
 MAX_ADOPTION_ROUNDS = 3
@@ -91,10 +90,19 @@ def analyze(
     extra_consumers: list[Path] | None = None,
     all_models: bool = False,
     progress=None,
+    resolved: tuple[SourceTree, Selection, list[Path]] | None = None,
 ) -> Analysis:
-    """The protocol is extracted once and shared by every wrapper looked at."""
+    """The protocol is extracted once and shared by every wrapper looked at.  `resolved` is what
+    resolve_selection already returned for this Selection (the result cache needs it first)."""
+    from patcher.plan import call_misfit, plan_wrapper
+    from patcher.protocol import extract_protocol
+    from patcher.resolve import Resolver, select_wrappers, signature_node
+    from patcher.roles import learn_roles
+    from patcher.source import SourceCache
+    from patcher.synthesize import HookLibrary
+
     if isinstance(path, Selection):
-        tree, selection, consumers = resolve_selection(path)
+        tree, selection, consumers = resolved if resolved is not None else resolve_selection(path)
         models, all_models, ignore = selection.models, selection.all_models, selection.ignore
         extra_consumers = (extra_consumers or []) + consumers
     else:

@@ -37,6 +37,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.integration)
 
 
+@pytest.fixture(autouse=True)
+def _no_result_cache(monkeypatch, tmp_path_factory):
+    """Tests see fresh answers: the result cache is off (tests/test_cache.py turns it on), and never
+    the user's own cache folder."""
+    monkeypatch.setenv("EAGLEPATCH_NO_CACHE", "1")
+    monkeypatch.setenv("EAGLEPATCH_CACHE_DIR", str(tmp_path_factory.mktemp("eaglepatch-cache")))
+
+
 @pytest.fixture(scope="session")
 def sglang_059() -> Path:
     """site-packages folder holding sglang 0.5.9 (shared cache: do not write)."""

@@ -1,0 +1,80 @@
+"""The `eaglepatch` entry point: answers `--version` and `--help` without importing typer.
+
+Importing typer alone costs about twice a bare interpreter start.  `--version` needs none of it;
+`--help` (of eaglepatch or of one command) is typer's own text, rendered once and kept in the
+result cache (patcher/cache.py) under a key of eaglepatch's modules, the Python version, the
+arguments, the program name and what shapes the output (terminal, width, colour), so it is
+re-rendered whenever any of them changes.  Everything else goes to patcher.cli.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+
+COMMANDS = ("check", "diff", "apply", "revert", "explain")
+HELP = ("--help", "-h")
+
+
+def _help_question(argv: list[str]) -> bool:
+    return (len(argv) == 1 and argv[0] in HELP) or (len(argv) == 2 and argv[0] in COMMANDS and argv[1] in HELP)
+
+
+def main() -> None:
+    gc.disable()  # imports allocate many objects that all live to the end: no collection passes over them
+    argv = sys.argv[1:]
+    if argv == ["--version"]:
+        from patcher import __version__
+
+        sys.stdout.write(f"eaglepatch {__version__}\n")
+        sys.stdout.flush()
+        return
+    entry = _help_entry(argv) if _help_question(argv) else None
+    if entry is not None:
+        hit = entry.lookup()
+        if hit is not None:
+            sys.stdout.write(hit[1])
+            sys.stdout.flush()
+            sys.exit(hit[0])
+    from patcher.cli import main as cli_main
+
+    if entry is None:
+        cli_main()
+        return
+    from patcher.cache import Tee
+
+    stdout = sys.stdout
+    sys.stdout = tee = Tee(stdout)
+    try:
+        cli_main()
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 2)
+        sys.stdout = stdout
+        if code == 0:
+            entry.store(0, tee.text())
+        raise
+    finally:
+        sys.stdout = stdout
+
+
+def _help_entry(argv: list[str]):
+    from patcher import cache
+
+    if cache.disabled():
+        return None
+    from patcher import __version__
+
+    key = {
+        "eaglepatch": __version__,
+        "python": sys.version,
+        "argv": argv,
+        "prog": os.path.basename(sys.argv[0]),
+        "main": getattr(sys.modules.get("__main__"), "__spec__", None) and sys.modules["__main__"].__spec__.name,
+        "output": cache.output_environment(sys.stdout),
+    }
+    return cache.ResultCache(key, cache.own_fingerprint(), kind="help")
+
+
+if __name__ == "__main__":
+    main()
