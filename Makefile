@@ -23,6 +23,10 @@ demo: venv
 	-$(BIN)/eaglepatch diff $(DEMO)
 	$(BIN)/eaglepatch apply $(DEMO)
 	$(BIN)/eaglepatch check $(DEMO)
+	# a class that is itself the causal LM: its hooks are learned from a class of the tree that has them
+	-$(BIN)/eaglepatch diff --model olmo_like $(DEMO)
+	$(BIN)/eaglepatch apply --model olmo_like $(DEMO)
+	$(BIN)/eaglepatch check --model olmo_like $(DEMO)
 
 # The whole suite, integration tests on real SGLang releases included (downloaded once into .cache/).
 test: venv
