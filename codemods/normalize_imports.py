@@ -7,18 +7,50 @@ layout keeps the file stable under black.  Only the names this run added are tou
 
 from __future__ import annotations
 
+import sys
+
 import libcst as cst
 
 from codemods.names import dotted_name
 
 
 class NormalizeAddedImports(cst.CSTTransformer):
-    def __init__(self, added: dict[str, set[str]]):
+    def __init__(self, added: dict[str, set[str]], before: cst.Module | None = None):
         super().__init__()
         self.added = added  # module -> names this run imports from it
+        self.present = imported_from(before) if before is not None else {}  # what the file imported already
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         return False  # imports that AddImportsVisitor touches are at module level
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        """A `from <stdlib module> import ...` line this run added goes into the file's standard-library
+        block, in isort's order, rather than after the last import (where isort would move it from)."""
+        body = list(updated_node.body)
+        for index, statement in enumerate(list(body)):
+            module = _new_from_import(statement, self.added, self.present)
+            if module is None or not _is_stdlib(module):
+                continue
+            rest = body[:index] + body[index + 1 :]
+            at = _stdlib_place(rest, module)
+            if at is None:  # no standard-library block yet: it opens one before the first other import
+                at = next((i for i, s in enumerate(rest) if _opens_imports(s)), None)
+                if at is None or at == index:
+                    continue
+                moved = statement.with_changes(leading_lines=rest[at].leading_lines)
+                rest[at] = rest[at].with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+                rest.insert(at, moved)
+                body = rest
+                continue
+            if at == index:
+                continue
+            moved = statement.with_changes(leading_lines=[])
+            if at < len(rest) and rest[at].leading_lines and at > 0 and _stdlib_import(rest[at - 1]) is None:
+                moved = moved.with_changes(leading_lines=rest[at].leading_lines)  # the block's first line keeps its blank lines
+                rest[at] = rest[at].with_changes(leading_lines=[])
+            rest.insert(at, moved)
+            body = rest
+        return updated_node.with_changes(body=body)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False
@@ -28,6 +60,10 @@ class NormalizeAddedImports(cst.CSTTransformer):
         wanted = self.added.get(module)
         if not wanted or isinstance(updated_node.names, cst.ImportStar):
             return updated_node
+        new = wanted - self.present.get(module, set())
+        return _sorted_in(self._laid_out(updated_node, wanted), new) if new else self._laid_out(updated_node, wanted)
+
+    def _laid_out(self, updated_node: cst.ImportFrom, wanted: set[str]) -> cst.ImportFrom:
         if updated_node.lpar is None:
             return _explode_if_long(updated_node)
         names = list(updated_node.names)
@@ -57,6 +93,113 @@ class NormalizeAddedImports(cst.CSTTransformer):
 
 
 LINE_LENGTH = 88
+
+
+def isort_key(name: str) -> tuple[int, str]:
+    """isort's order of names in a `from` import (order_by_type, not case sensitive)."""
+    if name.isupper() and len(name) > 1:
+        group = 0  # CONSTANT
+    elif name[:1].isupper():
+        group = 1  # Class
+    else:
+        group = 2  # function or module
+    return group, name.lower()
+
+
+def _sorted_in(node: cst.ImportFrom, wanted: set[str]) -> cst.ImportFrom:
+    """The added names moved to their isort place; each position keeps its comma."""
+    names = list(node.names)
+    if not isinstance(node.names, (list, tuple)) or len(names) < 2:
+        return node
+    added = [a for a in names if dotted_name(a.name) in wanted]
+    kept = [a for a in names if dotted_name(a.name) not in wanted]
+    keys = [isort_key(_local(a)) for a in kept]
+    if keys != sorted(keys):
+        return node  # the file keeps its own order: isort would rewrite it anyway
+    ordered = list(kept)
+    for alias in sorted(added, key=lambda a: isort_key(_local(a))):
+        key = isort_key(_local(alias))
+        at = next((i for i, other in enumerate(ordered) if isort_key(_local(other)) > key), len(ordered))
+        ordered.insert(at, alias)
+    if ordered == names:
+        return node
+    commas = [a.comma for a in names]
+    return node.with_changes(names=[a.with_changes(comma=c) for a, c in zip(ordered, commas)])
+
+
+def _is_stdlib(module: str) -> bool:
+    return module.split(".")[0] in getattr(sys, "stdlib_module_names", ()) and module.split(".")[0] != "__future__"
+
+
+def _new_from_import(statement, added: dict[str, set[str]], present: dict[str, set[str]]) -> str | None:
+    """The module of a top-level `from m import ...` line whose every name this run added."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if not isinstance(small, cst.ImportFrom) or small.module is None or small.relative or isinstance(small.names, cst.ImportStar):
+        return None
+    module = dotted_name(small.module)
+    names = {dotted_name(a.name) for a in small.names}
+    if module in present or not names <= added.get(module, set()):
+        return None
+    return module
+
+
+def _stdlib_import(statement) -> tuple[int, str] | None:
+    """(0 for `import m`, 1 for `from m import`; m) of a top-level standard-library import line."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.Import):
+        modules = [dotted_name(a.name) for a in small.names]
+        return (0, modules[0].lower()) if modules and all(_is_stdlib(m) for m in modules) else None
+    if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+        module = dotted_name(small.module)
+        return (1, module.lower()) if _is_stdlib(module) else None
+    return None
+
+
+def _stdlib_place(body: list, module: str) -> int | None:
+    """Where isort (profile black) puts `from module import ...` among the top-level standard-library
+    imports: after every `import m` and every `from` line of a smaller module; None without such a block."""
+    block = [(i, key) for i, s in enumerate(body) if (key := _stdlib_import(s)) is not None]
+    if not block:
+        return None
+    first, last = block[0][0], block[-1][0]
+    if any(_stdlib_import(body[i]) is None and isinstance(body[i], cst.SimpleStatementLine) and _is_import(body[i]) for i in range(first, last)):
+        return None  # standard-library imports mixed with others: not isort's layout, leave it
+    mine = (1, module.lower())
+    for i, key in block:
+        if key > mine:
+            return i
+    return last + 1
+
+
+def _opens_imports(statement) -> bool:
+    """A top-level import line other than `from __future__ import ...`."""
+    if not isinstance(statement, cst.SimpleStatementLine) or not _is_import(statement):
+        return False
+    small = statement.body[0]
+    return not (isinstance(small, cst.ImportFrom) and small.module is not None and dotted_name(small.module) == "__future__")
+
+
+def _is_import(statement: cst.SimpleStatementLine) -> bool:
+    return all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
+
+
+def imported_from(module: cst.Module) -> dict[str, set[str]]:
+    """module -> names a file's top-level `from module import ...` statements bind."""
+    found: dict[str, set[str]] = {}
+    for statement in module.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar) and small.module is not None:
+                    found.setdefault(dotted_name(small.module), set()).update(dotted_name(a.name) for a in small.names)
+    return found
+
+
+def _local(alias: cst.ImportAlias) -> str:
+    return dotted_name(alias.name)
 
 
 def _explode_if_long(node: cst.ImportFrom) -> cst.ImportFrom:

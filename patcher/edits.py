@@ -194,7 +194,7 @@ def apply_codemod(source: SourceFile, delegations: dict[str, list[Delegation]], 
                 if obj:
                     added.setdefault(module_name, set()).add(obj)
     if added:
-        updated = updated.visit(NormalizeAddedImports(added))
+        updated = updated.visit(NormalizeAddedImports(added, module))
     data = source.rewrite(module, updated)
     imports = sorted({_describe(i) for ds in delegations.values() for d in ds for i in d.imports})
     return FileEdit(source.path, source.rel, source.data, data, dict(command.added), imports)

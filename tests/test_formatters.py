@@ -1,0 +1,44 @@
+"""What apply writes is what the tree's own formatters would write: black and isort (black profile,
+SGLang's own pre-commit settings) change nothing in a patched file of the newest release."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from patcher.cli import app
+
+MODELS = Path("python", "sglang", "srt", "models")
+
+
+def _format(models: Path) -> None:
+    for tool in (["isort", "--quiet", "--profile", "black"], ["black", "--quiet"]):
+        done = subprocess.run([sys.executable, "-m", *tool, str(models)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+
+
+def _snapshot(models: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(models.glob("*.py"))}
+
+
+@pytest.mark.integration
+def test_black_and_isort_leave_apply_all_of_the_newest_release_as_it_is(checkout_of):
+    from sglang_releases import latest_release
+
+    root = checkout_of(latest_release())
+    models = root / MODELS
+    _format(models)  # the released files are not all formatted: start from what the hooks would make
+    formatted = _snapshot(models)
+    result = CliRunner().invoke(app, ["apply", "--all", str(root)])
+    assert result.exit_code == 0, result.output
+    patched = _snapshot(models)
+    changed = sorted(name for name in patched if patched[name] != formatted[name])
+    assert len(changed) > 20, "apply --all writes into many model files of the newest release"
+    _format(models)
+    again = _snapshot(models)
+    moved = [name for name in changed if again[name] != patched[name]]
+    assert not moved, f"black or isort rewrote what apply wrote in {moved}"

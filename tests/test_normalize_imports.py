@@ -1,0 +1,79 @@
+"""Stage table for codemods/normalize_imports.py: where an import this run adds goes, as (source, expected).
+
+Each case runs libcst's AddImportsVisitor (what the codemod schedules) and then the normalizer,
+and each expected text is checked to be a fixed point of isort (black profile) and black: the
+tree's own hooks must not rewrite what apply wrote.
+"""
+
+from __future__ import annotations
+
+import black
+import isort
+import libcst as cst
+import pytest
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+
+from codemods.normalize_imports import NormalizeAddedImports, isort_key
+
+ADD = {"typing": {"List", "Optional"}}
+
+CASES = [
+    pytest.param(
+        "from typing import Any, Dict, Iterable, Optional, Tuple, Union\n",
+        "from typing import Any, Dict, Iterable, List, Optional, Tuple, Union\n",
+        id="merged-into-one-line-sorted",
+    ),
+    pytest.param(
+        "from typing import (\n    Callable,\n    Final,\n    Iterable,\n    Literal,\n    Optional,\n    Sequence,\n)\n",
+        "from typing import (\n    Callable,\n    Final,\n    Iterable,\n    List,\n    Literal,\n    Optional,\n    Sequence,\n)\n",
+        id="merged-into-exploded-sorted",
+    ),
+    pytest.param(
+        '"""doc"""\n\nfrom collections.abc import Iterable\nfrom functools import partial\n\nimport torch\nfrom torch import nn\n\nX = 1\n',
+        '"""doc"""\n\nfrom collections.abc import Iterable\nfrom functools import partial\nfrom typing import List, Optional\n\nimport torch\nfrom torch import nn\n\nX = 1\n',
+        id="new-line-joins-the-stdlib-block-in-order",
+    ),
+    pytest.param(
+        "import logging\nimport os\n\nimport torch\n",
+        "import logging\nimport os\nfrom typing import List, Optional\n\nimport torch\n",
+        id="from-lines-after-plain-imports",
+    ),
+    pytest.param(
+        "from __future__ import annotations\n\nimport torch\n",
+        "from __future__ import annotations\n\nfrom typing import List, Optional\n\nimport torch\n",
+        id="opens-a-stdlib-block-after-future",
+    ),
+]
+
+
+def _run(source: str) -> str:
+    before = cst.parse_module(source)
+    context = CodemodContext()
+    for module, names in ADD.items():
+        for name in sorted(names):
+            AddImportsVisitor.add_needed_import(context, module, name)
+    merged = AddImportsVisitor(context).transform_module(before)
+    return merged.visit(NormalizeAddedImports(ADD, before)).code
+
+
+@pytest.mark.parametrize("source, expected", CASES)
+def test_added_import_placement(source: str, expected: str):
+    assert _run(source) == expected
+    assert isort.code(expected, profile="black") == expected
+    assert black.format_str(expected, mode=black.Mode()) == expected
+
+
+def test_a_file_in_its_own_order_keeps_it():
+    """Names not in isort's order: isort rewrites that line anyway; the added ones are not shuffled in."""
+    assert _run("from typing import Optional, Iterable\n") == "from typing import List, Optional, Iterable\n"
+
+
+@pytest.mark.parametrize(
+    "names",
+    [["MAX_LEN", "Any", "List", "cast", "overload"], ["TYPE_CHECKING", "Callable", "Optional", "get_args"]],
+)
+def test_isort_key_is_isorts_order(names):
+    line = f"from typing import {', '.join(reversed(names))}\n"
+    sorted_line = isort.code(line, profile="black")
+    assert sorted(names, key=isort_key) == sorted_line.split("import ")[1].strip().split(", ")
