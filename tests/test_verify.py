@@ -12,7 +12,7 @@ One regression test per failure class seen on real trees:
 (f) a wrapper class-body name (its own attribute, or a member written before) that shadows a copied
     default or annotation;
 (g) a member EAGLE-3 code assigns (`model.x = ...`);
-(h) a hook the wrapper defines under `if _is_cuda:` in its class body.
+(h) a hook the wrapper defines under `if _is_cuda:` in its class body, or assigns there (or under `try`).
 
 Each builds a small tree, patches it in-process, imports the patched wrapper (with stub modules
 for packages that are not installed) and checks that a call without arguments reaches the inner
@@ -581,6 +581,51 @@ def test_h_hook_defined_under_if_in_the_class_body_counts_as_present(tmp_path):
     with imported(tmp_path) as (wrapper_module, _):
         assert getattr(wrapper_module, WRAPPER_CLASS)(None).get_embed_and_head() == "the wrapper's own"
     assert_forwards_inner_defaults(tmp_path, "set_eagle3_layers_to_capture")
+
+
+WRAPPER_CONDITIONAL_ATTRIBUTE = f'''\
+    from sglang.srt.models.inner import {INNER_CLASS}
+
+    _is_cuda = True
+
+
+    def _own_embed_and_head(self):
+        return "the wrapper's own"
+
+
+    class {WRAPPER_CLASS}:
+        def __init__(self, config):
+            self.language_model = {INNER_CLASS}(config)
+
+        if _is_cuda:
+            get_embed_and_head = _own_embed_and_head
+        else:
+            get_embed_and_head = None
+        try:
+            set_eagle3_layers_to_capture: object = staticmethod(lambda layer_ids=None: "the wrapper's own")
+        except NameError:
+            pass
+
+
+    EntryClass = [{WRAPPER_CLASS}]
+    '''
+
+
+def test_h_class_attribute_assigned_under_if_or_try_in_the_class_body_counts_as_present(tmp_path):
+    """A member the wrapper's class body binds by assignment inside an `if`/`try` block is the wrapper's
+    own: not planned, not written again, and `check` reports nothing missing."""
+    make_tree(tmp_path, INNER_HOOKS, WRAPPER_CONDITIONAL_ATTRIBUTE)
+    analysis, edits, errors = build(tmp_path)
+    assert not errors, [str(e) for e in errors]
+    (plan,) = analysis.plans
+    assert not plan.fixes and not plan.required_gaps, [m.member.name for m in plan.fixes]
+    assert {"get_embed_and_head", "set_eagle3_layers_to_capture"} <= {m.member.name for m in plan.forwarded}
+    assert not edits
+    result = RUNNER.invoke(app, ["check", str(tmp_path), "--model", f"wrapper:{WRAPPER_CLASS}"])
+    assert result.exit_code == 0, result.output
+    with imported(tmp_path) as (wrapper_module, _):
+        wrapper = getattr(wrapper_module, WRAPPER_CLASS)(None)
+        assert wrapper.get_embed_and_head() == wrapper.set_eagle3_layers_to_capture() == "the wrapper's own"
 
 
 # --------------------------------------------------------------------------- what cannot be proven
