@@ -720,6 +720,56 @@ def test_a_patch_that_fails_the_proof_is_an_error_and_nothing_is_written(tmp_pat
     assert path.read_bytes() == before
 
 
+# --------------------------------------------------------------------------- explain shows the proven form
+
+
+def explain_json(root: Path, member: str) -> dict:
+    import json
+
+    result = RUNNER.invoke(app, ["explain", member, str(root), "--model", f"wrapper:{WRAPPER_CLASS}", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    (model,) = json.loads(result.stdout)["models"]
+    return model
+
+
+def test_explain_shows_the_proven_code_apply_writes(tmp_path):
+    """Where the inner's defaults are class attributes, the code must be respelled to mean the same in the
+    wrapper: explain shows that proven text, the very lines apply then writes, not a verbatim copy."""
+    path = make_tree(tmp_path, INNER_CLASS_ATTRIBUTES, WRAPPER)
+    model = explain_json(tmp_path, "set_eagle3_layers_to_capture")
+    assert model["proven"] is True and model["proof"] is None
+    assert "layer_ids=DEFAULT_LAYERS" not in model["would_write"]  # a bare class attribute of the inner means nothing here
+    result = RUNNER.invoke(app, ["explain", "set_eagle3_layers_to_capture", str(tmp_path), "--model", f"wrapper:{WRAPPER_CLASS}"])
+    assert result.exit_code == 0, result.output
+    assert "proven" in result.stdout and "not proven" not in result.stdout
+    assert RUNNER.invoke(app, ["apply", str(tmp_path), "--model", f"wrapper:{WRAPPER_CLASS}"]).exit_code == 0
+    written = path.read_text(encoding="utf-8")
+    assert model["would_write"] in written
+    assert model["would_write"].count("def set_eagle3_layers_to_capture(") == 1
+    for spec in model["imports"]:  # what the file gains is in the file
+        assert spec.replace(" as ", " ").split()[-1] in written, spec
+    assert_forwards_inner_defaults(tmp_path, "set_eagle3_layers_to_capture")
+
+
+def test_explain_says_when_the_proof_fails_and_why_in_one_line(tmp_path, monkeypatch):
+    """With signatures copied verbatim the patch cannot be proven: explain still answers (exit 0), says the
+    code is not proven and gives the same one-line reason diff and apply stop with."""
+    import patcher.edits
+    import patcher.forms
+
+    monkeypatch.setattr(patcher.edits, "respelled_signature", patcher.forms.copied_signature)
+    make_tree(tmp_path, INNER_FOR_SHADOWS, WRAPPER_SHADOWS)
+    model = explain_json(tmp_path, "set_eagle3_layers_to_capture")
+    assert model["proven"] is False
+    _, _, errors = build(tmp_path)
+    (error,) = errors
+    assert model["proof"] == str(error) and "\n" not in model["proof"]
+    result = RUNNER.invoke(app, ["explain", "set_eagle3_layers_to_capture", str(tmp_path), "--model", f"wrapper:{WRAPPER_CLASS}"])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.stdout.split())
+    assert "not proven" in out and " ".join(str(error).split()) in out
+
+
 # --------------------------------------------------------------------------- real releases
 
 
