@@ -135,16 +135,16 @@ def check_release(version: str, workdir: Path) -> dict:
             if not rel.startswith("srt/models/"):
                 outside.append(rel)
             module = "sglang." + rel.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
-            before, after = (source / rel).read_bytes(), (site / "sglang" / rel).read_bytes()
+            released, patched = (source / rel).read_bytes(), (site / "sglang" / rel).read_bytes()
             try:
-                compile(after, rel, "exec")
+                compile(patched, rel, "exec")
             except SyntaxError as exc:
                 static[rel] = f"does not compile: {exc}"
                 continue
-            new_undefined = undefined_names(after, rel) - undefined_names(before, rel)
+            new_undefined = undefined_names(patched, rel) - undefined_names(released, rel)
             if new_undefined:
                 static[rel] = f"new undefined names: {sorted(new_undefined)}"
-            spec[module] = added_members(before, after)
+            spec[module] = added_members(released, patched)
         after = _stub_check(site, spec, workdir, "patched") if spec else {}
         seconds["import after"] = round(time.perf_counter() - started - seconds["apply"], 1)
         for rel in changed:  # the release's own bytes and mtime: the bytecode of the patched text is stale
