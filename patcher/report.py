@@ -442,13 +442,12 @@ def write_sarif(analysis: Analysis, out, gate: Gate | None = None) -> None:
 def explain_json(analysis: Analysis, name: str) -> dict:
     import libcst as cst
 
-    from codemods.add_delegations import render_delegation
-    from patcher.edits import delegation_for
     from patcher.resolve import signature_node
 
     member = analysis.protocol.members[name]
     data = protocol_json(member)
     data["models"] = []
+    proven: dict[str, tuple] = {}  # wrapper file -> (its edit or None, the error that stopped it or None)
     for plan in analysis.plans:
         entries = {"missing": plan.missing, "forwarded": plan.forwarded}
         for status, items in entries.items():
@@ -475,12 +474,65 @@ def explain_json(analysis: Analysis, name: str) -> dict:
                     item["backbone"] = entry.synthesis.backbone
                     node = signature_node(analysis.cache, reference.signature)
                     item["reference_code"] = cst.Module(body=[]).code_for_node(node.with_changes(leading_lines=[]))
-                if entry.fix is not None and entry.fix.written_here:
-                    source = analysis.cache.read(analysis.tree.srt / plan.wrapper.path)
-                    delegation = delegation_for(analysis.cache, analysis.tree, source, entry, cls=plan.wrapper.cls.name)
-                    item["would_write"] = render_delegation(delegation)
+                if entry.fix is not None:
+                    if plan.wrapper.path not in proven:
+                        proven[plan.wrapper.path] = _proven_edit(analysis, plan.wrapper.path)
+                    item.update(_would_write(analysis, plan, entry, *proven[plan.wrapper.path]))
                 data["models"].append(item)
     return data
+
+
+def _proven_edit(analysis: Analysis, rel: str):
+    """(the edit of wrapper file `rel`, None) as diff and apply build it, every class of the file that has
+    something to write included and the patch proven (patcher/verify.py); (None, error) when it fails."""
+    from patcher.edits import build_edits
+
+    plans = [plan for plan in analysis.plans if plan.wrapper.path == rel]
+    edits, errors = build_edits(analysis.cache, analysis.tree, plans)
+    if errors:
+        return None, errors[0]
+    return next((edit for edit in edits if edit.changed), None), None
+
+
+def _would_write(analysis: Analysis, plan, entry, edit, error) -> dict:
+    """"would_write": the member's text as apply writes it (with "proven": true and the imports the file
+    gains); when the proof (or anything else) stops the file, the member as planned, "proven": false and
+    "proof": the one-line reason, for apply writes nothing there."""
+    cls, name = plan.wrapper.cls.name, entry.member.name
+    if edit is not None and name in edit.added.get(cls, ()):
+        return {"would_write": written_text(edit, cls, name), "proven": True, "proof": None, "imports": list(edit.imports)}
+    if error is None:
+        return {"proven": False, "proof": f"{plan.wrapper.path}: apply writes nothing for {name} in {cls}"}
+    out = {"proven": False, "proof": str(error)}
+    try:
+        from codemods.add_delegations import render_delegation
+        from patcher.edits import delegation_for
+
+        source = analysis.cache.read(analysis.tree.srt / plan.wrapper.path)
+        out["would_write"] = render_delegation(delegation_for(analysis.cache, analysis.tree, source, entry, cls=cls))
+    except Exception:  # noqa: BLE001 - the reason above is the answer; the unproven text is a courtesy
+        pass
+    return out
+
+
+def written_text(edit, cls: str, name: str) -> str:
+    """The lines of top-level class `cls` in the patched file that eaglepatch wrote for member `name`: its
+    marker comment(s), decorators and every `def name` (a property and its setter), blank lines between kept."""
+    import ast
+    import re
+
+    from patcher.source import decode_source
+
+    text = decode_source(edit.path, edit.rel, edit.updated).text
+    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", text)  # the newlines Python counts, kept
+    tree = ast.parse(text)
+    node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls)
+    defs = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
+    start = min(min([d.lineno for d in n.decorator_list] + [n.lineno]) for n in defs) - 1
+    while start > 0 and lines[start - 1].strip().startswith("# eaglepatch"):
+        start -= 1
+    end = max(n.end_lineno for n in defs)
+    return "".join(lines[start:end])
 
 
 def print_explain(data: dict, console: Console) -> None:
@@ -508,6 +560,13 @@ def print_explain(data: dict, console: Console) -> None:
                 f"its backbone read as self.{model['backbone']}:"
             )
             console.print(Syntax(model["reference_code"], "python", theme="ansi_dark", background_color="default"))
+        if model.get("proven"):
+            console.print("eaglepatch apply would write (proven: each name in it means what it meant to the inner method):")
+        elif "proof" in model:
+            console.print(f"[red]not proven[/red], so apply writes nothing to {model['file']}: {model['proof']}")
+            if "would_write" in model:
+                console.print("the member as planned:")
         if "would_write" in model:
-            console.print("eaglepatch apply would write:")
             console.print(Syntax(model["would_write"], "python", theme="ansi_dark", background_color="default"))
+        if model.get("imports"):
+            console.print(f"and the file gains: {'; '.join(model['imports'])}")

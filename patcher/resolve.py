@@ -42,6 +42,8 @@ from patcher.source import SourceCache, SourceFile, _indent, _is_code, _scan
 _ENTRY = re.compile(r"^[ \t]*EntryClass\s*=\s*(.+)$", re.MULTILINE)  # indented under a module-level `if` too
 MAX_BASE_DEPTH = 12
 # a class name that says "model" (for an inner model class that lives in the wrapper's file)
+# a class-body line opening a block whose assignments still bind class attributes
+_COMPOUND = re.compile(r"^[ \t]*(?:if|elif|else|try|except|finally|with|async[ \t]+with|for|async[ \t]+for|while|match)\b")
 _MODEL_NAME = re.compile(r"(Model|ForCausalLM|ForConditionalGeneration|LMHeadModel)$")
 _NOT_LANGUAGE = re.compile(r"Vision|ViT|Visual|Image|Audio|Speech|Projector|Tower|Encoder|Patch|Config", re.IGNORECASE)
 _CLASS_ATTR = re.compile(r"^[ \t]*(\w+)[ \t]*(?::[^=\n]*)?=(?!=)")
@@ -228,6 +230,44 @@ class ClassText:
         around = outline.enclosing(index)  # the def itself first, then the blocks around it
         return len(around) > 1 and around[1][0] == self.header
 
+    def block_attributes(self) -> list[tuple[int, str]]:
+        """(line index, name) of the names the class body assigns inside an `if`/`try`/`with`/... block
+        of its own (`if _is_cuda: get_embed_and_head = ...`): the class has them too.  Parsed (ast) only
+        for a class whose body has such a block; the assignments at the body's own indent are not here."""
+        lines = self.source.lines
+        if not any(
+            _indent(lines[i]) == self.body_indent and _COMPOUND.match(lines[i]) for i in range(self.header + 1, self.end)
+        ):
+            return []
+        indented = _indent(lines[self.header]) > 0  # under a module-level `if`: parse it in one too
+        text = ("if 1:\n" if indented else "") + "\n".join(lines[self.header : self.end]) + "\n"
+        try:
+            node = ast.parse(text).body[0]
+        except (SyntaxError, IndexError):
+            return []
+        node = node.body[0] if indented else node
+        if not isinstance(node, ast.ClassDef):
+            return []
+        shift = self.header - (2 if indented else 1)  # ast line numbers are 1-based
+        found: list[tuple[int, str]] = []
+        todo = [(statement, False) for statement in node.body]
+        while todo:
+            statement, in_block = todo.pop(0)
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+                if in_block:
+                    targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+                    for target in targets:
+                        for name in [target] if isinstance(target, ast.Name) else getattr(target, "elts", []):
+                            if isinstance(name, ast.Name):
+                                found.append((statement.lineno + shift, name.id))
+                continue
+            inner = [*getattr(statement, "body", []), *getattr(statement, "orelse", []), *getattr(statement, "finalbody", [])]
+            inner += [s for part in (*getattr(statement, "handlers", []), *getattr(statement, "cases", [])) for s in part.body]
+            todo += [(s, True) for s in inner if isinstance(s, ast.stmt)]
+        return found
+
 
 def syntax_error(source: SourceFile) -> EaglepatchError | None:
     """The first syntax error in a file, located by CPython's parser (libcst's line can be one off)."""
@@ -399,6 +439,8 @@ class Resolver:
             match = _CLASS_ATTR.match(line)
             if match:
                 members.setdefault(match.group(1), Signature(match.group(1), "attribute", text.name, source.rel, index + 1))
+        for index, name in text.block_attributes():
+            members.setdefault(name, Signature(name, "attribute", text.name, source.rel, index + 1))
         init = self._init_range(text)
         if init is not None:
             for index, _indent_, attribute, _value in self._self_assignments(source, *init):

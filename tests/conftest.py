@@ -28,7 +28,7 @@ if _TESTS not in sys.path:  # importable whether or not tests/ is a package
 import sglang_releases  # noqa: E402
 
 # Fixtures that hand out real releases; a test using one is an integration test.
-RELEASE_FIXTURES = {"sglang_059", "sglang_0510", "sglang_latest", "checkout_of"}
+RELEASE_FIXTURES = {"sglang_059", "sglang_0510", "sglang_latest", "checkout_of", "release_reports"}
 
 
 def pytest_collection_modifyitems(config, items):

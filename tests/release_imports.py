@@ -1,0 +1,171 @@
+"""`apply --all` on one real SGLang release, then every patched module imported with stubs (tests/stub_imports.py)
+before and after: run as a script, it prints one JSON report (tests/test_verify.py reads it).
+
+    python tests/release_imports.py VERSION WORKDIR
+
+WORKDIR gets a copy of the release's `sglang/` (removed again at the end), and `apply --all` runs on
+it through the real command line.  The files it changed, and in them the class members it added, are
+read off the copy against the release (ast), not off the tool's own records.  The changed modules are
+imported in a fresh interpreter with stubs for torch and every other package that is not installed,
+each added member called on a stub instance whose inner model records the call
+(stub_imports.forwarding); then the changed files get the release's bytes back and the same modules
+are imported again, unpatched, in another fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+
+def _copy_file(source, dest) -> None:
+    """The bytes and the modification time (bytecode is checked against it); fresh, writable permissions."""
+    shutil.copyfile(source, dest)
+    stat = os.stat(source)
+    os.utime(dest, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def _copy(source: Path, dest: Path) -> None:
+    shutil.copytree(source, dest, copy_function=_copy_file)
+    # the wheel's .py files only are cached; SGLang's JIT-kernel packages check at import time that
+    # their `include/` and `csrc/` data folders exist
+    for folder in dest.glob("**/*jit*"):
+        if (folder / "__init__.py").is_file():
+            (folder / "include").mkdir(exist_ok=True)
+            (folder / "csrc").mkdir(exist_ok=True)
+
+
+def changed_files(pristine: Path, patched: Path) -> list[str]:
+    """Paths (relative to sglang/) of the .py files whose bytes differ; a file only one side has counts."""
+    out = []
+    for path in sorted(patched.rglob("*.py")):
+        rel = path.relative_to(patched)
+        before = pristine / rel
+        if not before.is_file():
+            out.append(rel.as_posix())
+            continue
+        old, new = before.stat(), path.stat()
+        if (old.st_size, old.st_mtime_ns) != (new.st_size, new.st_mtime_ns) and before.read_bytes() != path.read_bytes():
+            out.append(rel.as_posix())
+    out += [p.relative_to(pristine).as_posix() for p in pristine.rglob("*.py") if not (patched / p.relative_to(pristine)).is_file()]
+    return out
+
+
+def _members(tree: ast.Module) -> dict[str, set[str]]:
+    """Top-level class -> names its body binds (defs and assignments, under `if`/`try` too)."""
+    out: dict[str, set[str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            names = out.setdefault(node.name, set())
+            todo = list(node.body)
+            while todo:
+                statement = todo.pop()
+                if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.add(statement.name)
+                elif isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                    targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+                    names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+                else:
+                    for field in ("body", "orelse", "finalbody", "handlers"):
+                        todo += [s for s in getattr(statement, field, []) if isinstance(s, ast.AST)]
+                    todo += [s for h in getattr(statement, "handlers", []) for s in h.body]
+    return out
+
+
+def added_members(before: bytes, after: bytes) -> dict[str, list[str]]:
+    """Class -> members the patched text binds that the pristine one does not."""
+    old, new = _members(ast.parse(before)), _members(ast.parse(after))
+    return {cls: sorted(names - old.get(cls, set())) for cls, names in new.items() if names - old.get(cls, set())}
+
+
+def undefined_names(data: bytes, filename: str) -> set[str]:
+    """What pyflakes calls an undefined name in `data` (in-process: one interpreter for every file)."""
+    from pyflakes import checker, messages
+
+    tree = ast.parse(data, filename)
+    found = checker.Checker(tree, filename=filename)
+    return {m.message_args[0] for m in found.messages if isinstance(m, messages.UndefinedName)}
+
+
+def _stub_check(site: Path, spec: dict, workdir: Path, label: str) -> dict:
+    spec_file = workdir / f"{label}.json"
+    spec_file.write_text(json.dumps(spec), encoding="utf-8")
+    env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1"}  # SGLang's own CPU platform: no device probing
+    done = subprocess.run(
+        [sys.executable, "-I", str(HERE / "stub_imports.py"), str(site), "--check", str(spec_file)],
+        capture_output=True, text=True, env=env, timeout=900,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"stub import of {label} exited {done.returncode}: {done.stderr[-3000:]}")
+    return json.loads(done.stdout)
+
+
+def check_release(version: str, workdir: Path) -> dict:
+    """One copy of the release (mtimes kept), `apply --all` on it, the patched modules imported; then the
+    changed files put back as the release has them and the same modules imported again: the second
+    interpreter reuses the bytecode the first wrote for every file apply did not touch."""
+    sys.path.insert(0, str(HERE))
+    import sglang_releases
+
+    started = time.perf_counter()
+    workdir.mkdir(parents=True, exist_ok=True)
+    source = sglang_releases.site_packages(version) / "sglang"
+    site = workdir / "site"
+    seconds = {}
+    try:
+        _copy(source, site / "sglang")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        applied = subprocess.run(
+            [sys.executable, "-m", "patcher", "apply", str(site), "--all"],
+            capture_output=True, text=True, env=env, timeout=1800, cwd=workdir,
+        )
+        seconds["apply"] = round(time.perf_counter() - started, 1)
+        changed = changed_files(source, site / "sglang")
+        spec, outside, static = {}, [], {}
+        for rel in changed:
+            if not rel.startswith("srt/models/"):
+                outside.append(rel)
+            module = "sglang." + rel.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+            released, patched = (source / rel).read_bytes(), (site / "sglang" / rel).read_bytes()
+            try:
+                compile(patched, rel, "exec")
+            except SyntaxError as exc:
+                static[rel] = f"does not compile: {exc}"
+                continue
+            new_undefined = undefined_names(patched, rel) - undefined_names(released, rel)
+            if new_undefined:
+                static[rel] = f"new undefined names: {sorted(new_undefined)}"
+            spec[module] = added_members(released, patched)
+        after = _stub_check(site, spec, workdir, "patched") if spec else {}
+        seconds["import after"] = round(time.perf_counter() - started - seconds["apply"], 1)
+        for rel in changed:  # the release's own bytes and mtime: the bytecode of the patched text is stale
+            _copy_file(source / rel, site / "sglang" / rel)
+        assert not changed_files(source, site / "sglang")
+        before = _stub_check(site, {m: {} for m in spec}, workdir, "pristine") if spec else {}
+    finally:
+        shutil.rmtree(site, ignore_errors=True)
+    seconds["total"] = round(time.perf_counter() - started, 1)
+    return {
+        "version": version,
+        "apply": {"exit": applied.returncode, "stderr": applied.stderr[-3000:], "stdout_tail": applied.stdout[-1500:]},
+        "changed": changed,
+        "outside_models": outside,
+        "static": static,
+        "added": spec,
+        "before": before,
+        "after": after,
+        "seconds": seconds,
+    }
+
+
+if __name__ == "__main__":
+    json.dump(check_release(sys.argv[1], Path(sys.argv[2])), sys.stdout)
