@@ -174,3 +174,48 @@ def test_added_members_and_changed_files_are_read_off_the_two_copies(tmp_path):
         (tmp_path / side / "pkg" / "same.py").write_bytes(b"pass\n")
     (tmp_path / "pristine" / "pkg" / "gone.py").write_bytes(b"")
     assert changed_files(tmp_path / "pristine", tmp_path / "patched") == ["pkg/m.py", "pkg/gone.py"]
+
+
+LEARNED_MODULE = '''\
+from typing import List, Optional
+
+
+class Learned:
+    # eaglepatch: learned from models/ref.py:Ref (digest 000000000000)
+    def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
+        if not self.pp_group.is_last_rank:
+            return
+        self.capture_aux_hidden_states = True
+        if layer_ids is None:
+            num_layers = self.config.num_hidden_layers
+            self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]
+
+    # eaglepatch: learned from models/ref.py:Ref (digest 000000000000)
+    def set_embed_and_head(self, embed, head):
+        del self.model.embed_tokens.weight
+        self.model.embed_tokens.weight = embed
+        empty_cache()
+'''
+
+
+def test_a_learned_body_runs_on_a_stand_in_and_a_name_it_lacks_is_caught(tmp_path: Path):
+    """A learned hook is not a forward: the check runs it, and a module-level name its file does not bind
+    (the import apply should have added) fails it; what it stores is recorded."""
+    (tmp_path / "learned_mod.py").write_text(LEARNED_MODULE)
+    code = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {str(HERE)!r}); sys.path.insert(0, {str(tmp_path)!r})
+        import stub_imports, learned_mod
+        cls = learned_mod.Learned
+        print(json.dumps({{m: stub_imports.forwarding(cls, m) for m in ("set_eagle3_layers_to_capture", "set_embed_and_head")}}))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    capture = found["set_eagle3_layers_to_capture"]
+    assert capture["forward"] == "ok" and capture["learned_from"] == "models/ref.py:Ref"
+    assert ["self.capture_aux_hidden_states", "True"] in capture["writes"]
+    assert ["self.model.layers_to_capture", "[2, 16, 29]"] in capture["writes"]
+    swap = found["set_embed_and_head"]
+    assert swap["forward"].startswith("the learned body (from models/ref.py:Ref) reads a name its module does not bind")
+    assert "empty_cache" in swap["forward"]
