@@ -73,209 +73,76 @@ def test_read_body(code, uses, free, why):
 
 
 # --------------------------------------------------------------------------- a tree with references and gaps
+#
+# The bundled fixture holds the reference (models/granite_like.py: GraniteLikeForCausalLM has the hooks,
+# its backbone collects aux hidden states, its forward unpacks them) and a class of its shape without
+# the hooks (models/olmo_like.py).  Each other case here is olmo_like with one thing changed.
 
-DISTRIBUTED = '''\
-"""Stand-in for sglang.srt.distributed: one pipeline stage."""
-
-
-class _Group:
-    is_first_rank = True
-    is_last_rank = True
-    world_size = 1
+MODELS = CHECKOUT / SRT / "models"
+REFERENCE = "models/granite_like.py:GraniteLikeForCausalLM"
 
 
-def get_pp_group():
-    return _Group()
-'''
-
-# A causal LM whose backbone collects aux hidden states and whose forward unpacks them: the reference.
-REFERENCE = '''\
-"""Reference causal LM with the EAGLE-3 hooks and their plumbing."""
-
-from typing import List, Optional
-
-from sglang.srt.distributed import get_pp_group
-from sglang.srt.utils import nn
+def variant(cls: str, *changes: tuple[str, str]) -> str:
+    """olmo_like.py with its class renamed and each (old, new) replaced once; every change must apply."""
+    text = (MODELS / "olmo_like.py").read_text().replace("OlmoLikeForCausalLM", cls)
+    for old, new in changes:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    return text
 
 
-class RefModel(nn.Module):
-    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
-        super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.num_layers = config.num_hidden_layers
-        self.layers_to_capture = []
-
-    def forward(self, input_ids, positions, forward_batch):
-        hidden_states = self.embed_tokens(input_ids)
-        aux_hidden_states = []
-        for i in range(self.num_layers):
-            if i in self.layers_to_capture:
-                aux_hidden_states.append(i)
-        if not aux_hidden_states:
-            return hidden_states
-        return hidden_states, aux_hidden_states
-
-
-class RefForCausalLM(nn.Module):
-    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
-        super().__init__()
-        self.pp_group = get_pp_group()
-        self.config = config
-        self.model = RefModel(config, quant_config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
-        self.capture_aux_hidden_states = False
-
-    def forward(self, input_ids, positions, forward_batch):
-        hidden_states = self.model(input_ids, positions, forward_batch)
-        aux_hidden_states = None
-        if self.capture_aux_hidden_states:
-            hidden_states, aux_hidden_states = hidden_states
-        return hidden_states, aux_hidden_states
-
-    def get_embed_and_head(self):
-        return self.model.embed_tokens.weight, self.lm_head.weight
-
-    def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
-        if not self.pp_group.is_last_rank:
-            return
-
-        self.capture_aux_hidden_states = True
-        if layer_ids is None:
-            num_layers = self.config.num_hidden_layers
-            self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]
-        else:
-            self.model.layers_to_capture = [val + 1 for val in layer_ids]
-
-
-EntryClass = RefForCausalLM
-'''
-
-# Same shape, no hooks: upstream's most common EAGLE-3 fix.
-PLAIN = '''\
-"""A causal LM on the reference's shape, without the hooks."""
-
-from sglang.srt.distributed import get_pp_group
-from sglang.srt.models.ref_lm import RefModel
-from sglang.srt.utils import nn
-
-
-class PlainForCausalLM(nn.Module):
-    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
-        super().__init__()
-        self.pp_group = get_pp_group()
-        self.config = config
-        self.model = RefModel(config, quant_config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
-        self.capture_aux_hidden_states = False
-
-    def forward(self, input_ids, positions, forward_batch):
-        hidden_states = self.model(input_ids, positions, forward_batch)
-        aux_hidden_states = None
-        if self.capture_aux_hidden_states:
-            hidden_states, aux_hidden_states = hidden_states
-        return hidden_states, aux_hidden_states
-
-
-EntryClass = PlainForCausalLM
-'''
+FORWARD = (
+    "        hidden_states = self.model(input_ids, positions, forward_batch)\n"
+    "        aux_hidden_states = None\n"
+    "        if self.capture_aux_hidden_states:\n"
+    "            hidden_states, aux_hidden_states = hidden_states\n"
+    "        return hidden_states, aux_hidden_states\n"
+)
 
 # A multimodal class holding the backbone under another name, built from the text config.
-VISION_LANGUAGE = '''\
-"""A vision-language class: its own lm_head, the backbone as language_model, built from text_config."""
-
-from sglang.srt.distributed import get_pp_group
-from sglang.srt.models.ref_lm import RefModel
-from sglang.srt.utils import nn
-
-
-class VlForConditionalGeneration(nn.Module):
-    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
-        super().__init__()
-        self.pp_group = get_pp_group()
-        self.config = config
-        self.visual = nn.Identity()
-        self.language_model = RefModel(config.text_config, quant_config)
-        text = config.text_config
-        self.lm_head = nn.Linear(text.hidden_size, text.vocab_size)
-        self.capture_aux_hidden_states = False
-
-    def forward(self, input_ids, positions, forward_batch):
-        hidden_states = self.language_model(input_ids, positions, forward_batch)
-        aux_hidden_states = None
-        if self.capture_aux_hidden_states:
-            hidden_states, aux_hidden_states = hidden_states
-        return hidden_states, aux_hidden_states
-
-
-EntryClass = VlForConditionalGeneration
-'''
+VISION_LANGUAGE = variant(
+    "VlForConditionalGeneration",
+    ("self.model = GraniteLikeModel(config, quant_config)", "self.visual = nn.Identity()\n        self.language_model = GraniteLikeModel(config.text_config, quant_config)"),
+    ("self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)", "text = config.text_config\n        self.lm_head = nn.Linear(text.hidden_size, text.vocab_size)"),
+    ("hidden_states = self.model(", "hidden_states = self.language_model("),
+)
 
 # The backbone collects nothing: a hook alone would not make EAGLE-3 work.
-NO_COLLECT = '''\
-"""A causal LM whose backbone does not collect aux hidden states."""
-
-from sglang.srt.distributed import get_pp_group
-from sglang.srt.utils import nn
-
-
-class BareModel(nn.Module):
-    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
-        super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-
-    def forward(self, input_ids, positions, forward_batch):
-        return self.embed_tokens(input_ids)
-
-
-class BareForCausalLM(nn.Module):
-    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
-        super().__init__()
-        self.pp_group = get_pp_group()
-        self.config = config
-        self.model = BareModel(config, quant_config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
-
-    def forward(self, input_ids, positions, forward_batch):
-        return self.model(input_ids, positions, forward_batch)
-
-
-EntryClass = BareForCausalLM
-'''
+NO_COLLECT = variant(
+    "BareForCausalLM",
+    ("from sglang.srt.utils import nn\n", "from sglang.srt.utils import nn\n\n\nclass BareModel(nn.Module):\n"
+     "    def __init__(self, config, quant_config=None, prefix: str = \"\") -> None:\n"
+     "        super().__init__()\n"
+     "        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)\n\n"
+     "    def forward(self, input_ids, positions, forward_batch):\n"
+     "        return self.embed_tokens(input_ids)\n"),
+    ("self.model = GraniteLikeModel(", "self.model = BareModel("),
+)
 
 # The backbone collects them, the class's forward never unpacks them ("too many values to unpack").
-NO_UNPACK = '''\
-"""A causal LM whose forward ignores the aux hidden states its backbone collects."""
+NO_UNPACK = variant("NoUnpackForCausalLM", (FORWARD, "        return self.model(input_ids, positions, forward_batch)\n"))
 
-from sglang.srt.distributed import get_pp_group
-from sglang.srt.models.ref_lm import RefModel
-from sglang.srt.utils import nn
-
-
-class NoUnpackForCausalLM(nn.Module):
-    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
-        super().__init__()
-        self.pp_group = get_pp_group()
-        self.config = config
-        self.model = RefModel(config, quant_config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
-
-    def forward(self, input_ids, positions, forward_batch):
-        return self.model(input_ids, positions, forward_batch)
-
-
-EntryClass = NoUnpackForCausalLM
-'''
+# The backbone's embedding is another kind of layer than the reference's.
+OTHER_EMBEDDING = variant(
+    "OwnForCausalLM",
+    ("from sglang.srt.utils import nn\n", "from sglang.srt.utils import nn\n\n\nclass OwnEmbedding(nn.Module):\n"
+     "    def __init__(self, vocab_size, hidden_size):\n"
+     "        super().__init__()\n"
+     "        self.weight = nn.Parameter(vocab_size, hidden_size)\n\n\n"
+     "class OwnModel(GraniteLikeModel):\n"
+     "    def __init__(self, config, quant_config=None, prefix: str = \"\") -> None:\n"
+     "        super().__init__(config)\n"
+     "        self.embed_tokens = OwnEmbedding(config.vocab_size, config.hidden_size)\n"),
+    ("self.model = GraniteLikeModel(", "self.model = OwnModel("),
+)
 
 
 def _tree(tmp_path: Path) -> Path:
     root = tmp_path / "tree"
     shutil.copytree(CHECKOUT, root)
-    srt = root / SRT
-    (srt / "distributed").mkdir()
-    (srt / "distributed" / "__init__.py").write_text(DISTRIBUTED)
-    modules = {"ref_lm": REFERENCE, "plain_lm": PLAIN, "vl_lm": VISION_LANGUAGE, "no_collect": NO_COLLECT, "no_unpack": NO_UNPACK}
+    modules = {"vl_lm": VISION_LANGUAGE, "no_collect": NO_COLLECT, "no_unpack": NO_UNPACK, "own_lm": OTHER_EMBEDDING}
     for name, text in modules.items():
-        (srt / "models" / f"{name}.py").write_text(text)
+        (root / SRT / "models" / f"{name}.py").write_text(text)
     return root
 
 
@@ -307,12 +174,12 @@ def gaps(model: dict) -> dict[str, dict]:
 
 
 def test_same_shape_gets_bodies_learned_from_the_reference(tree: Path):
-    code, data = check(tree, "plain_lm")
-    plain = by_class(data)["PlainForCausalLM"]
-    assert code == 1 and plain["status"] == "fixable"
-    missing = gaps(plain)
+    code, data = check(tree, "olmo_like")
+    olmo = by_class(data)["OlmoLikeForCausalLM"]
+    assert code == 1 and olmo["status"] == "fixable"
+    missing = gaps(olmo)
     for name in ("get_embed_and_head", "set_eagle3_layers_to_capture"):
-        assert missing[name]["fix"] == {"kind": "synthesize", "from": "models/ref_lm.py:RefForCausalLM"}
+        assert missing[name]["fix"] == {"kind": "synthesize", "from": "models/granite_like.py:GraniteLikeForCausalLM"}
         assert missing[name]["blocker"] is None
     # companions (the draft's hooks) are the inner model's to give: a backbone has none, none is invented
     assert "set_embed_and_head" not in missing
@@ -325,9 +192,7 @@ def test_no_collecting_backbone_is_needs_code_naming_it(tree: Path):
     blocker = gaps(bare)["set_eagle3_layers_to_capture"]["blocker"]
     assert "BareModel (models/no_collect.py:" in blocker and "layers_to_capture" in blocker
     # the class to compare with is one whose own forward and backbone have the plumbing
-    assert "compare RefForCausalLM.forward (models/ref_lm.py:" in blocker or (
-        "compare GraniteLikeForCausalLM.forward (models/granite_like.py:" in blocker
-    )
+    assert "compare GraniteLikeForCausalLM.forward (models/granite_like.py:" in blocker
     assert "Qwen2ForCausalLM" not in blocker and "LlamaForCausalLM" not in blocker  # the fixture's have none
     # the getter needs no plumbing: it is still learned
     assert gaps(bare)["get_embed_and_head"]["fix"]["kind"] == "synthesize"
@@ -345,14 +210,14 @@ def test_forward_that_does_not_unpack_is_needs_code_naming_the_line(tree: Path):
 
 def test_a_reference_that_needs_pipeline_state_the_class_lacks_is_not_taken(tree: Path):
     """Without self.pp_group the class cannot run the reference's early return: another fits, or none."""
-    path = tree / SRT / "models" / "plain_lm.py"
+    path = tree / SRT / "models" / "olmo_like.py"
     path.write_text(path.read_text().replace("        self.pp_group = get_pp_group()\n", ""))
-    _, data = check(tree, "plain_lm")
-    missing = gaps(by_class(data)["PlainForCausalLM"])
+    _, data = check(tree, "olmo_like")
+    missing = gaps(by_class(data)["OlmoLikeForCausalLM"])
     assert missing["get_embed_and_head"]["fix"]["kind"] == "synthesize"  # uses no pp state
     capture = missing["set_eagle3_layers_to_capture"]
     if capture["fix"] is not None:
-        assert capture["fix"]["from"] != "models/ref_lm.py:RefForCausalLM"
+        assert capture["fix"]["from"] != "models/granite_like.py:GraniteLikeForCausalLM"
     else:
         assert "pp_group" in capture["blocker"]
 
@@ -372,8 +237,8 @@ def test_vision_language_class_is_retargeted_to_its_backbone_and_config(tree: Pa
 RUN = '''\
 import json, sys, types
 sys.path.insert(0, sys.argv[1])
-from sglang.srt.models.ref_lm import RefForCausalLM
-from sglang.srt.models.plain_lm import PlainForCausalLM
+from sglang.srt.models.granite_like import GraniteLikeForCausalLM
+from sglang.srt.models.olmo_like import OlmoLikeForCausalLM
 from sglang.srt.models.vl_lm import VlForConditionalGeneration
 
 def config(layers):
@@ -385,8 +250,8 @@ def state(model, backbone):
 
 out = {}
 for label, cls, backbone, wrap in [
-    ("ref", RefForCausalLM, "model", False),
-    ("plain", PlainForCausalLM, "model", False),
+    ("ref", GraniteLikeForCausalLM, "model", False),
+    ("olmo", OlmoLikeForCausalLM, "model", False),
     ("vl", VlForConditionalGeneration, "language_model", True),
 ]:
     text = config(12)
@@ -413,27 +278,28 @@ def black_check(paths) -> subprocess.CompletedProcess:
 def test_applied_bodies_behave_like_the_reference_and_revert_exactly(tree: Path):
     srt = tree / SRT
     before = {p: p.read_bytes() for p in (srt / "models").glob("*.py")}
-    written_here = [srt / "models" / "plain_lm.py", srt / "models" / "vl_lm.py"]
-    assert black_check(written_here).returncode == 0  # the modules as written here are black's
-    result = invoke("apply", tree, "--model", "plain_lm", "--model", "vl_lm")
+    written_here = [srt / "models" / "olmo_like.py", srt / "models" / "vl_lm.py"]
+    assert black_check(written_here).returncode == 0, black_check(written_here).stdout  # black's, before
+    result = invoke("apply", tree, "--model", "olmo_like", "--model", "vl_lm")
     assert result.exit_code == 0, result.output
     changed = {p for p in before if p.read_bytes() != before[p]}
-    assert changed == {srt / "models" / "plain_lm.py", srt / "models" / "vl_lm.py"}
+    assert changed == {srt / "models" / "olmo_like.py", srt / "models" / "vl_lm.py"}
 
     done = subprocess.run([sys.executable, "-c", RUN, str(tree / "python")], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
     assert got["ref"]["runs"] == {"None": [True, [2, 6, 9]], "[1, 5, 9]": [True, [2, 6, 10]]}  # the reference itself
-    for label in ("plain", "vl"):
+    for label in ("olmo", "vl"):
         assert got[label]["runs"] == got["ref"]["runs"], label
         assert got[label]["same_objects"] is True
-        assert got[label]["aux"] == got["ref"]["aux"] == [1, 2]  # forward now hands the aux hidden states on
+        # forward now hands on the aux hidden states of the two layers asked for, as the reference's does
+        assert got[label]["aux"] == got["ref"]["aux"] and len(got[label]["aux"]) == 2
 
     # idempotent: a second apply writes nothing, check is clean
     patched = {p: p.read_bytes() for p in changed}
-    again = invoke("apply", tree, "--model", "plain_lm", "--model", "vl_lm")
+    again = invoke("apply", tree, "--model", "olmo_like", "--model", "vl_lm")
     assert again.exit_code == 0 and {p: p.read_bytes() for p in changed} == patched
-    code, _ = check(tree, "plain_lm", "vl_lm")
+    code, _ = check(tree, "olmo_like", "vl_lm")
     assert code == 0
 
     # black leaves the learned code as it is
@@ -447,8 +313,8 @@ def test_applied_bodies_behave_like_the_reference_and_revert_exactly(tree: Path)
 
 
 def test_revert_keeps_a_learned_body_edited_by_hand(tree: Path):
-    path = tree / SRT / "models" / "plain_lm.py"
-    assert invoke("apply", tree, "--model", "plain_lm").exit_code == 0
+    path = tree / SRT / "models" / "olmo_like.py"
+    assert invoke("apply", tree, "--model", "olmo_like").exit_code == 0
     edited = path.read_text().replace("return self.model.embed_tokens.weight, self.lm_head.weight", "return None, None")
     path.write_text(edited)
     assert invoke("revert", tree).exit_code == 0
@@ -458,55 +324,19 @@ def test_revert_keeps_a_learned_body_edited_by_hand(tree: Path):
 
 
 def test_explain_shows_the_reference_it_learned_from(tree: Path):
-    result = invoke("explain", "get_embed_and_head", tree, "--model", "plain_lm", "--format", "json")
+    result = invoke("explain", "get_embed_and_head", tree, "--model", "olmo_like", "--format", "json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    (entry,) = [m for m in data["models"] if m["class"] == "PlainForCausalLM"]
-    assert entry["learned_from_class"] == "RefForCausalLM"
-    assert entry["learned_from"].startswith("models/ref_lm.py:")
+    (entry,) = [m for m in data["models"] if m["class"] == "OlmoLikeForCausalLM"]
+    assert entry["learned_from_class"] == "GraniteLikeForCausalLM"
+    assert entry["learned_from"].startswith("models/granite_like.py:")
     assert "def get_embed_and_head(self):" in entry["reference_code"]
     assert "return self.model.embed_tokens.weight, self.lm_head.weight" in entry["would_write"]
 
 
-OTHER_EMBEDDING = '''\
-"""A causal LM whose backbone's embedding is not the reference's kind of layer."""
-
-from sglang.srt.utils import nn
-
-
-class OwnEmbedding(nn.Module):
-    def __init__(self, vocab_size, hidden_size):
-        super().__init__()
-        self.weight = nn.Parameter(vocab_size, hidden_size)
-
-
-class OwnModel(nn.Module):
-    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
-        super().__init__()
-        self.embed_tokens = OwnEmbedding(config.vocab_size, config.hidden_size)
-
-    def forward(self, input_ids, positions, forward_batch):
-        return self.embed_tokens(input_ids)
-
-
-class OwnForCausalLM(nn.Module):
-    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
-        super().__init__()
-        self.config = config
-        self.model = OwnModel(config, quant_config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
-
-    def forward(self, input_ids, positions, forward_batch):
-        return self.model(input_ids, positions, forward_batch)
-
-
-EntryClass = OwnForCausalLM
-'''
-
 
 def test_a_body_is_not_taken_to_a_layer_of_another_kind(tree: Path):
     """Upstream's Gemma3 hook shards its plain embedding's weight: a vocab-parallel one's body would not."""
-    (tree / SRT / "models" / "own_lm.py").write_text(OTHER_EMBEDDING)
     _, data = check(tree, "own_lm")
     model = by_class(data)["OwnForCausalLM"]
     gap = gaps(model)["get_embed_and_head"]
