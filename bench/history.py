@@ -217,11 +217,8 @@ class SourceTree:
                         if isinstance(target, ast.Name):
                             out[target.id] = ("expr", module, node.value)
                 elif isinstance(node, (ast.If, ast.Try)):
-                    visit(node.body)
-                    visit(node.orelse)
-                    for handler in getattr(node, "handlers", ()):
-                        visit(handler.body)
-                    visit(getattr(node, "finalbody", ()))
+                    for block in _blocks(node):
+                        visit(block)
 
         visit(tree.body)
         return out
@@ -324,6 +321,12 @@ class SourceTree:
                     names = [i.id if isinstance(i, ast.Name) else ast.unparse(i) for i in items]
                     out[path.relative_to(self.srt).as_posix()] = names
         return out
+
+
+def _blocks(statement) -> list[list]:
+    """The statement lists an `if` or `try` holds: its body, `else`, handlers and `finally`."""
+    handlers = [handler.body for handler in getattr(statement, "handlers", ())]
+    return [statement.body, statement.orelse, *handlers, getattr(statement, "finalbody", [])]
 
 
 def _decorator_names(node) -> set[str]:
@@ -541,11 +544,8 @@ def method_source(site, rel: str, cls: str, member: str) -> str | None:
                     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == member:
                         found = stmt
                     elif isinstance(stmt, (ast.If, ast.Try)):
-                        visit(stmt.body)
-                        visit(stmt.orelse)
-                        for handler in getattr(stmt, "handlers", ()):
-                            visit(handler.body)
-                        visit(getattr(stmt, "finalbody", ()))
+                        for block in _blocks(stmt):
+                            visit(block)
             visit(node.body)
     if found is None:
         return None
