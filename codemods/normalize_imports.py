@@ -33,9 +33,9 @@ class NormalizeAddedImports(cst.CSTTransformer):
                 continue
             rest = body[:index] + body[index + 1 :]
             at = _stdlib_place(rest, module)
-            if at is None:  # no standard-library block yet: it opens one before the first other import
+            if at is None:  # no standard-library block yet: it opens one before the file's first other import
                 at = next((i for i, s in enumerate(rest) if _opens_imports(s)), None)
-                if at is None or at == index:
+                if at is None or at == index or _new_from_import(rest[at], self.added, self.present) is not None:
                     continue
                 moved = statement.with_changes(leading_lines=rest[at].leading_lines)
                 rest[at] = rest[at].with_changes(leading_lines=[cst.EmptyLine(indent=False)])

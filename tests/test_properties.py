@@ -561,11 +561,16 @@ def class_body_names(data: bytes, cls: str) -> list[str]:
 
 
 def import_spans(tree: ast.Module) -> set[int]:
-    """1-based lines of module-level import statements."""
+    """1-based lines of module-level import statements, and a blank line that separates two of them
+    (isort's gap between sections: opening a standard-library section adds one)."""
     lines: set[int] = set()
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             lines.update(range(node.lineno, node.end_lineno + 1))
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    for first, second in zip(imports, imports[1:]):
+        if tree.body.index(second) == tree.body.index(first) + 1 and second.lineno - first.end_lineno == 2:
+            lines.add(first.end_lineno + 1)  # one line between consecutive imports: it is blank
     return lines
 
 
