@@ -22,8 +22,9 @@ fast_coercion()  # typer's pydantic layer costs more than answering from the cac
 app = typer.Typer(
     name="eaglepatch",
     help=(
-        "Find the EAGLE-3 methods an SGLang model wrapper fails to forward to the model it holds, "
-        "and write the delegations.\n\n"
+        "Find the EAGLE-3 methods an SGLang model class lacks, and write them: a delegation to the "
+        "model a wrapper holds, or, for a class that is itself the causal LM (a bare backbone beside "
+        "its own lm_head), the hook body learned from a class of the same tree that has it.\n\n"
         "The protocol is read from SGLang's own speculative-decoding code, so it follows the release "
         "you point at.  Typical use: `eaglepatch check /root/sglang`, then `eaglepatch diff`, then "
         "`eaglepatch apply`.  Defaults can live in the tree's pyproject.toml under [tool.eaglepatch]."
@@ -121,7 +122,9 @@ Examples:
   eaglepatch apply /root/sglang
   eaglepatch apply /root/sglang --commit      # commit just the patched files
 
-Writes are atomic; a file that changed since it was read is left alone. Every file (and, with
+Writes delegations, and hook bodies learned from a class of the tree on the same shape (only
+where the plumbing for aux hidden states exists; every patch is proven first). Writes are
+atomic; a file that changed since it was read is left alone. Every file (and, with
 --commit, the commit) is checked before any is written. A file another process keeps locked is
 waited for EAGLEPATCH_LOCK_TIMEOUT seconds (default 10).
 Exit codes: 0 written or nothing to do, 2 error (that file untouched; other files still written,
@@ -403,7 +406,7 @@ def diff(
     installed: bool = InstalledOpt,
     python: Optional[str] = PythonOpt,
 ) -> None:
-    """Print the delegations `apply` would write, as a unified diff with git headers (dry run)."""
+    """Print what `apply` would write (delegations, learned hook bodies), as a unified diff with git headers (dry run)."""
     analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python)
     edits, errors = _edits(analysis)
     if not edits:
@@ -502,7 +505,7 @@ def apply(
     python: Optional[str] = PythonOpt,
     commit: bool = typer.Option(False, "--commit", help="Commit just the patched files (git work trees only)."),
 ) -> None:
-    """Write the missing delegations into the wrapper files, then show what was done."""
+    """Write the missing members (delegations, learned hook bodies) into the model files, then show what was done."""
     analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python)
     edits, errors = _edits(analysis)
     console = _console()
@@ -522,7 +525,7 @@ def revert(
     python: Optional[str] = PythonOpt,
     commit: bool = typer.Option(False, "--commit", help="Commit just the reverted files (git work trees only)."),
 ) -> None:
-    """Remove exactly the delegations eaglepatch added (and the imports only they used)."""
+    """Remove exactly the members eaglepatch added (and the imports only they used)."""
     from patcher.edits import revert_edits
     from patcher.errors import EaglepatchError
     from patcher.pipeline import Selection, resolve_selection
@@ -556,7 +559,8 @@ def explain(
     installed: bool = InstalledOpt,
     python: Optional[str] = PythonOpt,
 ) -> None:
-    """Why a member is in the protocol: every call site, its guard, the inner definition, the code apply writes."""
+    """Why a member is in the protocol: every call site, its guard, the inner definition or the reference a body
+    is learned from, the code apply writes."""
     analysis = run_analysis(path, model, None, False, None, installed, python)
     from patcher import report
 
