@@ -42,9 +42,10 @@ class Retarget(cst.CSTTransformer):
         return spelled if spelled is not None else updated_node
 
 
-def body_reads(func: cst.FunctionDef) -> tuple[cst.Module, dict[str, list[cst.Name]]]:
-    """The function wrapped in a module, and the Name nodes of its body (not its signature) that read
-    a module-level name or builtin, by name; Retarget must run on that very module."""
+def body_reads(func: cst.FunctionDef, signature: bool = False) -> tuple[cst.Module, dict[str, list[cst.Name]]]:
+    """The function wrapped in a module, and the Name nodes that read a module-level name or builtin, by
+    name, in order of first use: in its body only, or with `signature` in its annotations and defaults
+    too.  Retarget must run on that very module."""
     module = cst.Module(body=[func])
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     scopes = wrapper.resolve(ScopeProvider)
@@ -65,7 +66,8 @@ def body_reads(func: cst.FunctionDef) -> tuple[cst.Module, dict[str, list[cst.Na
         def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> bool:
             return False
 
-    module.visit(Signature())
+    if not signature:
+        module.visit(Signature())
     reads: dict[str, list[cst.Name]] = {}
     for scope in {s for s in scopes.values() if s is not None}:
         for access in scope.accesses:

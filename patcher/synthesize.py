@@ -26,12 +26,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 import libcst as cst
-from libcst.metadata import BuiltinAssignment, MetadataWrapper, ScopeProvider
 
 from codemods.add_delegations import LINE_LENGTH
 from codemods.names import dotted_name
-from codemods.retarget import ExplodeLongLiterals, Retarget, overlong_lines
-from patcher.bindings import assigned_value, parse_value
+from codemods.retarget import ExplodeLongLiterals, Retarget, body_reads, overlong_lines
+from patcher.bindings import parse_value
 from patcher.errors import EaglepatchError
 from patcher.records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
 from patcher.resolve import Resolver, one_path_per_file, signature_node
@@ -90,9 +89,6 @@ class Synthesis:
         if ref.config_path is not None:
             out[("config", *ref.config_path)] = ("config", *self.config_path)
         return out
-
-    def as_json(self) -> dict:
-        return {"kind": "synthesize", "from": self.reference.label}
 
 
 @dataclass
@@ -578,18 +574,5 @@ class _SelfReader(cst.CSTVisitor):
 
 
 def free_names_of(node: cst.FunctionDef) -> list[str]:
-    """Names the function reads from its module (globals and builtins), in order of first use."""
-    wrapper = MetadataWrapper(cst.Module(body=[node]), unsafe_skip_copy=True)
-    scopes = wrapper.resolve(ScopeProvider)
-    names: list[str] = []
-    for scope in set(scopes.values()):
-        if scope is None:
-            continue
-        for access in scope.accesses:
-            if not isinstance(access.node, cst.Name):
-                continue
-            if not access.referents or all(r.scope is scope.globals or isinstance(r, BuiltinAssignment) for r in access.referents):
-                if access.node.value not in names:
-                    names.append(access.node.value)
-    return names
-
+    """Names the function reads from its module (globals and builtins), signature included."""
+    return list(body_reads(node, signature=True)[1])
