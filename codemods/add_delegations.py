@@ -19,10 +19,8 @@ import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
 
-MARKER = "# eaglepatch: forwards to self."
-LEARNED = "# eaglepatch: learned from "  # a hook body taken from another class of the tree (patcher/synthesize.py)
-NOTE = "# eaglepatch: "  # the prefix of the line under the marker saying why a signature is not the inner's
-LINE_LENGTH = 88
+from codemods.names import LEARNED, LINE_LENGTH, MARKER, NOTE  # noqa: F401 - re-exported
+
 _EMPTY = cst.Module(body=[])
 
 

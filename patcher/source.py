@@ -545,6 +545,7 @@ class SourceCache:
         self._parsed: dict[tuple[Path, int, int], Parsed] = {}
         self._outlines: dict[Path, Outline] = {}
         self._ast_imports: dict[tuple[Path, int, int], list] = {}
+        self._ast_functions: dict[tuple[Path, int], ast.FunctionDef | ast.AsyncFunctionDef | None] = {}
         self.bytes_read = 0
         self.lines_parsed = 0
 
@@ -620,6 +621,31 @@ class SourceCache:
         ends = self.outline(source).ends
         start = block_start(source.lines, header)
         return self.parse_lines(source, start, ends.get(header, header + 1))
+
+    def function_ast(self, source: SourceFile, header: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The `def` whose header is line index `header`, read by CPython's parser: for analyses that
+        only read a body (a long `forward`), ast is exact and an order of magnitude cheaper than libcst."""
+        key = (source.path, header)
+        if key in self._ast_functions:
+            return self._ast_functions[key]
+        start, end = block_start(source.lines, header), self.outline(source).ends.get(header, header + 1)
+        chunk = source.lines[start:end]
+        amount = min((_indent(line) for line in chunk if _is_code(line)), default=0)
+        found = None
+        try:
+            body = ast.parse(_dedent(chunk, amount)).body
+            found = body[-1] if body and isinstance(body[-1], (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+        except (SyntaxError, ValueError):
+            try:  # a slice that does not stand alone: the whole file, then the def on that line
+                whole = ast.parse(source.text)
+            except (SyntaxError, ValueError):
+                whole = None
+            for node in ast.walk(whole) if whole is not None else ():
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno - 1 == header:
+                    found = node
+                    break
+        self._ast_functions[key] = found
+        return found
 
     def parse_imports_ast(self, source: SourceFile) -> list[ast.stmt]:
         """parse_imports, read by CPython's parser: what the import table needs is names, not nodes to

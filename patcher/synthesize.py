@@ -23,13 +23,13 @@ method and line that lack the plumbing and the reference to compare with.  Nothi
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field
 import libcst as cst
 
-from codemods.add_delegations import LINE_LENGTH
-from codemods.names import dotted_name
-from codemods.retarget import ExplodeLongLiterals, Retarget, body_reads, overlong_lines
+from codemods.names import LINE_LENGTH, dotted_name
+from codemods.retarget import ExplodeLongLiterals, Retarget, module_names_read, overlong_lines
 from patcher.bindings import parse_value
 from patcher.errors import EaglepatchError
 from patcher.records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
@@ -104,8 +104,8 @@ class HookLibrary:
     resolver: Resolver
     protocol: Protocol
     _references: dict[str, list[Reference]] = field(default_factory=dict)
-    _forwards: dict[tuple, list[SelfUse]] = field(default_factory=dict)
-    _unpacks: dict[tuple, bool] = field(default_factory=dict)
+    _forwards: dict[tuple, _ForwardFacts] = field(default_factory=dict)
+    _examples: dict[str, Reference | None] = field(default_factory=dict)
     _ties_of: dict[tuple[str, str], bool] = field(default_factory=dict)
     _configs: dict[tuple[str, str, str], tuple[str, ...] | None] = field(default_factory=dict)
     _built: dict[tuple[str, str, str], list] = field(default_factory=dict)
@@ -120,6 +120,7 @@ class HookLibrary:
         resolver = self.resolver
         pattern = re.compile(rf"^[ \t]+def {re.escape(member)}\(", re.MULTILINE)
         found: list[Reference] = []
+        candidates: list[tuple] = []  # (source, class, signature, node): read together below
         for path in one_path_per_file(resolver.tree.models.rglob("*.py")):
             try:
                 data = path.read_bytes()
@@ -141,9 +142,25 @@ class HookLibrary:
                 signature = info.members.get(member) if info is not None else None
                 if signature is None or signature.owner != name or signature.file != info.file or signature.kind != "method":
                     continue
-                reference = self._reference(source, info, signature)
-                if reference is not None:
-                    found.append(reference)
+                if "lm_head" not in info.members:
+                    continue  # not the shape: the head lives elsewhere
+                node = signature_node(resolver.cache, signature)
+                if node is not None:
+                    candidates.append((source, info, signature, node))
+        kept: list[tuple[Reference, cst.FunctionDef, str]] = []
+        for source, info, signature, node in candidates:
+            uses, why = read_self(node)
+            reference = self._reference(source, info, signature, uses, why)
+            if reference is not None:
+                kept.append((reference, node, why))
+        # the names a body reads from its module, only for the bodies of the right shape: one scope
+        # analysis for them all
+        for (reference, node, why), free in zip(kept, module_names_read([k[1] for k in kept])):
+            receiver = [*node.params.posonly_params, *node.params.params][0].name.value
+            reference.free_names = sorted(free - {receiver})
+            if not why and "super" in free:
+                reference.unportable = "it calls super()"  # first among the reasons, as read_body orders them
+            found.append(reference)
         bodies: dict[str, int] = {}
         for reference in found:
             key = _body_key(reference)
@@ -152,14 +169,8 @@ class HookLibrary:
             reference.shared_by = bodies[_body_key(reference)]
         return found
 
-    def _reference(self, source, info: ClassInfo, signature: Signature) -> Reference | None:
-        node = signature_node(self.resolver.cache, signature)
-        if node is None:
-            return None
-        uses, free, unportable = read_body(node)
+    def _reference(self, source, info: ClassInfo, signature: Signature, uses: list[SelfUse], unportable: str) -> Reference | None:
         heads = {u.chain[0] for u in uses}
-        if "lm_head" not in info.members:
-            return None
         try:
             inners = self.resolver.inner_models(source, info.name, self.protocol)
         except EaglepatchError:
@@ -183,7 +194,7 @@ class HookLibrary:
             backbone=backbone,
             config_path=self._config_path(source, info, backbone),
             self_uses=uses,
-            free_names=free,
+            free_names=[],  # filled in by _learn
             knows_pp="pp_group" in info.members,
             ties=self._ties(info),
             unportable=unportable,
@@ -385,18 +396,20 @@ class HookLibrary:
     def plumbing(self, wrapper: Wrapper, references: list[Reference]) -> str:
         """Why EAGLE-3's aux hidden states cannot flow through this class ("" when they can): its
         backbone's forward must collect them, its own forward must unpack them."""
-        compare = self._working_example(references)
-        against = f"; compare {compare.owner.name}.forward ({_forward_at(compare.owner)})" if compare else ""
+        def against() -> str:
+            compare = self._working_example(references)
+            return f"; compare {compare.owner.name}.forward ({_forward_at(compare.owner)})" if compare else ""
+
         for backbone in (i for i in wrapper.inners if i.classes and _bare(i)):
             for cls in backbone.classes:
                 if CAPTURE_LAYERS in cls.members and not self._forward_reads(cls, CAPTURE_LAYERS):
-                    return f"{cls.name}.forward ({_forward_at(cls)}) does not collect aux hidden states for {CAPTURE_LAYERS}{against}"
+                    return f"{cls.name}.forward ({_forward_at(cls)}) does not collect aux hidden states for {CAPTURE_LAYERS}{against()}"
                 if CAPTURE_LAYERS not in cls.members and "set_eagle3_layers_to_capture" not in cls.members:
-                    return f"{cls.name} ({cls.file}:{cls.line}) has no {CAPTURE_LAYERS}: its forward collects no aux hidden states{against}"
+                    return f"{cls.name} ({cls.file}:{cls.line}) has no {CAPTURE_LAYERS}: its forward collects no aux hidden states{against()}"
         if not self._forward_unpacks(wrapper.cls):
             return (
                 f"{wrapper.cls.name}.forward ({_forward_at(wrapper.cls)}) does not unpack aux hidden states when "
-                f"{CAPTURE_FLAG} is set{against}"
+                f"{CAPTURE_FLAG} is set{against()}"
             )
         return ""
 
@@ -407,30 +420,28 @@ class HookLibrary:
             collects = all(self._forward_reads(c, CAPTURE_LAYERS) for c in reference.backbone.classes)
             return collects and self._forward_unpacks(reference.owner)
 
-        return max(references, key=lambda r: (works(r), not r.unportable, r.shared_by, r.label), default=None)
+        member = references[0].member if references else ""
+        if member not in self._examples:
+            self._examples[member] = max(references, key=lambda r: (works(r), not r.unportable, r.shared_by, r.label), default=None)
+        return self._examples[member]
 
     def _forward_reads(self, cls: ClassInfo, attribute: str) -> bool:
-        return any(u.chain[0] == attribute and not u.store for u in self._forward_uses(cls))
+        return any(chain[0] == attribute for chain in self._forward(cls).reads)
 
     def _forward_unpacks(self, cls: ClassInfo) -> bool:
-        reads = any(u.chain == (CAPTURE_FLAG,) and not u.store for u in self._forward_uses(cls))
-        return reads and self._unpacks.get(self._forward_key(cls), False)
+        facts = self._forward(cls)
+        return (CAPTURE_FLAG,) in facts.reads and facts.unpacks
 
-    def _forward_key(self, cls: ClassInfo):
+    def _forward(self, cls: ClassInfo) -> _ForwardFacts:
+        """What a class's `forward` (its own or inherited) reads of `self`, read once per definition."""
         forward = cls.members.get("forward")
-        if forward is None or forward.kind != "method" or forward.path is None:
-            return None
-        return (forward.path, forward.line)
-
-    def _forward_uses(self, cls: ClassInfo) -> list[SelfUse]:
-        """What a class's `forward` (its own or inherited) does with `self`, read once per definition."""
-        key = self._forward_key(cls)
-        if key is None:
-            return []
+        if forward is None or forward.kind != "method" or forward.path is None or forward.header is None:
+            return _NO_FORWARD
+        key = (forward.path, forward.header)
         if key not in self._forwards:
-            node = signature_node(self.resolver.cache, cls.members["forward"])
-            self._forwards[key] = self_uses(node) if node is not None else []
-            self._unpacks[key] = node is not None and _unpacks_pair(node)
+            cache = self.resolver.cache
+            node = cache.function_ast(cache.read(forward.path), forward.header)
+            self._forwards[key] = forward_facts(node) if node is not None else _NO_FORWARD
         return self._forwards[key]
 
     def _rank(self, reference: Reference, synthesis: Synthesis | None, wrapper: Wrapper) -> tuple:
@@ -487,19 +498,52 @@ def _body_key(reference: Reference) -> str:
     return " ".join(code.split())
 
 
-def _unpacks_pair(node: cst.FunctionDef) -> bool:
-    """`a, b = x` somewhere in the function: the shape of `hidden_states, aux_hidden_states = hidden_states`."""
-    found = False
+@dataclass(frozen=True)
+class _ForwardFacts:
+    """What a `forward` does with `self`, as the plumbing check needs it."""
 
-    class Find(cst.CSTVisitor):
-        def visit_Assign(self, assign: cst.Assign) -> None:
-            nonlocal found
-            for target in assign.targets:
-                if isinstance(target.target, (cst.Tuple, cst.List)) and len(target.target.elements) == 2:
-                    found = True
+    reads: frozenset[tuple[str, ...]]  # `self.a.b` chains read (not only assigned or deleted)
+    unpacks: bool  # `a, b = x` somewhere: the shape of `hidden_states, aux_hidden_states = hidden_states`
 
-    node.body.visit(Find())
-    return found
+
+_NO_FORWARD = _ForwardFacts(frozenset(), False)
+
+
+def forward_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _ForwardFacts:
+    """The `self.` chains a method reads, by CPython's parser (a long `forward` costs libcst ~20x
+    more), with the same reading as `self_uses`: a chain is stored only when it is a whole target,
+    and a nested function is not read."""
+    positional = [*node.args.posonlyargs, *node.args.args]
+    if not positional:
+        return _NO_FORWARD
+    receiver = positional[0].arg
+    stored: set[int] = set()
+    reads: set[tuple[str, ...]] = set()
+    unpacks = False
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Assign):
+            stored.update(id(t) for t in sub.targets)
+            unpacks = unpacks or any(isinstance(t, (ast.Tuple, ast.List)) and len(t.elts) == 2 for t in sub.targets)
+        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)):
+            stored.add(id(sub.target))
+        elif isinstance(sub, ast.Delete) and len(sub.targets) == 1:
+            stored.add(id(sub.targets[0]))
+    pending: list[ast.AST] = list(node.body)
+    while pending:
+        sub = pending.pop()
+        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if isinstance(sub, ast.Attribute):
+            parts, base = [], sub
+            while isinstance(base, ast.Attribute):
+                parts.append(base.attr)
+                base = base.value
+            if isinstance(base, ast.Name) and base.id == receiver:
+                if id(sub) not in stored:
+                    reads.add(tuple(reversed(parts)))
+                continue
+        pending.extend(ast.iter_child_nodes(sub))
+    return _ForwardFacts(frozenset(reads), unpacks)
 
 
 # --------------------------------------------------------------------------- reading one body
@@ -515,21 +559,29 @@ def self_uses(node: cst.FunctionDef) -> list[SelfUse]:
     return reader.uses
 
 
-def read_body(node: cst.FunctionDef) -> tuple[list[SelfUse], list[str], str]:
-    """(the `self.` chains the function uses, the module-level names it reads, why it cannot be
-    moved to another class or "")."""
+def read_self(node: cst.FunctionDef) -> tuple[list[SelfUse], str]:
+    """(the `self.` chains the function uses, why it cannot be moved to another class or "", as far as
+    its use of `self` and its decorators tell)."""
     params = node.params
     positional = [*params.posonly_params, *params.params]
     if not positional or node.decorators:
-        return [], [], "it is not a plain method" if node.decorators else "it takes no self"
-    receiver = positional[0].name.value
-    reader = _SelfReader(receiver)
+        return [], "it is not a plain method" if node.decorators else "it takes no self"
+    reader = _SelfReader(positional[0].name.value)
     node.body.visit(reader)
-    free = free_names_of(node)
-    why = reader.unportable
+    return reader.uses, reader.unportable
+
+
+def read_body(node: cst.FunctionDef) -> tuple[list[SelfUse], list[str], str]:
+    """(the `self.` chains the function uses, the module-level names it reads, why it cannot be
+    moved to another class or "")."""
+    uses, why = read_self(node)
+    if not uses and why in ("it is not a plain method", "it takes no self"):
+        return [], [], why
+    free = module_names_read([node])[0]
     if not why and "super" in free:
         why = "it calls super()"
-    return reader.uses, [n for n in free if n != receiver], why
+    receiver = [*node.params.posonly_params, *node.params.params][0].name.value
+    return uses, sorted(free - {receiver}), why
 
 
 class _SelfReader(cst.CSTVisitor):
@@ -571,8 +623,3 @@ class _SelfReader(cst.CSTVisitor):
     def visit_Name(self, node: cst.Name) -> None:
         if node.value == self.receiver:  # `self` handed on whole: what it needs cannot be read here
             self.unportable = self.unportable or f"it passes {self.receiver} on"
-
-
-def free_names_of(node: cst.FunctionDef) -> list[str]:
-    """Names the function reads from its module (globals and builtins), signature included."""
-    return list(body_reads(node, signature=True)[1])

@@ -26,8 +26,7 @@ import difflib
 import libcst as cst
 from libcst.metadata import BuiltinAssignment
 
-from codemods.add_delegations import LEARNED, MARKER
-from codemods.names import dotted_name
+from codemods.names import LEARNED, MARKER, dotted_name
 from codemods.respell import _is_literal_subscript, _parse_string
 from patcher.errors import EaglepatchError
 from patcher.meanings import CLASS_ATTRIBUTE, TYPE_ONLY, UNKNOWN, immutable_literal, inner_meaning, same_literal, wrapper_binding
