@@ -134,7 +134,17 @@ class HookLibrary:
                 continue
             if not pattern.search(source.text):
                 continue
-            for name in resolver.cache.outline(source).module_level("class"):
+            outline = resolver.cache.outline(source)
+            owners = {  # the classes whose text holds a `def <member>`: only they can define it
+                block[3]
+                for index, _indent, kind, name in outline.headers
+                if kind == "def" and name == member
+                for block in outline.enclosing(index)
+                if block[2] == "class"
+            }
+            for name in outline.module_level("class"):
+                if name not in owners:
+                    continue
                 try:
                     info = resolver.class_info(source, name)
                 except EaglepatchError:
