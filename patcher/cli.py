@@ -60,6 +60,7 @@ class OutputFormat(str, enum.Enum):
 
 PathArg = typer.Argument(
     None,
+    metavar="PATH",
     help="An SGLang checkout root, a site-packages folder, site-packages/sglang, or sglang/srt. "
     "Default: the current folder.",
     show_default=False,
@@ -68,6 +69,7 @@ ModelOpt = typer.Option(
     None,
     "--model",
     "-m",
+    metavar="MODULE[:CLASS]",
     help="Wrapper module under models/ (kimi_k25), optionally with the class "
     "(kimi_k25:KimiK25ForConditionalGeneration). Repeatable. Default: [tool.eaglepatch] models, else kimi_k25.",
     show_default=False,
@@ -81,13 +83,14 @@ FormatOpt = typer.Option(
 ConsumerOpt = typer.Option(
     None,
     "--consumer",
+    metavar="GLOB",
     help="Extra file or glob (relative to srt) whose calls on models all count as EAGLE-3 code. Repeatable.",
 )
-IgnoreOpt = typer.Option(None, "--ignore", help="Protocol member never to report or write. Repeatable.")
+IgnoreOpt = typer.Option(None, "--ignore", metavar="MEMBER", help="Protocol member never to report or write. Repeatable.")
 InstalledOpt = typer.Option(
     False, "--installed", help="Target the sglang that `python` on PATH would import (found without importing it)."
 )
-PythonOpt = typer.Option(None, "--python", help="With --installed: the interpreter whose sglang to target.")
+PythonOpt = typer.Option(None, "--python", metavar="PYTHON", help="With --installed: the interpreter whose sglang to target.")
 
 EPILOG_CHECK = """\
 Examples:
@@ -552,7 +555,7 @@ def revert(
 
 @app.command(epilog=EPILOG_EXPLAIN)
 def explain(
-    member: str = typer.Argument(..., help="A protocol member, e.g. get_embed_and_head."),
+    member: str = typer.Argument(..., metavar="MEMBER", help="A protocol member, e.g. get_embed_and_head."),
     path: Optional[Path] = PathArg,
     model: Optional[List[str]] = ModelOpt,
     output_format: ExplainFormat = typer.Option(ExplainFormat.table, "--format", "-f", help="table or json."),
