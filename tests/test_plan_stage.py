@@ -188,7 +188,7 @@ def test_blockers_when_nothing_can_be_written():
 
     why = Unresolved("self.model = self._init(config)", "models/m.py:7", "a method returns it")
     unresolved = plan_wrapper(protocol(use(GET)), wrapper(cls("W"), inner("model", unresolved=(why,))))
-    assert unresolved.missing[0].blocker == f"the inner model could not be resolved: self.model = self._init(config) (models/m.py:7): a method returns it"
+    assert unresolved.missing[0].blocker == "the inner model could not be resolved: self.model = self._init(config) (models/m.py:7): a method returns it"
     assert unresolved.status == "unresolved"
     # resolved classes next to an unresolved construction: the class is known to lack it
     mixed = plan_wrapper(protocol(use(GET)), wrapper(cls("W"), inner("model", cls("Bare"), unresolved=(why,))))
