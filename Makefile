@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO   := build/demo
 
-.PHONY: venv demo test test-fast bench history update-releases clean
+.PHONY: venv demo test test-fast bench history update-releases readme clean
 
 $(BIN)/eaglepatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ history: venv
 # Re-pin tests/releases.txt from `pip index versions sglang` (on purpose; commit the diff).
 update-releases: venv
 	$(BIN)/python tests/update_releases.py
+
+# Regenerate README.md's sample outputs from fixtures/checkout (tests/test_readme_samples.py checks them).
+readme: venv
+	$(BIN)/python tools/readme_samples.py --write
 
 clean:
 	rm -rf $(VENV) build .cache .pytest_cache
