@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import re
+import symtable
 from dataclasses import dataclass, field
 import libcst as cst
 
@@ -34,6 +35,7 @@ from patcher.bindings import parse_value
 from patcher.errors import EaglepatchError
 from patcher.records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
 from patcher.resolve import Resolver, one_path_per_file, signature_node
+from patcher.source import block_start
 
 CAPTURE_FLAG = "capture_aux_hidden_states"  # the class's switch its forward reads
 CAPTURE_LAYERS = "layers_to_capture"  # the backbone's list its forward collects
@@ -163,9 +165,15 @@ class HookLibrary:
             reference = self._reference(source, info, signature, uses, why)
             if reference is not None:
                 kept.append((reference, node, why))
-        # the names a body reads from its module, only for the bodies of the right shape: one scope
-        # analysis for them all
-        for (reference, node, why), free in zip(kept, module_names_read([k[1] for k in kept])):
+        # the names a body reads from its module, only for the bodies of the right shape
+        for reference, node, why in kept:
+            signature = reference.signature
+            source = resolver.cache.read(signature.path)
+            start = block_start(source.lines, signature.header)
+            end = resolver.cache.outline(source).ends.get(signature.header, signature.header + 1)
+            free = module_names_in(source.lines[start:end])
+            if free is None:
+                free = module_names_read([node])[0]
             receiver = [*node.params.posonly_params, *node.params.params][0].name.value
             reference.free_names = sorted(free - {receiver})
             if not why and "super" in free:
@@ -255,18 +263,15 @@ class HookLibrary:
         plumbing = self.plumbing(wrapper, references)
         if plumbing and member_needs_capture(references):
             return _Fit(why=plumbing)
-        fits: list[tuple[tuple, Synthesis]] = []
+        # tried best first: the first that fits is the answer, and when none does the first
+        # rejection is the one to report
+        held = _held(wrapper)
         rejected: list[tuple[Reference, str]] = []
-        for reference in references:
+        for reference in sorted(references, key=lambda r: self._rank(r, wrapper, held)):
             synthesis, why = self._try(reference, wrapper, entry, shape_misfit)
-            if synthesis is None:
-                rejected.append((reference, why))
-            else:
-                fits.append((self._rank(reference, synthesis, wrapper), synthesis))
-        if fits:
-            fits.sort(key=lambda pair: pair[0])
-            return _Fit(synthesis=fits[0][1])
-        rejected.sort(key=lambda pair: self._rank(pair[0], None, wrapper))
+            if synthesis is not None:
+                return _Fit(synthesis=synthesis)
+            rejected.append((reference, why))
         best, why = rejected[0]
         more = f" (and {len(rejected) - 1} other reference(s) do not fit either)" if len(rejected) > 1 else ""
         return _Fit(why=f"{best.label}.{member} ({best.signature.at}) does not fit: {why}{more}")
@@ -454,13 +459,18 @@ class HookLibrary:
             self._forwards[key] = forward_facts(node) if node is not None else _NO_FORWARD
         return self._forwards[key]
 
-    def _rank(self, reference: Reference, synthesis: Synthesis | None, wrapper: Wrapper) -> tuple:
-        held = {c.name for i in wrapper.inners for c in i.classes} | {b for i in wrapper.inners for c in i.classes for b in c.bases}
+    def _rank(self, reference: Reference, wrapper: Wrapper, held: set[str]) -> tuple:
+        """Which reference a class takes its body from, smallest first."""
         lineage = not ({c.name for c in reference.backbone.classes} & held)
         related = reference.owner.name not in wrapper.cls.bases and reference.owner.file != wrapper.path
         pp = ("pp_group" in wrapper.cls.members) != reference.pp_in_body
         model_imports = sum(1 for name in reference.free_names if name.startswith("_"))
         return (lineage, related, -reference.shared_by, pp, model_imports, reference.label)
+
+
+def _held(wrapper: Wrapper) -> set[str]:
+    """The classes a wrapper holds, and their bases: a reference on the same lineage ranks first."""
+    return {c.name for i in wrapper.inners for c in i.classes} | {b for i in wrapper.inners for c in i.classes for b in c.bases}
 
 
 def member_needs_capture(references: list[Reference]) -> bool:
@@ -557,6 +567,31 @@ def forward_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _ForwardFacts
 
 
 # --------------------------------------------------------------------------- reading one body
+
+
+def module_names_in(lines: list[str]) -> set[str] | None:
+    """The module-level names and builtins a `def` (its lines) reads, signature and decorators
+    included, by CPython's symbol table: what libcst's ScopeProvider answers for it (`None`, `True`
+    and `False` count as reads; names inside string annotations do not), at a fraction of the cost.
+    None when the lines do not compile on their own."""
+    amount = min((len(line) - len(line.lstrip(" \t")) for line in lines if line.strip() and not line.lstrip().startswith("#")), default=0)
+    text = "".join(line[amount:] + "\n" for line in lines)
+    try:
+        top = symtable.symtable(text, "<hook>", "exec")
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    names = {sym.get_name() for sym in top.get_symbols() if sym.is_referenced()}
+    pending = list(top.get_children())
+    while pending:
+        table = pending.pop()
+        names |= {sym.get_name() for sym in table.get_symbols() if sym.is_referenced() and sym.is_global()}
+        pending += table.get_children()
+    names.discard("__class__")  # the cell `super()` implies, not a name the code spells
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, bool)):
+            names.add(repr(node.value))
+    return names
 
 
 def self_uses(node: cst.FunctionDef) -> list[SelfUse]:

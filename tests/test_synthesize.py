@@ -22,7 +22,9 @@ import pytest
 from typer.testing import CliRunner
 
 from patcher.cli import app
-from patcher.synthesize import SelfUse, read_body
+from codemods.retarget import module_names_read
+from patcher.source import SourceCache, block_start
+from patcher.synthesize import SelfUse, module_names_in, read_body
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHECKOUT = REPO_ROOT / "fixtures" / "checkout"
@@ -70,6 +72,54 @@ def test_read_body(code, uses, free, why):
     assert got_uses == uses
     assert sorted(got_free) == sorted(free)
     assert got_why == why
+
+
+# The module-level names a hook reads come from CPython's symbol table when references are learned
+# (libcst's ScopeProvider costs ~20x more); the two must agree on every body, libcst being the oracle.
+NAME_CASES = [code for code, *_ in BODY_CASES] + [
+    'def f(self, x: "Foo[Bar]" = None) -> "Baz":\n    return True\n',
+    'def f(self, x: Optional["Foo"] = None) -> List["Baz"]:\n    y: "Q" = 1\n    return [g(z) for z in x if h(z)]\n',
+    '@deco(a)\ndef f(self, *args: "A", k=D, **kw: E):\n    global G\n    G = 1\n'
+    '    def inner(q=R):\n        return S + q + self.t\n    return lambda t: t + U + super().x\n',
+    "def f(self):\n    class K(Base):\n        attr = V\n        def m(s):\n            return W\n    return K\n",
+    "def f(self):\n    try:\n        pass\n    except Exc as e:\n        raise New from e\n"
+    "    with ctx() as (a, b):\n        del a\n    x = y = Z\n    x += 1\n    return f'{F} {x}'\n",
+    "    def f(self, n=False):\n        # indented, as in a class body\n        return {k: v for k, v in T.items() if n}\n",
+]
+
+
+@pytest.mark.parametrize("code", NAME_CASES)
+def test_module_names_agree_with_libcst(code):
+    node = cst.ensure_type(cst.parse_statement(textwrap.dedent(code)), cst.FunctionDef)
+    expected = module_names_read([node])[0]
+    assert module_names_in(code.splitlines(True)) == expected
+
+
+def test_module_names_of_lines_that_do_not_compile_are_unknown():
+    assert module_names_in(["def f(self):\n", "    return (\n"]) is None
+
+
+HOOK_NAMES = {"get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture", "set_embed", "get_input_embeddings"}
+
+
+def test_module_names_agree_with_libcst_on_every_hook_of_a_release(sglang_latest):
+    """Every hook-named method under models/ of the newest release, read both ways."""
+    srt = sglang_latest / "sglang" / "srt"
+    cache = SourceCache(srt)
+    checked = []
+    for path in sorted((srt / "models").rglob("*.py")):
+        source = cache.read(path)
+        outline = cache.outline(source)
+        for index, indent, kind, name in outline.headers:
+            if kind != "def" or name not in HOOK_NAMES or indent == 0:
+                continue
+            lines = source.lines[block_start(source.lines, index) : outline.ends.get(index, index + 1)]
+            funcs = [n for n in cache.parse_block(source, index).module.body if isinstance(n, cst.FunctionDef)]
+            mine = module_names_in(lines)
+            assert mine is not None, f"{path.name}:{index + 1}"
+            assert mine == module_names_read(funcs[-1:])[0], f"{path.name}:{index + 1} {name}"
+            checked.append(name)
+    assert len(checked) > 100 and set(checked) >= {"get_embed_and_head", "set_eagle3_layers_to_capture"}
 
 
 # --------------------------------------------------------------------------- a tree with references and gaps
