@@ -292,6 +292,7 @@ class Resolver:
         self._helpers: dict[tuple[Path, int, bool], _Built] = {}
         self._named: dict[tuple[Path, str], tuple[SourceFile, str] | None] = {}
         self._module_assignments: dict[Path, dict[str, int]] = {}  # module-level `name = ...` lines
+        self._bases: dict[tuple[Path, int], list[cst.Arg]] = {}  # class headers, parsed once
         self.warnings: list[str] = []
 
     def require_valid(self, source: SourceFile) -> None:
@@ -360,7 +361,14 @@ class Resolver:
         return value if isinstance(value, (cst.Name, cst.Attribute)) and not _same_name(value, expr) else None
 
     def bases_of(self, text: ClassText) -> list[cst.Arg]:
-        """The class header, parsed on its own."""
+        """The class header, parsed on its own, once: every `__init__` that calls super() reads it."""
+        key = (text.source.path, text.header)
+        if key not in self._bases:
+            self._bases[key] = self._parse_bases(text)
+        return list(self._bases[key])
+
+    @staticmethod
+    def _parse_bases(text: ClassText) -> list[cst.Arg]:
         lines = text.source.lines
         outline_end = text.header
         depth, in_string = 0, None

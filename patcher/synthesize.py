@@ -27,6 +27,7 @@ import ast
 import re
 import symtable
 from dataclasses import dataclass, field
+from typing import Iterator
 import libcst as cst
 
 from codemods.names import LINE_LENGTH, dotted_name
@@ -75,6 +76,11 @@ class Reference:
     def pp_in_body(self) -> bool:
         return any(u.chain[0] == "pp_group" for u in self.self_uses) or "get_pp_group" in self.free_names
 
+    @property
+    def model_imports(self) -> int:
+        """Private names of its module the body reads: the fewer, the less it drags along."""
+        return sum(1 for name in self.free_names if name.startswith("_"))
+
 
 @dataclass(frozen=True)
 class Synthesis:
@@ -108,6 +114,8 @@ class HookLibrary:
     _references: dict[str, list[Reference]] = field(default_factory=dict)
     _forwards: dict[tuple, _ForwardFacts] = field(default_factory=dict)
     _examples: dict[str, Reference | None] = field(default_factory=dict)
+    _orders: dict[tuple[str, bool], list[Reference]] = field(default_factory=dict)
+    _near: dict[str, dict[str, list[Reference]]] = field(default_factory=dict)
     _ties_of: dict[tuple[str, str], bool] = field(default_factory=dict)
     _configs: dict[tuple[str, str, str], tuple[str, ...] | None] = field(default_factory=dict)
     _built: dict[tuple[str, str, str], list] = field(default_factory=dict)
@@ -265,9 +273,8 @@ class HookLibrary:
             return _Fit(why=plumbing)
         # tried best first: the first that fits is the answer, and when none does the first
         # rejection is the one to report
-        held = _held(wrapper)
         rejected: list[tuple[Reference, str]] = []
-        for reference in sorted(references, key=lambda r: self._rank(r, wrapper, held)):
+        for reference in self._ranked(member, wrapper):
             synthesis, why = self._try(reference, wrapper, entry, shape_misfit)
             if synthesis is not None:
                 return _Fit(synthesis=synthesis)
@@ -464,8 +471,29 @@ class HookLibrary:
         lineage = not ({c.name for c in reference.backbone.classes} & held)
         related = reference.owner.name not in wrapper.cls.bases and reference.owner.file != wrapper.path
         pp = ("pp_group" in wrapper.cls.members) != reference.pp_in_body
-        model_imports = sum(1 for name in reference.free_names if name.startswith("_"))
-        return (lineage, related, -reference.shared_by, pp, model_imports, reference.label)
+        return (lineage, related, -reference.shared_by, pp, reference.model_imports, reference.label)
+
+    def _ranked(self, member: str, wrapper: Wrapper) -> Iterator[Reference]:
+        """The references in `_rank` order, without ranking them all for every class: the few on the
+        class's lineage or in its file or bases come first; the rest share one order per PP style."""
+        references = self.references(member)
+        pp = "pp_group" in wrapper.cls.members
+        if (member, pp) not in self._orders:
+            self._orders[member, pp] = sorted(references, key=lambda r: (-r.shared_by, pp != r.pp_in_body, r.model_imports, r.label))
+        if member not in self._near:
+            near: dict[str, list[Reference]] = {}
+            for reference in references:
+                for name in {c.name for c in reference.backbone.classes} | {reference.owner.name, reference.owner.file}:
+                    near.setdefault(name, []).append(reference)
+            self._near[member] = near
+        held = _held(wrapper)
+        near = self._near[member]
+        close = {id(r): r for key in (held | set(wrapper.cls.bases) | {wrapper.path}) for r in near.get(key, ())}
+        first = sorted(close.values(), key=lambda r: self._rank(r, wrapper, held))
+        first = [r for r in first if self._rank(r, wrapper, held)[:2] != (True, True)]
+        yield from first
+        chosen = {id(r) for r in first}
+        yield from (r for r in self._orders[member, pp] if id(r) not in chosen)
 
 
 def _held(wrapper: Wrapper) -> set[str]:

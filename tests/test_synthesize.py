@@ -431,3 +431,29 @@ def test_latest_release_learned_hooks_apply_prove_and_leave_the_gate_clean(check
 
 def by_class_and_file(data: dict) -> dict[tuple[str, str], dict]:
     return {(m["file"], m["class"]): m for m in data["models"]}
+
+
+def test_references_are_tried_in_rank_order_on_a_release(sglang_latest):
+    """`fit` walks the references in `_rank` order without ranking them all for every class; on every
+    class of the newest release that walk is the full sort, for each hook."""
+    from patcher.locate import locate_tree
+    from patcher.protocol import extract_protocol
+    from patcher.resolve import Resolver
+    from patcher.synthesize import HookLibrary, _held
+
+    tree = locate_tree(sglang_latest)
+    cache = SourceCache(tree.srt)
+    protocol = extract_protocol(tree, cache, [], [])
+    resolver = Resolver(tree, cache)
+    library = HookLibrary(resolver, protocol)
+    wrappers = resolver.all_wrappers(protocol)
+    compared = 0
+    for member in ("get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture"):
+        references = library.references(member)
+        assert len(references) > 5
+        for wrapper in wrappers:
+            held = _held(wrapper)
+            expected = sorted(references, key=lambda r: library._rank(r, wrapper, held))
+            assert [r.label for r in library._ranked(member, wrapper)] == [r.label for r in expected], wrapper.cls.name
+            compared += 1
+    assert compared > 300
