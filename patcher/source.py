@@ -49,12 +49,18 @@ class SourceFile:
 
     path: Path
     rel: str
-    data: bytes
+    raw: bytes | None  # the bytes as read; None when they are exactly `encode(text)` (every UTF-8 file)
     text: str
     bom: bool
     newline: str
     lines: list[str] = field(repr=False)
     encoding: str = "utf-8"  # PEP 263 coding line, or UTF-8
+
+    @property
+    def data(self) -> bytes:
+        """The bytes as read.  A UTF-8 file keeps only its text (strict UTF-8 decoding is one-to-one):
+        a run over a large tree then holds each file once, not twice."""
+        return self.raw if self.raw is not None else self.encode(self.text)
 
     def encode(self, text: str) -> bytes:
         """`text` as bytes in this file's own encoding, BOM included."""
@@ -187,7 +193,8 @@ def decode_source(path: Path, rel: str, data: bytes) -> SourceFile:
         lines.pop()  # text ends with a newline
     if "\f" in text:
         lines = [_FORMFEED_INDENT.sub("", line) for line in lines]
-    return SourceFile(path, rel, data, text, bom, newline, lines, encoding)
+    raw = None if encoding == "utf-8" else data  # strict UTF-8 decoding round-trips exactly (BOM kept apart)
+    return SourceFile(path, rel, raw, text, bom, newline, lines, encoding)
 
 
 @dataclass
