@@ -360,6 +360,22 @@ class Outline:
             self.headers.append((self.line_index(match.start()), len(match.group(1)), kind, match.group(3)))
         self.ends = _Ends(self)
         self._indices = [h[0] for h in self.headers]
+        self._masked: tuple[str, list[int]] | None = None
+
+    def masked(self) -> tuple[str, list[int]]:
+        """`joined` with comments gone, each string one `S`, and each line that continues a statement
+        (inside a string, after a backslash) starting with `\\x00`; and the masked text's line starts.
+        Computed once per file, by one regex pass in C."""
+        if self._masked is None:
+            masked = _MASK.sub(_mask_token, self.joined)
+            self._masked = masked, [0] + [m.end() for m in _LF.finditer(masked)]
+        return self._masked
+
+    def continues(self, index: int) -> bool:
+        """Line `index` does not start a statement of its own: it is inside a string or follows a backslash.
+        (A line inside brackets is not told apart here.)"""
+        masked, starts = self.masked()
+        return masked.startswith("\x00", starts[index]) if index < len(starts) else False
 
     def module_level(self, kind: str) -> list[str]:
         """Names of the `kind` blocks no def or class encloses: at column 0, or under a module-level
@@ -384,6 +400,10 @@ class Outline:
         limit = _indent(line) if _is_code(line) else 10**6
         out = []
         position = bisect.bisect_right(self._indices, index) - 1
+        if position >= 0 and self.headers[position][0] == index:  # a header at column 0 lists itself too
+            out.append(self.headers[position])
+            limit = self.headers[position][1]
+            position -= 1
         while position >= 0 and limit > 0:
             header = self.headers[position]
             if header[0] == index or (header[1] < limit and self.ends[header[0]] > index):
@@ -408,28 +428,47 @@ class Outline:
         return found
 
 
-_TOKEN = re.compile(r"""\"\"\"|'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|\#.*|[()\[\]{}]""")
+_TOKEN = re.compile(r"""\"\"\"|'''|"(?:\\.|[^"\\])*(?:"|\\$)|'(?:\\.|[^'\\])*(?:'|\\$)|\#|\\$|[()\[\]{}]""")
+_CLOSE = {
+    '"""': re.compile(r'(?:[^"\\]|\\.|"(?!""))*"""'),
+    "'''": re.compile(r"(?:[^'\\]|\\.|'(?!''))*'''"),
+    '"': re.compile(r'(?:[^"\\]|\\.)*(?:"|\\$)'),
+    "'": re.compile(r"(?:[^'\\]|\\.)*(?:'|\\$)"),
+}
 
 
 def _scan(line: str, depth: int, in_string: str | None) -> tuple[int, str | None]:
-    """Bracket depth and open triple-quote after `line`, skipping strings and comments."""
+    """Bracket depth and the string still open after `line`, skipping strings and comments."""
+    depth, in_string, _ = _scan_line(line, depth, in_string)
+    return depth, in_string
+
+
+def _scan_line(line: str, depth: int, in_string: str | None) -> tuple[int, str | None, bool]:
+    """Bracket depth, the string still open, and whether a backslash continues the statement, after
+    `line` (no newline), skipping strings and comments.  A one-quote string is open only after a
+    backslash at the end of the line."""
     pos = 0
     while True:
         if in_string:
-            close = line.find(in_string, pos)
-            if close < 0:
-                return depth, in_string
-            pos = close + 3
+            close = _CLOSE[in_string].match(line, pos)
+            if close is None or (len(in_string) == 1 and close.group().endswith("\\")):
+                return depth, in_string, False  # the string goes on to the next line
+            pos = close.end()
             in_string = None
         match = _TOKEN.search(line, pos)
         if match is None:
-            return depth, None
+            return depth, None, False
         token = match.group()
         pos = match.end()
         if token in ('"""', "'''"):
             in_string = token
-        elif token[0] == "#":
-            return depth, None
+        elif token[0] in "\"'":
+            if token[-1] == "\\":  # only `\\$` ends a one-quote string token with a backslash
+                return depth, token[0], False
+        elif token == "#":
+            return depth, None, False
+        elif token == "\\":
+            return depth, None, True
         elif token in "([{":
             depth += 1
         elif token in ")]}":
@@ -437,58 +476,86 @@ def _scan(line: str, depth: int, in_string: str | None) -> tuple[int, str | None
 
 
 def _block_end(lines: list[str], header: int) -> int:
-    """One past the last line of the block whose header is at `header`."""
+    """One past the last line of the block whose header is at `header`, line by line: the exact
+    scanner (brackets, strings, comments, backslash continuations), and the reference for the fast one."""
     own = _indent(lines[header])
-    depth, in_string = 0, None
+    depth, in_string, backslash = 0, None, False
     end = header + 1
-    i = header
-    first = True
-    while i < len(lines):
+    for i in range(header, len(lines)):
         line = lines[i]
-        starts_statement = depth == 0 and in_string is None
-        if not first and starts_statement and _is_code(line) and _indent(line) <= own:
+        starts_statement = depth == 0 and in_string is None and not backslash
+        if i > header and starts_statement and _is_code(line) and _indent(line) <= own:
             break
         if line.strip() and (not starts_statement or _is_code(line)):
             end = i + 1
-        if "#" in line or "'" in line or '"' in line or in_string or any(c in line for c in "()[]{}"):
-            depth, in_string = _scan(line, depth, in_string)
-        first = False
-        i += 1
+        if in_string or "#" in line or "'" in line or '"' in line or "\\" in line or any(c in line for c in "()[]{}"):
+            depth, in_string, backslash = _scan_line(line, depth, in_string)
+        else:
+            backslash = False
     return end
+
+
+# One pass over a whole file: comments, strings (any prefix, escapes, triple-quoted across lines) and
+# backslash-newlines, in the order Python's tokenizer meets them.  An unterminated triple-quoted
+# string runs to the end of the text, as it does for Python.
+_MASK = re.compile(
+    r"""\#[^\n]*"""
+    r'''|"""[^"\\]*(?:(?:\\[\s\S]|"(?!""))[^"\\]*)*(?:"""|\Z)'''
+    r"""|'''[^'\\]*(?:(?:\\[\s\S]|'(?!''))[^'\\]*)*(?:'''|\Z)"""
+    r'''|"[^"\\\n]*(?:\\[\s\S][^"\\\n]*)*"'''
+    r"""|'[^'\\\n]*(?:\\[\s\S][^'\\\n]*)*'"""
+    r"""|\\\n"""
+)
+
+
+def _mask_token(match: re.Match) -> str:
+    token = match.group()
+    first = token[0]
+    if first == "#":
+        return ""
+    if first == "\\":
+        return "\n\x00"
+    newlines = token.count("\n")
+    return "S" + "\n\x00" * newlines if newlines else "S"
 
 
 _DEDENTS: dict[int, re.Pattern] = {}
 
 
 def _block_end_fast(outline: Outline, header: int) -> int:
-    """`_block_end` by regex: the next line at the header's indentation or less that starts a
-    statement, unless it sits inside a triple-quoted string.  Falls back to the exact scanner
-    when a stretch holds both kinds of triple quotes."""
+    """`_block_end` by regex, on the file with its comments and strings masked out: the next line at
+    the header's indentation or less that starts a statement and is outside the block's brackets.
+    Trailing blank and comment lines are not part of the block."""
     lines = outline.lines
+    masked, starts = outline.masked()
+    if masked.startswith("\x00", starts[header]):
+        return header + 1  # a `def` line inside a string (a docstring's example) is no block
     own = _indent(lines[header])
     pattern = _DEDENTS.get(own)
     if pattern is None:
-        pattern = _DEDENTS[own] = re.compile(rf"^[ \t]{{0,{own}}}(?=[^ \t\n#)\]}}])", re.MULTILINE)
-    text = outline.joined
-    starts = outline._starts
-    begin = starts[header]
-    position = starts[header + 1] if header + 1 < len(lines) else len(text)
-    candidate = len(lines)
-    while position < len(text):
-        match = pattern.search(text, position)
+        pattern = _DEDENTS[own] = re.compile(rf"^[ \t]{{0,{own}}}(?=[^ \t\n\x00)\]}}])", re.MULTILINE)
+    count = len(lines)
+    size = len(masked)
+    counted = starts[header]
+    depth = 0
+    position = starts[header + 1] if header + 1 < count else size
+    candidate = count
+    while position < size:
+        match = pattern.search(masked, position)
         if match is None:
             break
-        segment = text[begin : match.start()]
-        doubles, singles = segment.count('"""'), segment.count("'''")
-        if doubles and singles:
-            return _block_end(lines, header)
+        piece = masked[counted : match.start()]
+        counted = match.start()
+        if "(" in piece or "[" in piece or "{" in piece or ")" in piece or "]" in piece or "}" in piece:
+            depth += piece.count("(") + piece.count("[") + piece.count("{")
+            depth -= piece.count(")") + piece.count("]") + piece.count("}")
         index = bisect.bisect_right(starts, match.start()) - 1
-        if doubles % 2 == 0 and singles % 2 == 0:
+        if depth <= 0:
             candidate = index
             break
-        position = starts[index + 1] if index + 1 < len(lines) else len(text)
+        position = starts[index + 1] if index + 1 < count else size
     end = candidate
-    while end > header + 1 and not _is_code(lines[end - 1]):
+    while end > header + 1 and not masked[starts[end - 1] : starts[end] if end < count else size].strip():
         end -= 1
     return end
 
@@ -497,13 +564,42 @@ def outline(lines: list[str]) -> Outline:
     return Outline(lines)
 
 
+_CLOSES_A_LINE = re.compile(r"[)\]}][ \t]*(?:#.*)?$")
+
+
 def block_start(lines: list[str], header: int) -> int:
-    """Include the decorators above a header."""
+    """Include the decorators above a header, a decorator spanning lines (`@torch.compile(\\n...\\n)`) too."""
     own = _indent(lines[header])
     i = header
-    while i > 0 and lines[i - 1].lstrip().startswith("@") and _indent(lines[i - 1]) == own:
-        i -= 1
+    while i > 0:
+        above = lines[i - 1]
+        if _indent(above) == own and above.lstrip().startswith("@"):
+            i -= 1
+            continue
+        start = _decorator_above(lines, i, own) if _CLOSES_A_LINE.search(above) else None
+        if start is None:
+            break
+        i = start
     return i
+
+
+def _decorator_above(lines: list[str], below: int, own: int) -> int | None:
+    """The `@` line of a decorator at indentation `own` that spans lines and ends just above `below`."""
+    j = below - 1
+    if _indent(lines[j]) < own:
+        return None
+    while j > 0 and not (_indent(lines[j]) <= own and _is_code(lines[j]) and j < below - 1):
+        j -= 1
+    line = lines[j]
+    if j == below - 1 or _indent(line) != own or not line.lstrip().startswith("@"):
+        return None
+    depth, in_string, backslash = 0, None, False
+    for k in range(j, below):
+        depth, in_string, backslash = _scan_line(lines[k], depth, in_string)
+        open_ = depth > 0 or in_string is not None or backslash
+        if open_ != (k < below - 1):
+            return None
+    return j
 
 
 def _dedent(lines: list[str], amount: int) -> str:
