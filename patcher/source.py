@@ -612,12 +612,13 @@ def _dedent(lines: list[str], amount: int) -> str:
     return "\n".join(out) + "\n"
 
 
-def _import_texts(lines: list[str]) -> list[str]:
-    """The text of every import statement (dedented), wherever it stands, found line by line."""
+def _import_texts(lines: list[str], in_string=None) -> list[str]:
+    """The text of every import statement (dedented), wherever it stands, found line by line;
+    `in_string(i)` tells a line inside a string (a docstring's example), which is no import."""
     statements: list[str] = []
     i = 0
     while i < len(lines):
-        if _IMPORT.match(lines[i]):
+        if _IMPORT.match(lines[i]) and not (in_string is not None and in_string(i)):
             depth = 0
             j = i
             while j < len(lines):
@@ -743,13 +744,19 @@ class SourceCache:
         self._ast_functions[key] = found
         return found
 
+    def _in_string(self, source: SourceFile):
+        """Tells a line inside a string, for a file that has a multi-line one (else None)."""
+        if '"""' not in source.text and "'''" not in source.text and "\\\n" not in source.text:
+            return None
+        return self.outline(source).continues
+
     def parse_imports_ast(self, source: SourceFile) -> list[ast.stmt]:
         """parse_imports, read by CPython's parser: what the import table needs is names, not nodes to
         edit, and ast reads import statements exactly as libcst does, several times faster."""
         key = (source.path, -2, -2)
         cached = self._ast_imports.get(key)
         if cached is None:
-            statements = _import_texts(source.lines)
+            statements = _import_texts(source.lines, self._in_string(source))
             try:
                 cached = ast.parse("".join(statements)).body
             except (SyntaxError, ValueError):
@@ -767,7 +774,7 @@ class SourceCache:
         key = (source.path, -1, -1)
         cached = self._parsed.get(key)
         if cached is None:
-            statements = _import_texts(source.lines)
+            statements = _import_texts(source.lines, self._in_string(source))
             try:
                 nodes = list(cst.parse_module("".join(statements)).body)
             except cst.ParserSyntaxError:
