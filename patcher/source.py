@@ -31,6 +31,7 @@ _HEADER = re.compile(r"^([ \t]*)(?:async[ \t]+def|def|class)[ \t]+(\w+)")
 _NEWLINES = re.compile(r"\r\n|\r|\n")
 _NEWLINES_BYTES = re.compile(rb"\r\n|\r|\n")
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import\b|import[ \t]+\w)")
+_IMPORT_ANYWHERE = re.compile(_IMPORT.pattern, re.MULTILINE)
 # PEP 263, as the tokenize module reads it: on line 1, or on line 2 below a comment or blank line
 _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 _BLANK_OR_COMMENT = re.compile(rb"^[ \t\f]*(?:[#\r\n]|$)")
@@ -360,22 +361,20 @@ class Outline:
             self.headers.append((self.line_index(match.start()), len(match.group(1)), kind, match.group(3)))
         self.ends = _Ends(self)
         self._indices = [h[0] for h in self.headers]
-        self._masked: tuple[str, list[int]] | None = None
+        self._masked: str | None = None
+        self._brackets: str | None = None
 
-    def masked(self) -> tuple[str, list[int]]:
-        """`joined` with comments gone, each string one `S`, and each line that continues a statement
-        (inside a string, after a backslash) starting with `\\x00`; and the masked text's line starts.
-        Computed once per file, by one regex pass in C."""
+    def masked(self) -> str:
+        """`joined` masked (see `mask`), computed once per file."""
         if self._masked is None:
-            masked = _MASK.sub(_mask_token, self.joined)
-            self._masked = masked, [0] + [m.end() for m in _LF.finditer(masked)]
+            self._masked = mask(self.joined)
         return self._masked
 
-    def continues(self, index: int) -> bool:
-        """Line `index` does not start a statement of its own: it is inside a string or follows a backslash.
-        (A line inside brackets is not told apart here.)"""
-        masked, starts = self.masked()
-        return masked.startswith("\x00", starts[index]) if index < len(starts) else False
+    def brackets(self) -> str:
+        """`masked()` with every bracket a parenthesis: one count gives a stretch's depth."""
+        if self._brackets is None:
+            self._brackets = self.masked().translate(_ONE_BRACKET)
+        return self._brackets
 
     def module_level(self, kind: str) -> list[str]:
         """Names of the `kind` blocks no def or class encloses: at column 0, or under a module-level
@@ -495,8 +494,8 @@ def _block_end(lines: list[str], header: int) -> int:
     return end
 
 
-# One pass over a whole file: comments, strings (any prefix, escapes, triple-quoted across lines) and
-# backslash-newlines, in the order Python's tokenizer meets them.  An unterminated triple-quoted
+# One pass over a whole file: comments and strings (any prefix, escapes, triple-quoted across lines),
+# in the order Python's tokenizer meets them.  An unterminated triple-quoted
 # string runs to the end of the text, as it does for Python.
 _MASK = re.compile(
     r"""\#[^\n]*"""
@@ -504,19 +503,27 @@ _MASK = re.compile(
     r"""|'''[^'\\]*(?:(?:\\[\s\S]|'(?!''))[^'\\]*)*(?:'''|\Z)"""
     r'''|"[^"\\\n]*(?:\\[\s\S][^"\\\n]*)*"'''
     r"""|'[^'\\\n]*(?:\\[\s\S][^'\\\n]*)*'"""
-    r"""|\\\n"""
 )
 
 
 def _mask_token(match: re.Match) -> str:
     token = match.group()
-    first = token[0]
-    if first == "#":
-        return ""
-    if first == "\\":
-        return "\n\x00"
-    newlines = token.count("\n")
-    return "S" + "\n\x00" * newlines if newlines else "S"
+    if token[0] == "#":
+        return " " * len(token)
+    if "\n" not in token:
+        return "S" * len(token)
+    first, *rest = token.split("\n")
+    return "\n".join(["S" * len(first)] + ["\x00" + "S" * (len(part) - 1) if part else "" for part in rest])
+
+
+def mask(text: str) -> str:
+    """`text` (newlines `\\n` only) with its comments blanked, its strings all `S`, and each non-empty line
+    inside a string starting with `\\x00`, by one regex pass in C: same length, same line starts, and
+    brackets and backslashes left only where they are code."""
+    return _MASK.sub(_mask_token, text)
+
+
+_ONE_BRACKET = str.maketrans("[{]}", "(())")
 
 
 _DEDENTS: dict[int, re.Pattern] = {}
@@ -524,16 +531,17 @@ _DEDENTS: dict[int, re.Pattern] = {}
 
 def _block_end_fast(outline: Outline, header: int) -> int:
     """`_block_end` by regex, on the file with its comments and strings masked out: the next line at
-    the header's indentation or less that starts a statement and is outside the block's brackets.
+    the header's indentation or less that starts a statement (outside the block's brackets, not after
+    a backslash).
     Trailing blank and comment lines are not part of the block."""
     lines = outline.lines
-    masked, starts = outline.masked()
+    masked, starts = outline.brackets(), outline._starts
     if masked.startswith("\x00", starts[header]):
         return header + 1  # a `def` line inside a string (a docstring's example) is no block
     own = _indent(lines[header])
     pattern = _DEDENTS.get(own)
     if pattern is None:
-        pattern = _DEDENTS[own] = re.compile(rf"^[ \t]{{0,{own}}}(?=[^ \t\n\x00)\]}}])", re.MULTILINE)
+        pattern = _DEDENTS[own] = re.compile(rf"^[ \t]{{0,{own}}}(?=[^ \t\n\x00)])", re.MULTILINE)
     count = len(lines)
     size = len(masked)
     counted = starts[header]
@@ -544,13 +552,10 @@ def _block_end_fast(outline: Outline, header: int) -> int:
         match = pattern.search(masked, position)
         if match is None:
             break
-        piece = masked[counted : match.start()]
+        depth += masked.count("(", counted, match.start()) - masked.count(")", counted, match.start())
         counted = match.start()
-        if "(" in piece or "[" in piece or "{" in piece or ")" in piece or "]" in piece or "}" in piece:
-            depth += piece.count("(") + piece.count("[") + piece.count("{")
-            depth -= piece.count(")") + piece.count("]") + piece.count("}")
         index = bisect.bisect_right(starts, match.start()) - 1
-        if depth <= 0:
+        if depth <= 0 and not masked.startswith("\\\n", max(0, match.start() - 2)):  # no backslash continues the line above
             candidate = index
             break
         position = starts[index + 1] if index + 1 < count else size
@@ -612,24 +617,30 @@ def _dedent(lines: list[str], amount: int) -> str:
     return "\n".join(out) + "\n"
 
 
-def _import_texts(lines: list[str], in_string=None) -> list[str]:
-    """The text of every import statement (dedented), wherever it stands, found line by line;
-    `in_string(i)` tells a line inside a string (a docstring's example), which is no import."""
+def _import_texts(lines: list[str], joined: str | None = None, masked: str | None = None) -> list[str]:
+    """The text of every import statement (dedented), wherever it stands; `joined` is the lines joined
+    by `\\n`, and `masked` the same masked (see `mask`): a line inside a string (a docstring's example)
+    is no import."""
+    if joined is None:
+        joined = "\n".join(lines)
     statements: list[str] = []
-    i = 0
-    while i < len(lines):
-        if _IMPORT.match(lines[i]) and not (in_string is not None and in_string(i)):
-            depth = 0
-            j = i
-            while j < len(lines):
-                depth += _bracket_delta(lines[j])
-                if depth <= 0 and not lines[j].rstrip().endswith("\\"):
-                    break
-                j += 1
-            statements.append(_dedent(lines[i : j + 1], _indent(lines[i])))
-            i = j + 1
-        else:
-            i += 1
+    index = counted = 0
+    after = 0  # lines before this one belong to an import already read
+    for match in _IMPORT_ANYWHERE.finditer(joined):
+        start = match.start()
+        index += joined.count("\n", counted, start)
+        counted = start
+        if index < after or (masked is not None and masked.startswith("\x00", start)):
+            continue
+        depth = 0
+        j = index
+        while j < len(lines):
+            depth += _bracket_delta(lines[j])
+            if depth <= 0 and not lines[j].rstrip().endswith("\\"):
+                break
+            j += 1
+        statements.append(_dedent(lines[index : j + 1], _indent(lines[index])))
+        after = j + 1
     return statements
 
 
@@ -744,11 +755,14 @@ class SourceCache:
         self._ast_functions[key] = found
         return found
 
-    def _in_string(self, source: SourceFile):
-        """Tells a line inside a string, for a file that has a multi-line one (else None)."""
-        if '"""' not in source.text and "'''" not in source.text and "\\\n" not in source.text:
-            return None
-        return self.outline(source).continues
+    def _import_lines(self, source: SourceFile) -> list[str]:
+        """_import_texts, for a file: with strings masked when it has a triple-quoted one."""
+        known = self._outlines.get(source.path)
+        joined = known.joined if known is not None else "\n".join(source.lines)
+        masked = None
+        if '"""' in source.text or "'''" in source.text:
+            masked = known.masked() if known is not None else mask(joined)
+        return _import_texts(source.lines, joined, masked)
 
     def parse_imports_ast(self, source: SourceFile) -> list[ast.stmt]:
         """parse_imports, read by CPython's parser: what the import table needs is names, not nodes to
@@ -756,7 +770,7 @@ class SourceCache:
         key = (source.path, -2, -2)
         cached = self._ast_imports.get(key)
         if cached is None:
-            statements = _import_texts(source.lines, self._in_string(source))
+            statements = self._import_lines(source)
             try:
                 cached = ast.parse("".join(statements)).body
             except (SyntaxError, ValueError):
@@ -774,7 +788,7 @@ class SourceCache:
         key = (source.path, -1, -1)
         cached = self._parsed.get(key)
         if cached is None:
-            statements = _import_texts(source.lines, self._in_string(source))
+            statements = self._import_lines(source)
             try:
                 nodes = list(cst.parse_module("".join(statements)).body)
             except cst.ParserSyntaxError:
