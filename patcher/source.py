@@ -495,8 +495,8 @@ def _block_end(lines: list[str], header: int) -> int:
 
 
 # One pass over a whole file: comments and strings (any prefix, escapes, triple-quoted across lines),
-# in the order Python's tokenizer meets them.  An unterminated triple-quoted
-# string runs to the end of the text, as it does for Python.
+# in the order Python's tokenizer meets them.  An unterminated triple-quoted string runs to the end
+# of the text.
 _MASK = re.compile(
     r"""\#[^\n]*"""
     r'''|"""[^"\\]*(?:(?:\\[\s\S]|"(?!""))[^"\\]*)*(?:"""|\Z)'''
