@@ -32,6 +32,7 @@ _NEWLINES = re.compile(r"\r\n|\r|\n")
 _NEWLINES_BYTES = re.compile(rb"\r\n|\r|\n")
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import\b|import[ \t]+\w)")
 _IMPORT_ANYWHERE = re.compile(_IMPORT.pattern, re.MULTILINE)
+_IMPORT_WORD = re.compile(r"import\b")  # a literal: the regex engine skips to it fast
 # PEP 263, as the tokenize module reads it: on line 1, or on line 2 below a comment or blank line
 _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 _BLANK_OR_COMMENT = re.compile(rb"^[ \t\f]*(?:[#\r\n]|$)")
@@ -626,8 +627,12 @@ def _import_texts(lines: list[str], joined: str | None = None, masked: str | Non
     statements: list[str] = []
     index = counted = 0
     after = 0  # lines before this one belong to an import already read
-    for match in _IMPORT_ANYWHERE.finditer(joined):
-        start = match.start()
+    seen = -1
+    for word in _IMPORT_WORD.finditer(joined):
+        start = joined.rfind("\n", 0, word.start()) + 1
+        if start <= seen or not _IMPORT_ANYWHERE.match(joined, start):
+            continue
+        seen = start
         index += joined.count("\n", counted, start)
         counted = start
         if index < after or (masked is not None and masked.startswith("\x00", start)):
