@@ -227,3 +227,54 @@ def _closing(node: cst.ImportFrom):
     if isinstance(last.comma, cst.Comma):
         return last.comma.whitespace_after
     return cst.SimpleWhitespace("")
+
+
+def _blank_prefix(lines) -> list:
+    """The blank lines above a statement's first comment line."""
+    out = []
+    for line in lines:
+        if line.comment is not None:
+            break
+        out.append(line)
+    return out
+
+
+def _defines(statement) -> bool:
+    return isinstance(statement, (cst.ClassDef, cst.FunctionDef))
+
+
+def space_opened_block(before: cst.Module, after: cst.Module) -> cst.Module:
+    """In a file with no import (bar `from __future__`), the imports this run added open the file's
+    import block right above its first statement: they take that statement's blank lines, and the
+    statement gets black's two blank lines (one above code that is not a def or class)."""
+    if any(_opens_imports(s) for s in before.body):
+        return after
+    body = list(after.body)
+    first = next((i for i, s in enumerate(body) if _opens_imports(s)), None)
+    if first is None:
+        return after
+    last = first
+    while last + 1 < len(body) and _opens_imports(body[last + 1]):
+        last += 1
+    if last + 1 >= len(body):
+        return after
+    statement = body[last + 1]
+    # the same statement in the file as it was: the imports went in right above it
+    old = next((s for s in before.body if not _is_docstring(s) and not (isinstance(s, cst.SimpleStatementLine) and _is_import(s))), None)
+    if old is None:
+        return after
+    blanks = _blank_prefix(old.leading_lines)
+    rest = list(old.leading_lines)[len(blanks) :]
+    spacing = [cst.EmptyLine(indent=False)] * (2 if _defines(statement) else 1)
+    body[first] = body[first].with_changes(leading_lines=blanks)
+    body[last + 1] = statement.with_changes(leading_lines=[*spacing, *rest])
+    return after.with_changes(body=body)
+
+
+def _is_docstring(statement) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )

@@ -22,6 +22,7 @@ from libcst.metadata import MetadataWrapper
 
 from codemods.add_delegations import Delegation, _dedent, learned_digest, parse_marker, render_delegation
 from codemods.names import dotted_name
+from codemods.normalize_imports import _blank_prefix, _opens_imports
 
 
 def _marker(func: cst.FunctionDef) -> tuple[str, list[str]] | None:
@@ -108,17 +109,45 @@ class RemoveDelegations(VisitorBasedCodemodCommand):
             return updated_node
         mentioned = _mentioned(updated_node, self._imported) - self.bound_elsewhere
         removable = (self._imported - mentioned) | (_unused_imports(updated_node) & mentioned if mentioned else set())
-        body = []
+        body: list = []
+        dropped: list[tuple[cst.SimpleStatementLine, cst.CSTNode | None]] = []  # (statement, the one kept above it)
+        follows: dict[int, tuple[cst.SimpleStatementLine, cst.CSTNode | None]] = {}  # index in body -> first dropped right above
+        pending = None
         for stmt in updated_node.body:
             if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
                 small = stmt.body[0]
                 trimmed = _without(small, removable)
                 if trimmed is None:
+                    if pending is None:
+                        pending = (stmt, body[-1] if body else None)
+                        dropped.append(pending)
                     continue
                 if trimmed is not small:
                     stmt = stmt.with_changes(body=[trimmed])
+            if pending is not None:
+                follows[len(body)] = pending
+                pending = None
             body.append(stmt)
+        if follows:
+            imports_left = any(_opens_imports(s) for s in body)
+            for index, (gone, above) in follows.items():
+                body[index] = _spaced_after_drop(body[index], gone, above, imports_left)
         return updated_node.with_changes(body=body)
+
+
+def _spaced_after_drop(stmt, gone, above, imports_left: bool):
+    """`stmt`, next below the import line `gone` that revert took out, with the blank lines apply left:
+    an import line that opened an import block took the block's blank lines above it (the block's
+    first line kept one blank line); one that opened the file's only block gave the statement below
+    black's blank lines (see codemods/normalize_imports.py)."""
+    if _opens_imports(stmt) and (above is None or not _opens_imports(above)):
+        return stmt.with_changes(leading_lines=gone.leading_lines)
+    if not stmt.leading_lines:
+        return stmt.with_changes(leading_lines=gone.leading_lines)
+    if not imports_left:
+        blanks = _blank_prefix(stmt.leading_lines)
+        return stmt.with_changes(leading_lines=[*gone.leading_lines, *list(stmt.leading_lines)[len(blanks) :]])
+    return stmt
 
 
 def _local(alias: cst.ImportAlias) -> str:

@@ -12,7 +12,7 @@ from libcst.codemod.visitors import AddImportsVisitor
 
 from codemods.add_delegations import LINE_LENGTH, AddDelegations, Delegation
 from codemods.retarget import ExplodeLongLiterals, Retarget, body_reads
-from codemods.normalize_imports import NormalizeAddedImports
+from codemods.normalize_imports import NormalizeAddedImports, space_opened_block
 from patcher.errors import EaglepatchError
 from patcher.forms import Import, WrapperSpelling, _Pending, respelled_signature
 from patcher.meanings import TYPE_ONLY, UNKNOWN, inner_meaning
@@ -186,7 +186,7 @@ def apply_codemod(source: SourceFile, delegations: dict[str, list[Delegation]], 
     # (the supplementary transform transform_module would schedule) runs only when needed.
     updated = module.visit(command)
     if context.scratch.get(AddImportsVisitor.CONTEXT_KEY):
-        updated = AddImportsVisitor(context).transform_module(updated)
+        updated = space_opened_block(module, AddImportsVisitor(context).transform_module(updated))
     added: dict[str, set[str]] = {}
     for todo in delegations.values():
         for delegation in todo:

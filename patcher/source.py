@@ -32,6 +32,8 @@ _HEADER = re.compile(r"^([ \t]*)(?:async[ \t]+def|def|class)[ \t]+(\w+)")
 _NEWLINES = re.compile(r"\r\n|\r|\n")
 _NEWLINES_BYTES = re.compile(rb"\r\n|\r|\n")
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import\b|import[ \t]+\w)")
+_IMPORT_ANYWHERE = re.compile(_IMPORT.pattern, re.MULTILINE)
+_IMPORT_WORD = re.compile(r"import\b")  # a literal: the regex engine skips to it fast
 # PEP 263, as the tokenize module reads it: on line 1, or on line 2 below a comment or blank line
 _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 _BLANK_OR_COMMENT = re.compile(rb"^[ \t\f]*(?:[#\r\n]|$)")
@@ -369,6 +371,20 @@ class Outline:
             self.headers.append((self.line_index(match.start()), len(match.group(1)), kind, match.group(3)))
         self.ends = _Ends(self)
         self._indices = [h[0] for h in self.headers]
+        self._masked: str | None = None
+        self._brackets: str | None = None
+
+    def masked(self) -> str:
+        """`joined` masked (see `mask`), computed once per file."""
+        if self._masked is None:
+            self._masked = mask(self.joined)
+        return self._masked
+
+    def brackets(self) -> str:
+        """`masked()` with every bracket a parenthesis: one count gives a stretch's depth."""
+        if self._brackets is None:
+            self._brackets = self.masked().translate(_ONE_BRACKET)
+        return self._brackets
 
     def module_level(self, kind: str) -> list[str]:
         """Names of the `kind` blocks no def or class encloses: at column 0, or under a module-level
@@ -393,6 +409,10 @@ class Outline:
         limit = _indent(line) if _is_code(line) else 10**6
         out = []
         position = bisect.bisect_right(self._indices, index) - 1
+        if position >= 0 and self.headers[position][0] == index:  # a header at column 0 lists itself too
+            out.append(self.headers[position])
+            limit = self.headers[position][1]
+            position -= 1
         while position >= 0 and limit > 0:
             header = self.headers[position]
             if header[0] == index or (header[1] < limit and self.ends[header[0]] > index):
@@ -417,28 +437,47 @@ class Outline:
         return found
 
 
-_TOKEN = re.compile(r"""\"\"\"|'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|\#.*|[()\[\]{}]""")
+_TOKEN = re.compile(r"""\"\"\"|'''|"(?:\\.|[^"\\])*(?:"|\\$)|'(?:\\.|[^'\\])*(?:'|\\$)|\#|\\$|[()\[\]{}]""")
+_CLOSE = {
+    '"""': re.compile(r'(?:[^"\\]|\\.|"(?!""))*"""'),
+    "'''": re.compile(r"(?:[^'\\]|\\.|'(?!''))*'''"),
+    '"': re.compile(r'(?:[^"\\]|\\.)*(?:"|\\$)'),
+    "'": re.compile(r"(?:[^'\\]|\\.)*(?:'|\\$)"),
+}
 
 
 def _scan(line: str, depth: int, in_string: str | None) -> tuple[int, str | None]:
-    """Bracket depth and open triple-quote after `line`, skipping strings and comments."""
+    """Bracket depth and the string still open after `line`, skipping strings and comments."""
+    depth, in_string, _ = _scan_line(line, depth, in_string)
+    return depth, in_string
+
+
+def _scan_line(line: str, depth: int, in_string: str | None) -> tuple[int, str | None, bool]:
+    """Bracket depth, the string still open, and whether a backslash continues the statement, after
+    `line` (no newline), skipping strings and comments.  A one-quote string is open only after a
+    backslash at the end of the line."""
     pos = 0
     while True:
         if in_string:
-            close = line.find(in_string, pos)
-            if close < 0:
-                return depth, in_string
-            pos = close + 3
+            close = _CLOSE[in_string].match(line, pos)
+            if close is None or (len(in_string) == 1 and close.group().endswith("\\")):
+                return depth, in_string, False  # the string goes on to the next line
+            pos = close.end()
             in_string = None
         match = _TOKEN.search(line, pos)
         if match is None:
-            return depth, None
+            return depth, None, False
         token = match.group()
         pos = match.end()
         if token in ('"""', "'''"):
             in_string = token
-        elif token[0] == "#":
-            return depth, None
+        elif token[0] in "\"'":
+            if token[-1] == "\\":  # only `\\$` ends a one-quote string token with a backslash
+                return depth, token[0], False
+        elif token == "#":
+            return depth, None, False
+        elif token == "\\":
+            return depth, None, True
         elif token in "([{":
             depth += 1
         elif token in ")]}":
@@ -446,58 +485,92 @@ def _scan(line: str, depth: int, in_string: str | None) -> tuple[int, str | None
 
 
 def _block_end(lines: list[str], header: int) -> int:
-    """One past the last line of the block whose header is at `header`."""
+    """One past the last line of the block whose header is at `header`, line by line: the exact
+    scanner (brackets, strings, comments, backslash continuations), and the reference for the fast one."""
     own = _indent(lines[header])
-    depth, in_string = 0, None
+    depth, in_string, backslash = 0, None, False
     end = header + 1
-    i = header
-    first = True
-    while i < len(lines):
+    for i in range(header, len(lines)):
         line = lines[i]
-        starts_statement = depth == 0 and in_string is None
-        if not first and starts_statement and _is_code(line) and _indent(line) <= own:
+        starts_statement = depth == 0 and in_string is None and not backslash
+        if i > header and starts_statement and _is_code(line) and _indent(line) <= own:
             break
         if line.strip() and (not starts_statement or _is_code(line)):
             end = i + 1
-        if "#" in line or "'" in line or '"' in line or in_string or any(c in line for c in "()[]{}"):
-            depth, in_string = _scan(line, depth, in_string)
-        first = False
-        i += 1
+        if in_string or "#" in line or "'" in line or '"' in line or "\\" in line or any(c in line for c in "()[]{}"):
+            depth, in_string, backslash = _scan_line(line, depth, in_string)
+        else:
+            backslash = False
     return end
+
+
+# One pass over a whole file: comments and strings (any prefix, escapes, triple-quoted across lines),
+# in the order Python's tokenizer meets them.  An unterminated triple-quoted string runs to the end
+# of the text.
+_MASK = re.compile(
+    r"""\#[^\n]*"""
+    r'''|"""[^"\\]*(?:(?:\\[\s\S]|"(?!""))[^"\\]*)*(?:"""|\Z)'''
+    r"""|'''[^'\\]*(?:(?:\\[\s\S]|'(?!''))[^'\\]*)*(?:'''|\Z)"""
+    r'''|"[^"\\\n]*(?:\\[\s\S][^"\\\n]*)*"'''
+    r"""|'[^'\\\n]*(?:\\[\s\S][^'\\\n]*)*'"""
+)
+
+
+def _mask_token(match: re.Match) -> str:
+    token = match.group()
+    if token[0] == "#":
+        return " " * len(token)
+    if "\n" not in token:
+        return "S" * len(token)
+    first, *rest = token.split("\n")
+    return "\n".join(["S" * len(first)] + ["\x00" + "S" * (len(part) - 1) if part else "" for part in rest])
+
+
+def mask(text: str) -> str:
+    """`text` (newlines `\\n` only) with its comments blanked, its strings all `S`, and each non-empty line
+    inside a string starting with `\\x00`, by one regex pass in C: same length, same line starts, and
+    brackets and backslashes left only where they are code."""
+    return _MASK.sub(_mask_token, text)
+
+
+_ONE_BRACKET = str.maketrans("[{]}", "(())")
 
 
 _DEDENTS: dict[int, re.Pattern] = {}
 
 
 def _block_end_fast(outline: Outline, header: int) -> int:
-    """`_block_end` by regex: the next line at the header's indentation or less that starts a
-    statement, unless it sits inside a triple-quoted string.  Falls back to the exact scanner
-    when a stretch holds both kinds of triple quotes."""
+    """`_block_end` by regex, on the file with its comments and strings masked out: the next line at
+    the header's indentation or less that starts a statement (outside the block's brackets, not after
+    a backslash).
+    Trailing blank and comment lines are not part of the block."""
     lines = outline.lines
+    masked, starts = outline.brackets(), outline._starts
+    if masked.startswith("\x00", starts[header]):
+        return header + 1  # a `def` line inside a string (a docstring's example) is no block
     own = _indent(lines[header])
     pattern = _DEDENTS.get(own)
     if pattern is None:
-        pattern = _DEDENTS[own] = re.compile(rf"^[ \t]{{0,{own}}}(?=[^ \t\n#)\]}}])", re.MULTILINE)
-    text = outline.joined
-    starts = outline._starts
-    begin = starts[header]
-    position = starts[header + 1] if header + 1 < len(lines) else len(text)
-    candidate = len(lines)
-    while position < len(text):
-        match = pattern.search(text, position)
+        pattern = _DEDENTS[own] = re.compile(rf"^[ \t]{{0,{own}}}(?=[^ \t\n\x00)])", re.MULTILINE)
+    count = len(lines)
+    size = len(masked)
+    counted = starts[header]
+    depth = 0
+    position = starts[header + 1] if header + 1 < count else size
+    candidate = count
+    while position < size:
+        match = pattern.search(masked, position)
         if match is None:
             break
-        segment = text[begin : match.start()]
-        doubles, singles = segment.count('"""'), segment.count("'''")
-        if doubles and singles:
-            return _block_end(lines, header)
+        depth += masked.count("(", counted, match.start()) - masked.count(")", counted, match.start())
+        counted = match.start()
         index = bisect.bisect_right(starts, match.start()) - 1
-        if doubles % 2 == 0 and singles % 2 == 0:
+        if depth <= 0 and not masked.startswith("\\\n", max(0, match.start() - 2)):  # no backslash continues the line above
             candidate = index
             break
-        position = starts[index + 1] if index + 1 < len(lines) else len(text)
+        position = starts[index + 1] if index + 1 < count else size
     end = candidate
-    while end > header + 1 and not _is_code(lines[end - 1]):
+    while end > header + 1 and not masked[starts[end - 1] : starts[end] if end < count else size].strip():
         end -= 1
     return end
 
@@ -506,13 +579,42 @@ def outline(lines: list[str]) -> Outline:
     return Outline(lines)
 
 
+_CLOSES_A_LINE = re.compile(r"[)\]}][ \t]*(?:#.*)?$")
+
+
 def block_start(lines: list[str], header: int) -> int:
-    """Include the decorators above a header."""
+    """Include the decorators above a header, a decorator spanning lines (`@torch.compile(\\n...\\n)`) too."""
     own = _indent(lines[header])
     i = header
-    while i > 0 and lines[i - 1].lstrip().startswith("@") and _indent(lines[i - 1]) == own:
-        i -= 1
+    while i > 0:
+        above = lines[i - 1]
+        if _indent(above) == own and above.lstrip().startswith("@"):
+            i -= 1
+            continue
+        start = _decorator_above(lines, i, own) if _CLOSES_A_LINE.search(above) else None
+        if start is None:
+            break
+        i = start
     return i
+
+
+def _decorator_above(lines: list[str], below: int, own: int) -> int | None:
+    """The `@` line of a decorator at indentation `own` that spans lines and ends just above `below`."""
+    j = below - 1
+    if _indent(lines[j]) < own:
+        return None
+    while j > 0 and not (_indent(lines[j]) <= own and _is_code(lines[j]) and j < below - 1):
+        j -= 1
+    line = lines[j]
+    if j == below - 1 or _indent(line) != own or not line.lstrip().startswith("@"):
+        return None
+    depth, in_string, backslash = 0, None, False
+    for k in range(j, below):
+        depth, in_string, backslash = _scan_line(lines[k], depth, in_string)
+        open_ = depth > 0 or in_string is not None or backslash
+        if open_ != (k < below - 1):
+            return None
+    return j
 
 
 def _dedent(lines: list[str], amount: int) -> str:
@@ -525,23 +627,34 @@ def _dedent(lines: list[str], amount: int) -> str:
     return "\n".join(out) + "\n"
 
 
-def _import_texts(lines: list[str]) -> list[str]:
-    """The text of every import statement (dedented), wherever it stands, found line by line."""
+def _import_texts(lines: list[str], joined: str | None = None, masked: str | None = None) -> list[str]:
+    """The text of every import statement (dedented), wherever it stands; `joined` is the lines joined
+    by `\\n`, and `masked` the same masked (see `mask`): a line inside a string (a docstring's example)
+    is no import."""
+    if joined is None:
+        joined = "\n".join(lines)
     statements: list[str] = []
-    i = 0
-    while i < len(lines):
-        if _IMPORT.match(lines[i]):
-            depth = 0
-            j = i
-            while j < len(lines):
-                depth += _bracket_delta(lines[j])
-                if depth <= 0 and not lines[j].rstrip().endswith("\\"):
-                    break
-                j += 1
-            statements.append(_dedent(lines[i : j + 1], _indent(lines[i])))
-            i = j + 1
-        else:
-            i += 1
+    index = counted = 0
+    after = 0  # lines before this one belong to an import already read
+    seen = -1
+    for word in _IMPORT_WORD.finditer(joined):
+        start = joined.rfind("\n", 0, word.start()) + 1
+        if start <= seen or not _IMPORT_ANYWHERE.match(joined, start):
+            continue
+        seen = start
+        index += joined.count("\n", counted, start)
+        counted = start
+        if index < after or (masked is not None and masked.startswith("\x00", start)):
+            continue
+        depth = 0
+        j = index
+        while j < len(lines):
+            depth += _bracket_delta(lines[j])
+            if depth <= 0 and not lines[j].rstrip().endswith("\\"):
+                break
+            j += 1
+        statements.append(_dedent(lines[index : j + 1], _indent(lines[index])))
+        after = j + 1
     return statements
 
 
@@ -656,13 +769,22 @@ class SourceCache:
         self._ast_functions[key] = found
         return found
 
+    def _import_lines(self, source: SourceFile) -> list[str]:
+        """_import_texts, for a file: with strings masked when it has a triple-quoted one."""
+        known = self._outlines.get(source.path)
+        joined = known.joined if known is not None else "\n".join(source.lines)
+        masked = None
+        if '"""' in source.text or "'''" in source.text:
+            masked = known.masked() if known is not None else mask(joined)
+        return _import_texts(source.lines, joined, masked)
+
     def parse_imports_ast(self, source: SourceFile) -> list[ast.stmt]:
         """parse_imports, read by CPython's parser: what the import table needs is names, not nodes to
         edit, and ast reads import statements exactly as libcst does, several times faster."""
         key = (source.path, -2, -2)
         cached = self._ast_imports.get(key)
         if cached is None:
-            statements = _import_texts(source.lines)
+            statements = self._import_lines(source)
             try:
                 cached = ast.parse("".join(statements)).body
             except (SyntaxError, ValueError):
@@ -680,7 +802,7 @@ class SourceCache:
         key = (source.path, -1, -1)
         cached = self._parsed.get(key)
         if cached is None:
-            statements = _import_texts(source.lines)
+            statements = self._import_lines(source)
             try:
                 nodes = list(cst.parse_module("".join(statements)).body)
             except cst.ParserSyntaxError:

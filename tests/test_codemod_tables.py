@@ -251,7 +251,6 @@ def test_revert_drops_an_import_a_star_import_binds_anyway():
     assert kept == source.replace("import logging\n", "import logging\nfrom typing import Optional\n") + "\n\nX: Optional[int] = None\n"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: revert takes out an import apply put in a new block, but not the blank line after it")
 def test_revert_of_an_import_that_opened_a_block():
     source = "from torch import nn\n\n\n" + CLASS
     after = apply(source, {"Wrapper": [CAPTURE]})
@@ -259,7 +258,6 @@ def test_revert_of_an_import_that_opened_a_block():
     assert revert(after) == source
 
 
-@pytest.mark.xfail(strict=True, reason="bug: in a file with no import, apply puts one blank line, not black's two, between the import and the class")
 def test_apply_to_a_file_without_imports_is_black_stable():
     after = apply(CLASS, {"Wrapper": [CAPTURE]})
     assert after.startswith("from typing import List, Optional\n")

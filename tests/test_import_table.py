@@ -143,7 +143,6 @@ def test_imports_under_type_checking_and_in_functions_count(tmp_path):
     assert t.lookup("Linear").path == srt / "layers" / "linear.py"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: an import line inside a docstring is read as an import and rebinds the name")
 def test_an_import_in_a_docstring_binds_nothing(tmp_path):
     t, srt = table(tmp_path, {**LIBS, "models/vl.py": '''
         from sglang.srt.models.fast import Impl

@@ -61,13 +61,11 @@ def _kind(node) -> str:
 
 
 def _first_decorator_line(node) -> int:
-    """The first line of the run of one-line decorators right above the header (ast's lines).
-
-    block_start() walks up over lines starting with `@`: a decorator spanning lines stops it
-    (see test_block_start_with_a_multi_line_decorator, a known bug)."""
+    """The first line of the run of decorators right above the header (ast's lines), a decorator
+    spanning lines included (see test_block_start_with_a_multi_line_decorator)."""
     first = node.lineno
     for decorator in reversed(node.decorator_list):
-        if decorator.end_lineno != decorator.lineno or decorator.lineno != first - 1:
+        if decorator.end_lineno != first - 1:
             break
         first = decorator.lineno
     return first
@@ -102,8 +100,6 @@ def mismatches(text, rel: str = "x.py", exact_scanner: bool | None = True, tree:
             bad.append(f"{where}: block_start {block_start(source.lines, index)} != {first}")
         chain = [h[0] for h in found.enclosing(index)]
         want = [index] + [a.lineno - 1 for a in ancestors]
-        if header[1] == 0:
-            want = []  # enclosing() stops at indentation 0: a column-0 header is not listed (see the xfail below)
         if chain != want:
             bad.append(f"{where}: enclosing {chain} != {want}")
     return bad
@@ -137,7 +133,7 @@ def test_outline_agrees_with_ast(text):
     assert mismatches(text) == []
 
 
-# Shapes the outline gets wrong (found while writing these tables).  Each is a real bug in
+# Shapes the outline got wrong (found while writing these tables), each a bug that was in
 # patcher/source.py: a too-short block makes the slice fail to parse (whole-file fallback), a
 # too-long one makes a class swallow the next class's methods (see the Resolver test below).
 FAST_BUGS = {
@@ -152,7 +148,6 @@ BOTH_BUGS = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="bug: _block_end_fast counts triple quotes in comments/one-line strings and ignores brackets")
 @pytest.mark.parametrize("text", FAST_BUGS.values(), ids=FAST_BUGS.keys())
 def test_fast_block_end_bugs(text):
     assert mismatches(text, exact_scanner=False) == []
@@ -166,13 +161,11 @@ def test_exact_scanner_gets_the_fast_bugs_right(text):
         assert _block_end(source.lines, node.lineno - 1) == node.end_lineno, node.name
 
 
-@pytest.mark.xfail(strict=True, reason="bug: neither block-end scanner follows a backslash continuation or a string line starting with #")
 @pytest.mark.parametrize("text", BOTH_BUGS.values(), ids=BOTH_BUGS.keys())
 def test_block_end_bugs_of_both_scanners(text):
     assert mismatches(text) == []
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a `\"\"\"` in a comment makes _block_end_fast run class A into class B, so A gets B's methods")
 def test_triple_quote_comment_does_not_give_a_class_the_next_ones_methods(tmp_path):
     from patcher.locate import locate_tree
     from patcher.resolve import Resolver
@@ -192,7 +185,6 @@ def test_triple_quote_comment_does_not_give_a_class_the_next_ones_methods(tmp_pa
     assert "b_only" not in info.members
 
 
-@pytest.mark.xfail(strict=True, reason="bug: block_start stops at a decorator spanning lines, so the slice parse_block hands out loses @staticmethod above it")
 def test_block_start_with_a_multi_line_decorator(tmp_path):
     text = "class C:\n    @staticmethod\n    @torch.compile(\n        dynamic=True,\n    )\n    def f(x):\n        return x\n"
     node = ast.parse(text).body[0].body[0]
@@ -207,7 +199,6 @@ def test_block_start_with_a_multi_line_decorator(tmp_path):
     assert block_start(source.lines, node.lineno - 1) == node.decorator_list[0].lineno - 1
 
 
-@pytest.mark.xfail(strict=True, reason="inconsistent: enclosing() says a header line is inside its own block, but lists nothing at column 0")
 def test_enclosing_a_column_0_header_lists_itself():
     found = outline(_source("def f(): return model.get_embed_and_head()\n").lines)
     assert found.enclosing(0) == [(0, 0, "def", "f")]
@@ -393,9 +384,9 @@ def test_repo_sources_outline_like_ast():
     assert bad == []
 
 
-# (file, block) pairs of 0.5.9 that hit FAST_BUGS["triple-quote-in-comment"]: the comment
-# `# receiving payload is (-1, b""")` in ZmqEventPublisher._service_replay.
-KNOWN_059 = {"disaggregation/kv_events.py"}
+# files of 0.5.9 the outline is known to get wrong: none (kv_events.py's comment
+# `# receiving payload is (-1, b""")` in ZmqEventPublisher._service_replay was one, see FAST_BUGS)
+KNOWN_059: set[str] = set()
 
 
 def test_release_059_outline_like_ast(sglang_059):
@@ -408,7 +399,6 @@ def test_release_059_outline_like_ast(sglang_059):
     assert not [b for b in bad if "_block_end " in b]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: _block_end_fast runs ZmqEventPublisher (0.5.9 kv_events.py) into KVEventsConfig")
 def test_release_059_kv_events_outline_like_ast(sglang_059):
     srt = sglang_059 / "sglang" / "srt"
     path = srt / "disaggregation" / "kv_events.py"
