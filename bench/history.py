@@ -859,7 +859,7 @@ def run_check(repo: str, site: str, out: str) -> str:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
     env["NO_COLOR"] = "1"
     proc = subprocess.run(
-        [sys.executable, "-m", "patcher", "check", "--all", "--format", "json", site],
+        [sys.executable, "-m", "eaglepatch", "check", "--all", "--format", "json", site],
         cwd=repo, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
         timeout=CHECK_TIMEOUT_SECONDS,
     )
@@ -923,7 +923,7 @@ def run_explain(repo: str, site: str, member: str, selector: str, out: str) -> s
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
     env["NO_COLOR"] = "1"
     proc = subprocess.run(
-        [sys.executable, "-m", "patcher", "explain", member, site, "--model", selector, "--format", "json"],
+        [sys.executable, "-m", "eaglepatch", "explain", member, site, "--model", selector, "--format", "json"],
         cwd=repo, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=CHECK_TIMEOUT_SECONDS,
     )
     if proc.returncode != 0:

@@ -154,7 +154,7 @@ def print_pairs(title: str, rows: list[dict]) -> None:
 
 def decoded_files(srt: Path, model: str) -> list[str]:
     """The files `check --model MODEL` decodes (read into its SourceCache), found by running it here."""
-    from patcher.pipeline import Selection, analyze
+    from eaglepatch.pipeline import Selection, analyze
 
     analysis = analyze(Selection(srt, [model]))
     return sorted(str(path) for path in analysis.cache._files)
@@ -320,7 +320,7 @@ def main() -> int:
         parser.error("--runs and --startup-runs must be at least 1; the others at least 0")
     parts = set(args.only or ["startup", "releases", "scaling"])
 
-    cli = [sys.executable, "-m", "patcher"]
+    cli = [sys.executable, "-m", "eaglepatch"]
     machine = {
         "nproc": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "python": platform.python_version(),

@@ -11,7 +11,7 @@ import sys
 
 import libcst as cst
 
-from codemods.names import dotted_name
+from .names import dotted_name
 
 
 class NormalizeAddedImports(cst.CSTTransformer):

@@ -20,9 +20,9 @@ from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import GatherUnusedImportsVisitor
 from libcst.metadata import MetadataWrapper
 
-from codemods.add_delegations import Delegation, _dedent, learned_digest, parse_marker, render_delegation
-from codemods.names import dotted_name
-from codemods.normalize_imports import _blank_prefix, _opens_imports
+from .add_delegations import Delegation, _dedent, learned_digest, parse_marker, render_delegation
+from .names import dotted_name
+from .normalize_imports import _blank_prefix, _opens_imports
 
 
 def _marker(func: cst.FunctionDef) -> tuple[str, list[str]] | None:

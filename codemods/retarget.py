@@ -12,7 +12,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import BuiltinAssignment, MetadataWrapper, ScopeProvider
 
-from codemods.names import dotted_name
+from .names import dotted_name
 
 
 class Retarget(cst.CSTTransformer):

@@ -1,4 +1,6 @@
-from patcher.launch import main
+import sys
+
+from .launch import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

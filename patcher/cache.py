@@ -71,8 +71,11 @@ def _stat(path: str) -> list | None:
 def own_files() -> list:
     """(name, size, mtime_ns, inode) of eaglepatch's own modules."""
     out = []
-    for package in ("patcher", "codemods"):
-        folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), package)
+    here = os.path.dirname(os.path.abspath(__file__))
+    from . import codemods  # a subpackage, wherever it is installed (its own folder in a checkout)
+
+    for folder in (here, os.path.dirname(os.path.abspath(codemods.__file__))):
+        package = os.path.relpath(folder, os.path.dirname(here))  # patcher, codemods in a checkout
         try:
             names = sorted(n for n in os.listdir(folder) if n.endswith(".py"))
         except OSError:

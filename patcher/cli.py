@@ -14,8 +14,8 @@ from typing import List, Optional
 
 import typer
 
-from patcher import __version__
-from patcher.startup import fast_coercion, tune_gc
+from . import __version__
+from .startup import fast_coercion, tune_gc
 
 fast_coercion()  # typer's pydantic layer costs more than answering from the cache
 
@@ -217,8 +217,8 @@ def run_analysis(
     python: Optional[str] = None,
     resolved=None,
 ):
-    from patcher.errors import EaglepatchError
-    from patcher.pipeline import Selection, analyze
+    from .errors import EaglepatchError
+    from .pipeline import Selection, analyze
 
     selection = Selection(path, list(models or []), all_models, list(consumers or []), list(ignore or []), installed, python)
     try:
@@ -278,7 +278,7 @@ def check(
     analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, resolved)
     if results is None:
         _report(analysis, output_format, baseline, write_baseline)
-    from patcher.cache import Tee
+    from .cache import Tee
 
     stdout = sys.stdout
     sys.stdout = tee = Tee(stdout)
@@ -293,15 +293,15 @@ def check(
 
 def _result_cache(path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache):
     """(the cache entry for this question, the resolved selection), or (None, None) when bypassed."""
-    from patcher import cache
+    from . import cache
 
     if cache.disabled(no_cache):
         return None, None
     import os
 
-    from patcher import __version__
-    from patcher.errors import EaglepatchError
-    from patcher.pipeline import Selection, resolve_selection
+    from . import __version__
+    from .errors import EaglepatchError
+    from .pipeline import Selection, resolve_selection
 
     selection = Selection(path, list(model or []), all_models, list(consumer or []), list(ignore or []), installed, python)
     try:
@@ -332,10 +332,10 @@ def _result_cache(path, model, consumer, all_models, ignore, installed, python, 
 
 def _report(analysis, output_format: OutputFormat, baseline: Optional[Path], write_baseline: Optional[Path]) -> None:
     """`check`'s output and exit code (always raises typer.Exit)."""
-    from patcher import report
-    from patcher.baseline import load_gate
-    from patcher.baseline import write_baseline as record
-    from patcher.errors import EaglepatchError
+    from . import report
+    from .baseline import load_gate
+    from .baseline import write_baseline as record
+    from .errors import EaglepatchError
 
     if write_baseline is not None:
         try:
@@ -363,7 +363,7 @@ def _report(analysis, output_format: OutputFormat, baseline: Optional[Path], wri
 
 def _edits(analysis):
     """Edits per file; a file that cannot be edited is reported and the others go on."""
-    from patcher.edits import build_edits
+    from .edits import build_edits
 
     for warning in analysis.warnings:
         typer.echo(f"eaglepatch: warning: {warning}", err=True)
@@ -375,7 +375,7 @@ def _edits(analysis):
 
 
 def _patch_base(tree):
-    from patcher.gitrepo import find_work_tree
+    from .gitrepo import find_work_tree
 
     work_tree = find_work_tree(tree.srt)
     return work_tree, (work_tree.root if work_tree else tree.given)
@@ -416,7 +416,7 @@ def diff(
         if not errors:  # after an error, its line is the whole story
             typer.echo("eaglepatch: nothing to change", err=True)
         raise typer.Exit(2 if errors else 0)
-    from patcher.preview import render_patch
+    from .preview import render_patch
 
     _, base = _patch_base(analysis.tree)
     _show_patch(render_patch(edits, base))
@@ -425,8 +425,8 @@ def diff(
 
 def _check_commit(tree, work_tree, edits) -> None:
     """Every reason the commit would fail that git can tell before anything is written."""
-    from patcher.errors import EaglepatchError
-    from patcher.write import writable_target
+    from .errors import EaglepatchError
+    from .write import writable_target
 
     if work_tree is None:
         fail(f"{tree.given}: is not inside a git work tree, so --commit has nothing to commit to; run git init there, or drop --commit")
@@ -438,8 +438,8 @@ def _check_commit(tree, work_tree, edits) -> None:
 
 def _writable(edits, tree) -> tuple[list, list]:
     """(edits that can be written, edits that cannot), each refusal reported in one line."""
-    from patcher.errors import EaglepatchError
-    from patcher.write import check_writable
+    from .errors import EaglepatchError
+    from .write import check_writable
 
     ready, refused = [], []
     for edit in edits:
@@ -457,9 +457,9 @@ def _write_all(tree, edits, errors, console, commit: bool, verb: str, changes_of
     """Check every precondition (of each write, and of the commit) before touching any file; then
     write each edit atomically, report per file, and optionally commit what was written.  With
     --commit a failed precondition writes nothing; without, only that file is left alone."""
-    from patcher.errors import EaglepatchError
-    from patcher.preview import render_patch
-    from patcher.write import write_edit
+    from .errors import EaglepatchError
+    from .preview import render_patch
+    from .write import write_edit
 
     work_tree, base = _patch_base(tree)
     if commit:
@@ -529,10 +529,10 @@ def revert(
     commit: bool = typer.Option(False, "--commit", help="Commit just the reverted files (git work trees only)."),
 ) -> None:
     """Remove exactly the members eaglepatch added (and the imports only they used)."""
-    from patcher.edits import revert_edits
-    from patcher.errors import EaglepatchError
-    from patcher.pipeline import Selection, resolve_selection
-    from patcher.source import SourceCache
+    from .edits import revert_edits
+    from .errors import EaglepatchError
+    from .pipeline import Selection, resolve_selection
+    from .source import SourceCache
 
     try:
         tree, selection, _ = resolve_selection(Selection(path, list(model or []), all_models, installed=installed, python=python))
@@ -565,7 +565,7 @@ def explain(
     """Why a member is in the protocol: every call site, its guard, the inner definition or the reference a body
     is learned from, the code apply writes."""
     analysis = run_analysis(path, model, None, False, None, installed, python)
-    from patcher import report
+    from . import report
 
     if member not in analysis.protocol.members:
         known = ", ".join(analysis.protocol.members)
@@ -583,13 +583,13 @@ def explain(
     raise typer.Exit(0)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Entry point: an unexpected failure is still exit 2 with one line, never a findings exit 1."""
     import os
 
     tune_gc()
     try:
-        app()
+        app(args=argv)
     except KeyboardInterrupt:
         typer.echo("eaglepatch: interrupted", err=True)
         sys.exit(130)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patcher.errors import EaglepatchError
+from .errors import EaglepatchError
 
 try:  # Python 3.11+
     import tomllib

@@ -10,18 +10,18 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
-from codemods.add_delegations import LINE_LENGTH, AddDelegations, Delegation
-from codemods.retarget import ExplodeLongLiterals, Retarget, body_reads
-from codemods.normalize_imports import NormalizeAddedImports, space_opened_block
-from patcher.errors import EaglepatchError
-from patcher.forms import Import, WrapperSpelling, _Pending, respelled_signature
-from patcher.meanings import TYPE_ONLY, UNKNOWN, inner_meaning
-from patcher.scopes import scope_of
-from patcher.imports import ImportTable
-from patcher.records import MemberPlan, ModelPlan
-from patcher.resolve import one_path_per_file, signature_node, syntax_error
-from patcher.source import SourceCache, SourceFile
-from patcher.verify import prove_edit
+from .codemods.add_delegations import LINE_LENGTH, AddDelegations, Delegation
+from .codemods.retarget import ExplodeLongLiterals, Retarget, body_reads
+from .codemods.normalize_imports import NormalizeAddedImports, space_opened_block
+from .errors import EaglepatchError
+from .forms import Import, WrapperSpelling, _Pending, respelled_signature
+from .meanings import TYPE_ONLY, UNKNOWN, inner_meaning
+from .scopes import scope_of
+from .imports import ImportTable
+from .records import MemberPlan, ModelPlan
+from .resolve import one_path_per_file, signature_node, syntax_error
+from .source import SourceCache, SourceFile
+from .verify import prove_edit
 
 _TOP_ASSIGN = re.compile(r"^(\w+)\s*(?::[^=]*)?=", re.MULTILINE)
 
@@ -212,9 +212,9 @@ def _marked(data: bytes, *markers: str) -> bool:
 
 def revert_edits(cache: SourceCache, tree, models: list[str] | None):
     """Edits that remove eaglepatch's unchanged delegations: from the named model modules, or all of models/."""
-    from codemods.add_delegations import LEARNED, MARKER
-    from codemods.remove_delegations import RemoveDelegations
-    from patcher.star_imports import star_imported_names
+    from .codemods.add_delegations import LEARNED, MARKER
+    from .codemods.remove_delegations import RemoveDelegations
+    from .star_imports import star_imported_names
 
     if models:
         paths = []

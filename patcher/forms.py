@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemods.respell import Respell, free_names
-from patcher.meanings import (
+from .codemods.respell import Respell, free_names
+from .meanings import (
     BUILTIN,
     CLASS_ATTRIBUTE,
     CONSTANT,
@@ -31,10 +31,10 @@ from patcher.meanings import (
     inner_meaning,
     wrapper_binding,
 )
-from patcher.records import MemberPlan
-from patcher.resolve import signature_node
-from patcher.scopes import BUILTINS, Exports, ModuleScope, scope_of
-from patcher.source import SourceCache, SourceFile
+from .records import MemberPlan
+from .resolve import signature_node
+from .scopes import BUILTINS, Exports, ModuleScope, scope_of
+from .source import SourceCache, SourceFile
 
 Import = tuple  # (module, object or None, asname or None)
 

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from patcher.errors import EaglepatchError
+from .errors import EaglepatchError
 
 # GitPython refuses to import when no git binary exists; eaglepatch must still work then.
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import libcst as cst
 
-from codemods.names import dotted_name
+from .codemods.names import dotted_name
 
-from patcher.bindings import statement_end
-from patcher.errors import EaglepatchError
-from patcher.locate import SourceTree
-from patcher.source import _IMPORT, SourceCache, SourceFile, _indent
+from .bindings import statement_end
+from .errors import EaglepatchError
+from .locate import SourceTree
+from .source import _IMPORT, SourceCache, SourceFile, _indent
 
 _EXCEPT = re.compile(r"^([ \t]*)except\b[^\n]*:[ \t]*(?:#.*)?$")
 

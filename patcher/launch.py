@@ -21,11 +21,29 @@ def _help_question(argv: list[str]) -> bool:
     return (len(argv) == 1 and argv[0] in HELP) or (len(argv) == 2 and argv[0] in COMMANDS and argv[1] in HELP)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    """Run one command with `argv` (default: the process's arguments) and return its exit status:
+    0 clean, 1 findings, 2 an error (the console script exits with it)."""
+    try:
+        _run(sys.argv[1:] if argv is None else list(argv))
+    except SystemExit as done:
+        return _status(done.code)
+    return 0
+
+
+def _status(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    sys.stderr.write(f"{code}\n")  # what sys.exit("text") would have printed
+    return 1
+
+
+def _run(argv: list[str]) -> None:
     gc.disable()  # imports allocate many objects that all live to the end: no collection passes over them
-    argv = sys.argv[1:]
     if argv == ["--version"]:
-        from patcher import __version__
+        from . import __version__
 
         sys.stdout.write(f"eaglepatch {__version__}\n")
         sys.stdout.flush()
@@ -37,17 +55,17 @@ def main() -> None:
             sys.stdout.write(hit[1])
             sys.stdout.flush()
             sys.exit(hit[0])
-    from patcher.cli import main as cli_main
+    from .cli import main as cli_main
 
     if entry is None:
-        cli_main()
+        cli_main(argv)
         return
-    from patcher.cache import Tee
+    from .cache import Tee
 
     stdout = sys.stdout
     sys.stdout = tee = Tee(stdout)
     try:
-        cli_main()
+        cli_main(argv)
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 2)
         sys.stdout = stdout
@@ -59,11 +77,11 @@ def main() -> None:
 
 
 def _help_entry(argv: list[str]):
-    from patcher import cache
+    from . import cache
 
     if cache.disabled():
         return None
-    from patcher import __version__
+    from . import __version__
 
     key = {
         "eaglepatch": __version__,
@@ -77,4 +95,4 @@ def _help_entry(argv: list[str]):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

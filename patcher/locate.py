@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from patcher.errors import EaglepatchError
+from .errors import EaglepatchError
 
 HINT = (
     "point PATH at an SGLang checkout root (with python/sglang/srt), a site-packages "

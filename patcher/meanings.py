@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from patcher.scopes import BUILTINS, CONDITIONAL, CONSTANTS, TOP, TYPE_CHECKING, Exports, ModuleScope
+from .scopes import BUILTINS, CONDITIONAL, CONSTANTS, TOP, TYPE_CHECKING, Exports, ModuleScope
 
 CONSTANT = "constant"  # None, True, False
 BUILTIN = "builtin"

@@ -7,12 +7,12 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from patcher.errors import EaglepatchError
-from patcher.locate import SourceTree, locate_tree
+from .errors import EaglepatchError
+from .locate import SourceTree, locate_tree
 
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
-    from patcher.records import ModelPlan, Protocol, Signature
-    from patcher.source import SourceCache
+    from .records import ModelPlan, Protocol, Signature
+    from .source import SourceCache
 
 DEFAULT_MODEL = "kimi_k25"
 MAX_ADOPTION_ROUNDS = 3
@@ -52,13 +52,13 @@ class Selection:
 
 
 def resolve_selection(selection: Selection) -> tuple[SourceTree, Selection, list[Path]]:
-    from patcher.config import load_settings
+    from .config import load_settings
 
     path = selection.path
     if selection.installed or selection.python:
         if path is not None:
             raise EaglepatchError("PATH and --installed/--python do not go together; pass one of them", path=str(path))
-        from patcher.installed import installed_sglang
+        from .installed import installed_sglang
 
         path = installed_sglang(selection.python)
     tree = locate_tree(path)
@@ -94,12 +94,12 @@ def analyze(
 ) -> Analysis:
     """The protocol is extracted once and shared by every wrapper looked at.  `resolved` is what
     resolve_selection already returned for this Selection (the result cache needs it first)."""
-    from patcher.plan import call_misfit, plan_wrapper
-    from patcher.protocol import extract_protocol
-    from patcher.resolve import Resolver, select_wrappers, signature_node
-    from patcher.roles import learn_roles
-    from patcher.source import SourceCache
-    from patcher.synthesize import HookLibrary
+    from .plan import call_misfit, plan_wrapper
+    from .protocol import extract_protocol
+    from .resolve import Resolver, select_wrappers, signature_node
+    from .roles import learn_roles
+    from .source import SourceCache
+    from .synthesize import HookLibrary
 
     if isinstance(path, Selection):
         tree, selection, consumers = resolved if resolved is not None else resolve_selection(path)

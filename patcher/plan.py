@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import libcst as cst
 
-from patcher.records import CallShape, Fix, MemberPlan, ModelPlan, Protocol, Signature, Use, Wrapper
+from .records import CallShape, Fix, MemberPlan, ModelPlan, Protocol, Signature, Use, Wrapper
 
 if TYPE_CHECKING:
-    from patcher.synthesize import _Fit as SynthesisFit
+    from .synthesize import _Fit as SynthesisFit
 
 # A use whose receiver does not say which model it is counts against the target.
 _ROLE_OF_USE = {"target": "target", "unknown": "target", "draft": "draft"}

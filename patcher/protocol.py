@@ -37,11 +37,11 @@ from pathlib import Path
 
 import libcst as cst
 
-from patcher.errors import EaglepatchError
-from patcher.imports import ImportTable
-from patcher.locate import SourceTree
-from patcher.records import CallShape, Protocol, ProtocolMember, Use
-from patcher.source import Parsed, SourceCache, SourceFile, _dedent, block_start
+from .errors import EaglepatchError
+from .imports import ImportTable
+from .locate import SourceTree
+from .records import CallShape, Protocol, ProtocolMember, Use
+from .source import Parsed, SourceCache, SourceFile, _dedent, block_start
 
 _EAGLE_SPELLINGS = (b"eagle", b"EAGLE", b"Eagle")
 _EAGLE = re.compile(r"eagle", re.IGNORECASE)

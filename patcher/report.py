@@ -7,13 +7,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patcher.records import MemberPlan, ModelPlan, ProtocolMember
+from .records import MemberPlan, ModelPlan, ProtocolMember
 
 if TYPE_CHECKING:
-    from patcher.baseline import Gate
+    from .baseline import Gate
     from rich.console import Console
 
-    from patcher.pipeline import Analysis
+    from .pipeline import Analysis
 
 
 SCHEMA = 2  # of the JSON report: 2 added roles, fix/blocker per gap and the five statuses
@@ -405,7 +405,7 @@ def write_sarif(analysis: Analysis, out, gate: Gate | None = None) -> None:
                     ],
                 }
             )
-    from patcher import __version__
+    from . import __version__
 
     document = {
         "version": "2.1.0",
@@ -442,7 +442,7 @@ def write_sarif(analysis: Analysis, out, gate: Gate | None = None) -> None:
 def explain_json(analysis: Analysis, name: str) -> dict:
     import libcst as cst
 
-    from patcher.resolve import signature_node
+    from .resolve import signature_node
 
     member = analysis.protocol.members[name]
     data = protocol_json(member)
@@ -485,7 +485,7 @@ def explain_json(analysis: Analysis, name: str) -> dict:
 def _proven_edit(analysis: Analysis, rel: str):
     """(the edit of wrapper file `rel`, None) as diff and apply build it, every class of the file that has
     something to write included and the patch proven (patcher/verify.py); (None, error) when it fails."""
-    from patcher.edits import build_edits
+    from .edits import build_edits
 
     plans = [plan for plan in analysis.plans if plan.wrapper.path == rel]
     edits, errors = build_edits(analysis.cache, analysis.tree, plans)
@@ -505,8 +505,8 @@ def _would_write(analysis: Analysis, plan, entry, edit, error) -> dict:
         return {"proven": False, "proof": f"{plan.wrapper.path}: apply writes nothing for {name} in {cls}"}
     out = {"proven": False, "proof": str(error)}
     try:
-        from codemods.add_delegations import render_delegation
-        from patcher.edits import delegation_for
+        from .codemods.add_delegations import render_delegation
+        from .edits import delegation_for
 
         source = analysis.cache.read(analysis.tree.srt / plan.wrapper.path)
         out["would_write"] = render_delegation(delegation_for(analysis.cache, analysis.tree, source, entry, cls=cls))
@@ -521,7 +521,7 @@ def written_text(edit, cls: str, name: str) -> str:
     import ast
     import re
 
-    from patcher.source import decode_source
+    from .source import decode_source
 
     text = decode_source(edit.path, edit.rel, edit.updated).text
     lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", text)  # the newlines Python counts, kept

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from patcher.bindings import (
+from .bindings import (
     Binding,
     FunctionScope,
     InitScope,
@@ -33,11 +33,11 @@ from patcher.bindings import (
     small_statements,
     statement_end,
 )
-from patcher.errors import EaglepatchError
-from patcher.imports import ImportTable
-from patcher.locate import SourceTree
-from patcher.records import ClassInfo, InnerModel, Protocol, Signature, Unresolved, Wrapper
-from patcher.source import SourceCache, SourceFile, _indent, _is_code, _scan
+from .errors import EaglepatchError
+from .imports import ImportTable
+from .locate import SourceTree
+from .records import ClassInfo, InnerModel, Protocol, Signature, Unresolved, Wrapper
+from .source import SourceCache, SourceFile, _indent, _is_code, _scan
 
 _ENTRY = re.compile(r"^[ \t]*EntryClass\s*=\s*(.+)$", re.MULTILINE)  # indented under a module-level `if` too
 MAX_BASE_DEPTH = 12

@@ -21,8 +21,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from patcher.locate import SourceTree
-from patcher.records import ClassInfo, ModelRole
+from .locate import SourceTree
+from .records import ClassInfo, ModelRole
 
 # How SGLang names draft heads and non-generation models when the configuration is silent.
 _DRAFT_NAME = re.compile(r"Eagle|NextN|MTP|Mtp|Medusa|DFlash|DSpark|Draft")

@@ -26,9 +26,9 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import ClassScope, GlobalScope, ImportAssignment, MetadataWrapper, ScopeProvider
 
-from codemods.names import dotted_name
-from patcher.imports import PACKAGE, module_path
-from patcher.source import SourceCache, SourceFile
+from .codemods.names import dotted_name
+from .imports import PACKAGE, module_path
+from .source import SourceCache, SourceFile
 
 TOP = "top"  # runs whenever the module (or class body) runs
 CONDITIONAL = "conditional"  # under a module-level if/try/for/while/with/match: may not run

@@ -7,11 +7,11 @@ import re
 
 import libcst as cst
 
-from codemods.names import dotted_name
-from patcher.edits import module_names
-from patcher.errors import EaglepatchError
-from patcher.imports import module_path
-from patcher.source import SourceCache, SourceFile
+from .codemods.names import dotted_name
+from .edits import module_names
+from .errors import EaglepatchError
+from .imports import module_path
+from .source import SourceCache, SourceFile
 
 _ALL = re.compile(r"^__all__\s*[:=+]", re.MULTILINE)
 

@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from typing import Iterator
 import libcst as cst
 
-from codemods.names import LINE_LENGTH, dotted_name
-from codemods.retarget import ExplodeLongLiterals, Retarget, module_names_read, overlong_lines
-from patcher.bindings import parse_value
-from patcher.errors import EaglepatchError
-from patcher.records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
-from patcher.resolve import Resolver, one_path_per_file, signature_node
-from patcher.source import block_start
+from .codemods.names import LINE_LENGTH, dotted_name
+from .codemods.retarget import ExplodeLongLiterals, Retarget, module_names_read, overlong_lines
+from .bindings import parse_value
+from .errors import EaglepatchError
+from .records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
+from .resolve import Resolver, one_path_per_file, signature_node
+from .source import block_start
 
 CAPTURE_FLAG = "capture_aux_hidden_states"  # the class's switch its forward reads
 CAPTURE_LAYERS = "layers_to_capture"  # the backbone's list its forward collects

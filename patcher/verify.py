@@ -26,14 +26,14 @@ import difflib
 import libcst as cst
 from libcst.metadata import BuiltinAssignment
 
-from codemods.names import LEARNED, MARKER, dotted_name
-from codemods.respell import _is_literal_subscript, _parse_string
-from patcher.errors import EaglepatchError
-from patcher.meanings import CLASS_ATTRIBUTE, TYPE_ONLY, UNKNOWN, immutable_literal, inner_meaning, same_literal, wrapper_binding
-from patcher.records import MemberPlan
-from patcher.resolve import signature_node
-from patcher.scopes import Exports, ModuleScope, dotted_module, scope_of
-from patcher.source import Parsed, SourceCache, SourceFile, decode_source
+from .codemods.names import LEARNED, MARKER, dotted_name
+from .codemods.respell import _is_literal_subscript, _parse_string
+from .errors import EaglepatchError
+from .meanings import CLASS_ATTRIBUTE, TYPE_ONLY, UNKNOWN, immutable_literal, inner_meaning, same_literal, wrapper_binding
+from .records import MemberPlan
+from .resolve import signature_node
+from .scopes import Exports, ModuleScope, dotted_module, scope_of
+from .source import Parsed, SourceCache, SourceFile, decode_source
 
 _SKIP_FIELDS = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after", "header", "footer", "equal", "dot")
 _NOT_FREE = ("attr", "keyword")  # Name fields that are not looked up: `x.attr`, `f(keyword=...)`
@@ -162,7 +162,7 @@ class _Proof:
     def learned(self, cls: str, index: int, func: cst.FunctionDef, entry: MemberPlan) -> None:
         """The written def is the reference's, statement for statement, with only the plan's `self.`
         renames; each module-level name it reads is, at call time, what the reference's file meant."""
-        from codemods.retarget import Retarget
+        from .codemods.retarget import Retarget
 
         synthesis = entry.synthesis
         reference = synthesis.reference

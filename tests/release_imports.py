@@ -125,7 +125,7 @@ def check_release(version: str, workdir: Path) -> dict:
         _copy(source, site / "sglang")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         applied = subprocess.run(
-            [sys.executable, "-m", "patcher", "apply", str(site), "--all"],
+            [sys.executable, "-m", "eaglepatch", "apply", str(site), "--all"],
             capture_output=True, text=True, env=env, timeout=1800, cwd=workdir,
         )
         seconds["apply"] = round(time.perf_counter() - started, 1)

@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers import flat, git, isolate_git, snapshot
-from patcher.cli import app
+from eaglepatch.cli import app
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = REPO_ROOT / "fixtures"
@@ -575,10 +575,10 @@ def test_apply_notes_uncommitted_changes_in_the_wrapper(repo):
 
 
 def test_file_changed_between_planning_and_writing_is_left_alone(plain):
-    from patcher.edits import build_edits
-    from patcher.errors import EaglepatchError
-    from patcher.pipeline import analyze
-    from patcher.write import write_edit
+    from eaglepatch.edits import build_edits
+    from eaglepatch.errors import EaglepatchError
+    from eaglepatch.pipeline import analyze
+    from eaglepatch.write import write_edit
 
     analysis = analyze(plain, ["exotic_wrapper"])
     built = build_edits(analysis.cache, analysis.tree, analysis.plans)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from patcher.cli import app
+from eaglepatch.cli import app
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "checkout"
 MODEL = "branchy_wrapper"

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from helpers import git, isolate_git
-from patcher.cli import app
+from eaglepatch.cli import app
 from test_reliability import HOOKS, INNER, SRT, WORKER, WORKER_PY, WRAPPER, WRAPPER_PY, method_names, minimal_tree
 
 RUNNER = CliRunner()
@@ -256,11 +256,11 @@ def test_cookie_that_disagrees_with_the_bom_is_an_error(tmp_path):
 
 def _library_round_trip(root: Path) -> None:
     """The same three promises, through the calls the CLI makes (fast enough for many examples)."""
-    from patcher.edits import build_edits, revert_edits
-    from patcher.pipeline import analyze
-    from patcher.preview import render_patch
-    from patcher.source import SourceCache
-    from patcher.write import write_edit
+    from eaglepatch.edits import build_edits, revert_edits
+    from eaglepatch.pipeline import analyze
+    from eaglepatch.preview import render_patch
+    from eaglepatch.source import SourceCache
+    from eaglepatch.write import write_edit
 
     path = root / SRT / WRAPPER
     original = path.read_bytes()

@@ -2,7 +2,7 @@
 same files, never a stale one; and a start-up that imports nothing heavy before it is needed.
 
 The CLI runs in-process (typer.testing.CliRunner).  A cache hit is proven by making the analysis
-impossible (patcher.pipeline.analyze raises) and still getting the answer.  Fixture files get an
+impossible (eaglepatch.pipeline.analyze raises) and still getting the answer.  Fixture files get an
 mtime an hour old, as files in a real tree have: an answer read from files modified in the last
 two seconds is not stored (their mtime may not change on the next edit).
 """
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from patcher import cache
-from patcher.cli import app
+from eaglepatch import cache
+from eaglepatch.cli import app
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SGLANG = REPO_ROOT / "fixtures" / "checkout" / "python" / "sglang"
@@ -78,7 +78,7 @@ def no_analysis(monkeypatch):
         raise AssertionError("analyze() ran: the answer did not come from the cache")
 
     def arm():
-        monkeypatch.setattr("patcher.pipeline.analyze", refuse)
+        monkeypatch.setattr("eaglepatch.pipeline.analyze", refuse)
 
     return arm
 
@@ -274,13 +274,9 @@ def test_concurrent_writers_never_leave_half_an_entry(tmp_path, srt):
 
 PROBE = """\
 import sys
-from patcher.launch import main
+from eaglepatch.launch import main
 sys.argv = ["eaglepatch", *sys.argv[1:]]
-code = 0
-try:
-    main()
-except SystemExit as done:
-    code = done.code
+code = main()  # the exit status, returned: main(argv=None) -> int
 heavy = sorted(m for m in ("libcst", "pydantic", "rich", "git") if m in sys.modules)
 sys.stderr.write("HEAVY=" + ",".join(heavy) + f" EXIT={code}\\n")
 """
@@ -304,7 +300,7 @@ def test_help_and_version_import_nothing_heavy(args):
 
 def cli(*args: str, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "patcher", *args],
+        [sys.executable, "-m", "eaglepatch", *args],
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,
@@ -330,7 +326,7 @@ def test_help_from_the_cache_is_typers_own_text(tmp_path, args):
 
 
 def test_version_without_typer():
-    from patcher import __version__
+    from eaglepatch import __version__
 
     done = cli("--version", env={})
     assert (done.returncode, done.stdout) == (0, f"eaglepatch {__version__}\n")

@@ -1,7 +1,7 @@
 """`eaglepatch check` on the bundled fixtures and on variants of them built in tmp_path.
 
 Fast (no network, no real SGLang release): the CLI runs in-process through
-``typer.testing.CliRunner`` except for two end-to-end runs of ``python -m patcher``.
+``typer.testing.CliRunner`` except for two end-to-end runs of ``python -m eaglepatch``.
 Variants copy ``fixtures/checkout/python/sglang`` and edit it with plain string
 replacement; every expected line number is found by searching the file text.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from patcher.cli import app
+from eaglepatch.cli import app
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = REPO_ROOT / "fixtures"
@@ -941,7 +941,7 @@ def _subprocess(*args):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     return subprocess.run(
-        [sys.executable, "-m", "patcher", "check", *map(str, args)],
+        [sys.executable, "-m", "eaglepatch", "check", *map(str, args)],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120,
     )
 

@@ -23,12 +23,12 @@ import libcst as cst
 import pytest
 from libcst.codemod import CodemodContext
 
-from codemods.add_delegations import Delegation, render_delegation
-from codemods.remove_delegations import RemoveDelegations
-from codemods.respell import FreeName, Respell, free_names
-from codemods.retarget import ExplodeLongLiterals, Retarget, body_reads, overlong_lines
-from patcher.edits import apply_codemod
-from patcher.source import decode_source
+from eaglepatch.codemods.add_delegations import Delegation, render_delegation
+from eaglepatch.codemods.remove_delegations import RemoveDelegations
+from eaglepatch.codemods.respell import FreeName, Respell, free_names
+from eaglepatch.codemods.retarget import ExplodeLongLiterals, Retarget, body_reads, overlong_lines
+from eaglepatch.edits import apply_codemod
+from eaglepatch.source import decode_source
 
 
 def _params(signature: str) -> cst.Parameters:

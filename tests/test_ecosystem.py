@@ -4,7 +4,7 @@
 Most tests copy ``fixtures/`` into tmp_path and run the CLI in-process through
 ``typer.testing.CliRunner``.  The `--installed` tests build one real virtual environment per
 session with the sglang 0.5.9 wheel installed by pip (no dependencies, so `import sglang`
-fails there) and run ``python -m patcher`` in a subprocess, the way a user would.
+fails there) and run ``python -m eaglepatch`` in a subprocess, the way a user would.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 import sglang_releases
 from helpers import flat, git, isolate_git, snapshot
-from patcher.cli import app
+from eaglepatch.cli import app
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = REPO_ROOT / "fixtures"
@@ -129,9 +129,9 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def run_cli(*args, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 300):
-    """`python -m patcher ARGS` from eaglepatch's own interpreter, output piped."""
+    """`python -m eaglepatch ARGS` from eaglepatch's own interpreter, output piped."""
     return subprocess.run(
-        [sys.executable, "-m", "patcher", *map(str, args)],
+        [sys.executable, "-m", "eaglepatch", *map(str, args)],
         capture_output=True,
         text=True,
         env=env if env is not None else clean_env(),
@@ -729,8 +729,11 @@ def test_version_is_the_package_version():
     result = eaglepatch("--version")
     assert result.exit_code == 0
     assert result.stdout == f"eaglepatch {version}\n"
-    project = re.search(r'^version = "([^"]+)"', (REPO_ROOT / "pyproject.toml").read_text(), re.MULTILINE).group(1)
-    assert project == version
+    pyproject = (REPO_ROOT / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject and 'version = { attr = "eaglepatch.__version__" }' in pyproject
+    from importlib.metadata import version as installed_version
+
+    assert installed_version("eaglepatch") == version  # one source: the metadata is read from the package
     done = run_cli("--version")
     assert done.returncode == 0 and done.stdout == f"eaglepatch {version}\n"
 
@@ -755,7 +758,7 @@ def test_help_has_examples(command, flag):
 
 
 def test_help_examples_are_not_split_across_lines():
-    from patcher import cli
+    from eaglepatch import cli
 
     broken = []
     for command, epilog in {
@@ -800,7 +803,7 @@ def run_in_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str]:
     import pty
 
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "patcher", *args], stdin=slave, stdout=slave, stderr=slave, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "eaglepatch", *args], stdin=slave, stdout=slave, stderr=slave, env=env)
     os.close(slave)
     chunks = []
     while True:
@@ -828,7 +831,7 @@ def test_no_color_on_a_terminal(command):
     assert colour_codes(plain_out) == set()
 
 
-COMPLETE_MAIN = "import sys; sys.argv[0] = 'eaglepatch'; from patcher.cli import main; main()"
+COMPLETE_MAIN = "import sys; sys.argv[0] = 'eaglepatch'; from eaglepatch.cli import main; main()"
 
 
 @pytest.mark.parametrize(
@@ -865,12 +868,12 @@ def test_bash_completion_completes(words, cword, expected):
 
 
 CRASH_MAIN = (
-    "import sys, patcher.pipeline as p\n"
+    "import sys, eaglepatch.pipeline as p\n"
     "def boom(*a, **k):\n"
     "    raise RuntimeError('boom in the pipeline')\n"
     "p.analyze = boom\n"
     "sys.argv[0] = 'eaglepatch'\n"
-    "from patcher.cli import main\n"
+    "from eaglepatch.cli import main\n"
     "main()\n"
 )
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from patcher.imports import ImportTable, Origin, module_path
-from patcher.locate import locate_tree
-from patcher.source import SourceCache
+from eaglepatch.imports import ImportTable, Origin, module_path
+from eaglepatch.locate import locate_tree
+from eaglepatch.source import SourceCache
 
 M = "sglang.srt.models"
 

@@ -51,8 +51,8 @@ SRT_LOCATION = re.compile(r"^(?!/)[\w.\-]+(/[\w.\-]+)*\.py:\d+$")  # relative "a
 
 
 def run_check(path: Path, fmt: str | None = "json", cwd: Path = REPO_ROOT):
-    """Run ``python -m patcher check PATH [--format FMT]`` and return the process."""
-    cmd = [sys.executable, "-m", "patcher", "check", str(path)]
+    """Run ``python -m eaglepatch check PATH [--format FMT]`` and return the process."""
+    cmd = [sys.executable, "-m", "eaglepatch", "check", str(path)]
     if fmt is not None:
         cmd += ["--format", fmt]
     env = dict(os.environ)

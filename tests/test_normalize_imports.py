@@ -14,7 +14,7 @@ import pytest
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
-from codemods.normalize_imports import NormalizeAddedImports, isort_key
+from eaglepatch.codemods.normalize_imports import NormalizeAddedImports, isort_key
 
 ADD = {"typing": {"List", "Optional"}}
 

@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import libcst as cst
 import pytest
 
-from patcher.plan import call_misfit, plan_wrapper, uses_for_role
-from patcher.records import (
+from eaglepatch.plan import call_misfit, plan_wrapper, uses_for_role
+from eaglepatch.records import (
     CallShape,
     ClassInfo,
     Fix,

@@ -62,7 +62,7 @@ def test_check_hook_fails_on_a_broken_wrapper_and_passes_once_fixed(fork, pre_co
         assert name in output
     assert (fork / KIMI).read_bytes() == before  # check never writes
 
-    fixed = subprocess.run([sys.executable, "-m", "patcher", "apply", str(fork)], capture_output=True, text=True)
+    fixed = subprocess.run([sys.executable, "-m", "eaglepatch", "apply", str(fork)], capture_output=True, text=True)
     assert fixed.returncode == 0, fixed.stderr
     result = try_repo(fork, pre_commit_home, "eaglepatch-check", KIMI)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -83,5 +83,5 @@ def test_apply_hook_writes_the_delegations(fork, pre_commit_home):
     assert result.returncode == 1, result.stdout + result.stderr
     text = (fork / KIMI).read_text()
     assert text.count("def get_embed_and_head(") == 1
-    check = subprocess.run([sys.executable, "-m", "patcher", "check", str(fork)], capture_output=True, text=True)
+    check = subprocess.run([sys.executable, "-m", "eaglepatch", "check", str(fork)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout

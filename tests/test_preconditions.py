@@ -83,9 +83,9 @@ def untouched(tmp_path: Path, run, names: str, *needles: str) -> str:
 
 
 def run_cli(cwd: Path, *args, timeout: float = 120, **env) -> subprocess.CompletedProcess:
-    """`python -m patcher` in a subprocess: a hang becomes a failed test, not a stuck suite."""
+    """`python -m eaglepatch` in a subprocess: a hang becomes a failed test, not a stuck suite."""
     return subprocess.run(
-        [sys.executable, "-m", "patcher", *map(str, args)],
+        [sys.executable, "-m", "eaglepatch", *map(str, args)],
         cwd=cwd, env=subprocess_env(COLUMNS="200", **env), capture_output=True, timeout=timeout,
     )
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from patcher.locate import locate_tree
-from patcher.protocol import extract_protocol
-from patcher.records import CallShape, Protocol
-from patcher.source import SourceCache
+from eaglepatch.locate import locate_tree
+from eaglepatch.protocol import extract_protocol
+from eaglepatch.records import CallShape, Protocol
+from eaglepatch.source import SourceCache
 
 WORKER = "speculative/eagle_worker.py"
 RUNNER = "model_executor/model_runner.py"

@@ -89,9 +89,9 @@ def _env() -> dict:
 
 
 def eaglepatch(*args) -> subprocess.CompletedProcess:
-    """``python -m patcher ARGS`` in a fresh interpreter, from the repo root."""
+    """``python -m eaglepatch ARGS`` in a fresh interpreter, from the repo root."""
     return subprocess.run(
-        [sys.executable, "-m", "patcher", *map(str, args)],
+        [sys.executable, "-m", "eaglepatch", *map(str, args)],
         cwd=REPO_ROOT, env=_env(), capture_output=True, text=True,
         stdin=subprocess.DEVNULL, timeout=RUN_TIMEOUT_SECONDS,
     )

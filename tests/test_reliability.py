@@ -31,7 +31,7 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers import git, isolate_git
-from patcher.cli import app
+from eaglepatch.cli import app
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RUNNER = CliRunner()
@@ -185,8 +185,8 @@ def assert_bad_input(tmp_path: Path, args: list, *needles: str, commands=("check
 
 def patched_bytes(root: Path) -> bytes:
     """What `apply` writes into the wrapper, computed without writing."""
-    from patcher.edits import build_edits
-    from patcher.pipeline import analyze
+    from eaglepatch.edits import build_edits
+    from eaglepatch.pipeline import analyze
 
     analysis = analyze(root, ["wrapper"])
     edits, errors = build_edits(analysis.cache, analysis.tree, analysis.plans)
@@ -496,7 +496,7 @@ def unprivileged_prefix(cwd: Path) -> list[str]:
             tried.append(f"{prefix[0]}: not installed")
             continue
         probe = subprocess.run(
-            [*prefix, sys.executable, "-c", "import os, patcher.cli, patcher.write, typer, libcst, rich; print(os.geteuid())"],
+            [*prefix, sys.executable, "-c", "import os, eaglepatch.cli, eaglepatch.write, typer, libcst, rich; print(os.geteuid())"],
             cwd=cwd, env=subprocess_env(HOME=str(cwd)), capture_output=True, text=True, timeout=60,
         )
         if probe.returncode == 0 and probe.stdout.strip() == str(uid):
@@ -512,7 +512,7 @@ def unprivileged_prefix(cwd: Path) -> list[str]:
 def run_unprivileged(cwd: Path, *args) -> subprocess.CompletedProcess:
     prefix = unprivileged_prefix(cwd)
     return subprocess.run(
-        [*prefix, sys.executable, "-m", "patcher", *map(str, args)],
+        [*prefix, sys.executable, "-m", "eaglepatch", *map(str, args)],
         cwd=cwd, env=subprocess_env(HOME=str(cwd), COLUMNS="200"), capture_output=True, text=True, timeout=120,
     )
 
@@ -561,10 +561,10 @@ def test_folder_without_write_permission_for_the_temporary_file(world_dir):
 
 
 def test_file_edited_between_planning_and_writing(tmp_path):
-    from patcher.edits import build_edits
-    from patcher.errors import EaglepatchError
-    from patcher.pipeline import analyze
-    from patcher.write import write_edit
+    from eaglepatch.edits import build_edits
+    from eaglepatch.errors import EaglepatchError
+    from eaglepatch.pipeline import analyze
+    from eaglepatch.write import write_edit
 
     tree = minimal_tree(tmp_path / "tree")
     path = tree / SRT / WRAPPER
@@ -679,7 +679,7 @@ def test_no_git_installed(tmp_path):
 
     def run(*args):
         return subprocess.run(
-            [sys.executable, "-m", "patcher", *map(str, args)], cwd=tmp_path, env=env, capture_output=True, timeout=120
+            [sys.executable, "-m", "eaglepatch", *map(str, args)], cwd=tmp_path, env=env, capture_output=True, timeout=120
         )
 
     diff = run("diff", root, "--model", "wrapper")
@@ -700,8 +700,8 @@ def test_no_git_installed(tmp_path):
 KILL_SERVER = r'''
 import os, sys
 from pathlib import Path
-from patcher.edits import FileEdit
-from patcher.write import write_edit
+from eaglepatch.edits import FileEdit
+from eaglepatch.write import write_edit
 
 target, srt = Path(sys.argv[1]), Path(sys.argv[2])
 original, patched = Path(sys.argv[3]).read_bytes(), Path(sys.argv[4]).read_bytes()
@@ -809,13 +809,13 @@ import os, runpy, sys, time
 from pathlib import Path
 armed, go = Path(sys.argv[1]), Path(sys.argv[2])
 # the heavy imports first, so both racers reach the start line ready to plan and write
-import patcher.cli, patcher.pipeline, patcher.edits, patcher.write, patcher.preview, patcher.report, patcher.gitrepo
+import eaglepatch.cli, eaglepatch.pipeline, eaglepatch.edits, eaglepatch.write, eaglepatch.preview, eaglepatch.report, eaglepatch.gitrepo
 import rich.console
 armed.touch()
 while not go.exists():
     time.sleep(0.0002)
-sys.argv = ["python -m patcher", *sys.argv[3:]]
-runpy.run_module("patcher", run_name="__main__", alter_sys=True)
+sys.argv = ["python -m eaglepatch", *sys.argv[3:]]
+runpy.run_module("eaglepatch", run_name="__main__", alter_sys=True)
 '''
 
 

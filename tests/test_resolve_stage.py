@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from patcher.locate import locate_tree
-from patcher.records import Protocol
-from patcher.resolve import Resolver
-from patcher.source import SourceCache
+from eaglepatch.locate import locate_tree
+from eaglepatch.records import Protocol
+from eaglepatch.resolve import Resolver
+from eaglepatch.source import SourceCache
 
 NO_PROTOCOL = Protocol(members={}, consumers=[], general_interface={})
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from patcher.source import SourceCache, _block_end, block_start, decode_source, outline
+from eaglepatch.source import SourceCache, _block_end, block_start, decode_source, outline
 
 REPO = Path(__file__).resolve().parent.parent
 DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -167,8 +167,8 @@ def test_block_end_bugs_of_both_scanners(text):
 
 
 def test_triple_quote_comment_does_not_give_a_class_the_next_ones_methods(tmp_path):
-    from patcher.locate import locate_tree
-    from patcher.resolve import Resolver
+    from eaglepatch.locate import locate_tree
+    from eaglepatch.resolve import Resolver
 
     srt = tmp_path / "sglang" / "srt"
     (srt / "models").mkdir(parents=True)

@@ -21,10 +21,10 @@ import libcst as cst
 import pytest
 from typer.testing import CliRunner
 
-from patcher.cli import app
-from codemods.retarget import module_names_read
-from patcher.source import SourceCache, block_start
-from patcher.synthesize import SelfUse, module_names_in, read_body
+from eaglepatch.cli import app
+from eaglepatch.codemods.retarget import module_names_read
+from eaglepatch.source import SourceCache, block_start
+from eaglepatch.synthesize import SelfUse, module_names_in, read_body
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHECKOUT = REPO_ROOT / "fixtures" / "checkout"
@@ -436,10 +436,10 @@ def by_class_and_file(data: dict) -> dict[tuple[str, str], dict]:
 def test_references_are_tried_in_rank_order_on_a_release(sglang_latest):
     """`fit` walks the references in `_rank` order without ranking them all for every class; on every
     class of the newest release that walk is the full sort, for each hook."""
-    from patcher.locate import locate_tree
-    from patcher.protocol import extract_protocol
-    from patcher.resolve import Resolver
-    from patcher.synthesize import HookLibrary, _held
+    from eaglepatch.locate import locate_tree
+    from eaglepatch.protocol import extract_protocol
+    from eaglepatch.resolve import Resolver
+    from eaglepatch.synthesize import HookLibrary, _held
 
     tree = locate_tree(sglang_latest)
     cache = SourceCache(tree.srt)

@@ -92,11 +92,11 @@ def make_demo(folder: Path, env: dict[str, str]) -> Path:
 
 def eaglepatch(demo: Path, env: dict[str, str], args: list[str]) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of `eaglepatch ARGS` run from DEMO.  In this process, through
-    typer's runner (the `eaglepatch` script is patcher.launch, which hands every such command to
+    typer's runner (the `eaglepatch` script is eaglepatch.launch, which hands every such command to
     this same app): a fresh interpreter per sample would cost a second each in imports alone."""
     from typer.testing import CliRunner
 
-    from patcher.cli import app
+    from eaglepatch.cli import app
 
     here = os.getcwd()
     os.chdir(demo)

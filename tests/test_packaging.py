@@ -1,0 +1,71 @@
+"""One installed package, `eaglepatch` (issue "Craft"): the wheel holds nothing else, folders named like
+the repository's (`patcher/`, `codemods/`) in the working directory change nothing, and `main(argv)`
+returns the exit status scripts rely on."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = REPO_ROOT / "fixtures" / "checkout"
+
+
+def test_the_wheel_installs_exactly_one_top_level_package(tmp_path):
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(REPO_ROOT / name, source / name)
+    for folder in ("patcher", "codemods"):
+        shutil.copytree(REPO_ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(tmp_path / "dist"), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    (wheel,) = (tmp_path / "dist").glob("eaglepatch-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/", 1)[0] for name in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"eaglepatch"}
+    assert "eaglepatch/cli.py" in names and "eaglepatch/codemods/add_delegations.py" in names
+    assert "eaglepatch/__main__.py" in names
+    metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    from eaglepatch import __version__
+
+    assert f"Version: {__version__}\n" in zipfile.ZipFile(wheel).read(metadata).decode()
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "eaglepatch = eaglepatch.launch:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_folders_named_like_the_repositorys_do_not_shadow_the_package(tmp_path):
+    """A repository that runs codemods often has a `codemods/` folder on PYTHONPATH."""
+    for name in ("codemods", "patcher"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "EAGLEPATCH_NO_CACHE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "eaglepatch", "check", "--format", "json", str(FIXTURE)],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+    )
+    assert done.returncode == 1, done.stderr  # the fixture has findings: a real run, not an import error
+    assert '"schema"' in done.stdout and not done.stderr
+
+
+@pytest.mark.parametrize(
+    "argv, status",
+    [(["--version"], 0), (["check", "--no-cache", str(FIXTURE)], 1), (["check", str(FIXTURE / "no-such-folder")], 2)],
+)
+def test_main_returns_the_exit_status(argv, status, capsys):
+    from eaglepatch.launch import main
+
+    assert main(argv) == status
+    out, err = capsys.readouterr()
+    assert (status == 2) == err.startswith("eaglepatch: error:")
