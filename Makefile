@@ -3,8 +3,12 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO   := build/demo
+# pytest-xdist workers: `auto` is one a core (2 on CI). `--dist loadgroup` keeps the tests of one
+# release in tests/test_release_range.py on one worker (tests/conftest.py groups them).
+JOBS   ?= auto
+XDIST  := -n $(JOBS) --dist loadgroup
 
-.PHONY: venv demo test test-fast bench history update-releases readme clean
+.PHONY: venv demo test test-fast test-integration test-offline-proof bench history update-releases readme clean
 
 $(BIN)/eaglepatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,12 +32,24 @@ demo: venv
 	$(BIN)/eaglepatch apply --model olmo_like $(DEMO)
 	$(BIN)/eaglepatch check --model olmo_like $(DEMO)
 
-# The whole suite, integration tests on real SGLang releases included (downloaded once into .cache/).
-test: venv
-	$(BIN)/python -m pytest -q
+# The whole suite: the fast tier with the network refused, then the integration tests on every
+# pinned release (tests/releases.txt; wheels fetched once into .cache/sglang, shared by the workers).
+test: test-fast test-integration
 
+# Offline by construction: EAGLEPATCH_OFFLINE=1 makes tests/conftest.py refuse every connection to
+# another host (and PIP_NO_INDEX for pip subprocesses); a test that needs the network fails here.
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not integration"
+	EAGLEPATCH_OFFLINE=1 $(BIN)/python -m pytest -q -m "not integration" $(XDIST)
+
+test-integration: venv
+	$(BIN)/python -m pytest -q -m integration $(XDIST) --durations=15
+
+# The same fast tier in a network namespace of its own (Linux, util-linux `unshare`): no interface
+# but a loopback that is down, for every subprocess too. Root keeps its identity (`-n`); anyone
+# else maps to themselves in a user namespace (`-c`).
+test-offline-proof: venv
+	EAGLEPATCH_OFFLINE=1 $(if $(filter 0,$(shell id -u)),unshare -n,unshare -cn) \
+		$(BIN)/python -m pytest -q -m "not integration" $(XDIST)
 
 bench: venv
 	$(BIN)/python bench/run.py

@@ -6,6 +6,7 @@ else ``<repo>/.cache/sglang`` (``.cache/`` is gitignored)::
     <cache>/wheels/sglang-<version>-*.whl          what ``pip download`` fetched
     <cache>/trees/<version>/site-packages/sglang/  the wheel's ``sglang/**/*.py``
     <cache>/trees/<version>/.complete              written before the tree is published
+    <cache>/locks/<version>.lock                   held while a release is fetched or unpacked
 
 Which releases exist is pinned in ``tests/releases.txt`` (oldest first), read by
 ``releases_between`` and ``latest_release`` without asking the index; only
@@ -15,21 +16,35 @@ rewrites that file.
 The trees are shared, read-only data: a test that lets the tool write files must
 work on a copy (``make_checkout`` or ``make_site_packages_copy``).
 
+Several processes may want the same release at once (pytest-xdist workers, the
+subprocesses of tests/release_imports.py, two ``make test`` runs): fetching and
+unpacking a version happen under an exclusive ``flock`` on its lock file, and the
+cache is looked at again once the lock is held, so one process downloads and the
+others wait and then read what it published. Wheels and trees are still published
+with one rename each, so a reader that takes no lock never sees a partial file.
+
 Every network access goes through ``sys.executable -m pip`` so that the
 interpreter's ordinary pip configuration (index, proxy, certificates) applies.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock; the renames alone keep the cache whole
+    fcntl = None
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RELEASES_FILE = Path(__file__).resolve().parent / "releases.txt"
@@ -37,6 +52,7 @@ CACHE_ENV = "EAGLEPATCH_SGLANG_CACHE"
 PACKAGE = "sglang"
 _COMPLETE_MARKER = ".complete"
 _PIP_TIMEOUT_SECONDS = 900
+_LOCK_TIMEOUT_SECONDS = 2 * _PIP_TIMEOUT_SECONDS + 300  # a holder runs pip at most twice, then unpacks
 
 # Used only when pip finds no wheel for the running interpreter: recent sglang
 # releases ship a CPython 3.11 manylinux wheel only, and its .py files are all
@@ -77,6 +93,39 @@ def _trees_dir() -> Path:
     path = cache_dir() / "trees"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def _release_lock(version: str):
+    """Exclusive, per version, across processes: held while ``version`` is fetched or unpacked.
+
+    The lock lives on an open file (``flock``), so the kernel drops it when its holder
+    exits, however it exits: a killed worker never leaves a stale lock behind.
+    Re-entrant within one process is not needed: ``site_packages`` takes it once
+    and calls the unlocked ``_download_wheel``.
+    """
+    if fcntl is None:
+        yield
+        return
+    locks = cache_dir() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{version}.lock", "a+b") as fh:
+        deadline = time.monotonic() + _LOCK_TIMEOUT_SECONDS
+        while True:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ReleaseError(
+                        f"waited {_LOCK_TIMEOUT_SECONDS}s for {locks / f'{version}.lock'}: "
+                        f"another process is still fetching {PACKAGE}=={version}"
+                    ) from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def _check_version(version: str) -> str:
@@ -135,6 +184,15 @@ def download_wheel(version: str) -> Path:
     cached = _find_wheel(version)
     if cached is not None:
         return cached
+    with _release_lock(version):
+        return _download_wheel(version)
+
+
+def _download_wheel(version: str) -> Path:
+    """``download_wheel`` once the release's lock is held: the cache is looked at again first."""
+    cached = _find_wheel(version)
+    if cached is not None:
+        return cached  # another process fetched it while this one waited
 
     wheels = _wheels_dir()
     base = ["download", "--no-deps", "--only-binary=:all:", f"{PACKAGE}=={version}"]
@@ -200,8 +258,15 @@ def site_packages(version: str) -> Path:
     root = _tree_root(version)
     if _is_complete(root):
         return root / "site-packages"
+    with _release_lock(version):
+        if _is_complete(root):
+            return root / "site-packages"  # another process published it while this one waited
+        return _publish_tree(version, root)
 
-    wheel = download_wheel(version)
+
+def _publish_tree(version: str, root: Path) -> Path:
+    """``site_packages`` once the release's lock is held and the tree is known to be missing."""
+    wheel = _download_wheel(version)
     if root.exists() and not _is_complete(root):
         # Not made by this module (it only ever publishes complete trees).
         shutil.rmtree(root, ignore_errors=True)
@@ -216,7 +281,8 @@ def site_packages(version: str) -> Path:
         try:
             os.rename(tmp, root)
         except OSError:
-            # Someone else (another worker) published it first; theirs is as good.
+            # Published meanwhile by a process that took no lock (an older copy of this
+            # module, or a platform without flock); theirs is as good.
             if not _is_complete(root):
                 raise
     finally:

@@ -785,28 +785,58 @@ def _jobs() -> int:
     return max(1, int(os.environ.get("EAGLEPATCH_RELEASE_JOBS") or min(2, os.cpu_count() or 1)))
 
 
+class _Reports(dict):
+    """Version -> the report of tests/release_imports.py, made when a test first asks for it.
+
+    Made on demand, one release per test: under pytest-xdist each worker makes the reports of the
+    tests it was handed, not every one the session collected. Without xdist (one process), the first
+    request starts every selected release in the background, EAGLEPATCH_RELEASE_JOBS at a time, as the
+    tests are read in order."""
+
+    def __init__(self, wanted, run, jobs):
+        super().__init__()
+        self._wanted, self._run, self._jobs = wanted, run, jobs
+        self._pending = {}
+        self._pool = None
+
+    def __missing__(self, version):
+        if self._pool is None and self._jobs > 1 and len(self._wanted) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(self._jobs)
+            self._pending = {v: self._pool.submit(self._run, v) for v in self._wanted}
+        future = self._pending.pop(version, None)
+        self[version] = future.result() if future is not None else self._run(version)
+        return self[version]
+
+    def close(self):
+        if self._pool is not None:
+            for future in self._pending.values():
+                future.cancel()
+            self._pool.shutdown(wait=True)
+
+
 @pytest.fixture(scope="session")
 def release_reports(request, tmp_path_factory):
     """Version -> the report of tests/release_imports.py (apply --all, then stub imports before and after),
-    for every release this session selected, each in its own process and its own copy, two at a time
-    (EAGLEPATCH_RELEASE_JOBS): the work is the tool's, and a release's report is read by its own test."""
+    each release in its own process and its own copy, made when its test asks (see _Reports): the work is
+    the tool's, and a release's report is read by its own test. Under pytest-xdist the workers spread the
+    releases; alone, the session runs EAGLEPATCH_RELEASE_JOBS of them at a time."""
     import json
     import os
     import subprocess
-    from concurrent.futures import ThreadPoolExecutor
-
-    import sglang_releases
 
     wanted = [
         item.callspec.params["version"]
         for item in request.session.items
         if getattr(item, "originalname", None) == "test_apply_all_on_every_release_keeps_every_module_importing"
     ] or _pinned()
-    for version in wanted:  # fetched (once, into the shared cache) before the workers start
-        sglang_releases.site_packages(version)
     script = Path(__file__).with_name("release_imports.py")
 
     def run(version: str) -> dict:
+        import sglang_releases
+
+        sglang_releases.site_packages(version)  # fetched once into the shared cache (locked), before the copy
         workdir = tmp_path_factory.mktemp(f"release-{version}")
         done = subprocess.run([sys.executable, str(script), version, str(workdir)], capture_output=True, text=True,
                               env=dict(os.environ), timeout=3600)
@@ -814,8 +844,10 @@ def release_reports(request, tmp_path_factory):
             return {"version": version, "crashed": done.stderr[-4000:]}
         return json.loads(done.stdout)
 
-    with ThreadPoolExecutor(_jobs()) as pool:
-        return dict(zip(wanted, pool.map(run, wanted)))
+    under_xdist = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+    reports = _Reports(wanted, run, 1 if under_xdist else _jobs())
+    yield reports
+    reports.close()
 
 
 @pytest.mark.integration
