@@ -766,7 +766,7 @@ def _function(source: str, member: str, names: dict):
     code = compile(ast.Module(body=[defs[-1]], type_ignores=[]), f"<{member}>", "exec",
                    flags=__future__.annotations.compiler_flag, dont_inherit=True)
     scope = dict(names)
-    exec(code, scope)  # noqa: S102 - a method body of a pinned release, run on stubs only
+    exec(code, scope)
     return scope[member]
 
 

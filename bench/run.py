@@ -249,7 +249,7 @@ def scaling(args, cli: list[str], scratch: Path) -> dict:
     print(f"\n### Scaling of `check --all` (cold, --no-cache) over copies of models/, sglang {version}\n")
     print("| models/ | median wall (s) | median CPU (s) | wall / 1x (paired median) | peak RSS (MiB) |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    for copies, command in by.items():
+    for _copies, command in by.items():
         rel = statistics.median(ratios(command, by[1]))
         print(f"| {command.label} | {command.median():.3f} | {command.median('cpu'):.3f} | {rel:.2f} | {command.peak_rss():.0f} |")
     result = {

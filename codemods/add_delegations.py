@@ -19,7 +19,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
 
-from .names import LEARNED, LINE_LENGTH, MARKER, NOTE  # noqa: F401 - re-exported
+from .names import LEARNED, LINE_LENGTH, MARKER, NOTE
 
 _EMPTY = cst.Module(body=[])
 

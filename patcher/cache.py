@@ -84,7 +84,7 @@ def own_files() -> list:
     return out
 
 
-def own_fingerprint() -> "Fingerprint":
+def own_fingerprint() -> Fingerprint:
     """eaglepatch's own modules as dependencies (an edit within the timestamp resolution is racy too)."""
     prints = Fingerprint()
     for name, *stat in own_files():

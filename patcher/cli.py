@@ -10,7 +10,7 @@ import codecs
 import enum
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
@@ -209,10 +209,10 @@ def _console(stderr: bool = False):
 
 def run_analysis(
     path: Optional[Path],
-    models: Optional[List[str]],
-    consumers: Optional[List[str]],
+    models: Optional[list[str]],
+    consumers: Optional[list[str]],
     all_models: bool = False,
-    ignore: Optional[List[str]] = None,
+    ignore: Optional[list[str]] = None,
     installed: bool = False,
     python: Optional[str] = None,
     resolved=None,
@@ -247,11 +247,11 @@ def run_analysis(
 @app.command(epilog=EPILOG_CHECK)
 def check(
     path: Optional[Path] = PathArg,
-    model: Optional[List[str]] = ModelOpt,
+    model: Optional[list[str]] = ModelOpt,
     all_models: bool = AllOpt,
     output_format: OutputFormat = FormatOpt,
-    consumer: Optional[List[str]] = ConsumerOpt,
-    ignore: Optional[List[str]] = IgnoreOpt,
+    consumer: Optional[list[str]] = ConsumerOpt,
+    ignore: Optional[list[str]] = IgnoreOpt,
     installed: bool = InstalledOpt,
     python: Optional[str] = PythonOpt,
     baseline: Optional[Path] = typer.Option(
@@ -402,10 +402,10 @@ def _show_patch(patch: bytes) -> None:
 @app.command(epilog=EPILOG_DIFF)
 def diff(
     path: Optional[Path] = PathArg,
-    model: Optional[List[str]] = ModelOpt,
+    model: Optional[list[str]] = ModelOpt,
     all_models: bool = AllOpt,
-    consumer: Optional[List[str]] = ConsumerOpt,
-    ignore: Optional[List[str]] = IgnoreOpt,
+    consumer: Optional[list[str]] = ConsumerOpt,
+    ignore: Optional[list[str]] = IgnoreOpt,
     installed: bool = InstalledOpt,
     python: Optional[str] = PythonOpt,
 ) -> None:
@@ -500,10 +500,10 @@ def _write_all(tree, edits, errors, console, commit: bool, verb: str, changes_of
 @app.command(epilog=EPILOG_APPLY)
 def apply(
     path: Optional[Path] = PathArg,
-    model: Optional[List[str]] = ModelOpt,
+    model: Optional[list[str]] = ModelOpt,
     all_models: bool = AllOpt,
-    consumer: Optional[List[str]] = ConsumerOpt,
-    ignore: Optional[List[str]] = IgnoreOpt,
+    consumer: Optional[list[str]] = ConsumerOpt,
+    ignore: Optional[list[str]] = IgnoreOpt,
     installed: bool = InstalledOpt,
     python: Optional[str] = PythonOpt,
     commit: bool = typer.Option(False, "--commit", help="Commit just the patched files (git work trees only)."),
@@ -522,7 +522,7 @@ def apply(
 @app.command(epilog=EPILOG_REVERT)
 def revert(
     path: Optional[Path] = PathArg,
-    model: Optional[List[str]] = ModelOpt,
+    model: Optional[list[str]] = ModelOpt,
     all_models: bool = AllOpt,
     installed: bool = InstalledOpt,
     python: Optional[str] = PythonOpt,
@@ -557,7 +557,7 @@ def revert(
 def explain(
     member: str = typer.Argument(..., metavar="MEMBER", help="A protocol member, e.g. get_embed_and_head."),
     path: Optional[Path] = PathArg,
-    model: Optional[List[str]] = ModelOpt,
+    model: Optional[list[str]] = ModelOpt,
     output_format: ExplainFormat = typer.Option(ExplainFormat.table, "--format", "-f", help="table or json."),
     installed: bool = InstalledOpt,
     python: Optional[str] = PythonOpt,
@@ -593,7 +593,7 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         typer.echo("eaglepatch: interrupted", err=True)
         sys.exit(130)
-    except Exception as exc:  # noqa: BLE001 - the last line of defence
+    except Exception as exc:
         if os.environ.get("EAGLEPATCH_DEBUG"):
             raise
         typer.echo(

@@ -11,15 +11,15 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
 from .codemods.add_delegations import LINE_LENGTH, AddDelegations, Delegation
-from .codemods.retarget import ExplodeLongLiterals, Retarget, body_reads
 from .codemods.normalize_imports import NormalizeAddedImports, space_opened_block
+from .codemods.retarget import ExplodeLongLiterals, Retarget, body_reads
 from .errors import EaglepatchError
 from .forms import Import, WrapperSpelling, _Pending, respelled_signature
-from .meanings import TYPE_ONLY, UNKNOWN, inner_meaning
-from .scopes import scope_of
 from .imports import ImportTable
+from .meanings import TYPE_ONLY, UNKNOWN, inner_meaning
 from .records import MemberPlan, ModelPlan
 from .resolve import one_path_per_file, signature_node, syntax_error
+from .scopes import scope_of
 from .source import SourceCache, SourceFile
 from .verify import prove_edit
 

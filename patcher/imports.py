@@ -9,9 +9,8 @@ from pathlib import Path
 
 import libcst as cst
 
-from .codemods.names import dotted_name
-
 from .bindings import statement_end
+from .codemods.names import dotted_name
 from .errors import EaglepatchError
 from .locate import SourceTree
 from .source import _IMPORT, SourceCache, SourceFile, _indent
@@ -107,7 +106,7 @@ class ImportTable:
             while inner < len(lines) and (not lines[inner].strip() or _indent(lines[inner]) > own):
                 if _IMPORT.match(lines[inner]):
                     end = statement_end(lines, inner)
-                    texts.append("\n".join(l.strip() for l in lines[inner:end]))
+                    texts.append("\n".join(line.strip() for line in lines[inner:end]))
                     inner = end
                 else:
                     inner += 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from .errors import EaglepatchError

@@ -11,7 +11,8 @@ accepts every way EAGLE-3 code calls it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Optional
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Optional
 
 import libcst as cst
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 from .records import MemberPlan, ModelPlan, ProtocolMember
 
 if TYPE_CHECKING:
-    from .baseline import Gate
     from rich.console import Console
 
+    from .baseline import Gate
     from .pipeline import Analysis
 
 
@@ -510,7 +510,7 @@ def _would_write(analysis: Analysis, plan, entry, edit, error) -> dict:
 
         source = analysis.cache.read(analysis.tree.srt / plan.wrapper.path)
         out["would_write"] = render_delegation(delegation_for(analysis.cache, analysis.tree, source, entry, cls=cls))
-    except Exception:  # noqa: BLE001 - the reason above is the answer; the unproven text is a courtesy
+    except Exception:
         pass
     return out
 

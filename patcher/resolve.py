@@ -451,7 +451,7 @@ class Resolver:
             members.setdefault(name, Signature(name, "attribute", text.name, source.rel, index + 1))
         init = self._init_range(text)
         if init is not None:
-            for index, _indent_, attribute, _value in self._self_assignments(source, *init):
+            for index, _column, attribute, _value in self._self_assignments(source, *init):
                 members.setdefault(attribute, Signature(attribute, "attribute", text.name, source.rel, index + 1))
         return members
 

@@ -305,7 +305,7 @@ class ModuleScope:
             def visit_ClassDef(self, node: cst.ClassDef) -> bool:
                 return False
 
-            def visit_ImportFrom(inner, node: cst.ImportFrom) -> None:  # noqa: N805 - closes over self
+            def visit_ImportFrom(inner, node: cst.ImportFrom) -> None:
                 if isinstance(node.names, cst.ImportStar):
                     found.append((absolute_module(node, self.package), self._where.get(id(node), (None, 0, CONDITIONAL))[2]))
 

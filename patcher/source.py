@@ -137,7 +137,7 @@ def source_encoding(data: bytes, rel: str) -> str:
     bom = data.startswith(BOM)
     first_two = _NEWLINES_BYTES.split(data[len(BOM) :] if bom else data, 2)[:2]
     declared = None
-    for number, line in enumerate(first_two):
+    for number, line in enumerate(first_two):  # noqa: B007 - the number is read after the loop
         match = _COOKIE.match(line)
         if match is not None:
             declared = match.group(1).decode("ascii")
@@ -338,7 +338,7 @@ def _bracket_delta(line: str) -> int:
 class _Ends(dict):
     """header index -> one past the block's last line, computed when first asked for."""
 
-    def __init__(self, outline: "Outline"):
+    def __init__(self, outline: Outline):
         super().__init__()
         self.outline = outline
         self.lines = outline.lines
@@ -347,7 +347,7 @@ class _Ends(dict):
         value = self[header] = _block_end_fast(self.outline, header)
         return value
 
-    def get(self, header: int, default=None):  # noqa: D401 - dict.get that computes
+    def get(self, header: int, default=None):
         if not 0 <= header < len(self.lines):
             return default
         return self[header]

@@ -75,8 +75,9 @@ def fast_coercion() -> None:
     base = getattr(_coercion, "RuntimeParam", None)
     if original is None or base is None or getattr(original, "_eaglepatch", False):
         return
+    from collections.abc import Callable
     from dataclasses import dataclass
-    from typing import Any, Callable
+    from typing import Any
 
     @dataclass(frozen=True)
     class PlainRuntimeParam(base):  # type: ignore[misc, valid-type]

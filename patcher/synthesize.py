@@ -26,13 +26,14 @@ from __future__ import annotations
 import ast
 import re
 import symtable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
+
 import libcst as cst
 
+from .bindings import parse_value
 from .codemods.names import LINE_LENGTH, dotted_name
 from .codemods.retarget import ExplodeLongLiterals, Retarget, module_names_read, overlong_lines
-from .bindings import parse_value
 from .errors import EaglepatchError
 from .records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
 from .resolve import Resolver, one_path_per_file, signature_node

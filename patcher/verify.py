@@ -108,7 +108,7 @@ class _Proof:
             self.signature(cls, index, func, entry)
         else:  # a forwarding property (for a method too: it hands out the inner's bound method)
             self.property(cls, written, entry)
-        for index, func in written:
+        for _index, func in written:
             self.body(func)
 
     def property(self, cls: str, written, entry: MemberPlan) -> None:
@@ -139,7 +139,7 @@ class _Proof:
             return
         self._same_signature(side, func, inner_node, entry.member.name)
 
-    def _same_signature(self, side: "_Sides", func: cst.FunctionDef, inner_node: cst.FunctionDef, name: str) -> None:
+    def _same_signature(self, side: _Sides, func: cst.FunctionDef, inner_node: cst.FunctionDef, name: str) -> None:
         generated = _parameters(func.params, has_receiver=True)
         inner = _parameters(inner_node.params, has_receiver=_binding_of(inner_node) != "static")
         if [(kind, p.name.value) for kind, p in generated] != [(kind, p.name.value) for kind, p in inner]:
@@ -397,7 +397,7 @@ def _class_body(module: cst.Module, cls: str):
 def _old_line(old: str, new: str, line: int) -> int:
     """Line `line` of the patched text, as a line of the text before the patch."""
     matcher = difflib.SequenceMatcher(a=old.splitlines(), b=new.splitlines(), autojunk=False)
-    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+    for tag, a0, _a1, b0, b1 in matcher.get_opcodes():
         if b0 < line <= b1:
             return a0 + (line - b0) if tag == "equal" else a0 + 1
     return line

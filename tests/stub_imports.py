@@ -473,7 +473,7 @@ def learned_runs(func, member: str, origin: str) -> dict:
         func(model, *args)
     except _NAME_ERRORS as exc:
         return {"forward": f"the learned body (from {origin}) reads a name its module does not bind: {type(exc).__name__}: {exc}"}
-    except Exception as exc:  # noqa: BLE001 - a stand-in is not a model: say where it stopped
+    except Exception as exc:
         return {"forward": f"skipped: a learned body (from {origin}) the stand-in cannot run to the end ({type(exc).__name__}: {exc})",
                 "kind": "learned", "writes": model._writes}
     return {"forward": "ok", "kind": "learned", "learned_from": origin, "writes": model._writes}
@@ -552,7 +552,7 @@ def _inner_classes(cls, attribute: str, member: str) -> list:
                 try:
                     for part in chain:
                         target = getattr(target, part)
-                except Exception:  # noqa: BLE001 - not a name the check can follow
+                except Exception:
                     continue
                 if isinstance(target, type) and _defines(target, member) and target not in found:
                     found.append(target)
@@ -578,7 +578,7 @@ def forwarding(cls, member: str) -> dict:
         return {"forward": "skipped: the written member reads no self.<attribute>"}
     try:
         instance = object.__new__(cls)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return {"forward": f"skipped: no instance without __init__ ({type(exc).__name__}: {exc})"}
     recorder = _Recorder(member)
     if getattr(instance, "__dict__", None) is None:
@@ -663,7 +663,7 @@ def check(site: str, spec: dict) -> dict:
     for module_name, classes in spec.items():
         try:
             module = importlib.import_module(module_name)
-        except BaseException as exc:  # noqa: BLE001 - the report says what went wrong
+        except BaseException as exc:
             report[module_name] = _failure(exc)
             continue
         entry = report[module_name] = {"import": "ok", "members": {}}
@@ -677,7 +677,7 @@ def check(site: str, spec: dict) -> dict:
                 present = member in vars(cls)
                 try:
                     found = forwarding(cls, member) if present else {"forward": "not written"}
-                except BaseException as exc:  # noqa: BLE001
+                except BaseException as exc:
                     found = {"forward": f"{type(exc).__name__}: {exc}"[:500]}
                 entry["members"][key] = {"present": present, **found}
     return report

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import flat, git, isolate_git, snapshot
 from typer.testing import CliRunner
 
-from helpers import flat, git, isolate_git, snapshot
 from eaglepatch.cli import app
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +50,7 @@ def isolated_git(monkeypatch):
     isolate_git(monkeypatch, columns=200)
 
 
-def eaglepatch(*args) -> "object":
+def eaglepatch(*args) -> object:
     """The CLI in-process; an unexpected exception is re-raised, not read as an exit code."""
     result = RUNNER.invoke(app, [str(a) for a in args])
     if result.exception is not None and not isinstance(result.exception, SystemExit):

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import git, isolate_git
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from test_reliability import HOOKS, INNER, SRT, WORKER, WORKER_PY, WRAPPER, WRAPPER_PY, method_names, minimal_tree
 from typer.testing import CliRunner
 
-from helpers import git, isolate_git
 from eaglepatch.cli import app
-from test_reliability import HOOKS, INNER, SRT, WORKER, WORKER_PY, WRAPPER, WRAPPER_PY, method_names, minimal_tree
 
 RUNNER = CliRunner()
 BOM = b"\xef\xbb\xbf"

@@ -52,7 +52,7 @@ def unique_line(path: Path, needle: str) -> int:
     return hits[0]
 
 
-def run(*args) -> "object":
+def run(*args) -> object:
     """`eaglepatch check ARGS` in-process; an unexpected exception is re-raised, not read as exit 1."""
     result = RUNNER.invoke(app, ["check", *map(str, args)])
     if result.exception is not None and not isinstance(result.exception, SystemExit):

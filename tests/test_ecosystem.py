@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import ast
 import json
-import urllib.parse
 import os
 import re
 import shutil
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 import sglang_releases
 from helpers import flat, git, isolate_git, snapshot
+from typer.testing import CliRunner
+
 from eaglepatch.cli import app
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 import sglang_releases as sr
 
 TESTS = Path(__file__).resolve().parent

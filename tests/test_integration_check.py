@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import sglang_releases
 from helpers import describe, json_report
 

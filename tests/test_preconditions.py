@@ -9,7 +9,6 @@ file name that is not UTF-8.
 from __future__ import annotations
 
 import ast
-
 import fcntl
 import json
 import os
@@ -20,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import git, isolate_git
 from test_reliability import (
     HOOKS,
@@ -220,7 +218,7 @@ def test_unknown_source_encoding_is_one_line(tmp_path):
     tree = minimal_tree(tmp_path / "tree")
     (tree / SRT / WRAPPER).write_bytes(b"# -*- coding: klingon -*-\n" + WRAPPER_PY.encode())
     for command in ("check", "diff", "apply"):
-        untouched(tmp_path, lambda: eaglepatch(command, tree, "--model", "wrapper"), f"{WRAPPER}:1", "klingon", "coding line")
+        untouched(tmp_path, lambda command=command: eaglepatch(command, tree, "--model", "wrapper"), f"{WRAPPER}:1", "klingon", "coding line")
 
 
 def test_code_the_file_encoding_cannot_hold_is_refused(tmp_path):
@@ -231,7 +229,7 @@ def test_code_the_file_encoding_cannot_hold_is_refused(tmp_path):
     )
     (tree / SRT / WRAPPER).write_bytes(("# -*- coding: latin-1 -*-\n# caf\xe9\n" + WRAPPER_PY).encode("latin-1"))
     for command in ("diff", "apply"):
-        untouched(tmp_path, lambda: eaglepatch(command, tree, "--model", "wrapper"), WRAPPER, "latin-1", "UTF-8")
+        untouched(tmp_path, lambda command=command: eaglepatch(command, tree, "--model", "wrapper"), WRAPPER, "latin-1", "UTF-8")
 
 
 # --------------------------------------------------------------------------- check and apply agree on what is a wrapper

@@ -839,7 +839,7 @@ def expected_signature(m: Member, inner_method, namespace: dict) -> inspect.Sign
     def expected(annotation, spec: str | None):
         if spec is not None and TYPE_CHECKING_ONLY in spec:
             return inspect.Parameter.empty
-        return eval(annotation, namespace) if isinstance(annotation, str) else annotation  # noqa: S307 - generated
+        return eval(annotation, namespace) if isinstance(annotation, str) else annotation
 
     signature = inspect.signature(inner_method)
     specs = {p.name: p.annotation for p in m.params}

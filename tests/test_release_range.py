@@ -45,10 +45,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from packaging.version import Version
-
 import sglang_releases
 from helpers import describe, json_report
+from packaging.version import Version
 
 pytestmark = pytest.mark.integration
 
@@ -318,7 +317,7 @@ def test_apply_all(version, tmp_path, record_property):
     first = eaglepatch("apply", root, "--all")
     assert first.returncode == 0, describe(first)
     status = git(root, "status", "--porcelain", "--untracked-files=all")
-    assert not [l for l in status.splitlines() if not l.startswith(" M ")], f"apply left more than modified files:\n{status}"
+    assert not [line for line in status.splitlines() if not line.startswith(" M ")], f"apply left more than modified files:\n{status}"
 
     changed = sorted(git(root, "diff", "--name-only").split())
     record_property("apply_files", len(changed))

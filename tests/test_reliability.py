@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import git, isolate_git
 from typer.testing import CliRunner
 
-from helpers import git, isolate_git
 from eaglepatch.cli import app
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -155,7 +155,7 @@ def changes(before: dict, after: dict) -> list[str]:
     return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
 
 
-def eaglepatch(*args) -> "object":
+def eaglepatch(*args) -> object:
     """The CLI in-process; an unexpected exception is re-raised, not read as an exit code."""
     result = RUNNER.invoke(app, [str(a) for a in args])
     if result.exception is not None and not isinstance(result.exception, SystemExit):
@@ -843,7 +843,7 @@ def test_two_applies_at_once_write_each_method_once(tmp_path):
         codes = sorted(code for _, _, code in results)
         outcomes.append(codes)
         assert codes in ([0, 0], [0, 2]), results
-        for out, err, code in results:
+        for _out, err, code in results:
             if code == 2:
                 lines = err.strip().splitlines()
                 assert len(lines) == 1 and "changed on disk" in lines[0] and f"{WRAPPER}:" in lines[0], err

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import git
 import pytest
-
 import sglang_releases as sr
 
 KIMI = Path("sglang", "srt", "models", "kimi_k25.py")

@@ -254,7 +254,7 @@ def test_forward_that_does_not_unpack_is_needs_code_naming_the_line(tree: Path):
     assert model["status"] == "needs_code"
     blocker = gaps(model)["set_eagle3_layers_to_capture"]["blocker"]
     text = (tree / SRT / "models" / "no_unpack.py").read_text().splitlines()
-    line = next(i for i, l in enumerate(text, 1) if "def forward" in l)
+    line = next(i for i, text_line in enumerate(text, 1) if "def forward" in text_line)
     assert f"NoUnpackForCausalLM.forward (models/no_unpack.py:{line}) does not unpack aux hidden states" in blocker
 
 
@@ -275,7 +275,7 @@ def test_a_reference_that_needs_pipeline_state_the_class_lacks_is_not_taken(tree
 def test_vision_language_class_is_retargeted_to_its_backbone_and_config(tree: Path):
     result = invoke("diff", tree, "--model", "vl_lm")
     assert result.exit_code == 1, result.output  # a diff to show
-    added = "\n".join(l[1:] for l in result.stdout.splitlines() if l.startswith("+") and not l.startswith("+++"))
+    added = "\n".join(line[1:] for line in result.stdout.splitlines() if line.startswith("+") and not line.startswith("+++"))
     assert "return self.language_model.embed_tokens.weight, self.lm_head.weight" in added
     assert "num_layers = self.config.text_config.num_hidden_layers" in added
     assert "self.language_model.layers_to_capture = [val + 1 for val in layer_ids]" in added
@@ -411,7 +411,7 @@ def test_latest_release_learned_hooks_apply_prove_and_leave_the_gate_clean(check
     }
     capture = [key for key in learned if key[2] == "set_eagle3_layers_to_capture"]
     assert learned and capture, "the newest release has bare-backbone classes with the plumbing and no hook"
-    for (file, cls, name), origin in learned.items():
+    for (_file, cls, _name), origin in learned.items():
         assert origin.startswith("models/") and origin.split(":")[1] != cls
 
     result = invoke("apply", root, "--all")

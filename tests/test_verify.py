@@ -31,9 +31,8 @@ import warnings
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from test_properties import INNER_CLASS, WRAPPER_CLASS, Example, Layout, tree_importable, write_tree
+from typer.testing import CliRunner
 
 from eaglepatch.cli import app
 from eaglepatch.edits import build_edits
@@ -892,5 +891,5 @@ def test_apply_all_on_every_release_keeps_every_module_importing(release_reports
     print(figures)
     if failed_before:  # collected, not skipped silently: the stubs do not carry these modules that far
         first = before[sorted(failed_before)[0]]["import"]
-        warnings.warn(f"{figures}; unpatched import failures: {sorted(failed_before)} (first: {first[:200]})")
+        warnings.warn(f"{figures}; unpatched import failures: {sorted(failed_before)} (first: {first[:200]})", stacklevel=2)
     assert checked, f"sglang {version}: no patched module imports with stubs: the import check checked nothing"

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sglang_releases  # noqa: E402
+import sglang_releases
 
 
 def main(argv: list[str] | None = None) -> int:
