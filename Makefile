@@ -8,7 +8,7 @@ DEMO   := build/demo
 JOBS   ?= auto
 XDIST  := -n $(JOBS) --dist loadgroup
 
-.PHONY: venv demo test test-fast test-integration test-offline-proof bench history update-releases readme clean
+.PHONY: venv demo test test-fast test-integration test-offline-proof lint typecheck bench history update-releases readme clean
 
 $(BIN)/eaglepatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,18 @@ demo: venv
 
 # The whole suite: the fast tier with the network refused, then the integration tests on every
 # pinned release (tests/releases.txt; wheels fetched once into .cache/sglang, shared by the workers).
-test: test-fast test-integration
+test: lint typecheck test-fast test-integration
+
+# ruff: the rules in pyproject.toml, over the package, the tests and the scripts.
+lint: venv
+	$(BIN)/ruff check patcher codemods tests bench tools
+
+# mypy on the package as installed: build/typecheck/eaglepatch links patcher/*.py, codemods/ inside.
+typecheck: venv
+	rm -rf build/typecheck && mkdir -p build/typecheck/eaglepatch
+	for f in patcher/*.py; do ln -s ../../../$$f build/typecheck/eaglepatch/; done
+	ln -s ../../../codemods build/typecheck/eaglepatch/codemods
+	cd build/typecheck && ../../$(BIN)/python -m mypy -p eaglepatch
 
 # Offline by construction: EAGLEPATCH_OFFLINE=1 makes tests/conftest.py refuse every connection to
 # another host (and PIP_NO_INDEX for pip subprocesses); a test that needs the network fails here.
