@@ -853,13 +853,38 @@ def eaglepatch_key(repo: Path) -> str:
     return f"{commit}-dirty-{digest.hexdigest()[:12]}"
 
 
+def checkout_import(repo: str) -> tuple[str, str]:
+    """(module, PYTHONPATH entry) that run the eaglepatch of the checkout ``repo`` rather than the
+    installed one: the package `eaglepatch` is patcher/ with codemods/ inside (setuptools' package-dir),
+    so a folder of links gives that layout; a checkout from before the one-package layout runs as
+    `patcher` from its root."""
+    root = Path(repo).resolve()
+    if "from patcher." in (root / "patcher" / "cli.py").read_text(encoding="utf-8"):
+        return "patcher", str(root)
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    layout = Path(os.environ.get("TMPDIR", "/tmp")) / f"eaglepatch-checkout-{digest}"
+    package = layout / "eaglepatch"
+    package.mkdir(parents=True, exist_ok=True)
+    links = {path.name: path for path in (root / "patcher").glob("*.py")} | {"codemods": root / "codemods"}
+    for stale in package.iterdir():
+        if stale.name not in links:
+            stale.unlink(missing_ok=True)  # a module the checkout no longer has
+    for name, target in links.items():
+        try:
+            (package / name).symlink_to(target)
+        except FileExistsError:
+            pass  # made by an earlier run, or by another worker of this one
+    return "eaglepatch", str(layout)
+
+
 def run_check(repo: str, site: str, out: str) -> str:
     """``check --all --format json`` of the eaglepatch at ``repo`` on ``site``, into ``out``."""
+    module, path = checkout_import(repo)
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (path, env.get("PYTHONPATH")) if p)
     env["NO_COLOR"] = "1"
     proc = subprocess.run(
-        [sys.executable, "-m", "eaglepatch", "check", "--all", "--format", "json", site],
+        [sys.executable, "-m", module, "check", "--all", "--format", "json", site],
         cwd=repo, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
         timeout=CHECK_TIMEOUT_SECONDS,
     )
@@ -919,11 +944,12 @@ PLUMBING_READS = {
 
 def run_explain(repo: str, site: str, member: str, selector: str, out: str) -> str:
     """``explain MEMBER SITE --model SELECTOR --format json`` of the eaglepatch at ``repo``, into ``out``."""
+    module, path = checkout_import(repo)
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (path, env.get("PYTHONPATH")) if p)
     env["NO_COLOR"] = "1"
     proc = subprocess.run(
-        [sys.executable, "-m", "eaglepatch", "explain", member, site, "--model", selector, "--format", "json"],
+        [sys.executable, "-m", module, "explain", member, site, "--model", selector, "--format", "json"],
         cwd=repo, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=CHECK_TIMEOUT_SECONDS,
     )
     if proc.returncode != 0:
