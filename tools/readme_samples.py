@@ -33,9 +33,7 @@ try:  # Python 3.11+
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script: this checkout's patcher, not an installed one
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[1]  # `import eaglepatch` is this checkout once `make venv` installed it
 README = ROOT / "README.md"
 FIXTURE = ROOT / "fixtures" / "checkout"
 COLUMNS = "120"
