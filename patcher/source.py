@@ -372,19 +372,12 @@ class Outline:
         self.ends = _Ends(self)
         self._indices = [h[0] for h in self.headers]
         self._masked: str | None = None
-        self._brackets: str | None = None
 
     def masked(self) -> str:
         """`joined` masked (see `mask`), computed once per file."""
         if self._masked is None:
             self._masked = mask(self.joined)
         return self._masked
-
-    def brackets(self) -> str:
-        """`masked()` with every bracket a parenthesis: one count gives a stretch's depth."""
-        if self._brackets is None:
-            self._brackets = self.masked().translate(_ONE_BRACKET)
-        return self._brackets
 
     def module_level(self, kind: str) -> list[str]:
         """Names of the `kind` blocks no def or class encloses: at column 0, or under a module-level
@@ -533,7 +526,6 @@ def mask(text: str) -> str:
     return _MASK.sub(_mask_token, text)
 
 
-_ONE_BRACKET = str.maketrans("[{]}", "(())")
 
 
 _DEDENTS: dict[int, re.Pattern] = {}
@@ -545,13 +537,13 @@ def _block_end_fast(outline: Outline, header: int) -> int:
     a backslash).
     Trailing blank and comment lines are not part of the block."""
     lines = outline.lines
-    masked, starts = outline.brackets(), outline._starts
+    masked, starts = outline.masked(), outline._starts
     if masked.startswith("\x00", starts[header]):
         return header + 1  # a `def` line inside a string (a docstring's example) is no block
     own = _indent(lines[header])
     pattern = _DEDENTS.get(own)
     if pattern is None:
-        pattern = _DEDENTS[own] = re.compile(rf"^[ \t]{{0,{own}}}(?=[^ \t\n\x00)])", re.MULTILINE)
+        pattern = _DEDENTS[own] = re.compile(rf"^[ \t]{{0,{own}}}(?=[^ \t\n\x00)\]}}])", re.MULTILINE)
     count = len(lines)
     size = len(masked)
     counted = starts[header]
@@ -562,7 +554,8 @@ def _block_end_fast(outline: Outline, header: int) -> int:
         match = pattern.search(masked, position)
         if match is None:
             break
-        depth += masked.count("(", counted, match.start()) - masked.count(")", counted, match.start())
+        at = match.start()  # brackets counted in the masked text, where none is in a string or comment
+        depth += sum(masked.count(c, counted, at) for c in "([{") - sum(masked.count(c, counted, at) for c in ")]}")
         counted = match.start()
         index = bisect.bisect_right(starts, match.start()) - 1
         if depth <= 0 and not masked.startswith("\\\n", max(0, match.start() - 2)):  # no backslash continues the line above
