@@ -21,6 +21,7 @@ from .records import MemberPlan, ModelPlan
 from .resolve import one_path_per_file, signature_node, syntax_error
 from .scopes import scope_of
 from .source import SourceCache, SourceFile
+from .synthesize import learned_synthesis
 from .verify import prove_edit
 
 _TOP_ASSIGN = re.compile(r"^(\w+)\s*(?::[^=]*)?=", re.MULTILINE)
@@ -68,9 +69,11 @@ def delegation_for(
     signature spelled the wrapper's way (or taking `*args, **kwargs`), or a read-only property."""
     if entry.fix is not None and entry.fix.kind == "synthesize":
         return learned_for(cache, tree, wrapper, entry, spelling or WrapperSpelling(cache, tree, wrapper), cls)
-    signature = entry.defined
+    signature, attribute = entry.defined, entry.inner_attribute
+    # a delegate fix is planned only for a member an inner model defines (plan._locate sets both together)
+    assert signature is not None and attribute is not None, "a delegation needs the inner definition and attribute"
     if entry.member.assigned_at:  # EAGLE-3 code sets it: reads and writes both reach the inner model
-        return Delegation(name=entry.member.name, inner_attribute=entry.inner_attribute, style="settable")
+        return Delegation(name=entry.member.name, inner_attribute=attribute, style="settable")
     node = signature_node(cache, signature) if signature.kind == "method" else None
     if isinstance(node, cst.FunctionDef):
         decorators = {_decorator_name(d) for d in node.decorators}
@@ -81,7 +84,7 @@ def delegation_for(
             binding = "instance"  # `(self, *args, **kwargs)` forwards to the inner however it binds
         return Delegation(
             name=entry.member.name,
-            inner_attribute=entry.inner_attribute,
+            inner_attribute=attribute,
             style="method",
             params=form.params,
             returns=form.returns,
@@ -90,15 +93,16 @@ def delegation_for(
             imports=form.imports,
             note=f"signature not copied: {form.fallback}" if form.fallback else "",
         )
-    return Delegation(name=entry.member.name, inner_attribute=entry.inner_attribute, style="property")
+    return Delegation(name=entry.member.name, inner_attribute=attribute, style="property")
 
 
 def learned_for(cache: SourceCache, tree, wrapper: SourceFile, entry: MemberPlan, spelling: WrapperSpelling, cls: str) -> Delegation:
     """The hook body the plan learned from another class (patcher/synthesize.py), retargeted to `cls`:
     its backbone attribute and config path, and every module-level name spelled the wrapper's way."""
-    synthesis = entry.synthesis
+    synthesis = learned_synthesis(entry)
     reference = synthesis.reference
     node = signature_node(cache, reference.signature)
+    assert node is not None, "a reference is learned only from a def signature_node parsed (synthesize._learn)"
     form = respelled_signature(spelling, replace(entry, defined=reference.signature), cls)
     if form.fallback:
         raise EaglepatchError(
@@ -124,14 +128,15 @@ def learned_for(cache: SourceCache, tree, wrapper: SourceFile, entry: MemberPlan
     receiver = (list(func.params.posonly_params) + list(func.params.params))[0].name.value
     retargeted = module.visit(Retarget(receiver, synthesis.renames(), spelled))
     unit = cache.parse_whole(wrapper).module.default_indent
-    retargeted = retargeted.visit(ExplodeLongLiterals(unit, LINE_LENGTH)).body[0]
+    learned = retargeted.visit(ExplodeLongLiterals(unit, LINE_LENGTH)).body[0]
+    assert isinstance(learned, cst.FunctionDef), "retargeting a def keeps it a def"
     imports = dict.fromkeys([*form.imports, *pending.imports.values()])
     return Delegation(
         name=entry.member.name,
         inner_attribute=synthesis.backbone,
         style="learned",
         imports=tuple(imports),
-        learned=retargeted,
+        learned=learned,
         origin=reference.label,
     )
 
@@ -210,19 +215,21 @@ def _marked(data: bytes, *markers: str) -> bool:
     return any(marker.encode() in data for marker in markers)
 
 
-def revert_edits(cache: SourceCache, tree, models: list[str] | None):
+def revert_edits(
+    cache: SourceCache, tree, models: list[str] | None
+) -> tuple[list[FileEdit], list[EaglepatchError], list[tuple[str, list[str]]]]:
     """Edits that remove eaglepatch's unchanged delegations: from the named model modules, or all of models/."""
     from .codemods.add_delegations import LEARNED, MARKER
     from .codemods.remove_delegations import RemoveDelegations
     from .star_imports import star_imported_names
 
     if models:
-        paths = []
+        paths: list[Path] = []
         for selector in models:
-            module = selector.partition(":")[0].removesuffix(".py").replace(".", "/")
-            path = tree.models / f"{module}.py"
+            stem = selector.partition(":")[0].removesuffix(".py").replace(".", "/")
+            path = tree.models / f"{stem}.py"
             if not path.is_file():
-                raise EaglepatchError("no such model module; pass --model with a file name under models/", path=f"models/{module}.py")
+                raise EaglepatchError("no such model module; pass --model with a file name under models/", path=f"models/{stem}.py")
             paths.append(path)
     else:
         paths = [p for p in one_path_per_file(tree.models.rglob("*.py")) if p.is_file() and _marked(p.read_bytes(), MARKER, LEARNED)]

@@ -31,12 +31,12 @@ from .meanings import (
     inner_meaning,
     wrapper_binding,
 )
-from .records import MemberPlan
+from .records import MemberPlan, Signature
 from .resolve import signature_node
 from .scopes import BUILTINS, Exports, ModuleScope, scope_of
 from .source import SourceCache, SourceFile
 
-Import = tuple  # (module, object or None, asname or None)
+Import = tuple[str, str | None, str | None]  # (module, object or None, asname or None)
 
 FALLBACK_PARAMS = cst.ensure_type(cst.parse_statement("def f(self, *args, **kwargs): ..."), cst.FunctionDef).params
 _TIGHT_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
@@ -196,16 +196,25 @@ class _InnerSide:
     before: int | None
 
 
+def _inner_def(spelling: WrapperSpelling, entry: MemberPlan) -> tuple[Signature, cst.FunctionDef]:
+    """The inner method a signature is copied from, and its def."""
+    signature = entry.defined
+    assert signature is not None, "a signature is copied only for a member an inner class defines"
+    node = signature_node(spelling.cache, signature)
+    # callers copy a signature once signature_node has parsed it (edits.delegation_for), or from a learned reference
+    assert node is not None, "a copied signature's def was parsed before it is spelled"
+    return signature, node
+
+
 def copied_signature(spelling: WrapperSpelling, entry: MemberPlan, cls: str) -> SignatureForm:
     """The inner method's signature as written, with nothing imported: what eaglepatch once wrote."""
-    node = signature_node(spelling.cache, entry.defined)
+    _, node = _inner_def(spelling, entry)
     return SignatureForm(node.params, node.returns)
 
 
 def respelled_signature(spelling: WrapperSpelling, entry: MemberPlan, cls: str) -> SignatureForm:
     """The inner method's signature with every name spelled the wrapper's way (see the module docstring)."""
-    signature = entry.defined
-    node = signature_node(spelling.cache, signature)
+    signature, node = _inner_def(spelling, entry)
     inner_source = spelling.cache.read(spelling.tree.srt / signature.file)
     inner_scope = scope_of(spelling.cache, inner_source, frozenset({signature.owner}))
     inner = _InnerSide(inner_scope, signature.owner, inner_scope.member_statement(signature.owner, signature.name))

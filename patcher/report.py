@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from .baseline import Gate
     from .pipeline import Analysis
+    from .synthesize import Synthesis
 
 
 SCHEMA = 2  # of the JSON report: 2 added roles, fix/blocker per gap and the five statuses
@@ -178,6 +179,13 @@ def _below(path: Path, folder: Path) -> bool:
         return False
 
 
+def _learned(entry: MemberPlan) -> Synthesis:
+    """The learned body of a `synthesize` fix (imported here, not above: a cache hit never reaches it)."""
+    from .synthesize import learned_synthesis
+
+    return learned_synthesis(entry)
+
+
 def gap_message(plan: ModelPlan, entry: MemberPlan) -> str:
     """One sentence for annotations and SARIF: what is missing, where EAGLE-3 uses it, the fix or the blocker."""
     member = entry.member
@@ -186,9 +194,10 @@ def gap_message(plan: ModelPlan, entry: MemberPlan) -> str:
     if entry.fix is not None and entry.fix.kind == "inherit":
         return f"{cls} lacks {member.name}; {used}. Fix: eaglepatch apply writes it into its base {entry.fix.to}"
     if entry.fix is not None and entry.fix.kind == "synthesize":
+        synthesis = _learned(entry)
         return (
             f"{cls} lacks {member.name}; {used}. Fix: eaglepatch apply writes it after "
-            f"{entry.fix.to} ({entry.synthesis.reference.signature.at}), on self.{entry.synthesis.backbone}"
+            f"{entry.fix.to} ({synthesis.reference.signature.at}), on self.{synthesis.backbone}"
         )
     if entry.fix is not None and entry.defined is not None:
         return (
@@ -306,7 +315,8 @@ def print_model(plan: ModelPlan, console: Console, gate: Gate | None = None) -> 
         if entry.fix is not None and entry.fix.kind == "inherit":
             what = f"fix: inherited from {entry.fix.to}, which apply fixes"
         elif entry.fix is not None and entry.fix.kind == "synthesize":
-            what = f"fix: write it after {entry.fix.to} ({entry.synthesis.reference.signature.at}), on self.{entry.synthesis.backbone}"
+            synthesis = _learned(entry)
+            what = f"fix: write it after {entry.fix.to} ({synthesis.reference.signature.at}), on self.{synthesis.backbone}"
         elif entry.fix is not None and entry.defined is not None:
             what = f"fix: forward to self.{entry.fix.to} ({entry.defined.owner} defines it at {entry.defined.at})"
         else:
@@ -356,13 +366,14 @@ def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None
             f"[{style}]{plan.status:<10}[/{style}] {plan.role:<6} [bold]{plan.wrapper.cls.name}[/bold] "
             f"({plan.wrapper.path}:{plan.wrapper.cls.line})"
         )
-        forwards = [m for m in plan.writes if m.fix.kind == "delegate"]
-        fixes = [m.member.name + ("" if m.required else " (companion)") for m in forwards]
+        writes = [(m, m.fix) for m in plan.writes if m.fix is not None]  # every write has its fix
+        forwards = [(m, fix) for m, fix in writes if fix.kind == "delegate"]
+        fixes = [m.member.name + ("" if m.required else " (companion)") for m, _ in forwards]
         if fixes:
-            targets = sorted({m.fix.to for m in forwards})
+            targets = sorted({fix.to for _, fix in forwards})
             console.print(f"{'':18}forward to self.{'/'.join(targets)}: {', '.join(fixes)}", overflow="fold")
-        for origin in sorted({m.fix.to for m in plan.writes if m.fix.kind == "synthesize"}):
-            members = ", ".join(m.member.name for m in plan.writes if m.fix.kind == "synthesize" and m.fix.to == origin)
+        for origin in sorted({fix.to for _, fix in writes if fix.kind == "synthesize"}):
+            members = ", ".join(m.member.name for m, fix in writes if fix.kind == "synthesize" and fix.to == origin)
             console.print(f"{'':18}write {members} after {origin}", overflow="fold")
         for base in sorted({m.fix.to for m in plan.fixes if m.fix is not None and m.fix.kind == "inherit"}):
             members = ", ".join(m.member.name for m in plan.fixes if m.fix is not None and m.fix.to == base)
@@ -468,11 +479,13 @@ def explain_json(analysis: Analysis, name: str) -> dict:
                     item["defined_by"] = entry.defined.owner
                     item["inner_attribute"] = entry.inner_attribute
                 if entry.fix is not None and entry.fix.kind == "synthesize":
-                    reference = entry.synthesis.reference
+                    synthesis = _learned(entry)
+                    reference = synthesis.reference
                     item["learned_from"] = reference.signature.at
                     item["learned_from_class"] = reference.owner.name
-                    item["backbone"] = entry.synthesis.backbone
+                    item["backbone"] = synthesis.backbone
                     node = signature_node(analysis.cache, reference.signature)
+                    assert node is not None, "a reference is learned only from a def signature_node parsed (synthesize._learn)"
                     item["reference_code"] = cst.Module(body=[]).code_for_node(node.with_changes(leading_lines=[]))
                 if entry.fix is not None:
                     if plan.wrapper.path not in proven:
@@ -531,7 +544,7 @@ def written_text(edit, cls: str, name: str) -> str:
     start = min(min([d.lineno for d in n.decorator_list] + [n.lineno]) for n in defs) - 1
     while start > 0 and lines[start - 1].strip().startswith("# eaglepatch"):
         start -= 1
-    end = max(n.end_lineno for n in defs)
+    end = max(n.end_lineno or n.lineno for n in defs)  # ast.parse sets end_lineno
     return "".join(lines[start:end])
 
 

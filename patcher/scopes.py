@@ -103,7 +103,7 @@ def _reduce(statement: cst.CSTNode, classes, keep, owner: str | None) -> cst.CST
         if owner is not None or (classes is not None and name not in classes) or not isinstance(statement.body, cst.IndentedBlock):
             return statement.with_changes(body=_ELLIPSIS)
         return statement.with_changes(body=_reduce_block(statement.body, classes, keep, name))
-    changes = {}
+    changes: dict[str, cst.CSTNode | list[cst.CSTNode]] = {}
     for field in ("body", "orelse", "finalbody"):
         part = getattr(statement, field, None)
         if isinstance(part, cst.IndentedBlock):
@@ -180,9 +180,9 @@ class _Placement(cst.CSTVisitor):
     visit_Try = visit_For = visit_While = visit_With = visit_Match = _conditional
     visit_TryStar = _conditional
 
-    def _restore(self, node: cst.CSTNode) -> None:
+    def _restore(self, original_node: cst.CSTNode) -> None:  # named as libcst's leave_* name it
         owner, index, _ = self._at
-        self._at = (owner, index, self.where[id(node)][2])
+        self._at = (owner, index, self.where[id(original_node)][2])
 
     leave_Try = leave_For = leave_While = leave_With = leave_Match = leave_TryStar = _restore
 
@@ -283,6 +283,7 @@ class ModuleScope:
     def _import_spec(self, node: cst.Import | cst.ImportFrom, local: str) -> tuple[str, str | None]:
         """(module, object) that the import binds `local` to: `from m import X as local` -> (m, X);
         `import a.b as local` -> (a.b, None); `import a.b` binds `a` -> (a, None)."""
+        assert not isinstance(node.names, cst.ImportStar), "libcst binds no name to `import *`: no ImportAssignment"
         for alias in node.names:
             full = dotted_name(alias.name)
             if isinstance(node, cst.ImportFrom):
@@ -449,6 +450,7 @@ class Exports:
                 continue
             first, rest = parts[cut], parts[cut + 1 :]
             bound = table.names.get(first, [])
+            target: str | None
             if len(bound) == 1 and bound[0][1] and bound[0][2]:
                 target = bound[0][0]
             elif not bound:

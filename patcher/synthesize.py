@@ -28,6 +28,7 @@ import re
 import symtable
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import libcst as cst
 
@@ -94,10 +95,32 @@ class Synthesis:
     def renames(self) -> dict[tuple[str, ...], tuple[str, ...]]:
         """Prefix of a `self.` chain in the reference -> what it is in the class fixed."""
         ref = self.reference
-        out = {(ref.backbone.attribute,): (self.backbone,)}
+        out: dict[tuple[str, ...], tuple[str, ...]] = {(ref.backbone.attribute,): (self.backbone,)}
         if ref.config_path is not None:
-            out[("config", *ref.config_path)] = ("config", *self.config_path)
+            key = ("config", *ref.config_path)  # not `out[("config", *...)]`: a syntax error before 3.11
+            out[key] = ("config", *self.config_path)
         return out
+
+
+def learned_synthesis(entry: MemberPlan) -> Synthesis:
+    """The learned body a `synthesize` fix writes: plan.py sets `entry.synthesis` with every such fix."""
+    synthesis = entry.synthesis
+    assert isinstance(synthesis, Synthesis), "a synthesize fix is planned only with its Synthesis (plan.py)"
+    return synthesis
+
+
+def _node_of(signature: Signature) -> cst.FunctionDef:
+    """A reference's libcst def: `_learn` keeps only signatures whose node signature_node has parsed."""
+    node = signature.node
+    assert isinstance(node, cst.FunctionDef), "a reference's def is parsed when it is learned"
+    return node
+
+
+def _path_of(signature: Signature) -> Path:
+    """The absolute file of a method's signature: resolve.py sets it with the `def`'s header."""
+    path = signature.path
+    assert isinstance(path, Path), "a method's signature carries its file's path (resolve.py)"
+    return path
 
 
 @dataclass
@@ -113,13 +136,13 @@ class HookLibrary:
     resolver: Resolver
     protocol: Protocol
     _references: dict[str, list[Reference]] = field(default_factory=dict)
-    _forwards: dict[tuple, _ForwardFacts] = field(default_factory=dict)
+    _forwards: dict[tuple[Path, int], _ForwardFacts] = field(default_factory=dict)
     _examples: dict[str, Reference | None] = field(default_factory=dict)
     _orders: dict[tuple[str, bool], list[Reference]] = field(default_factory=dict)
     _near: dict[str, dict[str, list[Reference]]] = field(default_factory=dict)
     _ties_of: dict[tuple[str, str], bool] = field(default_factory=dict)
     _configs: dict[tuple[str, str, str], tuple[str, ...] | None] = field(default_factory=dict)
-    _built: dict[tuple[str, str, str], list] = field(default_factory=dict)
+    _built: dict[tuple[str, str, str], list[tuple[str, ...]]] = field(default_factory=dict)
 
     # -- learning -----------------------------------------------------------------------------
     def references(self, member: str) -> list[Reference]:
@@ -160,7 +183,9 @@ class HookLibrary:
                     info = resolver.class_info(source, name)
                 except EaglepatchError:
                     continue
-                signature = info.members.get(member) if info is not None else None
+                if info is None:
+                    continue
+                signature = info.members.get(member)
                 if signature is None or signature.owner != name or signature.file != info.file or signature.kind != "method":
                     continue
                 if "lm_head" not in info.members:
@@ -177,9 +202,11 @@ class HookLibrary:
         # the names a body reads from its module, only for the bodies of the right shape
         for reference, node, why in kept:
             signature = reference.signature
-            source = resolver.cache.read(signature.path)
-            start = block_start(source.lines, signature.header)
-            end = resolver.cache.outline(source).ends.get(signature.header, signature.header + 1)
+            header = signature.header
+            assert header is not None, "a method's signature carries its `def` line (resolve.py)"
+            source = resolver.cache.read(_path_of(signature))
+            start = block_start(source.lines, header)
+            end = resolver.cache.outline(source).ends.get(header, header + 1)
             free = module_names_in(source.lines[start:end])
             if free is None:
                 free = module_names_read([node])[0]
@@ -255,7 +282,7 @@ class HookLibrary:
         if key not in self._ties_of:
             init = info.members.get("__init__")
             ties = False
-            if init is not None and init.path is not None and init.header is not None:
+            if init is not None and isinstance(init.path, Path) and init.header is not None:
                 source = self.resolver.cache.read(init.path)
                 end = self.resolver.cache.outline(source).ends.get(init.header, init.header + 1)
                 ties = any("tie_word_embeddings" in line for line in source.lines[init.header : end])
@@ -325,11 +352,11 @@ class HookLibrary:
         if swaps_weights and reference.ties != self._ties(cls):
             return None, "tied embeddings are handled in one class's __init__ and not in the other's"
         if shape_misfit is not None:
-            for use in entry.uses or entry.member.uses:
-                if use.shape is not None:
-                    misfit = shape_misfit(reference.signature, use.shape)
+            for call in entry.uses or entry.member.uses:
+                if call.shape is not None:
+                    misfit = shape_misfit(reference.signature, call.shape)
                     if misfit:
-                        return None, f"it cannot take the call at {use.at} {use.shape.describe()}: {misfit}"
+                        return None, f"it cannot take the call at {call.at} {call.shape.describe()}: {misfit}"
         synthesis = Synthesis(reference, backbone.attribute, config_path)
         too_long = self._overlong(synthesis)
         if too_long:
@@ -340,10 +367,12 @@ class HookLibrary:
         renames = synthesis.renames()
         if all(old == new for old, new in renames.items()):
             return ""  # nothing changes length: the reference's own layout stands
-        node = synthesis.reference.signature.node
+        node = _node_of(synthesis.reference.signature)
         receiver = [*node.params.posonly_params, *node.params.params][0].name.value
         moved = cst.Module(body=[node]).visit(Retarget(receiver, renames)).visit(ExplodeLongLiterals("    ", LINE_LENGTH))
-        lines = overlong_lines(moved.body[0], "    ", LINE_LENGTH)
+        func = moved.body[0]
+        assert isinstance(func, cst.FunctionDef), "retargeting a def keeps it a def"
+        lines = overlong_lines(func, "    ", LINE_LENGTH)
         return lines[0] if lines else ""
 
     def _backbone_misfit(self, reference: Reference, backbone: InnerModel) -> str:
@@ -394,7 +423,7 @@ class HookLibrary:
         if key in self._built:
             return self._built[key]
         resolver = self.resolver
-        out = []
+        out: list[tuple[str, ...]] = []
         try:
             source = resolver.cache.read(resolver.tree.srt / info.file)
             assignments = resolver._init_assignments(source, info.name)
@@ -458,7 +487,7 @@ class HookLibrary:
     def _forward(self, cls: ClassInfo) -> _ForwardFacts:
         """What a class's `forward` (its own or inherited) reads of `self`, read once per definition."""
         forward = cls.members.get("forward")
-        if forward is None or forward.kind != "method" or forward.path is None or forward.header is None:
+        if forward is None or forward.kind != "method" or not isinstance(forward.path, Path) or forward.header is None:
             return _NO_FORWARD
         key = (forward.path, forward.header)
         if key not in self._forwards:
@@ -543,7 +572,7 @@ def _config_argument(node) -> tuple[str, ...] | None:
 
 def _body_key(reference: Reference) -> str:
     node = reference.signature.node
-    code = cst.Module(body=[]).code_for_node(node.with_changes(leading_lines=[])) if node is not None else ""
+    code = cst.Module(body=[]).code_for_node(node.with_changes(leading_lines=[])) if isinstance(node, cst.FunctionDef) else ""
     return " ".join(code.split())
 
 
@@ -583,7 +612,8 @@ def forward_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _ForwardFacts
         if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         if isinstance(sub, ast.Attribute):
-            parts, base = [], sub
+            parts: list[str] = []
+            base: ast.expr = sub
             while isinstance(base, ast.Attribute):
                 parts.append(base.attr)
                 base = base.value

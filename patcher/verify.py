@@ -34,6 +34,7 @@ from .records import MemberPlan
 from .resolve import signature_node
 from .scopes import Exports, ModuleScope, dotted_module, scope_of
 from .source import Parsed, SourceCache, SourceFile, decode_source
+from .synthesize import learned_synthesis
 
 _SKIP_FIELDS = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after", "header", "footer", "equal", "dot")
 _NOT_FREE = ("attr", "keyword")  # Name fields that are not looked up: `x.attr`, `f(keyword=...)`
@@ -130,13 +131,16 @@ class _Proof:
 
     # -- a signature ---------------------------------------------------------------------------------
     def signature(self, cls: str, index: int, func: cst.FunctionDef, entry: MemberPlan) -> None:
-        inner_node = signature_node(self.cache, entry.defined)
-        inner_source = self.cache.read(self.tree.srt / entry.defined.file)
-        inner_scope = scope_of(self.cache, inner_source, frozenset({entry.defined.owner}))
-        owner = entry.defined.owner
-        side = _Sides(self, inner_scope, owner, inner_scope.member_statement(owner, entry.defined.name), cls, index)
+        defined = entry.defined
+        assert defined is not None, "member() proves a method only against an inner method"
+        inner_node = signature_node(self.cache, defined)
+        inner_source = self.cache.read(self.tree.srt / defined.file)
+        inner_scope = scope_of(self.cache, inner_source, frozenset({defined.owner}))
+        owner = defined.owner
+        side = _Sides(self, inner_scope, owner, inner_scope.member_statement(owner, defined.name), cls, index)
         if _is_forwarding_everything(func):
             return
+        assert inner_node is not None, "a method is written only once signature_node has parsed the inner def (edits)"
         self._same_signature(side, func, inner_node, entry.member.name)
 
     def _same_signature(self, side: _Sides, func: cst.FunctionDef, inner_node: cst.FunctionDef, name: str) -> None:
@@ -148,6 +152,7 @@ class _Proof:
             if (mine.default is None) != (theirs.default is None):
                 raise Unproven(mine.name.value, "a default was added or left out")
             if mine.default is not None:
+                assert theirs.default is not None  # both or neither, checked above
                 side.same(mine.default, theirs.default, annotation=False)
             if mine.annotation is not None:
                 if theirs.annotation is None:
@@ -164,9 +169,10 @@ class _Proof:
         renames; each module-level name it reads is, at call time, what the reference's file meant."""
         from .codemods.retarget import Retarget
 
-        synthesis = entry.synthesis
+        synthesis = learned_synthesis(entry)
         reference = synthesis.reference
         theirs = signature_node(self.cache, reference.signature)
+        assert theirs is not None, "a reference is learned only from a def signature_node parsed (synthesize._learn)"
         ref_source = self.cache.read(self.tree.srt / reference.signature.file)
         ref_scope = scope_of(self.cache, ref_source, frozenset({reference.owner.name}))
         owner = reference.owner.name
@@ -174,6 +180,7 @@ class _Proof:
         self._same_signature(_Sides(self, ref_scope, owner, before, cls, index), func, theirs, entry.member.name)
         receiver = _parameters(theirs.params, has_receiver=False)[0][1].name.value
         expected = cst.Module(body=[theirs]).visit(Retarget(receiver, synthesis.renames())).body[0]
+        assert isinstance(expected, cst.FunctionDef), "retargeting a def keeps it a def"
         side = _BodySides(self, ref_scope, owner, None, cls, index, _locals_of(theirs))
         side.same(func.body, expected.body, annotation=False)
 
@@ -187,16 +194,16 @@ class _Proof:
         for access in function_scope.accesses:
             referents = access.referents
             if not referents:
-                raise Unproven(access.node.value, "the generated body reads a name nothing binds")
+                raise Unproven(_access_name(access.node), "the generated body reads a name nothing binds")
             for referent in referents:
                 if referent.scope is not function_scope and not isinstance(referent, BuiltinAssignment):
-                    raise Unproven(access.node.value, "the module rebinds a builtin the generated body uses")
+                    raise Unproven(_access_name(access.node), "the module rebinds a builtin the generated body uses")
 
     # -- errors ------------------------------------------------------------------------------------------
     def error(self, cls: str, entry: MemberPlan, problem: Unproven) -> EaglepatchError:
         line = self._original_line(cls, problem.culprit)
         if entry.fix is not None and entry.fix.kind == "synthesize":
-            inner = f" (learned from {entry.synthesis.reference.signature.at})"
+            inner = f" (learned from {learned_synthesis(entry).reference.signature.at})"
         else:
             inner = f" (copied from {entry.defined.at})" if entry.defined is not None else ""
         return EaglepatchError(
@@ -233,9 +240,7 @@ class _Sides:
         self.cls = cls
         self.index = index
 
-    def same(
-        self, mine: cst.BaseExpression, theirs: cst.BaseExpression, annotation: bool, in_string: bool = False, literal: bool = False
-    ) -> None:
+    def same(self, mine: cst.CSTNode, theirs: cst.CSTNode, annotation: bool, in_string: bool = False, literal: bool = False) -> None:
         """`mine` (in the wrapper) means what `theirs` (in the inner file) means, or Unproven."""
         if isinstance(theirs, cst.Name):
             self._name(mine, theirs, annotation, in_string)
@@ -277,7 +282,7 @@ class _Sides:
                 elif x != y and not isinstance(x, cst.MaybeSentinel):
                     raise Unproven(_code(mine), f"it is not the inner's {_code(theirs)}")
 
-    def _name(self, mine: cst.BaseExpression, theirs: cst.Name, annotation: bool, in_string: bool) -> None:
+    def _name(self, mine: cst.CSTNode, theirs: cst.Name, annotation: bool, in_string: bool) -> None:
         proof = self.proof
         inner_lazy = in_string or (annotation and self.inner_scope.future_annotations)
         wrapper_lazy = in_string or (annotation and proof.scope.future_annotations)
@@ -296,7 +301,8 @@ class _Sides:
             if got != meaning.qualified:
                 raise Unproven(chain, f"it is {got} in the wrapper, and {meaning.qualified} in the inner file")
             return
-        if not annotation and immutable_literal(mine) and meaning.literal is not None and same_literal(mine, meaning.literal):
+        literal = meaning.literal
+        if not annotation and isinstance(mine, cst.BaseExpression) and immutable_literal(mine) and literal is not None and same_literal(mine, literal):
             return
         kind = "class attribute" if meaning.kind == CLASS_ATTRIBUTE else meaning.kind
         raise Unproven(theirs.value, f"{_code(mine)} is not the inner's {theirs.value} ({kind} {meaning.qualified})")
@@ -310,7 +316,7 @@ class _BodySides(_Sides):
         super().__init__(proof, inner_scope, owner, inner_before, cls, index)
         self.local = local
 
-    def same(self, mine, theirs, annotation: bool, in_string: bool = False, literal: bool = False) -> None:
+    def same(self, mine: cst.CSTNode, theirs: cst.CSTNode, annotation: bool, in_string: bool = False, literal: bool = False) -> None:
         if isinstance(theirs, cst.Name) and theirs.value in self.local:
             if not isinstance(mine, cst.Name) or mine.value != theirs.value:
                 raise Unproven(_code(mine), f"it is not the reference's {theirs.value}")
@@ -405,3 +411,8 @@ def _old_line(old: str, new: str, line: int) -> int:
 
 def _code(node: cst.CSTNode) -> str:
     return " ".join(cst.Module(body=[]).code_for_node(node).split())
+
+
+def _access_name(node: cst.Name | cst.Attribute | cst.BaseString) -> str:
+    """The name a scope access reads: a Name's (or a string's) own text, else the node's code (a dotted name)."""
+    return node.value if isinstance(node, (cst.Name, cst.SimpleString)) else _code(node)
