@@ -363,8 +363,7 @@ class Outline:
     def __init__(self, lines: list[str]):
         self.lines = lines
         self.joined = "\n".join(lines)  # no \r: regex searches and offsets work on this text
-        self._starts = array("q", [0])  # 8 bytes a line, where a list of ints takes 36
-        self._starts.extend(m.end() for m in _LF.finditer(self.joined))
+        self._starts = array("q", [0, *[m.end() for m in _LF.finditer(self.joined)]])  # 8 bytes a line, not 36
         self.headers: list[tuple[int, int, str, str]] = []  # (line index, indent, "def"|"class", name)
         for match in _HEADER_ANYWHERE.finditer(self.joined):
             kind = "class" if match.group(2) == "class" else "def"
