@@ -152,6 +152,7 @@ def marker_text(delegation: Delegation, unit: str = "    ", newline: str = "\n")
     learned body `# eaglepatch: learned from models/llama.py:LlamaForCausalLM (digest ...)`."""
     names = imported_names(delegation)
     if delegation.style == "learned":
+        assert delegation.learned is not None, "a learned delegation carries its def"
         head = f"{LEARNED}{delegation.origin} (digest {learned_digest(delegation.learned, unit, newline)})"
     else:
         head = f"{MARKER}{delegation.inner_attribute}"
@@ -239,6 +240,7 @@ def render_delegation(delegation: Delegation, unit: str = "    ", newline: str =
 def learned_statement(delegation: Delegation, unit: str = "    ", newline: str = "\n") -> cst.FunctionDef:
     """The learned def as it goes into the class: a blank line, the marker, the def."""
     marker = cst.EmptyLine(comment=cst.Comment(marker_text(delegation, unit, newline)))
+    assert delegation.learned is not None, "a learned delegation carries its def"
     return delegation.learned.with_changes(leading_lines=[cst.EmptyLine(indent=False), marker])
 
 
@@ -258,8 +260,8 @@ def render_setter(delegation: Delegation, unit: str = "    ", newline: str = "\n
 
 def _suites(statement: cst.CSTNode) -> list[cst.BaseSuite]:
     """The blocks of a compound statement in a class body: `if`/`else`, `try`/`except`/`finally`, `with`, loops."""
-    suites = []
-    if isinstance(statement, (cst.If, cst.Try, cst.With, cst.For, cst.While)) or type(statement).__name__ == "TryStar":
+    suites: list[cst.BaseSuite] = []
+    if isinstance(statement, (cst.If, cst.Try, cst.TryStar, cst.With, cst.For, cst.While)):
         suites.append(statement.body)
         orelse = getattr(statement, "orelse", None)
         if isinstance(orelse, cst.If):
@@ -329,9 +331,10 @@ class AddDelegations(VisitorBasedCodemodCommand):
         if not todo:
             return updated_node
         module = self._module
+        assert module is not None, "visit_Module runs before any class is left"
         unit = updated_node.body.indent if updated_node.body.indent is not None else module.default_indent
         newline = module.default_newline
-        new_statements = []
+        new_statements: list[cst.BaseStatement] = []
         for delegation in todo:
             for module_name, obj, asname in delegation.imports:
                 AddImportsVisitor.add_needed_import(self.context, module_name, obj, asname)

@@ -66,7 +66,7 @@ class NormalizeAddedImports(cst.CSTTransformer):
     def _laid_out(self, updated_node: cst.ImportFrom, wanted: set[str]) -> cst.ImportFrom:
         if updated_node.lpar is None:
             return _explode_if_long(updated_node)
-        names = list(updated_node.names)
+        names = _aliases(updated_node)
         layout = next(
             (
                 alias.comma
@@ -108,7 +108,7 @@ def isort_key(name: str) -> tuple[int, str]:
 
 def _sorted_in(node: cst.ImportFrom, wanted: set[str]) -> cst.ImportFrom:
     """The added names moved to their isort place; each position keeps its comma."""
-    names = list(node.names)
+    names = _aliases(node)
     if not isinstance(node.names, (list, tuple)) or len(names) < 2:
         return node
     added = [a for a in names if dotted_name(a.name) in wanted]
@@ -198,6 +198,12 @@ def imported_from(module: cst.Module) -> dict[str, set[str]]:
     return found
 
 
+def _aliases(node: cst.ImportFrom) -> list[cst.ImportAlias]:
+    """The names a `from` import lists; leave_ImportFrom passes star imports through untouched."""
+    assert not isinstance(node.names, cst.ImportStar), "a star import is never laid out"
+    return list(node.names)
+
+
 def _local(alias: cst.ImportAlias) -> str:
     return dotted_name(alias.name)
 
@@ -212,7 +218,7 @@ def _explode_if_long(node: cst.ImportFrom) -> cst.ImportFrom:
             first_line=cst.TrailingWhitespace(), empty_lines=[], indent=True, last_line=cst.SimpleWhitespace(last_line)
         )
 
-    names = list(node.names)
+    names = _aliases(node)
     laid_out = [
         alias.with_changes(comma=cst.Comma(whitespace_after=wrap("    " if i < len(names) - 1 else "")))
         for i, alias in enumerate(names)
@@ -223,7 +229,7 @@ def _explode_if_long(node: cst.ImportFrom) -> cst.ImportFrom:
 
 
 def _closing(node: cst.ImportFrom):
-    last = list(node.names)[-1]
+    last = _aliases(node)[-1]
     if isinstance(last.comma, cst.Comma):
         return last.comma.whitespace_after
     return cst.SimpleWhitespace("")

@@ -82,17 +82,18 @@ class RemoveDelegations(VisitorBasedCodemodCommand):
     def leave_ClassDef(self, original_node: cst.ClassDef, updated_node: cst.ClassDef) -> cst.ClassDef:
         if not isinstance(updated_node.body, cst.IndentedBlock):
             return updated_node
-        unit = updated_node.body.indent if updated_node.body.indent is not None else self._module.default_indent
-        keep = []
+        module = self._module
+        assert module is not None, "visit_Module runs before any class is left"
+        unit = updated_node.body.indent if updated_node.body.indent is not None else module.default_indent
+        keep: list[cst.BaseStatement] = []
         for stmt in updated_node.body.body:
-            marker = _marker(stmt) if isinstance(stmt, cst.FunctionDef) else None
-            if marker is None:
+            if not isinstance(stmt, cst.FunctionDef) or (marker := _marker(stmt)) is None:
                 keep.append(stmt)
                 continue
             attribute, imported = marker
             # the blank line eaglepatch put before the marker is part of what it added
             leading = list(stmt.leading_lines)
-            if _is_pristine(stmt, attribute, self._module, unit) and leading and leading[0].comment is None:
+            if _is_pristine(stmt, attribute, module, unit) and leading and leading[0].comment is None:
                 self.removed.setdefault(updated_node.name.value, []).append(stmt.name.value)
                 self._imported |= set(imported)
             else:
@@ -158,7 +159,7 @@ def _local(alias: cst.ImportAlias) -> str:
 
 def _without(small: cst.BaseSmallStatement, names: set[str]):
     """The import statement without `names`; None when nothing is left; itself when untouched."""
-    if not isinstance(small, (cst.Import, cst.ImportFrom)) or isinstance(getattr(small, "names", None), cst.ImportStar):
+    if not isinstance(small, (cst.Import, cst.ImportFrom)) or isinstance(small.names, cst.ImportStar):
         return small
     aliases = list(small.names)
     left = [a for a in aliases if _local(a) not in names]

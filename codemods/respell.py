@@ -144,6 +144,7 @@ class Respell(cst.CSTTransformer):
         if parsed is None:
             return updated_node
         respelled = parsed.visit(Respell(self.lazy, self.lazy, True, in_string=True))
+        assert isinstance(respelled, cst.BaseExpression), "Respell replaces names, it never removes an expression"
         if respelled.deep_equals(parsed):
             return updated_node
         return updated_node.with_changes(value=_quoted(original_node, _EMPTY.code_for_node(respelled)))

@@ -153,6 +153,7 @@ class ExplodeLongLiterals(cst.CSTTransformer):
             element.with_changes(comma=cst.Comma(whitespace_after=inner if i < len(literal.elements) - 1 else closing))
             for i, element in enumerate(literal.elements)
         ]
+        opened: cst.Tuple | cst.List | cst.Set
         if isinstance(literal, cst.Tuple):
             opened = literal.with_changes(elements=elements, lpar=[cst.LeftParen(whitespace_after=inner)])
         elif isinstance(literal, cst.List):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -127,26 +128,30 @@ def _positional(params: cst.Parameters) -> list[cst.Param]:
 class FunctionScope(Scope):
     """A method or helper function, parsed whole: its parameters, then its locals."""
 
-    node: cst.FunctionDef | None = None
-    _locals: dict | None = field(default=None, repr=False)
+    node: cst.FunctionDef | None = None  # always given: a default only because Scope's fields have them
+    _locals: dict[str, list[cst.BaseExpression]] | None = field(default=None, repr=False)
+
+    def function(self) -> cst.FunctionDef:
+        assert self.node is not None, "a FunctionScope is made with the def it reads"
+        return self.node
 
     def bindings(self, name: str) -> list[Binding]:
-        for param in _parameters(self.node.params):
+        for param in _parameters(self.function().params):
             if param.name.value == name:
                 return [Binding(name, "parameter", param.default, self.module())]
         return self.locals(name)
 
     def locals(self, name: str) -> list[Binding]:
         if self._locals is None:
-            self._locals = _assignments(self.node)
+            self._locals = _assignments(self.function())
         return [Binding(name, "local", value, self) for value in self._locals.get(name, [])]
 
 
-def small_statements(function: cst.FunctionDef):
+def small_statements(function: cst.FunctionDef) -> Iterator[cst.BaseSmallStatement]:
     """Every simple statement of a function, however deep in if/for/while/with/try blocks it
     sits, but not those of functions or classes defined inside it.  A plain walk: libcst's
     visitor would go through every expression too, which costs far more."""
-    pending = [function.body]
+    pending: list[cst.CSTNode] = [function.body]
     while pending:
         block = pending.pop()
         if isinstance(block, cst.SimpleStatementLine):
@@ -211,15 +216,17 @@ class InitScope(Scope):
     def bindings(self, name: str) -> list[Binding]:
         if re.search(rf"\b{re.escape(name)}\b", self.header()):
             signature = self.signature()
-            for param in _parameters(signature.params) if signature is not None else []:
-                if param.name.value == name:
-                    return [self._parameter(signature, param)]
+            if signature is not None:
+                for param in _parameters(signature.params):
+                    if param.name.value == name:
+                        return [self._parameter(signature, param)]
         return self.locals(name)
 
     def _parameter(self, signature: cst.FunctionDef, param: cst.Param) -> Binding:
-        passed = self.caller.argument_to(self.class_name, signature, param.name.value) if self.caller else None
-        if passed is not None:
-            return Binding(param.name.value, "parameter", passed, self.caller)
+        if self.caller is not None:
+            passed = self.caller.argument_to(self.class_name, signature, param.name.value)
+            if passed is not None:
+                return Binding(param.name.value, "parameter", passed, self.caller)
         return Binding(param.name.value, "parameter", param.default, self.module())
 
     def locals(self, name: str) -> list[Binding]:

@@ -10,7 +10,7 @@ import codecs
 import enum
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 
@@ -176,8 +176,10 @@ def tolerant_output() -> None:
     would turn a finished `apply` into an internal error."""
     codecs.register_error("eaglepatch", _unencodable)
     for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # io.TextIOWrapper's; a replaced stream may lack it
         try:
-            stream.reconfigure(errors="eaglepatch")
+            if reconfigure is not None:
+                reconfigure(errors="eaglepatch")
         except (AttributeError, ValueError, OSError):
             continue  # not a text stream of ours to configure
 
@@ -190,7 +192,7 @@ def main_options(
     tolerant_output()
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     """One line on stderr, exit 2: the contract for every bad input."""
     typer.echo(f"eaglepatch: error: {message}", err=True)
     raise typer.Exit(2)
@@ -330,7 +332,7 @@ def _result_cache(path, model, consumer, all_models, ignore, installed, python, 
     return cache.ResultCache(key, deps), resolved
 
 
-def _report(analysis, output_format: OutputFormat, baseline: Optional[Path], write_baseline: Optional[Path]) -> None:
+def _report(analysis, output_format: OutputFormat, baseline: Optional[Path], write_baseline: Optional[Path]) -> NoReturn:
     """`check`'s output and exit code (always raises typer.Exit)."""
     from . import report
     from .baseline import load_gate

@@ -10,15 +10,16 @@ Command-line flags win over the file.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import EaglepatchError
 
-try:  # Python 3.11+
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]  # a 3.10 dependency; mypy may run on 3.11 without it
 
 KNOWN_KEYS = {"models", "all", "consumers", "ignore"}
 

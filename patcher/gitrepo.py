@@ -5,17 +5,21 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import EaglepatchError
 
 # GitPython refuses to import when no git binary exists; eaglepatch must still work then.
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 
+if TYPE_CHECKING:  # imported for real only where a repository is opened
+    import git
+
 
 @dataclass
 class WorkTree:
     root: Path
-    repo: object  # git.Repo
+    repo: git.Repo
 
     def rel(self, path: Path) -> str:
         return path.resolve().relative_to(self.root).as_posix()

@@ -165,6 +165,7 @@ class ImportTable:
         for star in self.stars:
             if star.path in seen:
                 continue
+            assert star.path is not None  # only in-tree modules are kept as stars
             try:
                 other = self.cache.read(star.path)
             except EaglepatchError:

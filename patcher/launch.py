@@ -83,12 +83,13 @@ def _help_entry(argv: list[str]):
         return None
     from . import __version__
 
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     key = {
         "eaglepatch": __version__,
         "python": sys.version,
         "argv": argv,
         "prog": os.path.basename(sys.argv[0]),
-        "main": getattr(sys.modules.get("__main__"), "__spec__", None) and sys.modules["__main__"].__spec__.name,
+        "main": main_spec and main_spec.name,
         "output": cache.output_environment(sys.stdout),
     }
     return cache.ResultCache(key, cache.own_fingerprint(), kind="help")

@@ -150,7 +150,9 @@ def _written(plan: ModelPlan) -> dict[str, Signature]:
     reference's; a delegation's the inner's)."""
     out: dict[str, Signature] = {}
     for entry in plan.writes:
+        assert entry.fix is not None, "writes are the entries with a fix"
         if entry.fix.kind == "synthesize":
+            assert entry.synthesis is not None, "a learned fix carries its synthesis"
             out[entry.member.name] = entry.synthesis.reference.signature
         elif entry.defined is not None:
             out[entry.member.name] = entry.defined

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Optional
 
 import libcst as cst
 
-from .records import CallShape, Fix, MemberPlan, ModelPlan, Protocol, Signature, Use, Wrapper
+from .records import CallShape, Fix, MemberPlan, ModelPlan, ModelRole, Protocol, Signature, Use, Wrapper
 
 if TYPE_CHECKING:
     from .synthesize import _Fit as SynthesisFit
@@ -37,7 +37,7 @@ def uses_for_role(uses: list[Use], role: str) -> list[Use]:
 def plan_wrapper(
     protocol: Protocol,
     wrapper: Wrapper,
-    role: str = "target",
+    role: ModelRole = "target",
     role_reason: str = "",
     shape_misfit: ShapeCheck | None = None,
     synthesize: Synthesizer | None = None,
@@ -113,9 +113,9 @@ def _decide_fix(entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | 
             entry.blocker = misfit
         return
     pending = [u for inner in wrapper.inners for u in inner.unresolved]
-    held = [f"{i.attribute}: {'/'.join(c.name for c in i.classes)}" for i in wrapper.inners if i.classes]
-    if held:
-        entry.blocker = f"the inner model ({'; '.join(held)}) lacks it: needs hand-written code"
+    holding = [f"{i.attribute}: {'/'.join(c.name for c in i.classes)}" for i in wrapper.inners if i.classes]
+    if holding:
+        entry.blocker = f"the inner model ({'; '.join(holding)}) lacks it: needs hand-written code"
     elif pending:
         entry.blocker = f"the inner model could not be resolved: {pending[0]}"
     else:
@@ -155,10 +155,11 @@ def _set_status(plan: ModelPlan) -> None:
     elif plan.fixes:
         plan.status = "fixable"
         inherited = len(plan.fixes) - len(plan.writes)
-        learned = sum(1 for m in plan.writes if m.fix.kind == "synthesize")
+        written = [m.fix for m in plan.writes if m.fix is not None]  # all of them: writes are fixed
+        learned = sum(1 for fix in written if fix.kind == "synthesize")
         what = f"{len(plan.writes)} member(s) can be written" if learned else f"{len(plan.writes)} member(s) can be forwarded to the inner model"
         if learned:
-            what += f" ({learned} learned from {', '.join(sorted({m.fix.to for m in plan.writes if m.fix.kind == 'synthesize'}))})"
+            what += f" ({learned} learned from {', '.join(sorted({fix.to for fix in written if fix.kind == 'synthesize'}))})"
         plan.reason = what + (
             f", {inherited} come with a fix apply writes into a base class" if inherited else ""
         )

@@ -32,16 +32,18 @@ import bisect
 import dataclasses
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import libcst as cst
 
 from .errors import EaglepatchError
 from .imports import ImportTable
 from .locate import SourceTree
-from .records import CallShape, Protocol, ProtocolMember, Use
-from .source import Parsed, SourceCache, SourceFile, _dedent, block_start
+from .records import CallShape, Protocol, ProtocolMember, Use, UseKind, UseRole
+from .source import Parsed, SourceCache, SourceFile, Statement, _dedent, block_start
 
 _EAGLE_SPELLINGS = (b"eagle", b"EAGLE", b"Eagle")
 _EAGLE = re.compile(r"eagle", re.IGNORECASE)
@@ -76,7 +78,7 @@ _MODEL_DOT = re.compile(r"model\.")  # a literal first: far faster than _GENERAL
 MAX_HELPER_DEPTH = 3
 
 
-def role_from_text(text: str) -> str:
+def role_from_text(text: str) -> UseRole:
     lowered = text.lower()
     if "target" in lowered:
         return "target"
@@ -180,7 +182,7 @@ def eagle_guarded(test: cst.BaseExpression, holds: bool = True) -> bool:
     return bool(signs) and all(signs)
 
 
-def role_from_conditions(conditions: tuple[tuple[cst.BaseExpression, bool], ...]) -> str:
+def role_from_conditions(conditions: tuple[tuple[cst.BaseExpression, bool], ...]) -> UseRole:
     """The role the enclosing conditions give a model whose receiver does not say (a runner's own
     `self.model`): aux hidden states are captured from the target model; `not is_draft_worker` is
     the target and `is_draft_worker` the draft.  "unknown" when nothing says, or they disagree."""
@@ -193,13 +195,13 @@ def role_from_conditions(conditions: tuple[tuple[cst.BaseExpression, bool], ...]
     return votes.pop() if len(votes) == 1 else "unknown"
 
 
-def _role_vote(literal: Literal) -> str:
+def _role_vote(literal: Literal) -> UseRole | None:
     names = [name.lower() for name in _identifiers(literal.node)]
     if any("is_draft" in name for name in names):
         return "draft" if literal.holds else "target"
     if literal.holds and any("aux_hidden" in name for name in names):
         return "target"
-    return ""
+    return None
 
 
 def call_shape(call: cst.Call) -> CallShape:
@@ -222,24 +224,14 @@ class Frame:
 
     in_scope: bool
     guard: str
-    aliases: dict[str, str]  # local name -> role
+    aliases: dict[str, UseRole]  # local name -> role
     optional: frozenset[str] = frozenset()
     class_name: str = ""
     depth: int = 0
     conditions: tuple[tuple[cst.BaseExpression, bool], ...] = ()  # enclosing tests, and whether each holds here
 
-    def child(self, **changes) -> Frame:
-        values = {
-            "in_scope": self.in_scope,
-            "guard": self.guard,
-            "aliases": self.aliases,
-            "optional": self.optional,
-            "class_name": self.class_name,
-            "depth": self.depth,
-            "conditions": self.conditions,
-        }
-        values.update(changes)
-        return Frame(**values)
+    def child(self, **changes: Any) -> Frame:
+        return dataclasses.replace(self, **changes)
 
 
 @dataclass
@@ -260,10 +252,10 @@ class ConsumerWalker:
         self.reader = protocol_reader
         self.parsed = parsed
         self.out = protocol_reader.extraction
-        self.statement: cst.CSTNode | None = None  # innermost statement being walked, for line numbers
+        self.statement: Statement | None = None  # innermost statement being walked, for line numbers
 
     # -- receivers -----------------------------------------------------------------
-    def model_role(self, node: cst.BaseExpression, frame: Frame) -> str | None:
+    def model_role(self, node: cst.BaseExpression, frame: Frame) -> UseRole | None:
         """The role of `node` if it is a model object, else None."""
         if isinstance(node, cst.Name):
             if node.value in frame.aliases:
@@ -286,7 +278,7 @@ class ConsumerWalker:
                 return role_from_text(attr)
         return None
 
-    def _chain_role(self, holder: cst.BaseExpression, frame: Frame) -> str:
+    def _chain_role(self, holder: cst.BaseExpression, frame: Frame) -> UseRole:
         text = self.parsed.module.code_for_node(holder)
         role = role_from_text(text)
         if role == "unknown" and isinstance(holder, cst.Name) and holder.value in frame.aliases:
@@ -299,8 +291,8 @@ class ConsumerWalker:
     def record(
         self,
         name: str,
-        kind: str,
-        role: str,
+        kind: UseKind,
+        role: UseRole,
         required: bool,
         at_node: cst.CSTNode,
         frame: Frame,
@@ -346,10 +338,11 @@ class ConsumerWalker:
             self._dispatch(node, frame, parent)
 
     def _dispatch(self, node: cst.CSTNode, frame: Frame, parent: cst.CSTNode | None) -> None:
-        method = _METHODS.get(type(node))
-        if method is None:
-            method = _METHODS[type(node)] = getattr(ConsumerWalker, f"walk_{type(node).__name__}", False)
-        if method:
+        try:
+            method = _METHODS[type(node)]
+        except KeyError:
+            method = _METHODS[type(node)] = getattr(ConsumerWalker, f"walk_{type(node).__name__}", None)
+        if method is not None:
             method(self, node, frame, parent)
             return
         for child in _children(node):
@@ -388,7 +381,7 @@ class ConsumerWalker:
         for index, statement in enumerate(statements):
             self.walk(statement, frame, node)
             leaves = _early_exit(statement)
-            if leaves and index + 1 < len(statements):
+            if leaves and isinstance(statement, cst.If) and index + 1 < len(statements):  # leaves only for an if
                 frame = self._after_exit(statement.test, leaves, frame, statements[index + 1 :])
 
     def _after_exit(self, test: cst.BaseExpression, leaves: str, frame: Frame, rest) -> Frame:
@@ -488,7 +481,7 @@ class ConsumerWalker:
         self.walk(node.body, frame, node)
 
 
-_METHODS: dict[type, object] = {}
+_METHODS: dict[type[cst.CSTNode], Callable[[ConsumerWalker, Any, Frame, cst.CSTNode | None], None] | None] = {}
 _FIELDS: dict[type, list[str]] = {}
 _SKIP_FIELDS = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after", "header", "footer")
 
@@ -659,8 +652,8 @@ class ProtocolReader:
     # -- helpers -------------------------------------------------------------------------
     def follow_helper(self, walker: ConsumerWalker, call: cst.Call, frame: Frame) -> None:
         """EAGLE code that hands a model to a function makes that function EAGLE code too."""
-        bound: dict[str, str] = {}
-        positional: list[tuple[int, str]] = []
+        bound: dict[str, UseRole] = {}
+        positional: list[tuple[int, UseRole]] = []
         position = 0
         for arg in call.args:
             role = walker.model_role(arg.value, frame)
@@ -686,7 +679,7 @@ class ProtocolReader:
         params = list(func.params.posonly_params) + list(func.params.params)
         if is_method and params and params[0].name.value in ("self", "cls"):
             params = params[1:]
-        aliases: dict[str, str] = {}
+        aliases: dict[str, UseRole] = {}
         for index, role in positional:
             if index < len(params):
                 name = params[index].name.value
@@ -835,7 +828,7 @@ def _proven_by_hasattr(test: ast.expr) -> frozenset[str]:
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         return frozenset().union(*(_proven_by_hasattr(value) for value in test.values))
     is_hasattr = isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "hasattr"
-    if is_hasattr and len(test.args) >= 2:
+    if is_hasattr and isinstance(test, ast.Call) and len(test.args) >= 2:  # isinstance again for mypy
         name = test.args[1]
         if isinstance(name, ast.Constant) and isinstance(name.value, str):
             return frozenset({name.value})
@@ -850,7 +843,7 @@ def _model_member_uses(tree: ast.AST, lines: list[int]) -> list[tuple[int, str]]
     while stack:
         node, probed = stack.pop()
         first = getattr(node, "lineno", None)
-        if first is not None and not _spans_any(lines, first, node.end_lineno or first):
+        if first is not None and not _spans_any(lines, first, getattr(node, "end_lineno", None) or first):
             continue
         if isinstance(node, ast.Attribute) and node.attr not in probed and _holds_model(node.value):
             found.append((node.end_lineno or node.lineno, node.attr))
@@ -883,7 +876,7 @@ def _general_uses_by_text(lines: list[str], inside: set[int]) -> list[tuple[int,
     ]
 
 
-def _parameter_role(role: str, parameter: str, frame: Frame) -> str:
+def _parameter_role(role: UseRole, parameter: str, frame: Frame) -> UseRole:
     """A model handed to a helper: its role at the call, else the parameter's name
     (`target_model`), else what the conditions around the call say."""
     if role == "unknown":

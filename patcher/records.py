@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from .source import Parsed
+    from .synthesize import Synthesis
 
 # Which model a use is made on, and which part a model class plays when SGLang serves it.
 UseRole = Literal["target", "draft", "unknown"]
@@ -11,6 +18,11 @@ ModelRole = Literal["target", "draft", "other"]
 Status = Literal["compliant", "fixable", "needs_code", "dynamic", "unresolved"]
 STATUSES: tuple[Status, ...] = ("compliant", "fixable", "needs_code", "dynamic", "unresolved")
 MODEL_ROLES: tuple[ModelRole, ...] = ("target", "draft", "other")
+UseKind = Literal["call", "attribute"]
+SignatureKind = Literal["method", "property", "attribute"]
+# "delegate": to an inner model's attribute; "inherit": written into a base class, "file:Class";
+# "synthesize": a body learned from the class `to`, "file:Class".
+FixKind = Literal["delegate", "inherit", "synthesize"]
 
 
 @dataclass(frozen=True)
@@ -34,8 +46,8 @@ class Use:
     """One place EAGLE-3 code touches a member of a model."""
 
     name: str
-    kind: str  # "call" | "attribute"
-    role: str  # UseRole: "target" | "draft" | "unknown"
+    kind: UseKind
+    role: UseRole
     required: bool
     at: str  # "path:line", relative to srt
     guard: str  # why this code counts as EAGLE-3
@@ -54,16 +66,17 @@ class ProtocolMember:
     assigned_at: list[str] = field(default_factory=list)  # "path:line" where EAGLE-3 code assigns `model.name = ...`
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> UseKind:
         return "call" if any(u.kind == "call" for u in self.uses) else "attribute"
 
     @property
-    def roles(self) -> list[str]:
+    def roles(self) -> list[UseRole]:
         return sorted({u.role for u in self.uses})
 
     @property
-    def role(self) -> str:
+    def role(self) -> UseRole:
         roles = set(self.roles)
+        role: UseRole
         for role in ("target", "unknown", "draft"):
             if role in roles:
                 return role
@@ -94,14 +107,14 @@ class Signature:
     """A member as the inner class defines it."""
 
     name: str
-    kind: str  # "method" | "property" | "attribute"
+    kind: SignatureKind
     owner: str  # class that defines it
     file: str  # path relative to srt
     line: int
-    path: object = field(default=None, repr=False, compare=False)  # absolute Path of the file
+    path: Path | None = field(default=None, repr=False, compare=False)  # absolute Path of the file
     header: int | None = field(default=None, repr=False, compare=False)  # line index of the `def`
-    node: object = field(default=None, repr=False, compare=False)  # the libcst FunctionDef, parsed on demand
-    parsed: object = field(default=None, repr=False, compare=False)  # the slice it was read from
+    node: cst.FunctionDef | None = field(default=None, repr=False, compare=False)  # parsed on demand
+    parsed: Parsed | None = field(default=None, repr=False, compare=False)  # the slice it was read from
 
     @property
     def at(self) -> str:
@@ -158,7 +171,7 @@ class Fix:
     a body learned from a class of the tree that has the hook (`to` is that "file:Class"), or write
     one into a base class the class inherits it from (`to` is that "file:Class")."""
 
-    kind: str  # "delegate" | "inherit" | "synthesize" (a body learned from the class `to`, "file:Class")
+    kind: FixKind
     to: str
 
     def as_json(self) -> dict:
@@ -183,7 +196,7 @@ class MemberPlan:
     fix: Fix | None = None  # what apply writes; None when it cannot
     blocker: str | None = None  # why there is no fix
     uses: list[Use] = field(default_factory=list)  # the uses made on this class's role
-    synthesis: object = None  # patcher.synthesize.Synthesis, when the fix is a learned body
+    synthesis: Synthesis | None = None  # when the fix is a learned body
 
     @property
     def called_at(self) -> list[str]:
@@ -193,8 +206,8 @@ class MemberPlan:
 @dataclass
 class ModelPlan:
     wrapper: Wrapper
-    status: str  # Status
-    role: str = "target"  # ModelRole
+    status: Status
+    role: ModelRole = "target"
     role_reason: str = ""
     missing: list[MemberPlan] = field(default_factory=list)  # gaps: required, or written by apply
     forwarded: list[MemberPlan] = field(default_factory=list)  # present on the class (own, inherited or dynamic)

@@ -36,7 +36,7 @@ from .bindings import (
 from .errors import EaglepatchError
 from .imports import ImportTable
 from .locate import SourceTree
-from .records import ClassInfo, InnerModel, Protocol, Signature, Unresolved, Wrapper
+from .records import ClassInfo, InnerModel, Protocol, Signature, SignatureKind, Unresolved, Wrapper
 from .source import SourceCache, SourceFile, _indent, _is_code, _scan
 
 _ENTRY = re.compile(r"^[ \t]*EntryClass\s*=\s*(.+)$", re.MULTILINE)  # indented under a module-level `if` too
@@ -245,7 +245,9 @@ class ClassText:
             node = ast.parse(text).body[0]
         except (SyntaxError, IndexError):
             return []
-        node = node.body[0] if indented else node
+        if indented:
+            assert isinstance(node, ast.If), "the text was wrapped in `if 1:`"
+            node = node.body[0]
         if not isinstance(node, ast.ClassDef):
             return []
         shift = self.header - (2 if indented else 1)  # ast line numbers are 1-based
@@ -437,7 +439,7 @@ class Resolver:
             decorators = _decorators_above(source.lines, index)
             if name in members and any(d.endswith((".setter", ".deleter")) for d in decorators):
                 continue
-            kind = "property" if {"property", "cached_property", "functools.cached_property"} & set(decorators) else "method"
+            kind: SignatureKind = "property" if {"property", "cached_property", "functools.cached_property"} & set(decorators) else "method"
             members[name] = Signature(name, kind, text.name, source.rel, index + 1, path=source.path, header=index)
         nested = {i for h, _, _, _ in outline.headers if text.header < h < text.end for i in range(h, outline.ends.get(h, h + 1))}
         for index in range(text.header + 1, text.end):
@@ -592,6 +594,7 @@ class Resolver:
         if isinstance(expr, cst.Name):
             built = _Built()
             for binding in scope.locals(expr.value):
+                assert binding.expr is not None, "a local is bound to the value assigned"
                 built.merge(self._built_by(binding.expr, binding.scope, depth + 1))
             return built  # a parameter or a global is handed in, not built here
         if isinstance(expr, cst.Call):
@@ -607,6 +610,7 @@ class Resolver:
             function = signature_node(self.cache, member)
             if function is None:
                 return _Built.dead(f"{_code(func)}: its definition could not be read", False)
+            assert member.path is not None, "a definition that was read has its file"
             source = self.cache.read(member.path)
             return self._returned(function, FunctionScope(source, scope.owner, node=function), member.kind == "method", depth)
         if on_self(func):
@@ -661,6 +665,7 @@ class Resolver:
         if member is not None and member.kind != "attribute":
             function = signature_node(self.cache, member)
             if function is not None:
+                assert member.path is not None, "a definition that was read has its file"
                 source = self.cache.read(member.path)
                 return self._returned(function, FunctionScope(source, scope.owner, node=function), False, depth)
         if isinstance(call.func, cst.Name) and not scope.bindings(call.func.value):
@@ -673,8 +678,8 @@ class Resolver:
         """Every `return` of a method or helper: instances built (or classes returned) there."""
         built = _Built()
         follow = self._built_by if instances else self._class_named_by
-        for ret in _returns(function):
-            built.merge(follow(ret.value, scope, depth + 1).said_of(ret.value, f"{function.name.value} returns "))
+        for value in _returns(function):
+            built.merge(follow(value, scope, depth + 1).said_of(value, f"{function.name.value} returns "))
         if not built.classes and not built.dead_ends:
             return _Built.dead(f"{function.name.value}: returns no model class that can be read", False)
         return built
@@ -739,10 +744,10 @@ class Resolver:
         if origin is None and isinstance(expr, cst.Attribute):
             root = _root_name(expr)
             origin = table.lookup(root.value) if root is not None else None
-            if origin is not None and origin.name is not None and origin.path is None:
+            if root is not None and origin is not None and origin.name is not None and origin.path is None:
                 return f"{root.value} is imported from {origin.module}, outside the SGLang tree"
             found = self.find_class(source, root) if root is not None else None
-            if found is not None:
+            if root is not None and found is not None:
                 return f"a method of class {root.value} ({found[0].rel}), whose result is not followed"
             origin = None
         if origin is None:
@@ -844,9 +849,9 @@ def _functions(module: cst.Module) -> list[cst.FunctionDef]:
     return found
 
 
-def _returns(function: cst.FunctionDef) -> list[cst.Return]:
-    """A function's own `return X` statements (not those of functions nested in it)."""
-    return [s for s in small_statements(function) if isinstance(s, cst.Return) and s.value is not None]
+def _returns(function: cst.FunctionDef) -> list[cst.BaseExpression]:
+    """What a function's own `return X` statements return (not those of functions nested in it)."""
+    return [s.value for s in small_statements(function) if isinstance(s, cst.Return) and s.value is not None]
 
 
 def select_wrappers(tree: SourceTree, cache: SourceCache, resolver: Resolver, selector: str, protocol: Protocol) -> list[Wrapper]:

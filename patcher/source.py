@@ -14,13 +14,18 @@ import codecs
 import difflib
 import re
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeAlias
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .errors import EaglepatchError
+
+# What holds a node for line numbers: a statement line, one small statement in it, or a compound one.
+Statement: TypeAlias = "cst.SimpleStatementLine | cst.BaseSmallStatement | cst.BaseCompoundStatement"
 
 BOM = b"\xef\xbb\xbf"
 MAX_FILE_BYTES = 20 * 1024 * 1024
@@ -214,9 +219,9 @@ class Parsed:
     module: cst.Module
     first_line: int  # file line of the slice's line 1, minus one
     text: str = ""  # the code that was parsed
-    _lines: dict | None = None  # id(libcst statement) -> (first line, last line), slice-relative
+    _lines: dict[int, tuple[int, int]] | None = None  # id(libcst statement) -> (first line, last line), slice-relative
 
-    def _statement_lines(self) -> dict:
+    def _statement_lines(self) -> dict[int, tuple[int, int]]:
         if self._lines is None:
             self._lines = {}
             try:
@@ -233,7 +238,7 @@ class Parsed:
             return None
         return span[0] + self.first_line, span[1] + self.first_line
 
-    def line_of(self, node: cst.CSTNode, statement: cst.CSTNode | None = None) -> int:
+    def line_of(self, node: cst.CSTNode, statement: Statement | None = None) -> int:
         """File line of `node`; `statement` is the statement that contains it."""
         own = self.statement_span(node)
         if own is not None:
@@ -241,7 +246,7 @@ class Parsed:
         span = self.statement_span(statement) if statement is not None else None
         if span is not None and span[0] == span[1]:
             return span[0]
-        holder = statement if span is not None else self.module
+        holder: cst.Module | Statement = self.module if statement is None or span is None else statement
         base = span[0] - 1 if span is not None else self.first_line
         if isinstance(holder, (cst.If, cst.While)):  # a node in the condition, which starts on the header line
             holder = cst.SimpleStatementLine(body=[cst.Expr(holder.test)])
@@ -260,11 +265,11 @@ class Parsed:
             return range(0)
         return range(first[0], last[1] + 1)
 
-    def where(self, node: cst.CSTNode, statement: cst.CSTNode | None = None) -> str:
+    def where(self, node: cst.CSTNode, statement: Statement | None = None) -> str:
         return f"{self.source.rel}:{self.line_of(node, statement)}"
 
 
-def _suite(node) -> list:
+def _suite(node: cst.CSTNode | None) -> Sequence[cst.CSTNode]:
     if node is None:
         return []
     body = getattr(node, "body", None)
@@ -275,8 +280,10 @@ def _suite(node) -> list:
     return []
 
 
-def _align(cst_body: list, ast_body: list, out: dict) -> int:
-    """Pair libcst statements with CPython's, in order; returns how many ast statements were used."""
+def _align(cst_body: Sequence[cst.CSTNode], ast_body: Sequence[Any], out: dict[int, tuple[int, int]]) -> int:
+    """Pair libcst statements with CPython's, in order; returns how many ast statements were used.
+
+    `ast_body` holds ast.stmt nodes, each read as the kind its libcst twin is (ast.If for cst.If, ...)."""
     used = 0
     for node in cst_body:
         if isinstance(node, cst.SimpleStatementLine) or isinstance(node, cst.BaseSmallStatement):
@@ -307,9 +314,10 @@ def _align(cst_body: list, ast_body: list, out: dict) -> int:
             _align(_suite(node.body), twin.body, out)
             if node.orelse is not None:
                 _align(_suite(node.orelse.body), twin.orelse, out)
-        elif isinstance(node, (cst.Try, getattr(cst, "TryStar", cst.Try))):
+        elif isinstance(node, (cst.Try, cst.TryStar)):
             _align(_suite(node.body), twin.body, out)
-            for handler, twin_handler in zip(node.handlers, twin.handlers):
+            handlers: Sequence[cst.ExceptHandler | cst.ExceptStarHandler] = node.handlers
+            for handler, twin_handler in zip(handlers, twin.handlers):
                 _align(_suite(handler.body), twin_handler.body, out)
             if node.orelse is not None:
                 _align(_suite(node.orelse.body), twin.orelse, out)
@@ -699,7 +707,8 @@ class SourceCache:
             except cst.ParserSyntaxError as exc:
                 try:  # CPython's parser places the error exactly; libcst's line can be one off
                     ast.parse(source.text)
-                    line, message = exc.raw_line, exc.message
+                    line: int | None = exc.raw_line
+                    message = exc.message
                 except SyntaxError as precise:
                     line, message = precise.lineno, precise.msg
                 raise EaglepatchError(f"is not valid Python ({message}); fix the syntax error", path=source.rel, line=line) from None

@@ -61,7 +61,7 @@ def _read_only(edit: FileEdit) -> EaglepatchError:
     return EaglepatchError("is read-only; make it writable (chmod u+w) and run again", path=edit.rel)
 
 
-def _no_temporary_file(edit: FileEdit, folder: Path, reason: str) -> EaglepatchError:
+def _no_temporary_file(edit: FileEdit, folder: Path, reason: str | None) -> EaglepatchError:
     return EaglepatchError(
         f"cannot create a temporary file in {folder} ({reason}); eaglepatch writes through a "
         "temporary file beside the target, so the folder must be writable",
