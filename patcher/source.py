@@ -368,9 +368,11 @@ class Outline:
     tracking, so it is computed only for the blocks an answer asks about.
     """
 
-    def __init__(self, lines: list[str]):
+    def __init__(self, lines: list[str], text: str | None = None):
         self.lines = lines
-        self.joined = "\n".join(lines)  # no \r: regex searches and offsets work on this text
+        # no \r: regex searches and offsets work on this text; a file with only \n newlines and no form
+        # feed already is that text (plus its last newline), and is not copied
+        self.joined = text if text is not None and "\r" not in text and "\f" not in text else "\n".join(lines)
         self._starts = array("q", [0, *[m.end() for m in _LF.finditer(self.joined)]])  # 8 bytes a line, not 36
         self.headers: list[tuple[int, int, str, str]] = []  # (line index, indent, "def"|"class", name)
         for match in _HEADER_ANYWHERE.finditer(self.joined):
@@ -575,8 +577,8 @@ def _block_end_fast(outline: Outline, header: int) -> int:
     return end
 
 
-def outline(lines: list[str]) -> Outline:
-    return Outline(lines)
+def outline(lines: list[str], text: str | None = None) -> Outline:
+    return Outline(lines, text)
 
 
 _CLOSES_A_LINE = re.compile(r"[)\]}][ \t]*(?:#.*)?$")
@@ -736,7 +738,7 @@ class SourceCache:
     def outline(self, source: SourceFile) -> Outline:
         cached = self._outlines.get(source.path)
         if cached is None:
-            cached = self._outlines[source.path] = outline(source.lines)
+            cached = self._outlines[source.path] = outline(source.lines, source.text)
         return cached
 
     def parse_block(self, source: SourceFile, header: int) -> Parsed:

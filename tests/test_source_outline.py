@@ -78,8 +78,9 @@ def mismatches(text, rel: str = "x.py", exact_scanner: bool | None = True, tree:
     source = _source(text, rel) if isinstance(text, str) else text
     tree = tree or ast.parse(source.text)
     found = outline(source.lines)
+    shared = outline(source.lines, source.text)  # what SourceCache builds: the file's own text, not a copy
     headers = {h[0]: h for h in found.headers}
-    bad = []
+    bad = [] if shared.headers == found.headers else [f"{rel}: headers differ when the outline shares the file's text"]
     for node, ancestors in _blocks(tree):
         index = node.lineno - 1
         where = f"{rel}:{node.lineno} {node.name}"
@@ -91,6 +92,8 @@ def mismatches(text, rel: str = "x.py", exact_scanner: bool | None = True, tree:
         if header[1] != node.col_offset and source.lines[index].isascii() and "\f" not in source.text:
             bad.append(f"{where}: indent {header[1]} != col_offset {node.col_offset}")
         fast_wrong = found.ends[index] != node.end_lineno
+        if shared.ends[index] != found.ends[index]:
+            bad.append(f"{where}: ends {shared.ends[index]} on the file's own text, {found.ends[index]} on its lines")
         if fast_wrong:
             bad.append(f"{where}: ends {found.ends[index]} != end_lineno {node.end_lineno}")
         if (exact_scanner or (exact_scanner is None and fast_wrong)) and _block_end(source.lines, index) != node.end_lineno:
