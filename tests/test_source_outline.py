@@ -317,12 +317,17 @@ def test_statement_span_matches_ast_in_a_block_slice(tmp_path, method, crlf):
     assert got == want
 
 
-def test_line_of_a_name_inside_a_multi_line_statement(tmp_path):
+def _parsed_method(tmp_path):
+    """LINES_TEXT written to x.py, and its method `m` parsed as SourceCache parses a block."""
     path = tmp_path / "x.py"
     path.write_text(LINES_TEXT)
     cache = SourceCache(tmp_path)
     source = cache.read(path)
-    parsed = cache.parse_block(source, outline(source.lines).find("m", "def"))
+    return cache.parse_block(source, outline(source.lines).find("m", "def"))
+
+
+def test_line_of_a_name_inside_a_multi_line_statement(tmp_path):
+    parsed = _parsed_method(tmp_path)
     want = {n.id: n.lineno for n in ast.walk(ast.parse(LINES_TEXT)) if isinstance(n, ast.Name)}
     func = parsed.module.body[0]
     assign = func.body.body[0]  # x = call(...)
@@ -345,11 +350,7 @@ def test_line_of_a_name_inside_a_multi_line_statement(tmp_path):
 
 
 def test_suite_span_of_an_if_and_its_else(tmp_path):
-    path = tmp_path / "x.py"
-    path.write_text(LINES_TEXT)
-    cache = SourceCache(tmp_path)
-    source = cache.read(path)
-    parsed = cache.parse_block(source, outline(source.lines).find("m", "def"))
+    parsed = _parsed_method(tmp_path)
     branch = parsed.module.body[0].body.body[1]
     assert isinstance(branch, cst.If)
     assert parsed.suite_span(branch.body) == range(17, 18)
