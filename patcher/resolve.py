@@ -380,6 +380,9 @@ class Resolver:
             if depth <= 0 and in_string is None:
                 break
         header = "\n".join(line.strip() for line in lines[text.header : outline_end + 1])
+        simple = dotted_bases(header)
+        if simple is not None:
+            return simple
         try:
             node = cst.parse_statement(header + "\n    pass\n")
         except cst.ParserSyntaxError:
@@ -812,6 +815,39 @@ def one_path_per_file(paths) -> list[Path]:
         if real not in chosen or not path.is_symlink() and chosen[real].is_symlink():
             chosen[real] = path
     return sorted(chosen.values())
+
+
+def dotted_bases(header: str) -> list[cst.Arg] | None:
+    """The bases of a class header read by CPython's parser, as the libcst nodes libcst would give,
+    when every base is a dotted name spelled without spaces and there is no keyword (nearly every
+    class); None otherwise, and libcst reads the header."""
+    for text in (header + "\n    pass\n", header + "\n"):  # `class B(A): pass` carries its body
+        try:
+            node = ast.parse(text).body[0]
+        except (SyntaxError, ValueError):
+            continue
+        break
+    else:
+        return None
+    if not isinstance(node, ast.ClassDef) or node.keywords:
+        return None
+    out = []
+    for base in node.bases:
+        parts, expr = [], base
+        while isinstance(expr, ast.Attribute):
+            parts.append(expr.attr)
+            expr = expr.value
+        if not isinstance(expr, ast.Name):
+            return None
+        parts.append(expr.id)
+        parts.reverse()
+        if ast.get_source_segment(text, base) != ".".join(parts):
+            return None  # spaces, comments or parentheses inside: libcst keeps them
+        value: cst.BaseExpression = cst.Name(parts[0])
+        for part in parts[1:]:
+            value = cst.Attribute(value=value, attr=cst.Name(part))
+        out.append(cst.Arg(value=value))
+    return out
 
 
 def signature_node(cache: SourceCache, signature: Signature) -> cst.FunctionDef | None:
