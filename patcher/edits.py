@@ -46,7 +46,7 @@ class FileEdit:
 
 def defined_here(cache: SourceCache, source: SourceFile) -> set[str]:
     """Names a module defines itself at top level: classes, functions, assignments (once per file)."""
-    table = cache.__dict__.setdefault("_defined_here", {})
+    table = cache.defined_here
     names = table.get(source.path)
     if names is None:
         names = {name for _, indent, _, name in cache.outline(source).headers if indent == 0}

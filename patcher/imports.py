@@ -58,7 +58,7 @@ class ImportTable:
         self.source = source
         self.cache = cache
         # module -> in-tree file, for this run: one module is named by hundreds of import lines
-        self._paths = cache.__dict__.setdefault("_module_paths", {}) if cache is not None else {}
+        self._paths: dict[tuple[Path | None, str], Path | None] = cache.module_paths if cache is not None else {}
         self.names: dict[str, Origin] = {}
         self.stars: list[Origin] = []  # in-tree modules imported with `*`
         self._package = source.rel.split("/")[:-1]
@@ -72,7 +72,7 @@ class ImportTable:
 
     @classmethod
     def of(cls, cache: SourceCache, source: SourceFile, tree: SourceTree) -> ImportTable:
-        tables = cache.__dict__.setdefault(cls._cache_key, {})
+        tables = cache.import_tables.setdefault(cls._cache_key, {})
         table = tables.get(source.path)
         if table is None:
             table = tables[source.path] = cls(tree, source, cache.parse_imports_ast(source), cache)

@@ -326,7 +326,7 @@ def _future_annotations(module: cst.Module) -> bool:
 
 def scope_of(cache: SourceCache, source: SourceFile, classes: frozenset[str] | None = None) -> ModuleScope:
     """The scope analysis of a file as it is on disk (the bodies of `classes` only), once per run."""
-    table = cache.__dict__.setdefault("_module_scopes", {})
+    table = cache.module_scopes
     key = (source.path, classes)
     found = table.get(key)
     if found is None:
@@ -359,10 +359,10 @@ class Exports:
 
     @classmethod
     def of(cls, cache: SourceCache, tree) -> Exports:
-        found = cache.__dict__.get("_exports")
-        if found is None:
-            found = cache.__dict__["_exports"] = cls(tree.srt, tree)
-        return found
+        if cache.exports is None:
+            cache.exports = cls(tree.srt, tree)
+        assert isinstance(cache.exports, Exports)
+        return cache.exports
 
     def table(self, module: str) -> _Table | None:
         if module not in self._tables:

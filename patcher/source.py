@@ -670,6 +670,13 @@ class SourceCache:
         self._outlines: dict[Path, Outline] = {}
         self._ast_imports: dict[tuple[Path, int, int], list] = {}
         self._ast_functions: dict[tuple[Path, int], ast.FunctionDef | ast.AsyncFunctionDef | None] = {}
+        # what later stages derive from a file once per run, kept here because the cache is what
+        # every stage of one run shares (filled by imports.py, edits.py and scopes.py)
+        self.module_paths: dict[tuple[Path | None, str], Path | None] = {}  # (srt, module) -> its in-tree file
+        self.import_tables: dict[str, dict[Path, Any]] = {}  # ImportTable kind -> file -> table
+        self.defined_here: dict[Path, set[str]] = {}  # file -> names it defines at top level
+        self.module_scopes: dict[tuple[Path, frozenset[str] | None], Any] = {}  # scopes.scope_of
+        self.exports: Any = None  # scopes.Exports of the tree, made on first use
         self.bytes_read = 0
         self.lines_parsed = 0
 
