@@ -69,44 +69,16 @@ def body_reads(func: cst.FunctionDef, signature: bool = False) -> tuple[cst.Modu
     if not signature:
         module.visit(Signature())
     reads: dict[str, list[cst.Name]] = {}
-    for node in _module_level_reads(scopes):
-        if id(node) not in in_signature:
-            reads.setdefault(node.value, [])
-            if all(n is not node for n in reads[node.value]):
-                reads[node.value].append(node)
-    return module, reads
-
-
-def module_names_read(funcs: list[cst.FunctionDef]) -> list[set[str]]:
-    """For each function, the module-level names and builtins it reads, signature included: one scope
-    analysis for them all (libcst's set-up costs more than reading a short hook).  Functions side by
-    side in one module see the same globals as each alone: a name resolves to module level or not
-    whatever else is defined there."""
-    module = cst.Module(body=list(funcs))
-    scopes = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
-    owner: dict[int, int] = {}
-    for index, func in enumerate(funcs):
-        names: set[int] = set()
-        func.visit(_Collect(names))
-        owner.update(dict.fromkeys(names, index))
-    out: list[set[str]] = [set() for _ in funcs]
-    for node in _module_level_reads(scopes):
-        if id(node) in owner:
-            out[owner[id(node)]].add(node.value)
-    return out
-
-
-def _module_level_reads(scopes) -> list[cst.Name]:
-    """The Name nodes whose every referent is a module-level assignment or a builtin (or none is known)."""
-    found = []
     for scope in {s for s in scopes.values() if s is not None}:
         for access in scope.accesses:
             node = access.node
-            if not isinstance(node, cst.Name):
+            if not isinstance(node, cst.Name) or id(node) in in_signature:
                 continue
             if not access.referents or all(r.scope is scope.globals or isinstance(r, BuiltinAssignment) for r in access.referents):
-                found.append(node)
-    return found
+                reads.setdefault(node.value, [])
+                if all(n is not node for n in reads[node.value]):
+                    reads[node.value].append(node)
+    return module, reads
 
 
 class _Collect(cst.CSTVisitor):

@@ -619,6 +619,12 @@ def _decorator_above(lines: list[str], below: int, own: int) -> int | None:
     return j
 
 
+def block_text(lines: list[str]) -> str:
+    """Lines of a block, dedented by the indentation of its least indented code line: a text that
+    parses on its own."""
+    return _dedent(lines, min((_indent(line) for line in lines if _is_code(line)), default=0))
+
+
 def _dedent(lines: list[str], amount: int) -> str:
     out = []
     for line in lines:
@@ -731,9 +737,7 @@ class SourceCache:
         cached = self._parsed.get(key)
         if cached is not None:
             return cached
-        chunk = source.lines[start:end]
-        amount = min((_indent(line) for line in chunk if _is_code(line)), default=0)
-        text = _dedent(chunk, amount)
+        text = block_text(source.lines[start:end])
         try:
             module = cst.parse_module(text)
         except cst.ParserSyntaxError:
@@ -748,11 +752,13 @@ class SourceCache:
             cached = self._outlines[source.path] = outline(source.lines, source.text)
         return cached
 
+    def block_span(self, source: SourceFile, header: int) -> tuple[int, int]:
+        """Lines [start, end) of the def/class block whose header line index is `header`, decorators included."""
+        return block_start(source.lines, header), self.outline(source).ends.get(header, header + 1)
+
     def parse_block(self, source: SourceFile, header: int) -> Parsed:
         """Parse the def/class block whose header line index is `header`."""
-        ends = self.outline(source).ends
-        start = block_start(source.lines, header)
-        return self.parse_lines(source, start, ends.get(header, header + 1))
+        return self.parse_lines(source, *self.block_span(source, header))
 
     def function_ast(self, source: SourceFile, header: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
         """The `def` whose header is line index `header`, read by CPython's parser: for analyses that
@@ -760,12 +766,9 @@ class SourceCache:
         key = (source.path, header)
         if key in self._ast_functions:
             return self._ast_functions[key]
-        start, end = block_start(source.lines, header), self.outline(source).ends.get(header, header + 1)
-        chunk = source.lines[start:end]
-        amount = min((_indent(line) for line in chunk if _is_code(line)), default=0)
         found = None
         try:
-            body = ast.parse(_dedent(chunk, amount)).body
+            body = ast.parse(block_text(source.lines[slice(*self.block_span(source, header))])).body
             found = body[-1] if body and isinstance(body[-1], (ast.FunctionDef, ast.AsyncFunctionDef)) else None
         except (SyntaxError, ValueError):
             try:  # a slice that does not stand alone: the whole file, then the def on that line

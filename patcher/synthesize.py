@@ -34,11 +34,11 @@ import libcst as cst
 
 from .bindings import parse_value
 from .codemods.names import LINE_LENGTH, dotted_name
-from .codemods.retarget import ExplodeLongLiterals, Retarget, module_names_read, overlong_lines
+from .codemods.retarget import ExplodeLongLiterals, Retarget, body_reads, overlong_lines
 from .errors import EaglepatchError
 from .records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
 from .resolve import Resolver, one_path_per_file, signature_node
-from .source import block_start
+from .source import block_text
 
 CAPTURE_FLAG = "capture_aux_hidden_states"  # the class's switch its forward reads
 CAPTURE_LAYERS = "layers_to_capture"  # the backbone's list its forward collects
@@ -116,13 +116,6 @@ def _node_of(signature: Signature) -> cst.FunctionDef:
     return node
 
 
-def _path_of(signature: Signature) -> Path:
-    """The absolute file of a method's signature: resolve.py sets it with the `def`'s header."""
-    path = signature.path
-    assert isinstance(path, Path), "a method's signature carries its file's path (resolve.py)"
-    return path
-
-
 @dataclass
 class _Fit:
     synthesis: Synthesis | None = None
@@ -154,7 +147,6 @@ class HookLibrary:
         resolver = self.resolver
         pattern = re.compile(rf"^[ \t]+def {re.escape(member)}\(", re.MULTILINE)
         found: list[Reference] = []
-        candidates: list[tuple] = []  # (source, class, signature, node): read together below
         for path in one_path_per_file(resolver.tree.models.rglob("*.py")):
             try:
                 data = path.read_bytes()
@@ -191,30 +183,13 @@ class HookLibrary:
                 if "lm_head" not in info.members:
                     continue  # not the shape: the head lives elsewhere
                 node = signature_node(resolver.cache, signature)
-                if node is not None:
-                    candidates.append((source, info, signature, node))
-        kept: list[tuple[Reference, cst.FunctionDef, str]] = []
-        for source, info, signature, node in candidates:
-            uses, why = read_self(node)
-            reference = self._reference(source, info, signature, uses, why)
-            if reference is not None:
-                kept.append((reference, node, why))
-        # the names a body reads from its module, only for the bodies of the right shape
-        for reference, node, why in kept:
-            signature = reference.signature
-            header = signature.header
-            assert header is not None, "a method's signature carries its `def` line (resolve.py)"
-            source = resolver.cache.read(_path_of(signature))
-            start = block_start(source.lines, header)
-            end = resolver.cache.outline(source).ends.get(header, header + 1)
-            free = module_names_in(source.lines[start:end])
-            if free is None:
-                free = module_names_read([node])[0]
-            receiver = [*node.params.posonly_params, *node.params.params][0].name.value
-            reference.free_names = sorted(free - {receiver})
-            if not why and "super" in free:
-                reference.unportable = "it calls super()"  # first among the reasons, as read_body orders them
-            found.append(reference)
+                if node is None:
+                    continue
+                assert signature.header is not None, "a method's signature carries its `def` line (resolve.py)"
+                lines = source.lines[slice(*resolver.cache.block_span(source, signature.header))]
+                reference = self._reference(source, info, signature, read_body(node, module_names_in(lines)))
+                if reference is not None:
+                    found.append(reference)
         bodies: dict[str, int] = {}
         for reference in found:
             key = _body_key(reference)
@@ -223,7 +198,8 @@ class HookLibrary:
             reference.shared_by = bodies[_body_key(reference)]
         return found
 
-    def _reference(self, source, info: ClassInfo, signature: Signature, uses: list[SelfUse], unportable: str) -> Reference | None:
+    def _reference(self, source, info: ClassInfo, signature: Signature, body: tuple[list[SelfUse], list[str], str]) -> Reference | None:
+        uses, free, unportable = body
         heads = {u.chain[0] for u in uses}
         try:
             inners = self.resolver.inner_models(source, info.name, self.protocol)
@@ -248,7 +224,7 @@ class HookLibrary:
             backbone=backbone,
             config_path=self._config_path(source, info, backbone),
             self_uses=uses,
-            free_names=[],  # filled in by _learn
+            free_names=free,
             knows_pp="pp_group" in info.members,
             ties=self._ties(info),
             unportable=unportable,
@@ -368,7 +344,8 @@ class HookLibrary:
         if all(old == new for old, new in renames.items()):
             return ""  # nothing changes length: the reference's own layout stands
         node = _node_of(synthesis.reference.signature)
-        receiver = [*node.params.posonly_params, *node.params.params][0].name.value
+        receiver = _receiver(node)
+        assert receiver is not None, "a reference is a method (read_body refuses anything else)"
         moved = cst.Module(body=[node]).visit(Retarget(receiver, renames)).visit(ExplodeLongLiterals("    ", LINE_LENGTH))
         func = moved.body[0]
         assert isinstance(func, cst.FunctionDef), "retargeting a def keeps it a def"
@@ -519,8 +496,8 @@ class HookLibrary:
         held = _held(wrapper)
         near = self._near[member]
         close = {id(r): r for key in (held | set(wrapper.cls.bases) | {wrapper.path}) for r in near.get(key, ())}
-        first = sorted(close.values(), key=lambda r: self._rank(r, wrapper, held))
-        first = [r for r in first if self._rank(r, wrapper, held)[:2] != (True, True)]
+        ranked = sorted((self._rank(r, wrapper, held), i, r) for i, r in enumerate(close.values()))
+        first = [r for rank, _, r in ranked if rank[:2] != (True, True)]  # only lineage, file or bases bring one forward
         yield from first
         chosen = {id(r) for r in first}
         yield from (r for r in self._orders[member, pp] if id(r) not in chosen)
@@ -589,7 +566,7 @@ _NO_FORWARD = _ForwardFacts(frozenset(), False)
 
 def forward_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _ForwardFacts:
     """The `self.` chains a method reads, by CPython's parser (a long `forward` costs libcst ~20x
-    more), with the same reading as `self_uses`: a chain is stored only when it is a whole target,
+    more), with the same reading as `_SelfReader`: a chain is stored only when it is a whole target,
     and a nested function is not read."""
     positional = [*node.args.posonlyargs, *node.args.args]
     if not positional:
@@ -629,12 +606,11 @@ def forward_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _ForwardFacts
 
 
 def module_names_in(lines: list[str]) -> set[str] | None:
-    """The module-level names and builtins a `def` (its lines) reads, signature and decorators
+    """The module-level names and builtins a `def` (its lines, as SourceFile.lines holds them) reads, signature and decorators
     included, by CPython's symbol table: what libcst's ScopeProvider answers for it (`None`, `True`
     and `False` count as reads; names inside string annotations do not), at a fraction of the cost.
     None when the lines do not compile on their own."""
-    amount = min((len(line) - len(line.lstrip(" \t")) for line in lines if line.strip() and not line.lstrip().startswith("#")), default=0)
-    text = "".join(line[amount:] + "\n" for line in lines)
+    text = block_text(lines)
     try:
         top = symtable.symtable(text, "<hook>", "exec")
         tree = ast.parse(text)
@@ -653,39 +629,27 @@ def module_names_in(lines: list[str]) -> set[str] | None:
     return names
 
 
-def self_uses(node: cst.FunctionDef) -> list[SelfUse]:
-    """The `self.` chains a method uses (no scope analysis: what reading a long `forward` needs)."""
+def _receiver(node: cst.FunctionDef) -> str | None:
+    """The name a method calls its instance (`self`), None when it takes no positional parameter."""
     positional = [*node.params.posonly_params, *node.params.params]
-    if not positional:
-        return []
-    reader = _SelfReader(positional[0].name.value)
-    node.body.visit(reader)
-    return reader.uses
+    return positional[0].name.value if positional else None
 
 
-def read_self(node: cst.FunctionDef) -> tuple[list[SelfUse], str]:
-    """(the `self.` chains the function uses, why it cannot be moved to another class or "", as far as
-    its use of `self` and its decorators tell)."""
-    params = node.params
-    positional = [*params.posonly_params, *params.params]
-    if not positional or node.decorators:
-        return [], "it is not a plain method" if node.decorators else "it takes no self"
-    reader = _SelfReader(positional[0].name.value)
-    node.body.visit(reader)
-    return reader.uses, reader.unportable
-
-
-def read_body(node: cst.FunctionDef) -> tuple[list[SelfUse], list[str], str]:
+def read_body(node: cst.FunctionDef, free: set[str] | None = None) -> tuple[list[SelfUse], list[str], str]:
     """(the `self.` chains the function uses, the module-level names it reads, why it cannot be
-    moved to another class or "")."""
-    uses, why = read_self(node)
-    if not uses and why in ("it is not a plain method", "it takes no self"):
-        return [], [], why
-    free = module_names_read([node])[0]
+    moved to another class or "").  `free`: those names when already read (`module_names_in`);
+    else libcst's scope analysis reads them."""
+    receiver = _receiver(node)
+    if receiver is None or node.decorators:
+        return [], [], "it is not a plain method" if node.decorators else "it takes no self"
+    reader = _SelfReader(receiver)
+    node.body.visit(reader)
+    if free is None:
+        free = set(body_reads(node, signature=True)[1])
+    why = reader.unportable
     if not why and "super" in free:
         why = "it calls super()"
-    receiver = [*node.params.posonly_params, *node.params.params][0].name.value
-    return uses, sorted(free - {receiver}), why
+    return reader.uses, sorted(free - {receiver}), why
 
 
 class _SelfReader(cst.CSTVisitor):

@@ -22,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from eaglepatch.cli import app
-from eaglepatch.codemods.retarget import module_names_read
+from eaglepatch.codemods.retarget import body_reads
 from eaglepatch.source import SourceCache, block_start
 from eaglepatch.synthesize import SelfUse, module_names_in, read_body
 
@@ -91,12 +91,12 @@ NAME_CASES = [code for code, *_ in BODY_CASES] + [
 @pytest.mark.parametrize("code", NAME_CASES)
 def test_module_names_agree_with_libcst(code):
     node = cst.ensure_type(cst.parse_statement(textwrap.dedent(code)), cst.FunctionDef)
-    expected = module_names_read([node])[0]
-    assert module_names_in(code.splitlines(True)) == expected
+    expected = set(body_reads(node, signature=True)[1])
+    assert module_names_in(code.splitlines()) == expected
 
 
 def test_module_names_of_lines_that_do_not_compile_are_unknown():
-    assert module_names_in(["def f(self):\n", "    return (\n"]) is None
+    assert module_names_in(["def f(self):", "    return ("]) is None
 
 
 HOOK_NAMES = {"get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture", "set_embed", "get_input_embeddings"}
@@ -117,7 +117,7 @@ def test_module_names_agree_with_libcst_on_every_hook_of_a_release(sglang_latest
             funcs = [n for n in cache.parse_block(source, index).module.body if isinstance(n, cst.FunctionDef)]
             mine = module_names_in(lines)
             assert mine is not None, f"{path.name}:{index + 1}"
-            assert mine == module_names_read(funcs[-1:])[0], f"{path.name}:{index + 1} {name}"
+            assert mine == set(body_reads(funcs[-1], signature=True)[1]), f"{path.name}:{index + 1} {name}"
             checked.append(name)
     assert len(checked) > 100 and set(checked) >= {"get_embed_and_head", "set_eagle3_layers_to_capture"}
 
