@@ -80,11 +80,11 @@ if _offline():
     _install_offline_guard()
 
 # Fixtures that hand out real releases; a test using one is an integration test.
-RELEASE_FIXTURES = {"sglang_059", "sglang_0510", "sglang_latest", "checkout_of", "release_reports"}
+RELEASE_FIXTURES = {"sglang_059", "sglang_0510", "sglang_latest", "checkout_of"}
 
 
 # Modules whose tests share one run per release through a module-level memo (test_release_range's
-# _RUNS: `check --all` feeds three tests of each release): under pytest-xdist the tests of one
+# _RUNS: `check --all` feeds three tests of each release; _APPLIED: one `apply --all` feeds two): under pytest-xdist the tests of one
 # release go to one worker together (`--dist loadgroup`), so the run is made once, not once a worker.
 PER_RELEASE_GROUPS = {"test_release_range.py"}
 

@@ -1,5 +1,6 @@
 """`apply --all` on one real SGLang release, then every patched module imported with stubs (tests/stub_imports.py)
-before and after: run as a script, it prints one JSON report (tests/test_verify.py reads it).
+before and after.  tests/test_release_range.py calls `check_patched` on the checkout its own `apply --all`
+wrote; run as a script, it applies to a copy itself and prints one JSON report:
 
     python tests/release_imports.py VERSION WORKDIR
 
@@ -110,9 +111,8 @@ def _stub_check(site: Path, spec: dict, workdir: Path, label: str) -> dict:
 
 
 def check_release(version: str, workdir: Path) -> dict:
-    """One copy of the release (mtimes kept), `apply --all` on it, the patched modules imported; then the
-    changed files put back as the release has them and the same modules imported again: the second
-    interpreter reuses the bytecode the first wrote for every file apply did not touch."""
+    """One copy of the release (mtimes kept), `apply --all` on it through the real command line, then
+    `check_patched` on the copy."""
     sys.path.insert(0, str(HERE))
     import sglang_releases
 
@@ -120,7 +120,6 @@ def check_release(version: str, workdir: Path) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     source = sglang_releases.site_packages(version) / "sglang"
     site = workdir / "site"
-    seconds = {}
     try:
         _copy(source, site / "sglang")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
@@ -128,43 +127,48 @@ def check_release(version: str, workdir: Path) -> dict:
             [sys.executable, "-m", "eaglepatch", "apply", str(site), "--all"],
             capture_output=True, text=True, env=env, timeout=1800, cwd=workdir,
         )
-        seconds["apply"] = round(time.perf_counter() - started, 1)
-        changed = changed_files(source, site / "sglang")
-        spec, outside, static = {}, [], {}
-        for rel in changed:
-            if not rel.startswith("srt/models/"):
-                outside.append(rel)
-            module = "sglang." + rel.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
-            released, patched = (source / rel).read_bytes(), (site / "sglang" / rel).read_bytes()
-            try:
-                compile(patched, rel, "exec")
-            except SyntaxError as exc:
-                static[rel] = f"does not compile: {exc}"
-                continue
-            new_undefined = undefined_names(patched, rel) - undefined_names(released, rel)
-            if new_undefined:
-                static[rel] = f"new undefined names: {sorted(new_undefined)}"
-            spec[module] = added_members(released, patched)
-        after = _stub_check(site, spec, workdir, "patched") if spec else {}
-        seconds["import after"] = round(time.perf_counter() - started - seconds["apply"], 1)
-        for rel in changed:  # the release's own bytes and mtime: the bytecode of the patched text is stale
-            _copy_file(source / rel, site / "sglang" / rel)
-        assert not changed_files(source, site / "sglang")
-        before = _stub_check(site, {m: {} for m in spec}, workdir, "pristine") if spec else {}
+        apply_seconds = round(time.perf_counter() - started, 1)
+        report = check_patched(source, site, workdir)
     finally:
         shutil.rmtree(site, ignore_errors=True)
-    seconds["total"] = round(time.perf_counter() - started, 1)
-    return {
-        "version": version,
-        "apply": {"exit": applied.returncode, "stderr": applied.stderr[-3000:], "stdout_tail": applied.stdout[-1500:]},
-        "changed": changed,
-        "outside_models": outside,
-        "static": static,
-        "added": spec,
-        "before": before,
-        "after": after,
-        "seconds": seconds,
-    }
+    report["version"] = version
+    report["apply"] = {"exit": applied.returncode, "stderr": applied.stderr[-3000:], "stdout_tail": applied.stdout[-1500:]}
+    report["seconds"] = {"apply": apply_seconds, **report["seconds"], "total": round(time.perf_counter() - started, 1)}
+    return report
+
+
+def check_patched(source: Path, site: Path, workdir: Path) -> dict:
+    """`site/sglang` is `source` (a release's `sglang/`) after `apply --all`: the files it changed are read
+    against the release, the patched modules imported with stubs; then the changed files get the release's
+    bytes back and the same modules are imported again.  The second interpreter reuses the bytecode the
+    first wrote for every file apply did not touch.  `site` ends as the release has it."""
+    started = time.perf_counter()
+    seconds = {}
+    changed = changed_files(source, site / "sglang")
+    spec, outside, static = {}, [], {}
+    for rel in changed:
+        if not rel.startswith("srt/models/"):
+            outside.append(rel)
+        module = "sglang." + rel.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+        released, patched = (source / rel).read_bytes(), (site / "sglang" / rel).read_bytes()
+        try:
+            compile(patched, rel, "exec")
+        except SyntaxError as exc:
+            static[rel] = f"does not compile: {exc}"
+            continue
+        new_undefined = undefined_names(patched, rel) - undefined_names(released, rel)
+        if new_undefined:
+            static[rel] = f"new undefined names: {sorted(new_undefined)}"
+        spec[module] = added_members(released, patched)
+    after = _stub_check(site, spec, workdir, "patched") if spec else {}
+    seconds["import after"] = round(time.perf_counter() - started, 1)
+    for rel in changed:  # the release's own bytes and mtime: the bytecode of the patched text is stale
+        _copy_file(source / rel, site / "sglang" / rel)
+    assert not changed_files(source, site / "sglang")
+    before = _stub_check(site, {m: {} for m in spec}, workdir, "pristine") if spec else {}
+    seconds["import before"] = round(time.perf_counter() - started - seconds["import after"], 1)
+    return {"changed": changed, "outside_models": outside, "static": static, "added": spec,
+            "before": before, "after": after, "seconds": seconds}
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ import py_compile
 import re
 import subprocess
 import sys
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -308,13 +309,26 @@ def _methods_of(tree: ast.Module, cls: str) -> set[str]:
     raise AssertionError(f"class {cls} not found")
 
 
+# One `apply --all` per release, shared by test_apply_all and test_apply_all_keeps_every_module_importing
+# (the same xdist group: tests/conftest.py): applying is most of their cost.
+_APPLIED: dict[str, tuple[Path, subprocess.CompletedProcess]] = {}
+
+
+def applied_checkout(version: str, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """(root, process) of ``apply --all`` run once on a fresh git checkout of the release; callers that
+    change the checkout put it back."""
+    if version not in _APPLIED:
+        root = sglang_releases.make_checkout(version, tmp_path_factory.mktemp(f"applied-{version}") / "sglang")
+        _APPLIED[version] = (root, eaglepatch("apply", root, "--all"))
+    return _APPLIED[version]
+
+
 @pytest.mark.parametrize("version", VERSIONS)
-def test_apply_all(version, tmp_path, record_property):
+def test_apply_all(version, tmp_path, tmp_path_factory, record_property):
     _, before, _ = all_report(version)
-    root = sglang_releases.make_checkout(version, tmp_path / "sglang")
+    root, first = applied_checkout(version, tmp_path_factory)
     srt = root / SRT_IN_CHECKOUT
 
-    first = eaglepatch("apply", root, "--all")
     assert first.returncode == 0, describe(first)
     status = git(root, "status", "--porcelain", "--untracked-files=all")
     assert not [line for line in status.splitlines() if not line.startswith(" M ")], f"apply left more than modified files:\n{status}"
@@ -376,6 +390,56 @@ def test_apply_all(version, tmp_path, record_property):
     assert "Nothing to do" in second.stdout, describe(second)
     assert git(root, "diff", "--binary") == diff_before, "the second apply changed bytes"
     assert git(root, "status", "--porcelain", "--untracked-files=all") == status
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_apply_all_keeps_every_module_importing(version, tmp_path, tmp_path_factory):
+    """What `apply --all` wrote into the release (test_apply_all's checkout, copied): every file it changed
+    compiles, gains no undefined name and gains class members only; every patched module that imports with
+    stubs (torch and the other packages not installed) before the apply still imports after it, so the
+    modules that fail after are among those that failed before; and in every patched module that imports,
+    each added member is on its class and, called on a stub instance whose inner model records the call,
+    reaches the inner model: the given arguments, and the inner method's very default objects for the
+    others (tests/stub_imports.py, tests/release_imports.py)."""
+    from release_imports import _copy, check_patched
+
+    root, applied = applied_checkout(version, tmp_path_factory)
+    assert applied.returncode == 0, describe(applied)
+    assert "eaglepatch: error" not in applied.stderr, applied.stderr
+    site = tmp_path / "site"
+    _copy(root / "python" / "sglang", site / "sglang")
+    report = check_patched(sglang_releases.site_packages(version) / "sglang", site, tmp_path)
+    assert report["changed"], f"sglang {version}: apply --all changed nothing: the release no longer needs eaglepatch?"
+    assert not report["static"], report["static"]
+    assert all(report["added"].values()), f"files changed without a class member added: {report['added']}"
+
+    before, after = report["before"], report["after"]
+    assert set(before) == set(after) == set(report["added"])
+    failed_before = {m for m, found in before.items() if found["import"] != "ok"}
+    failed_after = {m for m, found in after.items() if found["import"] != "ok"}
+    new_failures = {m: after[m]["import"] for m in failed_after - failed_before}
+    assert not new_failures, f"sglang {version}: modules that import unpatched but not patched: {new_failures}"
+
+    checked = compared = 0
+    for module, classes in report["added"].items():
+        if module in failed_after:
+            continue
+        for cls, members in classes.items():
+            for member in members:
+                found = after[module]["members"][f"{cls}.{member}"]
+                assert found["present"], (module, cls, member, found)
+                assert found["forward"] == "ok" or found["forward"].startswith("skipped:"), (module, cls, member, found)
+                checked += found["forward"] == "ok"
+                compared += found.get("defaults", "").startswith("compared")
+    patched_count = len(report["added"])
+    figures = (f"sglang {version}: {patched_count} patched modules, {patched_count - len(failed_before)} import before, "
+               f"{patched_count - len(failed_after)} after; {checked} members forwarded on a stub instance, "
+               f"{compared} with the inner's defaults compared; imports {report['seconds']}")
+    print(figures)
+    if failed_before:  # collected, not skipped silently: the stubs do not carry these modules that far
+        first = before[sorted(failed_before)[0]]["import"]
+        warnings.warn(f"{figures}; unpatched import failures: {sorted(failed_before)} (first: {first[:200]})", stacklevel=2)
+    assert checked, f"sglang {version}: no patched module imports with stubs: the import check checked nothing"
 
 
 # --------------------------------------------------------------------------- 4. discovery

@@ -16,7 +16,8 @@ One regression test per failure class seen on real trees:
 
 Each builds a small tree, patches it in-process, imports the patched wrapper (with stub modules
 for packages that are not installed) and checks that a call without arguments reaches the inner
-model with the very defaults a direct call to the inner method gets.
+model with the very defaults a direct call to the inner method gets.  The same check on every pinned
+release's `apply --all` is in tests/test_release_range.py (test_apply_all_keeps_every_module_importing).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import inspect
 import sys
 import textwrap
 import types
-import warnings
 from pathlib import Path
 
 import pytest
@@ -767,129 +767,3 @@ def test_explain_says_when_the_proof_fails_and_why_in_one_line(tmp_path, monkeyp
     assert result.exit_code == 0, result.output
     out = " ".join(result.stdout.split())
     assert "not proven" in out and " ".join(str(error).split()) in out
-
-
-# --------------------------------------------------------------------------- real releases
-
-
-def _pinned() -> list[str]:
-    import sglang_releases
-
-    return sglang_releases.read_releases()
-
-
-def _jobs() -> int:
-    import os
-
-    return max(1, int(os.environ.get("EAGLEPATCH_RELEASE_JOBS") or min(2, os.cpu_count() or 1)))
-
-
-class _Reports(dict):
-    """Version -> the report of tests/release_imports.py, made when a test first asks for it.
-
-    Made on demand, one release per test: under pytest-xdist each worker makes the reports of the
-    tests it was handed, not every one the session collected. Without xdist (one process), the first
-    request starts every selected release in the background, EAGLEPATCH_RELEASE_JOBS at a time, as the
-    tests are read in order."""
-
-    def __init__(self, wanted, run, jobs):
-        super().__init__()
-        self._wanted, self._run, self._jobs = wanted, run, jobs
-        self._pending = {}
-        self._pool = None
-
-    def __missing__(self, version):
-        if self._pool is None and self._jobs > 1 and len(self._wanted) > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool = ThreadPoolExecutor(self._jobs)
-            self._pending = {v: self._pool.submit(self._run, v) for v in self._wanted}
-        future = self._pending.pop(version, None)
-        self[version] = future.result() if future is not None else self._run(version)
-        return self[version]
-
-    def close(self):
-        if self._pool is not None:
-            for future in self._pending.values():
-                future.cancel()
-            self._pool.shutdown(wait=True)
-
-
-@pytest.fixture(scope="session")
-def release_reports(request, tmp_path_factory):
-    """Version -> the report of tests/release_imports.py (apply --all, then stub imports before and after),
-    each release in its own process and its own copy, made when its test asks (see _Reports): the work is
-    the tool's, and a release's report is read by its own test. Under pytest-xdist the workers spread the
-    releases; alone, the session runs EAGLEPATCH_RELEASE_JOBS of them at a time."""
-    import json
-    import os
-    import subprocess
-
-    wanted = [
-        item.callspec.params["version"]
-        for item in request.session.items
-        if getattr(item, "originalname", None) == "test_apply_all_on_every_release_keeps_every_module_importing"
-    ] or _pinned()
-    script = Path(__file__).with_name("release_imports.py")
-
-    def run(version: str) -> dict:
-        import sglang_releases
-
-        sglang_releases.site_packages(version)  # fetched once into the shared cache (locked), before the copy
-        workdir = tmp_path_factory.mktemp(f"release-{version}")
-        done = subprocess.run([sys.executable, str(script), version, str(workdir)], capture_output=True, text=True,
-                              env=dict(os.environ), timeout=3600)
-        if done.returncode != 0:
-            return {"version": version, "crashed": done.stderr[-4000:]}
-        return json.loads(done.stdout)
-
-    under_xdist = bool(os.environ.get("PYTEST_XDIST_WORKER"))
-    reports = _Reports(wanted, run, 1 if under_xdist else _jobs())
-    yield reports
-    reports.close()
-
-
-@pytest.mark.integration
-@pytest.mark.parametrize("version", _pinned())
-def test_apply_all_on_every_release_keeps_every_module_importing(release_reports, version):
-    """`apply --all` on each pinned release: every file it changed compiles, gains no undefined name and
-    gains class members only; every patched module that imports with stubs (torch and the other packages
-    not installed) before the apply still imports after it, so the modules that fail after are among
-    those that failed before; and in every patched module that imports, each added member is on its class
-    and, called on a stub instance whose inner model records the call, reaches the inner model: the given
-    arguments, and the inner method's very default objects for the others (tests/stub_imports.py)."""
-    report = release_reports[version]
-    assert "crashed" not in report, report.get("crashed")
-    assert report["apply"]["exit"] == 0, report["apply"]["stderr"]
-    assert "eaglepatch: error" not in report["apply"]["stderr"], report["apply"]["stderr"]
-    assert report["changed"], f"sglang {version}: apply --all changed nothing: the release no longer needs eaglepatch?"
-    assert not report["static"], report["static"]
-    assert all(report["added"].values()), f"files changed without a class member added: {report['added']}"
-
-    before, after = report["before"], report["after"]
-    assert set(before) == set(after) == set(report["added"])
-    failed_before = {m for m, found in before.items() if found["import"] != "ok"}
-    failed_after = {m for m, found in after.items() if found["import"] != "ok"}
-    new_failures = {m: after[m]["import"] for m in failed_after - failed_before}
-    assert not new_failures, f"sglang {version}: modules that import unpatched but not patched: {new_failures}"
-
-    checked = compared = 0
-    for module, classes in report["added"].items():
-        if module in failed_after:
-            continue
-        for cls, members in classes.items():
-            for member in members:
-                found = after[module]["members"][f"{cls}.{member}"]
-                assert found["present"], (module, cls, member, found)
-                assert found["forward"] == "ok" or found["forward"].startswith("skipped:"), (module, cls, member, found)
-                checked += found["forward"] == "ok"
-                compared += found.get("defaults", "").startswith("compared")
-    patched_count = len(report["added"])
-    figures = (f"sglang {version}: {patched_count} patched modules, {patched_count - len(failed_before)} import before, "
-               f"{patched_count - len(failed_after)} after; {checked} members forwarded on a stub instance, "
-               f"{compared} with the inner's defaults compared; apply {report['seconds']['apply']}s, all {report['seconds']['total']}s")
-    print(figures)
-    if failed_before:  # collected, not skipped silently: the stubs do not carry these modules that far
-        first = before[sorted(failed_before)[0]]["import"]
-        warnings.warn(f"{figures}; unpatched import failures: {sorted(failed_before)} (first: {first[:200]})", stacklevel=2)
-    assert checked, f"sglang {version}: no patched module imports with stubs: the import check checked nothing"
