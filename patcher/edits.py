@@ -11,6 +11,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
 from .codemods.add_delegations import LINE_LENGTH, AddDelegations, Delegation
+from .codemods.contract import run_command
 from .codemods.normalize_imports import NormalizeAddedImports, space_opened_block
 from .codemods.retarget import ExplodeLongLiterals, Retarget, body_reads
 from .errors import EaglepatchError
@@ -186,12 +187,9 @@ def apply_codemod(source: SourceFile, delegations: dict[str, list[Delegation]], 
             raise syntax_error(source) or EaglepatchError(f"is not valid Python ({exc.message})", path=source.rel) from None
     context = CodemodContext(filename=str(source.path))
     command = AddDelegations(context, delegations)
-    # CodemodCommand.transform_module would deep-copy the tree into a MetadataWrapper; this
-    # transformer needs no metadata, so it visits the tree directly, and AddImportsVisitor
-    # (the supplementary transform transform_module would schedule) runs only when needed.
-    updated = module.visit(command)
+    updated = run_command(command, module)  # the command, then the imports it scheduled (codemods/contract.py)
     if context.scratch.get(AddImportsVisitor.CONTEXT_KEY):
-        updated = space_opened_block(module, AddImportsVisitor(context).transform_module(updated))
+        updated = space_opened_block(module, updated)
     added: dict[str, set[str]] = {}
     for todo in delegations.values():
         for delegation in todo:
