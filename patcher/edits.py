@@ -244,7 +244,7 @@ def revert_edits(
             except cst.ParserSyntaxError:
                 raise syntax_error(source) or EaglepatchError("is not valid Python; fix the syntax error", path=source.rel) from None
             command = RemoveDelegations(CodemodContext(filename=str(path)), star_imported_names(cache, tree, source, module))
-            updated = module.visit(command)  # no metadata needed: skip transform_module's deep copy
+            updated = run_command(command, module)
             for cls, names in command.kept.items():
                 kept.append((f"{source.rel}:{cls}", names))
             data = source.rewrite(module, updated)
