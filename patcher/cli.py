@@ -568,13 +568,14 @@ def explain(
     is learned from, the code apply writes."""
     analysis = run_analysis(path, model, None, False, None, installed, python)
     from . import report
+    from .explain import explain_json
 
     if member not in analysis.protocol.members:
         known = ", ".join(analysis.protocol.members)
         aside = analysis.protocol.general_interface.get(member)
         why = f"the model runner uses it on every model at {aside}" if aside else f"known members: {known}"
         fail(f"{analysis.tree.srt}: {member} is not an EAGLE-3 protocol member of this tree ({why})")
-    data = report.explain_json(analysis, member)
+    data = explain_json(analysis, member)
     if output_format is ExplainFormat.json:
         import json
 
