@@ -453,7 +453,7 @@ def write_sarif(analysis: Analysis, out, gate: Gate | None = None) -> None:
 def explain_json(analysis: Analysis, name: str) -> dict:
     import libcst as cst
 
-    from .resolve import signature_node
+    from .class_index import signature_node
 
     member = analysis.protocol.members[name]
     data = protocol_json(member)
