@@ -57,25 +57,25 @@ class Resolver:
     def __init__(self, tree: SourceTree, cache: SourceCache):
         self.tree = tree
         self.cache = cache
-        self.classes = ClassIndex(tree, cache)
-        self.finder = WrapperFinder(self.classes)
+        self.index = ClassIndex(tree, cache)
+        self.finder = WrapperFinder(self.index)
         self.warnings: list[str] = []
 
     # -- the class index and the wrapper finder, as the later stages ask for them ----------
     def require_valid(self, source: SourceFile) -> None:
-        self.classes.require_valid(source)
+        self.index.require_valid(source)
 
     def class_text(self, source: SourceFile, name: str) -> ClassText | None:
-        return self.classes.class_text(source, name)
+        return self.index.class_text(source, name)
 
     def find_class(self, source: SourceFile, expr: cst.BaseExpression) -> tuple[SourceFile, str] | None:
-        return self.classes.find_class(source, expr)
+        return self.index.find_class(source, expr)
 
     def class_info(self, source: SourceFile, name: str) -> ClassInfo | None:
-        return self.classes.class_info(source, name)
+        return self.index.class_info(source, name)
 
     def adopt(self, written: dict[tuple[str, str], dict[str, Signature]]) -> bool:
-        return self.classes.adopt(written)
+        return self.index.adopt(written)
 
     def wrapper(self, source: SourceFile, name: str, protocol: Protocol) -> Wrapper:
         return self.finder.wrapper(source, name, protocol)
