@@ -10,6 +10,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
+from .class_index import signature_node, syntax_error
 from .codemods.add_delegations import LINE_LENGTH, AddDelegations, Delegation
 from .codemods.contract import run_command
 from .codemods.normalize_imports import NormalizeAddedImports, space_opened_block
@@ -19,7 +20,7 @@ from .forms import Import, WrapperSpelling, _Pending, respelled_signature
 from .imports import ImportTable
 from .meanings import TYPE_ONLY, UNKNOWN, inner_meaning
 from .records import MemberPlan, ModelPlan
-from .resolve import one_path_per_file, signature_node, syntax_error
+from .resolve import one_path_per_file
 from .scopes import scope_of
 from .source import SourceCache, SourceFile
 from .synthesize import learned_synthesis

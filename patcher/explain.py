@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def explain_json(analysis: Analysis, name: str) -> dict:
     import libcst as cst
 
-    from .resolve import signature_node
+    from .class_index import signature_node
     from .synthesize import learned_synthesis
 
     member = analysis.protocol.members[name]

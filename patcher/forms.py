@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from .class_index import signature_node
 from .codemods.respell import Respell, free_names
 from .meanings import (
     BUILTIN,
@@ -32,7 +33,6 @@ from .meanings import (
     wrapper_binding,
 )
 from .records import MemberPlan, Signature
-from .resolve import signature_node
 from .scopes import BUILTINS, Exports, ModuleScope, scope_of
 from .source import SourceCache, SourceFile
 

@@ -93,9 +93,10 @@ def analyze(
 ) -> Analysis:
     """The protocol is extracted once and shared by every wrapper looked at.  `resolved` is what
     resolve_selection already returned for this Selection (the result cache needs it first)."""
+    from .class_index import signature_node
     from .plan import call_misfit, plan_wrapper
     from .protocol import extract_protocol
-    from .resolve import Resolver, select_wrappers, signature_node
+    from .resolve import Resolver, select_wrappers
     from .roles import learn_roles
     from .source import SourceCache
     from .synthesize import HookLibrary

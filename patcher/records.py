@@ -7,9 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    import libcst as cst
-
-    from .source import Parsed
     from .synthesize import Synthesis
 
 # Which model a use is made on, and which part a model class plays when SGLang serves it.
@@ -102,9 +99,9 @@ class Protocol:
     ignored: list[str] = field(default_factory=list)  # members the user asked to leave out
 
 
-@dataclass
+@dataclass(frozen=True)
 class Signature:
-    """A member as the inner class defines it."""
+    """A member as the inner class defines it (its libcst def: class_index.signature_node)."""
 
     name: str
     kind: SignatureKind
@@ -113,8 +110,6 @@ class Signature:
     line: int
     path: Path | None = field(default=None, repr=False, compare=False)  # absolute Path of the file
     header: int | None = field(default=None, repr=False, compare=False)  # line index of the `def`
-    node: cst.FunctionDef | None = field(default=None, repr=False, compare=False)  # parsed on demand
-    parsed: Parsed | None = field(default=None, repr=False, compare=False)  # the slice it was read from
 
     @property
     def at(self) -> str:

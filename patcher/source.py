@@ -676,6 +676,8 @@ class SourceCache:
         self._outlines: dict[Path, Outline] = {}
         self._ast_imports: dict[tuple[Path, int, int], list] = {}
         self._ast_functions: dict[tuple[Path, int], ast.FunctionDef | ast.AsyncFunctionDef | None] = {}
+        # a member's libcst def by (file, line, name): class_index.signature_node parses it once
+        self.definitions: dict[tuple[Path, int, str], cst.FunctionDef | None] = {}
         # what later stages derive from a file once per run, kept here because the cache is what
         # every stage of one run shares (filled by imports.py, edits.py and scopes.py)
         self.module_paths: dict[tuple[Path | None, str], Path | None] = {}  # (srt, module) -> its in-tree file

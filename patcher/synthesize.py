@@ -33,12 +33,13 @@ from pathlib import Path
 import libcst as cst
 
 from .bindings import parse_value
+from .class_index import signature_node
 from .codemods.names import LINE_LENGTH, dotted_name
 from .codemods.retarget import ExplodeLongLiterals, Retarget, body_reads, overlong_lines
 from .errors import EaglepatchError
 from .records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
-from .resolve import Resolver, one_path_per_file, signature_node
-from .source import block_text
+from .resolve import Resolver, one_path_per_file
+from .source import SourceCache, block_text
 
 CAPTURE_FLAG = "capture_aux_hidden_states"  # the class's switch its forward reads
 CAPTURE_LAYERS = "layers_to_capture"  # the backbone's list its forward collects
@@ -109,9 +110,9 @@ def learned_synthesis(entry: MemberPlan) -> Synthesis:
     return synthesis
 
 
-def _node_of(signature: Signature) -> cst.FunctionDef:
+def _node_of(cache: SourceCache, signature: Signature) -> cst.FunctionDef:
     """A reference's libcst def: `_learn` keeps only signatures whose node signature_node has parsed."""
-    node = signature.node
+    node = signature_node(cache, signature)
     assert isinstance(node, cst.FunctionDef), "a reference's def is parsed when it is learned"
     return node
 
@@ -185,17 +186,17 @@ class HookLibrary:
                 node = signature_node(resolver.cache, signature)
                 if node is None:
                     continue
-                assert signature.header is not None, "a method's signature carries its `def` line (resolve.py)"
+                assert signature.header is not None, "a method's signature carries its `def` line (class_index.py)"
                 lines = source.lines[slice(*resolver.cache.block_span(source, signature.header))]
                 reference = self._reference(source, info, signature, read_body(node, module_names_in(lines)))
                 if reference is not None:
                     found.append(reference)
         bodies: dict[str, int] = {}
         for reference in found:
-            key = _body_key(reference)
+            key = _body_key(resolver.cache, reference)
             bodies[key] = bodies.get(key, 0) + 1
         for reference in found:
-            reference.shared_by = bodies[_body_key(reference)]
+            reference.shared_by = bodies[_body_key(resolver.cache, reference)]
         return found
 
     def _reference(self, source, info: ClassInfo, signature: Signature, body: tuple[list[SelfUse], list[str], str]) -> Reference | None:
@@ -240,7 +241,7 @@ class HookLibrary:
 
     def _read_config_path(self, source, info: ClassInfo, backbone: InnerModel) -> tuple[str, ...] | None:
         kept = built = None
-        for assignment in self.resolver._init_assignments(source, info.name):
+        for assignment in self.resolver.init_assignments(source, info.name):
             if assignment.attribute == "config" and kept is None:
                 kept = _dotted(parse_value(assignment.value))
             elif assignment.attribute == backbone.attribute and built is None:
@@ -343,7 +344,7 @@ class HookLibrary:
         renames = synthesis.renames()
         if all(old == new for old, new in renames.items()):
             return ""  # nothing changes length: the reference's own layout stands
-        node = _node_of(synthesis.reference.signature)
+        node = _node_of(self.resolver.cache, synthesis.reference.signature)
         receiver = _receiver(node)
         assert receiver is not None, "a reference is a method (read_body refuses anything else)"
         moved = cst.Module(body=[node]).visit(Retarget(receiver, renames)).visit(ExplodeLongLiterals("    ", LINE_LENGTH))
@@ -403,7 +404,7 @@ class HookLibrary:
         out: list[tuple[str, ...]] = []
         try:
             source = resolver.cache.read(resolver.tree.srt / info.file)
-            assignments = resolver._init_assignments(source, info.name)
+            assignments = resolver.init_assignments(source, info.name)
         except EaglepatchError:
             assignments = []
         for assignment in assignments:
@@ -547,8 +548,8 @@ def _config_argument(node) -> tuple[str, ...] | None:
     return _dotted(positional[0].value) if positional else None
 
 
-def _body_key(reference: Reference) -> str:
-    node = reference.signature.node
+def _body_key(cache: SourceCache, reference: Reference) -> str:
+    node = signature_node(cache, reference.signature)
     code = cst.Module(body=[]).code_for_node(node.with_changes(leading_lines=[])) if isinstance(node, cst.FunctionDef) else ""
     return " ".join(code.split())
 

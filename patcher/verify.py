@@ -26,12 +26,12 @@ import difflib
 import libcst as cst
 from libcst.metadata import BuiltinAssignment
 
+from .class_index import signature_node
 from .codemods.names import LEARNED, MARKER, dotted_name
 from .codemods.respell import _is_literal_subscript, _parse_string
 from .errors import EaglepatchError
 from .meanings import CLASS_ATTRIBUTE, TYPE_ONLY, UNKNOWN, immutable_literal, inner_meaning, same_literal, wrapper_binding
 from .records import MemberPlan
-from .resolve import signature_node
 from .scopes import Exports, ModuleScope, dotted_module, scope_of
 from .source import Parsed, SourceCache, SourceFile, decode_source
 from .synthesize import learned_synthesis

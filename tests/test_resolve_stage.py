@@ -639,7 +639,7 @@ HEADER_CASES = [
 def test_dotted_bases_table(header, bases):
     import libcst as cst
 
-    from eaglepatch.resolve import dotted_bases
+    from eaglepatch.class_index import dotted_bases
 
     got = dotted_bases(header)
     assert (None if got is None else [cst.Module(body=[]).code_for_node(a.value) for a in got]) == bases
@@ -649,7 +649,7 @@ def test_dotted_bases_agree_with_libcst_on_every_class_of_a_release(sglang_059):
     """Every class header of a real release: where the fast reader answers, libcst gives the same bases."""
     import libcst as cst
 
-    from eaglepatch.resolve import dotted_bases
+    from eaglepatch.class_index import dotted_bases
 
     srt = sglang_059 / "sglang" / "srt"
     cache = SourceCache(srt)

@@ -1,0 +1,444 @@
+"""The class index: where a class of the tree is, what its text, bases and members are.
+
+A class named in a file is found through the file's own imports (absolute, relative, aliased,
+module aliases, star imports) and followed through in-tree inheritance; bases outside the tree
+(`nn.Module`) are recorded, not guessed at.  Which members a class has is read off the file's
+outline (the `def` headers, class-level assignments and `self.X = ...` lines of `__init__`);
+libcst parses only class headers (for the bases) and the definitions whose signatures are copied.
+Everything is looked up once per run: every wrapper `--all` looks at shares one index.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import libcst as cst
+
+from .bindings import assigned_value, assignment_lines, forwards_any_name, one_line, parse_value
+from .errors import EaglepatchError
+from .imports import ImportTable
+from .locate import SourceTree
+from .records import ClassInfo, Signature, SignatureKind
+from .source import SourceCache, SourceFile, _indent, _is_code, _scan
+
+MAX_BASE_DEPTH = 12
+# a class-body line opening a block whose assignments still bind class attributes
+_COMPOUND = re.compile(r"^[ \t]*(?:if|elif|else|try|except|finally|with|async[ \t]+with|for|async[ \t]+for|while|match)\b")
+_CLASS_ATTR = re.compile(r"^[ \t]*(\w+)[ \t]*(?::[^=\n]*)?=(?!=)")
+_SELF_ASSIGN = re.compile(r"^([ \t]*)self\.(\w+)[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*(.*)$")
+_DECORATOR = re.compile(r"^[ \t]*@([\w.]+)")
+
+
+def code_of(node: cst.CSTNode) -> str:
+    """A node's code on one line, as the report quotes it."""
+    return one_line(cst.Module(body=[]).code_for_node(node).split("\n"))
+
+
+def root_name(expr: cst.BaseExpression) -> cst.Name | None:
+    """`a` of `a.b.c`: the name an attribute chain starts from (None for `f().b`)."""
+    while isinstance(expr, cst.Attribute):
+        expr = expr.value
+    return expr if isinstance(expr, cst.Name) else None
+
+
+def _same_name(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
+    return code_of(a) == code_of(b)
+
+
+@dataclass
+class ClassText:
+    """Where a class is in its file, from the outline: no parsing needed."""
+
+    source: SourceFile
+    name: str
+    header: int  # line index of `class`
+    end: int  # one past its last line
+    body_indent: int
+
+    def methods(self, outline) -> list[tuple[int, str]]:
+        """The class's own `def`s: in its body, or in an `if`/`try`/`with` block of its body (a hook
+        defined under `if _is_cuda:` is there), not inside a method or a nested class."""
+        return [
+            (index, name)
+            for index, indent, kind, name in outline.headers
+            if kind == "def" and self.header < index < self.end and self._directly_in_body(outline, index, indent)
+        ]
+
+    def _directly_in_body(self, outline, index: int, indent: int) -> bool:
+        if indent <= self.body_indent:
+            return indent == self.body_indent
+        around = outline.enclosing(index)  # the def itself first, then the blocks around it
+        return len(around) > 1 and around[1][0] == self.header
+
+    def block_attributes(self) -> list[tuple[int, str]]:
+        """(line index, name) of the names the class body assigns inside an `if`/`try`/`with`/... block
+        of its own (`if _is_cuda: get_embed_and_head = ...`): the class has them too.  Parsed (ast) only
+        for a class whose body has such a block; the assignments at the body's own indent are not here."""
+        lines = self.source.lines
+        if not any(
+            _indent(lines[i]) == self.body_indent and _COMPOUND.match(lines[i]) for i in range(self.header + 1, self.end)
+        ):
+            return []
+        indented = _indent(lines[self.header]) > 0  # under a module-level `if`: parse it in one too
+        text = ("if 1:\n" if indented else "") + "\n".join(lines[self.header : self.end]) + "\n"
+        try:
+            node = ast.parse(text).body[0]
+        except (SyntaxError, IndexError):
+            return []
+        if indented:
+            assert isinstance(node, ast.If), "the text was wrapped in `if 1:`"
+            node = node.body[0]
+        if not isinstance(node, ast.ClassDef):
+            return []
+        shift = self.header - (2 if indented else 1)  # ast line numbers are 1-based
+        found: list[tuple[int, str]] = []
+        todo = [(statement, False) for statement in node.body]
+        while todo:
+            statement, in_block = todo.pop(0)
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+                if in_block:
+                    targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+                    for target in targets:
+                        for name in [target] if isinstance(target, ast.Name) else getattr(target, "elts", []):
+                            if isinstance(name, ast.Name):
+                                found.append((statement.lineno + shift, name.id))
+                continue
+            inner = [*getattr(statement, "body", []), *getattr(statement, "orelse", []), *getattr(statement, "finalbody", [])]
+            inner += [s for part in (*getattr(statement, "handlers", []), *getattr(statement, "cases", [])) for s in part.body]
+            todo += [(s, True) for s in inner if isinstance(s, ast.stmt)]
+        return found
+
+
+def syntax_error(source: SourceFile) -> EaglepatchError | None:
+    """The first syntax error in a file, located by CPython's parser (libcst's line can be one off)."""
+    try:
+        ast.parse(source.text)
+    except SyntaxError as exc:
+        return EaglepatchError(
+            f"is not valid Python ({exc.msg}); fix the syntax error", path=source.rel, line=exc.lineno
+        )
+    return None
+
+
+class ClassIndex:
+    """Classes looked up by name, each read once per run."""
+
+    def __init__(self, tree: SourceTree, cache: SourceCache):
+        self.tree = tree
+        self.cache = cache
+        self._classes: dict[tuple[Path, str], ClassInfo | None] = {}
+        self._texts: dict[tuple[Path, str], ClassText | None] = {}
+        self._checked: set[Path] = set()
+        self._named: dict[tuple[Path, str], tuple[SourceFile, str] | None] = {}
+        self._module_assignments: dict[Path, dict[str, int]] = {}  # module-level `name = ...` lines
+        self._bases: dict[tuple[Path, int], list[cst.Arg]] = {}  # class headers, parsed once
+
+    def require_valid(self, source: SourceFile) -> None:
+        if source.path not in self._checked:
+            error = syntax_error(source)
+            if error is not None:
+                raise error
+            self._checked.add(source.path)
+
+    # -- finding a class ---------------------------------------------------------------
+    def class_text(self, source: SourceFile, name: str) -> ClassText | None:
+        key = (source.path, name)
+        if key not in self._texts:
+            outline = self.cache.outline(source)
+            header = outline.find(name, "class")
+            found = None
+            if header is not None:
+                end = outline.ends.get(header, header + 1)
+                body = next((i for i in range(header + 1, end) if _is_code(source.lines[i]) and _indent(source.lines[i]) > _indent(source.lines[header])), None)
+                indent = _indent(source.lines[body]) if body is not None else _indent(source.lines[header]) + 4
+                found = ClassText(source, name, header, end, indent)
+            self._texts[key] = found
+        return self._texts[key]
+
+    def find_class(self, source: SourceFile, expr: cst.BaseExpression, depth: int = 0) -> tuple[SourceFile, str] | None:
+        """Where the class named by `expr` in `source` is defined, through imports, re-exports,
+        star imports and module-level aliases (`B = A`)."""
+        if depth > 4:
+            return None
+        if isinstance(expr, cst.Name) and depth == 0:
+            key = (source.path, expr.value)
+            if key not in self._named:
+                self._named[key] = self._find_class(source, expr, depth)
+            return self._named[key]
+        return self._find_class(source, expr, depth)
+
+    def _find_class(self, source: SourceFile, expr: cst.BaseExpression, depth: int) -> tuple[SourceFile, str] | None:
+        if isinstance(expr, cst.Name) and self.cache.outline(source).find(expr.value, "class") is not None:
+            return source, expr.value
+        origin = ImportTable.of(self.cache, source, self.tree).lookup_expr(expr)
+        if origin is None:
+            alias = self._module_alias(source, expr)
+            return self.find_class(source, alias, depth + 1) if alias is not None else None
+        if origin.path is None or origin.name is None:
+            return None
+        try:
+            other = self.cache.read(origin.path)
+        except EaglepatchError:
+            return None
+        return self.find_class(other, cst.Name(origin.name), depth + 1)
+
+    def _module_alias(self, source: SourceFile, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+        """`B = A` (or `B = module.A`) at module level: the expression `B` names."""
+        if not isinstance(expr, cst.Name):
+            return None
+        if "\n" + expr.value not in source.text and not source.text.startswith(expr.value):
+            return None
+        if source.path not in self._module_assignments:
+            found = assignment_lines(source.lines, 0, len(source.lines))
+            at_top = {name: [i for i in lines if _indent(source.lines[i]) == 0] for name, lines in found.items()}
+            self._module_assignments[source.path] = {name: lines[-1] for name, lines in at_top.items() if lines}
+        index = self._module_assignments[source.path].get(expr.value)
+        if index is None:
+            return None
+        value = parse_value(assigned_value(source.lines, index, expr.value) or "")
+        return value if isinstance(value, (cst.Name, cst.Attribute)) and not _same_name(value, expr) else None
+
+    def bases_of(self, text: ClassText) -> list[cst.Arg]:
+        """The class header, parsed on its own, once: every `__init__` that calls super() reads it."""
+        key = (text.source.path, text.header)
+        if key not in self._bases:
+            self._bases[key] = self._parse_bases(text)
+        return list(self._bases[key])
+
+    @staticmethod
+    def _parse_bases(text: ClassText) -> list[cst.Arg]:
+        lines = text.source.lines
+        outline_end = text.header
+        depth, in_string = 0, None
+        for i in range(text.header, text.end):
+            depth, in_string = _scan(lines[i], depth, in_string)  # skips strings and comments
+            outline_end = i
+            if depth <= 0 and in_string is None:
+                break
+        header = "\n".join(line.strip() for line in lines[text.header : outline_end + 1])
+        simple = dotted_bases(header)
+        if simple is not None:
+            return simple
+        try:
+            node = cst.parse_statement(header + "\n    pass\n")
+        except cst.ParserSyntaxError:
+            try:  # `class B(A): pass` carries its body on the header line
+                node = cst.parse_statement(header + "\n")
+            except cst.ParserSyntaxError:
+                return []
+        return list(node.bases) if isinstance(node, cst.ClassDef) else []
+
+    # -- class members -------------------------------------------------------------------
+    def class_info(self, source: SourceFile, name: str, depth: int = 0) -> ClassInfo | None:
+        key = (source.path, name)
+        if key in self._classes:
+            return self._classes[key]
+        self._classes[key] = None  # guards against cycles
+        text = self.class_text(source, name)
+        if text is None:
+            return None
+        members = dict(self._own_members(text))
+        bases: list[str] = []
+        external: list[str] = []
+        for arg in self.bases_of(text):
+            if arg.keyword is not None:
+                continue
+            label = cst.Module(body=[]).code_for_node(arg.value)
+            found = self.find_class(source, arg.value) if depth < MAX_BASE_DEPTH else None
+            base = self.class_info(found[0], found[1], depth + 1) if found else None
+            if base is None:
+                external.append(label)
+                continue
+            bases.append(base.name)
+            bases.extend(b for b in base.bases if b not in bases)
+            external.extend(e for e in base.external_bases if e not in external)
+            for member, signature in base.members.items():
+                members.setdefault(member, signature)
+        info = ClassInfo(
+            name=name,
+            file=source.rel,
+            line=text.header + 1,
+            members=members,
+            bases=bases,
+            external_bases=external,
+            dynamic=self._forwards_any_name(members.get("__getattr__")),
+        )
+        self._classes[key] = info
+        return info
+
+    def _forwards_any_name(self, getattr_: Signature | None) -> bool:
+        """A `__getattr__` that can hand any name on: one that forwards a few names is not dynamic."""
+        node = signature_node(self.cache, getattr_) if getattr_ is not None and getattr_.kind == "method" else None
+        return node is not None and forwards_any_name(node)
+
+    def _own_members(self, text: ClassText) -> dict[str, Signature]:
+        source, outline = text.source, self.cache.outline(text.source)
+        members: dict[str, Signature] = {}
+        for index, name in text.methods(outline):
+            decorators = _decorators_above(source.lines, index)
+            if name in members and any(d.endswith((".setter", ".deleter")) for d in decorators):
+                continue
+            kind: SignatureKind = "property" if {"property", "cached_property", "functools.cached_property"} & set(decorators) else "method"
+            members[name] = Signature(name, kind, text.name, source.rel, index + 1, path=source.path, header=index)
+        nested = {i for h, _, _, _ in outline.headers if text.header < h < text.end for i in range(h, outline.ends.get(h, h + 1))}
+        for index in range(text.header + 1, text.end):
+            line = source.lines[index]
+            if index in nested or _indent(line) != text.body_indent:
+                continue
+            match = _CLASS_ATTR.match(line)
+            if match:
+                members.setdefault(match.group(1), Signature(match.group(1), "attribute", text.name, source.rel, index + 1))
+        for index, name in text.block_attributes():
+            members.setdefault(name, Signature(name, "attribute", text.name, source.rel, index + 1))
+        init = self.init_range(text)
+        if init is not None:
+            for index, _column, attribute, _value in self.self_assignments(source, *init):
+                members.setdefault(attribute, Signature(attribute, "attribute", text.name, source.rel, index + 1))
+        return members
+
+    def init_range(self, text: ClassText) -> tuple[int, int] | None:
+        """The class's own `__init__`: its `def` line and one past its last line."""
+        outline = self.cache.outline(text.source)
+        for index, name in text.methods(outline):
+            if name == "__init__":
+                return index, outline.ends.get(index, index + 1)
+        return None
+
+    @staticmethod
+    def self_assignments(source: SourceFile, start: int, end: int) -> list[tuple[int, int, str, str]]:
+        """(line index, indent, attribute, right-hand side text) for `self.X = ...` lines in a method."""
+        out = []
+        for index in range(start + 1, end):
+            match = _SELF_ASSIGN.match(source.lines[index])
+            if match:
+                out.append((index, len(match.group(1)), match.group(2), match.group(3).strip()))
+        return out
+
+    def adopt(self, written: dict[tuple[str, str], dict[str, Signature]]) -> bool:
+        """Let subclasses see members this run will write into their base classes, so one `apply`
+        does what two would (a wrapper whose inner model inherits from a class apply also fixes).
+        The class written into is left as it is: its own plan still shows the gap it fixes."""
+        changed = False
+        by_name = {name: (file, members) for (file, name), members in written.items()}
+        for info in self._classes.values():
+            if info is None:
+                continue
+            for base in info.bases:
+                file, members = by_name.get(base, ("", {}))
+                for member, signature in members.items():
+                    if member not in info.members:
+                        info.members[member] = signature
+                        info.pending[member] = f"{file}:{base}"
+                        changed = True
+        return changed
+
+    # -- the report's clause when a class is not found -----------------------------------------
+    def why_not_found(self, source: SourceFile, expr: cst.BaseExpression) -> str:
+        """One clause saying why `find_class` found nothing, for the report and for errors."""
+        name = cst.Module(body=[]).code_for_node(expr)
+        table = ImportTable.of(self.cache, source, self.tree)
+        origin = table.lookup_expr(expr)
+        if origin is None and isinstance(expr, cst.Attribute):
+            root = root_name(expr)
+            origin = table.lookup(root.value) if root is not None else None
+            if root is not None and origin is not None and origin.name is not None and origin.path is None:
+                return f"{root.value} is imported from {origin.module}, outside the SGLang tree"
+            found = self.find_class(source, root) if root is not None else None
+            if root is not None and found is not None:
+                return f"a method of class {root.value} ({found[0].rel}), whose result is not followed"
+            origin = None
+        if origin is None:
+            alias = self._module_alias(source, expr)
+            if alias is not None:
+                return f"{name} = {code_of(alias)}, and {code_of(alias)} is not a class in the tree"
+            return f"neither defined nor imported in {source.rel}"
+        if origin.path is None:
+            if origin.module.startswith("sglang.srt"):
+                return f"module {origin.module} is not in this tree (fix the import in {source.rel})"
+            return f"imported from {origin.module}, outside the SGLang tree"
+        try:
+            other = self.cache.read(origin.path)
+        except EaglepatchError as exc:
+            return str(exc)
+        if self.cache.outline(other).find(origin.name or name, "class") is None:
+            return f"{other.rel} has no class {origin.name or name}"
+        return f"{other.rel}: class {origin.name or name} could not be read"
+
+
+def dotted_bases(header: str) -> list[cst.Arg] | None:
+    """The bases of a class header read by CPython's parser, as the libcst nodes libcst would give,
+    when every base is a dotted name spelled without spaces and there is no keyword (nearly every
+    class); None otherwise, and libcst reads the header."""
+    for text in (header + "\n    pass\n", header + "\n"):  # `class B(A): pass` carries its body
+        try:
+            node = ast.parse(text).body[0]
+        except (SyntaxError, ValueError):
+            continue
+        break
+    else:
+        return None
+    if not isinstance(node, ast.ClassDef) or node.keywords:
+        return None
+    out = []
+    for base in node.bases:
+        parts, expr = [], base
+        while isinstance(expr, ast.Attribute):
+            parts.append(expr.attr)
+            expr = expr.value
+        if not isinstance(expr, ast.Name):
+            return None
+        parts.append(expr.id)
+        parts.reverse()
+        if ast.get_source_segment(text, base) != ".".join(parts):
+            return None  # spaces, comments or parentheses inside: libcst keeps them
+        value: cst.BaseExpression = cst.Name(parts[0])
+        for part in parts[1:]:
+            value = cst.Attribute(value=value, attr=cst.Name(part))
+        out.append(cst.Arg(value=value))
+    return out
+
+
+def signature_node(cache: SourceCache, signature: Signature) -> cst.FunctionDef | None:
+    """The libcst tree of a member's definition, parsed only when its signature is copied, once per
+    run: kept in the cache by where the definition is, never written into the record."""
+    if signature.path is None or signature.header is None:
+        return None
+    key = (signature.path, signature.line, signature.name)
+    if key not in cache.definitions:
+        source = cache.read(signature.path)
+        parsed = cache.parse_block(source, signature.header)
+        cache.definitions[key] = next(
+            (node for node in _functions(parsed.module) if node.name.value == signature.name and parsed.line_of(node) == signature.line),
+            None,
+        )
+    return cache.definitions[key]
+
+
+def _decorators_above(lines: list[str], header: int) -> list[str]:
+    names = []
+    own = _indent(lines[header])
+    i = header - 1
+    while i >= 0 and _indent(lines[i]) == own and lines[i].lstrip().startswith("@"):
+        match = _DECORATOR.match(lines[i])
+        if match:
+            names.append(match.group(1))
+        i -= 1
+    return names
+
+
+def _functions(module: cst.Module) -> list[cst.FunctionDef]:
+    found: list[cst.FunctionDef] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+            found.append(node)
+
+    module.visit(Collect())
+    return found
+
+

@@ -1,0 +1,193 @@
+"""The class index on its own: a class found by name through imports, its bases and members.
+
+Each test writes the smallest tree (shaped like SGLang's model modules) that shows one way a
+class is named, and asserts what the index finds for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from eaglepatch.class_index import ClassIndex, signature_node
+from eaglepatch.locate import locate_tree
+from eaglepatch.source import SourceCache
+
+DEEPSEEK_V2 = """\
+from torch import nn
+
+
+class DeepseekV2Model(nn.Module):
+    def forward(self, input_ids):
+        return input_ids
+
+
+class DeepseekV2ForCausalLM(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.model = DeepseekV2Model(config)
+        self.lm_head = nn.Linear(8, 8)
+
+    def get_embed_and_head(self):
+        return self.model.embed_tokens.weight, self.lm_head.weight
+
+    @property
+    def start_layer(self):
+        return 0
+"""
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    srt = root / "sglang" / "srt"
+    for package in (root / "sglang", srt, srt / "models"):
+        package.mkdir(parents=True, exist_ok=True)
+        (package / "__init__.py").write_text("")
+    for rel, text in files.items():
+        (srt / rel).parent.mkdir(parents=True, exist_ok=True)
+        (srt / rel).write_text(textwrap.dedent(text))
+    return root
+
+
+def index_for(root: Path) -> ClassIndex:
+    tree = locate_tree(root)
+    return ClassIndex(tree, SourceCache(tree.srt))
+
+
+def info_of(index: ClassIndex, rel: str, name: str):
+    return index.class_info(index.cache.read(index.tree.srt / rel), name)
+
+
+def test_a_base_imported_under_another_name_is_followed_and_its_members_inherited(tmp_path):
+    root = write_tree(
+        tmp_path,
+        {
+            "models/deepseek_v2.py": DEEPSEEK_V2,
+            "models/deepseek_v3.py": """\
+            from sglang.srt.models.deepseek_v2 import DeepseekV2ForCausalLM as V2Base
+
+
+            class DeepseekV3ForCausalLM(V2Base):
+                def set_eagle3_layers_to_capture(self, layer_ids=None):
+                    pass
+            """,
+        },
+    )
+    info = info_of(index_for(root), "models/deepseek_v3.py", "DeepseekV3ForCausalLM")
+    assert info.bases == ["DeepseekV2ForCausalLM"]
+    assert info.external_bases == ["nn.Module"]
+    assert info.members["set_eagle3_layers_to_capture"].owner == "DeepseekV3ForCausalLM"
+    inherited = info.members["get_embed_and_head"]
+    assert (inherited.owner, inherited.file, inherited.kind) == ("DeepseekV2ForCausalLM", "models/deepseek_v2.py", "method")
+    assert info.members["start_layer"].kind == "property"
+    assert info.members["lm_head"].kind == "attribute"  # `self.lm_head = ...` in the base's __init__
+
+
+def test_a_module_alias_and_a_module_level_alias_name_the_class(tmp_path):
+    root = write_tree(
+        tmp_path,
+        {
+            "models/deepseek_v2.py": DEEPSEEK_V2,
+            "models/mimo.py": """\
+            from sglang.srt.models import deepseek_v2 as dsv2
+
+            Backbone = dsv2.DeepseekV2ForCausalLM
+
+
+            class MiMoForCausalLM(Backbone):
+                pass
+
+
+            class MiMoMTP(dsv2.DeepseekV2Model):
+                pass
+            """,
+        },
+    )
+    index = index_for(root)
+    source = index.cache.read(index.tree.srt / "models" / "mimo.py")
+    found = index.find_class(source, cst.Name("Backbone"))
+    assert found is not None and (found[0].rel, found[1]) == ("models/deepseek_v2.py", "DeepseekV2ForCausalLM")
+    assert info_of(index, "models/mimo.py", "MiMoForCausalLM").bases == ["DeepseekV2ForCausalLM"]
+    assert info_of(index, "models/mimo.py", "MiMoMTP").bases == ["DeepseekV2Model"]
+
+
+def test_members_in_a_block_of_the_class_body_count_and_a_nested_class_s_do_not(tmp_path):
+    root = write_tree(
+        tmp_path,
+        {
+            "models/gated.py": """\
+            from torch import nn
+
+            _is_cuda = True
+
+
+            class GatedForCausalLM(nn.Module):
+                packed_modules_mapping = {}
+
+                if _is_cuda:
+                    def get_embed_and_head(self):
+                        return None
+
+                    capture_default = True
+
+                class Config:
+                    def nested_only(self):
+                        pass
+
+                def __init__(self, config):
+                    super().__init__()
+                    self.model = None
+                    if config.tie:
+                        self.lm_head = None
+            """,
+        },
+    )
+    text_index = index_for(root)
+    info = info_of(text_index, "models/gated.py", "GatedForCausalLM")
+    assert info.members["get_embed_and_head"].kind == "method"
+    assert {"packed_modules_mapping", "capture_default", "model", "lm_head"} <= set(info.members)
+    assert all(info.members[n].kind == "attribute" for n in ("packed_modules_mapping", "capture_default", "model", "lm_head"))
+    assert "nested_only" not in info.members
+
+
+def test_why_not_found_says_which_link_is_missing(tmp_path):
+    root = write_tree(
+        tmp_path,
+        {
+            "models/deepseek_v2.py": DEEPSEEK_V2,
+            "models/broken.py": """\
+            from transformers import AutoModel
+            from sglang.srt.models.gone import GoneForCausalLM
+            from sglang.srt.models.deepseek_v2 import DeepseekV3ForCausalLM
+            """,
+        },
+    )
+    index = index_for(root)
+    source = index.cache.read(index.tree.srt / "models" / "broken.py")
+    for name in ("AutoModel", "GoneForCausalLM", "DeepseekV3ForCausalLM", "NeverSeen"):
+        assert index.find_class(source, cst.Name(name)) is None
+    assert index.why_not_found(source, cst.Name("AutoModel")) == "imported from transformers, outside the SGLang tree"
+    assert index.why_not_found(source, cst.Name("GoneForCausalLM")) == (
+        "module sglang.srt.models.gone is not in this tree (fix the import in models/broken.py)"
+    )
+    assert index.why_not_found(source, cst.Name("DeepseekV3ForCausalLM")) == "models/deepseek_v2.py has no class DeepseekV3ForCausalLM"
+    assert index.why_not_found(source, cst.Name("NeverSeen")) == "neither defined nor imported in models/broken.py"
+
+
+def test_a_definition_is_parsed_once_into_the_cache_and_the_record_stays_as_it_was(tmp_path):
+    root = write_tree(tmp_path, {"models/deepseek_v2.py": DEEPSEEK_V2})
+    index = index_for(root)
+    signature = info_of(index, "models/deepseek_v2.py", "DeepseekV2ForCausalLM").members["get_embed_and_head"]
+    before = dataclasses.astuple(signature)
+    node = signature_node(index.cache, signature)
+    assert isinstance(node, cst.FunctionDef) and node.name.value == "get_embed_and_head"
+    assert signature_node(index.cache, signature) is node  # read from the cache, not parsed again
+    assert index.cache.definitions[(signature.path, signature.line, "get_embed_and_head")] is node
+    assert dataclasses.astuple(signature) == before
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        signature.line = 1  # type: ignore[misc]
+    attribute = info_of(index, "models/deepseek_v2.py", "DeepseekV2ForCausalLM").members["lm_head"]
+    assert signature_node(index.cache, attribute) is None  # an attribute has no def to copy
