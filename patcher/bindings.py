@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -28,12 +28,13 @@ _COMMENT = re.compile(r"""\"\"\"|'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|\#.
 _SUPER_CALL = re.compile(r"\bsuper\([^)]*\)\.__init__\(|\b([\w.]+)\.__init__\(\s*self\b")
 
 
-def statement_end(lines: list[str], index: int) -> int:
+def statement_end(lines: Sequence[str], index: int) -> int:
     """One past the last line of the statement starting at `index` (open brackets, `\\`)."""
     depth, in_string = 0, None
     for i in range(index, len(lines)):
-        depth, in_string = _scan(lines[i], depth, in_string)
-        if depth <= 0 and in_string is None and not _CONTINUED.search(lines[i]):
+        line = lines[i]
+        depth, in_string = _scan(line, depth, in_string)
+        if depth <= 0 and in_string is None and not _CONTINUED.search(line):
             return i + 1
     return len(lines)
 
@@ -46,7 +47,7 @@ def _code_of(line: str) -> str:
     return line
 
 
-def one_line(lines: list[str]) -> str:
+def one_line(lines: Sequence[str]) -> str:
     """A multi-line statement as one line of code, for reports: `self.model = (\\n Foo(\\n x,\\n)\\n)`
     reads `self.model = (Foo(x))`."""
     text = " ".join(_code_of(line).strip().rstrip("\\").strip() for line in lines)
@@ -55,12 +56,12 @@ def one_line(lines: list[str]) -> str:
     return re.sub(r"\s{2,}", " ", text).strip()
 
 
-def assigned_value(lines: list[str], start: int, target: str) -> str | None:
+def assigned_value(lines: Sequence[str], start: int, target: str) -> str | None:
     """The right-hand side of `target = ...` (or `target: T = ...`) starting at line `start`."""
     match = _TARGET.match(lines[start])
     if match is None or match.group(1) != target:
         return None
-    rest = [lines[start][match.end() :]] + lines[start + 1 : statement_end(lines, start)]
+    rest = [lines[start][match.end() :], *lines[start + 1 : statement_end(lines, start)]]
     return "\n".join(_code_of(line).rstrip().rstrip("\\") for line in rest).strip()
 
 
@@ -74,7 +75,7 @@ def parse_value(text: str) -> cst.BaseExpression | None:
         return None
 
 
-def assignment_lines(lines: list[str], start: int, end: int) -> dict[str, list[int]]:
+def assignment_lines(lines: Sequence[str], start: int, end: int) -> dict[str, list[int]]:
     """name -> line indices of `name = ...` (or `name: T = ...`) in lines [start, end)."""
     found: dict[str, list[int]] = {}
     for index in range(start, end):
@@ -284,7 +285,7 @@ def _parse_signature(header: str) -> cst.FunctionDef | None:
     return node if isinstance(node, cst.FunctionDef) else None
 
 
-def _init_call(lines: list[str], indent: int) -> cst.Call | None:
+def _init_call(lines: Sequence[str], indent: int) -> cst.Call | None:
     """The `....__init__(...)` call in a statement (`super().__init__(...)`, possibly wrapped)."""
     return _parse_init_call("\n".join(line[indent:] if _indent(line) >= indent else line.lstrip() for line in lines))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,9 +79,7 @@ class ClassText:
         of its own (`if _is_cuda: get_embed_and_head = ...`): the class has them too.  Parsed (ast) only
         for a class whose body has such a block; the assignments at the body's own indent are not here."""
         lines = self.source.lines
-        if not any(
-            _indent(lines[i]) == self.body_indent and _COMPOUND.match(lines[i]) for i in range(self.header + 1, self.end)
-        ):
+        if not any(_indent(line) == self.body_indent and _COMPOUND.match(line) for line in lines[self.header + 1 : self.end]):
             return []
         indented = _indent(lines[self.header]) > 0  # under a module-level `if`: parse it in one too
         text = ("if 1:\n" if indented else "") + "\n".join(lines[self.header : self.end]) + "\n"
@@ -286,8 +285,7 @@ class ClassIndex:
             kind: SignatureKind = "property" if {"property", "cached_property", "functools.cached_property"} & set(decorators) else "method"
             members[name] = Signature(name, kind, text.name, source.rel, index + 1, path=source.path, header=index)
         nested = {i for h, _, _, _ in outline.headers if text.header < h < text.end for i in range(h, outline.ends.get(h, h + 1))}
-        for index in range(text.header + 1, text.end):
-            line = source.lines[index]
+        for index, line in enumerate(source.lines[text.header + 1 : text.end], text.header + 1):
             if index in nested or _indent(line) != text.body_indent:
                 continue
             match = _CLASS_ATTR.match(line)
@@ -313,8 +311,8 @@ class ClassIndex:
     def self_assignments(source: SourceFile, start: int, end: int) -> list[tuple[int, int, str, str]]:
         """(line index, indent, attribute, right-hand side text) for `self.X = ...` lines in a method."""
         out = []
-        for index in range(start + 1, end):
-            match = _SELF_ASSIGN.match(source.lines[index])
+        for index, line in enumerate(source.lines[start + 1 : end], start + 1):
+            match = _SELF_ASSIGN.match(line)
             if match:
                 out.append((index, len(match.group(1)), match.group(2), match.group(3).strip()))
         return out
@@ -419,7 +417,7 @@ def signature_node(cache: SourceCache, signature: Signature) -> cst.FunctionDef 
     return cache.definitions[key]
 
 
-def _decorators_above(lines: list[str], header: int) -> list[str]:
+def _decorators_above(lines: Sequence[str], header: int) -> list[str]:
     names = []
     own = _indent(lines[header])
     i = header - 1

@@ -32,7 +32,7 @@ import bisect
 import dataclasses
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -783,7 +783,7 @@ class ProtocolReader:
         return sorted(use for use in uses if use[0] not in inside)
 
 
-def _uses_in_blocks(lines: list[str], blocks: list[tuple[int, int, list[int]]]) -> list[tuple[int, str]] | None:
+def _uses_in_blocks(lines: Sequence[str], blocks: list[tuple[int, int, list[int]]]) -> list[tuple[int, str]] | None:
     """(file line, member) of the model member uses in each (start, end, lines seen) block;
     None when one of the blocks is not valid Python."""
     uses: list[tuple[int, str]] = []
@@ -806,7 +806,7 @@ def _is_word(char: str) -> bool:
     return char.isalnum() or char == "_"
 
 
-def _parse_lines(lines: list[str], start: int, end: int) -> ast.Module | None:
+def _parse_lines(lines: Sequence[str], start: int, end: int) -> ast.Module | None:
     """CPython's tree of lines [start, end), dedented; its line 1 is file line start + 1."""
     if start >= end:
         return ast.Module(body=[], type_ignores=[])
@@ -866,7 +866,7 @@ def _spans_any(lines: list[int], first: int, last: int) -> bool:
     return position < len(lines) and lines[position] <= last
 
 
-def _general_uses_by_text(lines: list[str], inside: set[int]) -> list[tuple[int, str]]:
+def _general_uses_by_text(lines: Sequence[str], inside: set[int]) -> list[tuple[int, str]]:
     """The plain-text reading, for a file CPython cannot parse."""
     return [
         (index, match.group(1))

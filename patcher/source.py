@@ -14,10 +14,11 @@ import codecs
 import difflib
 import re
 from array import array
-from collections.abc import Sequence
+from itertools import accumulate
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, overload
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -46,6 +47,62 @@ _BLANK_OR_COMMENT = re.compile(rb"^[ \t\f]*(?:[#\r\n]|$)")
 _FORMFEED_INDENT = re.compile(r"^[ \t\f]*\f")
 
 
+class TextLines(Sequence[str]):
+    """A file's lines (no line endings), read off its text on demand: a run over a large tree keeps each
+    file's text and 8 bytes a line, not a second copy of the file cut into one string object a line
+    (about 100 bytes a line).  Only for text whose newlines are all `\\n` and that has no form feed."""
+
+    __slots__ = ("text", "starts", "_count")
+
+    def __init__(self, text: str):
+        self.text = text
+        # where each line starts: one past each "\n", summed in C (no Python call a line)
+        self.starts = array("q", accumulate(map((1).__add__, map(len, text.split("\n")[:-1])), initial=0))
+        self._count = len(self.starts) - (1 if not text or text.endswith("\n") else 0)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _end(self, index: int) -> int:
+        return self.starts[index + 1] - 1 if index + 1 < len(self.starts) else len(self.text)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if type(index) is int and 0 <= index < self._count:  # the common case, first
+            starts = self.starts
+            return self.text[starts[index] : starts[index + 1] - 1 if index + 1 < len(starts) else len(self.text)]
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self._count)
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            if start >= stop:
+                return []
+            return self.text[self.starts[start] : self._end(stop - 1)].split("\n")
+        if index < 0:
+            index += self._count
+        if not 0 <= index < self._count:
+            raise IndexError("line index out of range")
+        return self.text[self.starts[index] : self._end(index)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self[:])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (TextLines, list)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"TextLines({self._count} lines)"
+
+
 @dataclass
 class SourceFile:
     """A file's bytes and text, decoded once.
@@ -61,7 +118,7 @@ class SourceFile:
     text: str
     bom: bool
     newline: str
-    lines: list[str] = field(repr=False)
+    lines: Sequence[str] = field(repr=False)
     encoding: str = "utf-8"  # PEP 263 coding line, or UTF-8
 
     @property
@@ -196,11 +253,16 @@ def decode_source(path: Path, rel: str, data: bytes) -> SourceFile:
         newline = "\r"
     else:
         newline = "\n"
-    lines = _NEWLINES.split(text)
-    if lines and lines[-1] == "":
-        lines.pop()  # text ends with a newline
-    if "\f" in text:
-        lines = [_FORMFEED_INDENT.sub("", line) for line in lines]
+    lines: Sequence[str]
+    if newline == "\n" and "\f" not in text:
+        lines = TextLines(text)
+    else:
+        split = _NEWLINES.split(text)
+        if split and split[-1] == "":
+            split.pop()  # text ends with a newline
+        if "\f" in text:
+            split = [_FORMFEED_INDENT.sub("", line) for line in split]
+        lines = split
     raw = None if encoding == "utf-8" else data  # strict UTF-8 decoding round-trips exactly (BOM kept apart)
     return SourceFile(path, rel, raw, text, bom, newline, lines, encoding)
 
@@ -368,12 +430,15 @@ class Outline:
     tracking, so it is computed only for the blocks an answer asks about.
     """
 
-    def __init__(self, lines: list[str], text: str | None = None):
+    def __init__(self, lines: Sequence[str], text: str | None = None):
         self.lines = lines
         # no \r: regex searches and offsets work on this text; a file with only \n newlines and no form
         # feed already is that text (plus its last newline), and is not copied
         self.joined = text if text is not None and "\r" not in text and "\f" not in text else "\n".join(lines)
-        self._starts = array("q", [0, *[m.end() for m in _LF.finditer(self.joined)]])  # 8 bytes a line, not 36
+        if isinstance(lines, TextLines) and lines.text is self.joined:
+            self._starts = lines.starts  # the same text: the same line starts
+        else:
+            self._starts = array("q", [0, *[m.end() for m in _LF.finditer(self.joined)]])  # 8 bytes a line, not 36
         self.headers: list[tuple[int, int, str, str]] = []  # (line index, indent, "def"|"class", name)
         for match in _HEADER_ANYWHERE.finditer(self.joined):
             kind = "class" if match.group(2) == "class" else "def"
@@ -486,7 +551,7 @@ def _scan_line(line: str, depth: int, in_string: str | None) -> tuple[int, str |
             depth = max(0, depth - 1)
 
 
-def _block_end(lines: list[str], header: int) -> int:
+def _block_end(lines: Sequence[str], header: int) -> int:
     """One past the last line of the block whose header is at `header`, line by line: the exact
     scanner (brackets, strings, comments, backslash continuations), and the reference for the fast one."""
     own = _indent(lines[header])
@@ -577,14 +642,14 @@ def _block_end_fast(outline: Outline, header: int) -> int:
     return end
 
 
-def outline(lines: list[str], text: str | None = None) -> Outline:
+def outline(lines: Sequence[str], text: str | None = None) -> Outline:
     return Outline(lines, text)
 
 
 _CLOSES_A_LINE = re.compile(r"[)\]}][ \t]*(?:#.*)?$")
 
 
-def block_start(lines: list[str], header: int) -> int:
+def block_start(lines: Sequence[str], header: int) -> int:
     """Include the decorators above a header, a decorator spanning lines (`@torch.compile(\\n...\\n)`) too."""
     own = _indent(lines[header])
     i = header
@@ -600,7 +665,7 @@ def block_start(lines: list[str], header: int) -> int:
     return i
 
 
-def _decorator_above(lines: list[str], below: int, own: int) -> int | None:
+def _decorator_above(lines: Sequence[str], below: int, own: int) -> int | None:
     """The `@` line of a decorator at indentation `own` that spans lines and ends just above `below`."""
     j = below - 1
     if _indent(lines[j]) < own:
@@ -619,13 +684,13 @@ def _decorator_above(lines: list[str], below: int, own: int) -> int | None:
     return j
 
 
-def block_text(lines: list[str]) -> str:
+def block_text(lines: Sequence[str]) -> str:
     """Lines of a block, dedented by the indentation of its least indented code line: a text that
     parses on its own."""
     return _dedent(lines, min((_indent(line) for line in lines if _is_code(line)), default=0))
 
 
-def _dedent(lines: list[str], amount: int) -> str:
+def _dedent(lines: Sequence[str], amount: int) -> str:
     out = []
     for line in lines:
         if _indent(line) >= amount:
@@ -635,7 +700,7 @@ def _dedent(lines: list[str], amount: int) -> str:
     return "\n".join(out) + "\n"
 
 
-def _import_texts(lines: list[str], joined: str | None = None, masked: str | None = None) -> list[str]:
+def _import_texts(lines: Sequence[str], joined: str | None = None, masked: str | None = None) -> list[str]:
     """The text of every import statement (dedented), wherever it stands; `joined` is the lines joined
     by `\\n`, and `masked` the same masked (see `mask`): a line inside a string (a docstring's example)
     is no import."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import ast
 import re
 import symtable
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -606,7 +606,7 @@ def forward_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _ForwardFacts
 # --------------------------------------------------------------------------- reading one body
 
 
-def module_names_in(lines: list[str]) -> set[str] | None:
+def module_names_in(lines: Sequence[str]) -> set[str] | None:
     """The module-level names and builtins a `def` (its lines, as SourceFile.lines holds them) reads, signature and decorators
     included, by CPython's symbol table: what libcst's ScopeProvider answers for it (`None`, `True`
     and `False` count as reads; names inside string annotations do not), at a fraction of the cost.

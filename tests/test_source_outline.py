@@ -407,3 +407,35 @@ def test_release_059_kv_events_outline_like_ast(sglang_059):
     srt = sglang_059 / "sglang" / "srt"
     path = srt / "disaggregation" / "kv_events.py"
     assert mismatches(decode_source(path, "disaggregation/kv_events.py", path.read_bytes()), "disaggregation/kv_events.py") == []
+
+
+# --------------------------------------------------------------------------- TextLines
+
+
+@pytest.mark.parametrize("text", ["", "\n", "a", "a\n", "a\nb", "a\nb\n", "\n\n", "x\n\ny\n\n", "  def f():\n\treturn 1"])
+def test_text_lines_read_what_a_list_of_lines_holds(text):
+    from eaglepatch.source import TextLines
+
+    expected = text.split("\n")
+    if expected[-1] == "":
+        expected.pop()  # a last newline ends the last line; it does not start another
+    lines = TextLines(text)
+    assert len(lines) == len(expected)
+    assert list(lines) == expected and lines == expected
+    assert [lines[i] for i in range(-len(expected), len(expected))] == expected + expected
+    for start in range(-3, 6):
+        for stop in [None, *range(-3, 6)]:
+            assert lines[start:stop] == expected[start:stop], (start, stop)
+    assert lines[::2] == expected[::2]
+    with pytest.raises(IndexError):
+        lines[len(expected)]
+
+
+def test_a_file_with_only_lf_newlines_keeps_its_lines_as_offsets_and_others_as_a_list():
+    from eaglepatch.source import TextLines, decode_source
+
+    plain = decode_source(Path("m.py"), "m.py", b"class A:\n    x = 1\n")
+    assert isinstance(plain.lines, TextLines) and list(plain.lines) == ["class A:", "    x = 1"]
+    for data, expected in [(b"class A:\r\n    x = 1\r\n", ["class A:", "    x = 1"]), (b"a = 1\n\fclass B:\n", ["a = 1", "class B:"])]:
+        other = decode_source(Path("m.py"), "m.py", data)
+        assert isinstance(other.lines, list) and other.lines == expected
