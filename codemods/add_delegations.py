@@ -123,15 +123,15 @@ def render_signature(delegation: Delegation) -> RenderedSignature:
     return RenderedSignature(out, args, names)
 
 
-def fit_call(indent: str, unit: str, head: str, items: list[str], tail: str) -> list[str]:
-    """Lay out `head(items)tail` as black does: one line, then one hugged line, then one item per line."""
-    width = len(indent.expandtabs(4))
+def fit_call(indent: str, unit: str, head: str, items: list[str], tail: str, width: int = LINE_LENGTH) -> list[str]:
+    """Lay out `head(items)tail` as black does at `width` columns: one line, then one hugged line, then one item per line."""
+    columns = len(indent.expandtabs(4))
     one = f"{indent}{head}{', '.join(items)}{tail}"
-    if width + len(one) - len(indent) <= LINE_LENGTH or not items:
+    if columns + len(one) - len(indent) <= width or not items:
         return [one]
     inner = indent + unit
     body = f"{inner}{', '.join(items)}"
-    if len(body.expandtabs(4)) <= LINE_LENGTH or len(items) == 1:
+    if len(body.expandtabs(4)) <= width or len(items) == 1:
         return [f"{indent}{head}", body, f"{indent}{tail}"]
     return [f"{indent}{head}"] + [f"{inner}{item}," for item in items] + [f"{indent}{tail}"]
 
@@ -182,18 +182,18 @@ def parse_marker(comment: str) -> tuple[str, list[str]] | None:
     return attribute, [n.strip() for n in imported.split(",") if n.strip()]
 
 
-def _fits(line: str) -> bool:
-    return len(line.expandtabs(4)) <= LINE_LENGTH
+def _fits(line: str, width: int) -> bool:
+    return len(line.expandtabs(4)) <= width
 
 
-def render_delegation(delegation: Delegation, unit: str = "    ", newline: str = "\n") -> str:
+def render_delegation(delegation: Delegation, unit: str = "    ", newline: str = "\n", width: int = LINE_LENGTH) -> str:
     """The source text of one delegating member, at class-body indentation (a settable one: the property,
-    a blank line, its setter)."""
+    a blank line, its setter), laid out for black at `width` columns."""
     if delegation.style == "settable":
-        getter = render_delegation(replace(delegation, style="property"), unit, newline)
-        return getter + newline + render_setter(replace(delegation, style="setter"), unit, newline)
+        getter = render_delegation(replace(delegation, style="property"), unit, newline, width)
+        return getter + newline + render_setter(replace(delegation, style="setter"), unit, newline, width)
     if delegation.style == "setter":
-        return render_setter(delegation, unit, newline)
+        return render_setter(delegation, unit, newline, width)
     if delegation.style == "learned":
         holder = cst.ClassDef(name=cst.Name("C"), body=cst.IndentedBlock(body=[learned_statement(delegation, unit, newline)]))
         code = cst.Module(body=[holder], default_indent=unit, default_newline=newline).code
@@ -210,30 +210,32 @@ def render_delegation(delegation: Delegation, unit: str = "    ", newline: str =
     returns = f" -> {_code(delegation.returns.annotation)}" if delegation.returns is not None else ""
     keyword = "async def" if delegation.is_async else "def"
     params = ["self"] if delegation.style == "property" else signature.params
-    lines += fit_call(i1, unit, f"{keyword} {name}(", params, f"){returns}:")
+    lines += fit_call(i1, unit, f"{keyword} {name}(", params, f"){returns}:", width)
     lines.append(f'{i2}"""Forward to ``self.{attr}`` (EAGLE-3 speculative decoding)."""')
     me = "self" if delegation.style == "property" else signature.receiver
     message = f'f"{{{me}.__class__.__name__}}.{attr} has no {name}"'
     if "hasattr" not in signature.names:  # upstream's shape: look before you leap
         lines.append(f"{i2}{local} = {me}.{attr}")
         condition = f'{local} is None or not hasattr({local}, "{name}")'
-        if _fits(f"{i2}if {condition}:"):
+        if _fits(f"{i2}if {condition}:", width):
             lines.append(f"{i2}if {condition}:")
-        else:
-            lines += fit_call(i2, unit, "if (", [condition], "):")
-        lines += fit_call(i3, unit, "raise AttributeError(", [message], ")")
+        elif _fits(f"{i3}{condition}", width):
+            lines += fit_call(i2, unit, "if (", [condition], "):", width)
+        else:  # no room in parentheses either: black splits at hasattr's own
+            lines += fit_call(i2, unit, f"if {local} is None or not hasattr(", [local, f'"{name}"'], "):", width)
+        lines += fit_call(i3, unit, "raise AttributeError(", [message], ")", width)
         target = f"{local}.{name}"
     else:  # a parameter shadows hasattr: ask forgiveness instead, with no builtin but AttributeError
         lines.append(f"{i2}try:")
         lines.append(f"{i3}{local} = {me}.{attr}.{name}")
         lines.append(f"{i2}except AttributeError:")
-        lines += fit_call(i3, unit, "raise AttributeError(", [message], ") from None")
+        lines += fit_call(i3, unit, "raise AttributeError(", [message], ") from None", width)
         target = local
     if delegation.style == "property":
         lines.append(f"{i2}return {target}")
     else:
         awaited = "await " if delegation.is_async else ""
-        lines += fit_call(i2, unit, f"return {awaited}{target}(", signature.args, ")")
+        lines += fit_call(i2, unit, f"return {awaited}{target}(", signature.args, ")", width)
     return newline.join(lines) + newline
 
 
@@ -244,7 +246,7 @@ def learned_statement(delegation: Delegation, unit: str = "    ", newline: str =
     return delegation.learned.with_changes(leading_lines=[cst.EmptyLine(indent=False), marker])
 
 
-def render_setter(delegation: Delegation, unit: str = "    ", newline: str = "\n") -> str:
+def render_setter(delegation: Delegation, unit: str = "    ", newline: str = "\n", width: int = LINE_LENGTH) -> str:
     """The setter of a forwarding property: `model.x = value` on the wrapper sets it on the inner model."""
     attr, name = delegation.inner_attribute, delegation.name
     i1, i2, i3 = unit, unit * 2, unit * 3
@@ -253,7 +255,7 @@ def render_setter(delegation: Delegation, unit: str = "    ", newline: str = "\n
     lines.append(f'{i2}"""Forward to ``self.{attr}`` (EAGLE-3 speculative decoding)."""')
     lines.append(f"{i2}inner = self.{attr}")
     lines.append(f"{i2}if inner is None:")
-    lines += fit_call(i3, unit, "raise AttributeError(", [message], ")")
+    lines += fit_call(i3, unit, "raise AttributeError(", [message], ")", width)
     lines.append(f"{i2}inner.{name} = value")
     return newline.join(lines) + newline
 
@@ -301,9 +303,10 @@ class AddDelegations(VisitorBasedCodemodCommand):
 
     DESCRIPTION = "Forward EAGLE-3 members from wrapper classes to the model they hold."
 
-    def __init__(self, context: CodemodContext, delegations: dict[str, list[Delegation]]):
+    def __init__(self, context: CodemodContext, delegations: dict[str, list[Delegation]], line_length: int = LINE_LENGTH):
         super().__init__(context)
         self.delegations = delegations
+        self.line_length = line_length  # black's, in the target tree (patcher/style.py)
         self.added: dict[str, list[str]] = {}
         self._module: cst.Module | None = None
 
@@ -341,7 +344,7 @@ class AddDelegations(VisitorBasedCodemodCommand):
             if delegation.style == "learned":  # a node already: its strings and comments stay as they were
                 new_statements.append(learned_statement(delegation, unit, newline))
                 continue
-            text = render_delegation(delegation, unit, newline)
+            text = render_delegation(delegation, unit, newline, self.line_length)
             # a statement first, so the marker comment belongs to the def, not the module header
             parsed = cst.parse_module("pass" + newline + _dedent(text, unit), config=module.config_for_parsing)
             blank = cst.EmptyLine(indent=False, newline=cst.Newline())
