@@ -54,14 +54,40 @@ def _param_text(param: cst.Param, prefix: str = "") -> str:
     )
     text = _code(bare).strip()
     if "\n" in text or "#" in text:
-        text = " ".join(_code(bare.with_changes(annotation=_strip_ws(bare.annotation), default=_strip_ws(bare.default))).split())
+        text = one_line(text)
     return text
 
 
-def _strip_ws(node):
-    if node is None or isinstance(node, cst.MaybeSentinel):
-        return node
-    return cst.parse_expression(" ".join(_code(node).split())) if isinstance(node, cst.BaseExpression) else node
+_OPENERS, _CLOSERS = "([{", ")]}"
+
+
+def one_line(code: str) -> str:
+    """A parameter (or expression) written over several lines, on one line as black writes it: comments
+    and line breaks dropped, no space inside brackets or before a comma, other spacing kept."""
+    import io
+    import tokenize
+
+    skip = {tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+    out: list[str] = []
+    previous = None
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):  # pragma: no cover - the text is printed from a parsed node
+        return " ".join(code.split())
+    for token in tokens:
+        if token.type in skip:
+            continue
+        if previous is not None:
+            if previous.string in _OPENERS or token.string in _CLOSERS or token.string == ",":
+                gap = ""
+            elif previous.end[0] == token.start[0]:
+                gap = token.line[previous.end[1] : token.start[1]]
+            else:
+                gap = " "
+            out.append(gap)
+        out.append(token.string)
+        previous = token
+    return "".join(out)
 
 
 @dataclass
@@ -133,7 +159,78 @@ def fit_call(indent: str, unit: str, head: str, items: list[str], tail: str, wid
     body = f"{inner}{', '.join(items)}"
     if len(body.expandtabs(4)) <= width or len(items) == 1:
         return [f"{indent}{head}", body, f"{indent}{tail}"]
-    return [f"{indent}{head}"] + [f"{inner}{item}," for item in items] + [f"{indent}{tail}"]
+    exploded = [line for item in items for line in split_item(inner, unit, f"{item},", width)]
+    return [f"{indent}{head}", *exploded, f"{indent}{tail}"]
+
+
+def split_item(indent: str, unit: str, item: str, width: int) -> list[str]:
+    """One item of an exploded call or signature, as black splits it when even its own line is too long
+    (a long annotation at a narrow width): at its last bracket pair, head and tail on the item's line, the
+    inside one level deeper (split again at its commas, one per line with a trailing comma, or at its own
+    last bracket).  An item without brackets stays one line, too long, as black leaves it."""
+    line = f"{indent}{item}"
+    if len(line.expandtabs(4)) <= width:
+        return [line]
+    pair = _last_bracket_pair(item)
+    if pair is None:
+        return [line]
+    start, end = pair
+    head, body, tail = item[:start], item[start:end].strip(), item[end:]
+    if not body or len(f"{indent}{head}".expandtabs(4)) > width:
+        return [line]
+    inner = indent + unit
+    parts = _top_level_commas(body)
+    if len(f"{inner}{body}".expandtabs(4)) <= width or len(parts) < 2:
+        middle = split_item(inner, unit, body, width)
+    else:
+        middle = [line for part in parts for line in split_item(inner, unit, f"{part},", width)]
+    return [f"{indent}{head}", *middle, f"{indent}{tail}"]
+
+
+def _last_bracket_pair(text: str) -> tuple[int, int] | None:
+    """(just after the opening bracket, at the closing one) of the last bracket pair of one line of code."""
+    import io
+    import tokenize
+
+    try:
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.OP]
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    closers = [i for i, t in enumerate(tokens) if t.string in _CLOSERS]
+    if not closers:
+        return None
+    depth = 0
+    for index in range(closers[-1], -1, -1):
+        token = tokens[index].string
+        depth += token in _CLOSERS
+        depth -= token in _OPENERS
+        if depth == 0:
+            return tokens[index].end[1], tokens[closers[-1]].start[1]
+    return None
+
+
+def _top_level_commas(text: str) -> list[str]:
+    """The parts of `text` between its commas outside brackets and strings (a trailing comma dropped)."""
+    import io
+    import tokenize
+
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return [text]
+    parts, depth, begin = [], 0, 0
+    for token in tokens:
+        if token.type != tokenize.OP:
+            continue
+        if token.string in _OPENERS:
+            depth += 1
+        elif token.string in _CLOSERS:
+            depth -= 1
+        elif token.string == "," and depth == 0:
+            parts.append(text[begin : token.start[1]].strip())
+            begin = token.end[1]
+    last = text[begin:].strip()
+    return parts + ([last] if last else [])
 
 
 IMPORTED = "; imported "

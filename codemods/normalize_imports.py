@@ -11,6 +11,7 @@ standard-library `from` line goes) and `order_by_type` (the order of names withi
 
 from __future__ import annotations
 
+import re
 import sys
 
 import libcst as cst
@@ -39,13 +40,26 @@ class NormalizeAddedImports(cst.CSTTransformer):
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         """A `from <stdlib module> import ...` line this run added goes into the file's standard-library
-        block, in isort's order, rather than after the last import (where isort would move it from)."""
+        block, in isort's order, rather than after the last import (where isort would move it from); a
+        `from <package> import ...` line, into the block of imports from the same top-level package, when
+        the file has one (one paragraph, in isort's order: one isort section)."""
         body = list(updated_node.body)
-        for index, statement in enumerate(list(body)):
+        for statement in [s for s in body if _new_from_import(s, self.added, self.present) is not None]:
             module = _new_from_import(statement, self.added, self.present)
-            if module is None or not _is_stdlib(module):
-                continue
+            assert module is not None, "listed above"
+            index = next(i for i, s in enumerate(body) if s is statement)
             rest = body[:index] + body[index + 1 :]
+            if not _is_stdlib(module):
+                at = _package_place(rest, statement, module, self.force_sort, self.order_by_type)
+                if at is None or at == index:
+                    continue
+                moved = statement.with_changes(leading_lines=[])
+                if at < len(rest) and _blank_before(rest[at]):  # the paragraph's first line: it keeps the blank lines
+                    moved = moved.with_changes(leading_lines=rest[at].leading_lines)
+                    rest[at] = rest[at].with_changes(leading_lines=[])
+                rest.insert(at, moved)
+                body = rest
+                continue
             at = _stdlib_place(rest, statement, self.force_sort, self.order_by_type)
             if at is None:  # no standard-library block yet: it opens one before the file's first other import
                 at = next((i for i, s in enumerate(rest) if _opens_imports(s)), None)
@@ -181,6 +195,70 @@ def _stdlib_import(statement, force_sort: bool = False, order_by_type: bool = Tr
     if key is not None and force_sort and not order_by_type:
         key = (key[0], key[1].lower())
     return key
+
+
+def _import_key(statement, force_sort: bool = False, order_by_type: bool = True) -> tuple | None:
+    """isort's sort key, within one section, of a top-level absolute import line (None for anything else):
+    `import m` lines before `from m import` lines, each by module name, case-insensitive, digits by value
+    (isort's natural order); with force_sort_within_sections, both kinds together, as `_stdlib_import`."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.Import):
+        text = ", ".join(_alias_text(a) for a in small.names)
+        kind, module = 0, dotted_name(small.names[0].name)
+    elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+        module = dotted_name(small.module)
+        names = "*" if isinstance(small.names, cst.ImportStar) else ", ".join(_alias_text(a) for a in small.names)
+        kind, text = 1, f"{module} import {names}"
+    else:
+        return None
+    if not force_sort:
+        return (kind, *_natural(module.lower()))
+    return (0, *_natural(text if order_by_type else text.lower()))
+
+
+def _natural(text: str) -> tuple:
+    """isort's natural order: runs of digits compare as numbers (`v2` before `v10`)."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))  # str, int, str, ...: aligned
+
+
+def _top_package(statement) -> str | None:
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.Import):
+        tops = {dotted_name(a.name).split(".")[0] for a in small.names}
+        return tops.pop() if len(tops) == 1 else None
+    if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+        return dotted_name(small.module).split(".")[0]
+    return None
+
+
+def _blank_before(statement) -> bool:
+    return any(line.comment is None for line in statement.leading_lines)
+
+
+def _package_place(body: list, statement, module: str, force_sort: bool = False, order_by_type: bool = True) -> int | None:
+    """Where isort puts the new `from module import ...` line `statement`: among the file's imports from the
+    same top-level package and the lines of their paragraph (isort separates sections by a blank line), in
+    isort's order; None when the file has no such import, has them in two paragraphs, or out of order."""
+    top = module.split(".")[0]
+    same = [i for i, s in enumerate(body) if _top_package(s) == top]
+    if not same:
+        return None
+    first, last = same[0], same[-1]
+    while first > 0 and not _blank_before(body[first]) and _import_key(body[first - 1]) is not None:
+        first -= 1
+    while last + 1 < len(body) and not _blank_before(body[last + 1]) and _import_key(body[last + 1]) is not None:
+        last += 1
+    if any(_blank_before(body[i]) or _import_key(body[i]) is None for i in range(first + 1, last + 1)):
+        return None
+    keys = [_import_key(body[i], force_sort, order_by_type) for i in range(first, last + 1)]
+    mine = _import_key(statement, force_sort, order_by_type)
+    if mine is None or keys != sorted(keys):  # type: ignore[type-var]  # every key is a tuple here
+        return None
+    return next((first + offset for offset, key in enumerate(keys) if key > mine), last + 1)  # type: ignore[operator]
 
 
 def _alias_text(alias: cst.ImportAlias) -> str:

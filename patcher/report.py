@@ -457,6 +457,8 @@ def explain_json(analysis: Analysis, name: str) -> dict:
 
     member = analysis.protocol.members[name]
     data = protocol_json(member)
+    if analysis.style.sources:  # the tree configures its formatters: what would_write is laid out for
+        data["style"] = analysis.style.describe()
     data["models"] = []
     proven: dict[str, tuple] = {}  # wrapper file -> (its edit or None, the error that stopped it or None)
     for plan in analysis.plans:
@@ -564,6 +566,8 @@ def print_explain(data: dict, console: Console) -> None:
     for use in data["uses"]:
         table.add_row(use["at"], use["role"], "required" if use["required"] else "optional", use["guard"])
     console.print(table)
+    if "style" in data:
+        console.print(f"written for {data['style']}")
     for model in data["models"]:
         where = f" defined by {model['defined_by']} at {model['defined_at']}" if "defined_at" in model else ""
         console.print(f"\n{model['class']} ({model['file']}, {model['role']}): {model['status']}{where}")
