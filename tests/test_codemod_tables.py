@@ -488,6 +488,20 @@ _NARROW = [
     Delegation("hot_token_id", "model", style="property"),
     Delegation("set_embed_and_head", "language_model", style="settable"),
     Delegation("set_embed", "m", params=_params("(self, hasattr, *args, **kwargs)")),
+    Delegation(
+        "set_eagle3_layers_to_capture",
+        "language_model",
+        params=_params(
+            "(self, layer_ids: Optional[Sequence[Union[int, LayerSpec]]] = DEFAULT_AUX_LAYERS, /, capture: bool = True,"
+            " *more_ids: int, strict: bool = False, **extra: Dict[str, Any])"
+        ),
+    ),
+    Delegation(
+        "load_kv",
+        "language_model",
+        params=_params("(self, mapping: Dict[str, Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]] = None)"),
+        returns=_returns("EmbedAndHead"),
+    ),
 ]
 
 

@@ -118,3 +118,14 @@ def test_apply_writes_what_the_trees_formatters_keep(tmp_path, name):
     assert result.exit_code == 0, result.output
     assert "kept" not in result.output, "revert recognises what apply wrote at this width"
     assert snapshot(root) == formatted
+
+
+def test_isort_settings_apply_does_not_follow_are_named(tmp_path):
+    root = tmp_path / "repo"
+    shutil.copytree(CHECKOUT, root, symlinks=True)
+    (root / ".isort.cfg").write_text(ISORT_CFG + "force_single_line=true\n")
+    git(root, "init", "-q", "-b", "main")
+    result = CliRunner().invoke(app, ["check", "--format", "json", str(root)])
+    assert result.exit_code == 1, result.output
+    warnings = json.loads(result.stdout)["warnings"]
+    assert [w for w in warnings if w.startswith("isort force_single_line = true") and str(root.resolve() / ".isort.cfg") in w], warnings
