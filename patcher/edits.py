@@ -63,13 +63,7 @@ def module_names(cache: SourceCache, source: SourceFile, tree) -> set[str]:
 
 
 def delegation_for(
-    cache: SourceCache,
-    tree,
-    wrapper: SourceFile,
-    entry: MemberPlan,
-    spelling: WrapperSpelling | None = None,
-    cls: str = "",
-    line_length: int = LINE_LENGTH,
+    cache: SourceCache, tree, wrapper: SourceFile, entry: MemberPlan, spelling: WrapperSpelling | None = None, cls: str = "", line_length: int = LINE_LENGTH
 ) -> Delegation:
     """What to write for one member: a forwarding property with a setter when EAGLE-3 code assigns the
     member (a method too: the getter hands out the inner's bound method); else a method with the inner
@@ -159,9 +153,7 @@ def _decorator_name(decorator: cst.Decorator) -> str:
     return expr.value if isinstance(expr, cst.Name) else ""
 
 
-def build_edits(
-    cache: SourceCache, tree, plans: list[ModelPlan], style: FormatStyle = DEFAULT_STYLE
-) -> tuple[list[FileEdit], list[EaglepatchError]]:
+def build_edits(cache: SourceCache, tree, plans: list[ModelPlan], style: FormatStyle = DEFAULT_STYLE) -> tuple[list[FileEdit], list[EaglepatchError]]:
     """One edit per wrapper file that has something missing, proven before it is returned (patcher/verify.py);
     a file that fails, or whose patch fails the proof, is an error and does not stop the others.  Written
     in the tree's own formatter `style` (patcher/style.py)."""
@@ -213,9 +205,7 @@ def apply_codemod(
                 if obj:
                     added.setdefault(module_name, set()).add(obj)
     if added:
-        updated = updated.visit(
-            NormalizeAddedImports(added, module, style.import_line_length, style.force_sort_within_sections, style.order_by_type)
-        )
+        updated = updated.visit(NormalizeAddedImports(added, module, style.import_line_length, style.force_sort_within_sections, style.order_by_type))
     data = source.rewrite(module, updated)
     imports = sorted({_describe(i) for ds in delegations.values() for d in ds for i in d.imports})
     return FileEdit(source.path, source.rel, source.data, data, dict(command.added), imports)
