@@ -54,14 +54,40 @@ def _param_text(param: cst.Param, prefix: str = "") -> str:
     )
     text = _code(bare).strip()
     if "\n" in text or "#" in text:
-        text = " ".join(_code(bare.with_changes(annotation=_strip_ws(bare.annotation), default=_strip_ws(bare.default))).split())
+        text = one_line(text)
     return text
 
 
-def _strip_ws(node):
-    if node is None or isinstance(node, cst.MaybeSentinel):
-        return node
-    return cst.parse_expression(" ".join(_code(node).split())) if isinstance(node, cst.BaseExpression) else node
+_OPENERS, _CLOSERS = "([{", ")]}"
+
+
+def one_line(code: str) -> str:
+    """A parameter (or expression) written over several lines, on one line as black writes it: comments
+    and line breaks dropped, no space inside brackets or before a comma, other spacing kept."""
+    import io
+    import tokenize
+
+    skip = {tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+    out: list[str] = []
+    previous = None
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):  # pragma: no cover - the text is printed from a parsed node
+        return " ".join(code.split())
+    for token in tokens:
+        if token.type in skip:
+            continue
+        if previous is not None:
+            if previous.string in _OPENERS or token.string in _CLOSERS or token.string == ",":
+                gap = ""
+            elif previous.end[0] == token.start[0]:
+                gap = token.line[previous.end[1] : token.start[1]]
+            else:
+                gap = " "
+            out.append(gap)
+        out.append(token.string)
+        previous = token
+    return "".join(out)
 
 
 @dataclass
@@ -123,17 +149,88 @@ def render_signature(delegation: Delegation) -> RenderedSignature:
     return RenderedSignature(out, args, names)
 
 
-def fit_call(indent: str, unit: str, head: str, items: list[str], tail: str) -> list[str]:
-    """Lay out `head(items)tail` as black does: one line, then one hugged line, then one item per line."""
-    width = len(indent.expandtabs(4))
+def fit_call(indent: str, unit: str, head: str, items: list[str], tail: str, width: int = LINE_LENGTH) -> list[str]:
+    """Lay out `head(items)tail` as black does at `width` columns: one line, then one hugged line, then one item per line."""
+    columns = len(indent.expandtabs(4))
     one = f"{indent}{head}{', '.join(items)}{tail}"
-    if width + len(one) - len(indent) <= LINE_LENGTH or not items:
+    if columns + len(one) - len(indent) <= width or not items:
         return [one]
     inner = indent + unit
     body = f"{inner}{', '.join(items)}"
-    if len(body.expandtabs(4)) <= LINE_LENGTH or len(items) == 1:
+    if len(body.expandtabs(4)) <= width or len(items) == 1:
         return [f"{indent}{head}", body, f"{indent}{tail}"]
-    return [f"{indent}{head}"] + [f"{inner}{item}," for item in items] + [f"{indent}{tail}"]
+    exploded = [line for item in items for line in split_item(inner, unit, f"{item},", width)]
+    return [f"{indent}{head}", *exploded, f"{indent}{tail}"]
+
+
+def split_item(indent: str, unit: str, item: str, width: int) -> list[str]:
+    """One item of an exploded call or signature, as black splits it when even its own line is too long
+    (a long annotation at a narrow width): at its last bracket pair, head and tail on the item's line, the
+    inside one level deeper (split again at its commas, one per line with a trailing comma, or at its own
+    last bracket).  An item without brackets stays one line, too long, as black leaves it."""
+    line = f"{indent}{item}"
+    if len(line.expandtabs(4)) <= width:
+        return [line]
+    pair = _last_bracket_pair(item)
+    if pair is None:
+        return [line]
+    start, end = pair
+    head, body, tail = item[:start], item[start:end].strip(), item[end:]
+    if not body or len(f"{indent}{head}".expandtabs(4)) > width:
+        return [line]
+    inner = indent + unit
+    parts = _top_level_commas(body)
+    if len(f"{inner}{body}".expandtabs(4)) <= width or len(parts) < 2:
+        middle = split_item(inner, unit, body, width)
+    else:
+        middle = [line for part in parts for line in split_item(inner, unit, f"{part},", width)]
+    return [f"{indent}{head}", *middle, f"{indent}{tail}"]
+
+
+def _last_bracket_pair(text: str) -> tuple[int, int] | None:
+    """(just after the opening bracket, at the closing one) of the last bracket pair of one line of code."""
+    import io
+    import tokenize
+
+    try:
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.OP]
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    closers = [i for i, t in enumerate(tokens) if t.string in _CLOSERS]
+    if not closers:
+        return None
+    depth = 0
+    for index in range(closers[-1], -1, -1):
+        token = tokens[index].string
+        depth += token in _CLOSERS
+        depth -= token in _OPENERS
+        if depth == 0:
+            return tokens[index].end[1], tokens[closers[-1]].start[1]
+    return None
+
+
+def _top_level_commas(text: str) -> list[str]:
+    """The parts of `text` between its commas outside brackets and strings (a trailing comma dropped)."""
+    import io
+    import tokenize
+
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return [text]
+    parts, depth, begin = [], 0, 0
+    for token in tokens:
+        if token.type != tokenize.OP:
+            continue
+        if token.string in _OPENERS:
+            depth += 1
+        elif token.string in _CLOSERS:
+            depth -= 1
+        elif token.string == "," and depth == 0:
+            parts.append(text[begin : token.start[1]].strip())
+            begin = token.end[1]
+    last = text[begin:].strip()
+    return parts + ([last] if last else [])
 
 
 IMPORTED = "; imported "
@@ -182,18 +279,18 @@ def parse_marker(comment: str) -> tuple[str, list[str]] | None:
     return attribute, [n.strip() for n in imported.split(",") if n.strip()]
 
 
-def _fits(line: str) -> bool:
-    return len(line.expandtabs(4)) <= LINE_LENGTH
+def _fits(line: str, width: int) -> bool:
+    return len(line.expandtabs(4)) <= width
 
 
-def render_delegation(delegation: Delegation, unit: str = "    ", newline: str = "\n") -> str:
+def render_delegation(delegation: Delegation, unit: str = "    ", newline: str = "\n", width: int = LINE_LENGTH) -> str:
     """The source text of one delegating member, at class-body indentation (a settable one: the property,
-    a blank line, its setter)."""
+    a blank line, its setter), laid out for black at `width` columns."""
     if delegation.style == "settable":
-        getter = render_delegation(replace(delegation, style="property"), unit, newline)
-        return getter + newline + render_setter(replace(delegation, style="setter"), unit, newline)
+        getter = render_delegation(replace(delegation, style="property"), unit, newline, width)
+        return getter + newline + render_setter(replace(delegation, style="setter"), unit, newline, width)
     if delegation.style == "setter":
-        return render_setter(delegation, unit, newline)
+        return render_setter(delegation, unit, newline, width)
     if delegation.style == "learned":
         holder = cst.ClassDef(name=cst.Name("C"), body=cst.IndentedBlock(body=[learned_statement(delegation, unit, newline)]))
         code = cst.Module(body=[holder], default_indent=unit, default_newline=newline).code
@@ -210,30 +307,32 @@ def render_delegation(delegation: Delegation, unit: str = "    ", newline: str =
     returns = f" -> {_code(delegation.returns.annotation)}" if delegation.returns is not None else ""
     keyword = "async def" if delegation.is_async else "def"
     params = ["self"] if delegation.style == "property" else signature.params
-    lines += fit_call(i1, unit, f"{keyword} {name}(", params, f"){returns}:")
+    lines += fit_call(i1, unit, f"{keyword} {name}(", params, f"){returns}:", width)
     lines.append(f'{i2}"""Forward to ``self.{attr}`` (EAGLE-3 speculative decoding)."""')
     me = "self" if delegation.style == "property" else signature.receiver
     message = f'f"{{{me}.__class__.__name__}}.{attr} has no {name}"'
     if "hasattr" not in signature.names:  # upstream's shape: look before you leap
         lines.append(f"{i2}{local} = {me}.{attr}")
         condition = f'{local} is None or not hasattr({local}, "{name}")'
-        if _fits(f"{i2}if {condition}:"):
+        if _fits(f"{i2}if {condition}:", width):
             lines.append(f"{i2}if {condition}:")
-        else:
-            lines += fit_call(i2, unit, "if (", [condition], "):")
-        lines += fit_call(i3, unit, "raise AttributeError(", [message], ")")
+        elif _fits(f"{i3}{condition}", width):
+            lines += fit_call(i2, unit, "if (", [condition], "):", width)
+        else:  # no room in parentheses either: black splits at hasattr's own
+            lines += fit_call(i2, unit, f"if {local} is None or not hasattr(", [local, f'"{name}"'], "):", width)
+        lines += fit_call(i3, unit, "raise AttributeError(", [message], ")", width)
         target = f"{local}.{name}"
     else:  # a parameter shadows hasattr: ask forgiveness instead, with no builtin but AttributeError
         lines.append(f"{i2}try:")
         lines.append(f"{i3}{local} = {me}.{attr}.{name}")
         lines.append(f"{i2}except AttributeError:")
-        lines += fit_call(i3, unit, "raise AttributeError(", [message], ") from None")
+        lines += fit_call(i3, unit, "raise AttributeError(", [message], ") from None", width)
         target = local
     if delegation.style == "property":
         lines.append(f"{i2}return {target}")
     else:
         awaited = "await " if delegation.is_async else ""
-        lines += fit_call(i2, unit, f"return {awaited}{target}(", signature.args, ")")
+        lines += fit_call(i2, unit, f"return {awaited}{target}(", signature.args, ")", width)
     return newline.join(lines) + newline
 
 
@@ -244,7 +343,7 @@ def learned_statement(delegation: Delegation, unit: str = "    ", newline: str =
     return delegation.learned.with_changes(leading_lines=[cst.EmptyLine(indent=False), marker])
 
 
-def render_setter(delegation: Delegation, unit: str = "    ", newline: str = "\n") -> str:
+def render_setter(delegation: Delegation, unit: str = "    ", newline: str = "\n", width: int = LINE_LENGTH) -> str:
     """The setter of a forwarding property: `model.x = value` on the wrapper sets it on the inner model."""
     attr, name = delegation.inner_attribute, delegation.name
     i1, i2, i3 = unit, unit * 2, unit * 3
@@ -253,7 +352,7 @@ def render_setter(delegation: Delegation, unit: str = "    ", newline: str = "\n
     lines.append(f'{i2}"""Forward to ``self.{attr}`` (EAGLE-3 speculative decoding)."""')
     lines.append(f"{i2}inner = self.{attr}")
     lines.append(f"{i2}if inner is None:")
-    lines += fit_call(i3, unit, "raise AttributeError(", [message], ")")
+    lines += fit_call(i3, unit, "raise AttributeError(", [message], ")", width)
     lines.append(f"{i2}inner.{name} = value")
     return newline.join(lines) + newline
 
@@ -301,9 +400,10 @@ class AddDelegations(VisitorBasedCodemodCommand):
 
     DESCRIPTION = "Forward EAGLE-3 members from wrapper classes to the model they hold."
 
-    def __init__(self, context: CodemodContext, delegations: dict[str, list[Delegation]]):
+    def __init__(self, context: CodemodContext, delegations: dict[str, list[Delegation]], line_length: int = LINE_LENGTH):
         super().__init__(context)
         self.delegations = delegations
+        self.line_length = line_length  # black's, in the target tree (patcher/style.py)
         self.added: dict[str, list[str]] = {}
         self._module: cst.Module | None = None
 
@@ -341,7 +441,7 @@ class AddDelegations(VisitorBasedCodemodCommand):
             if delegation.style == "learned":  # a node already: its strings and comments stay as they were
                 new_statements.append(learned_statement(delegation, unit, newline))
                 continue
-            text = render_delegation(delegation, unit, newline)
+            text = render_delegation(delegation, unit, newline, self.line_length)
             # a statement first, so the marker comment belongs to the def, not the module header
             parsed = cst.parse_module("pass" + newline + _dedent(text, unit), config=module.config_for_parsing)
             blank = cst.EmptyLine(indent=False, newline=cst.Newline())

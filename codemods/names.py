@@ -9,7 +9,7 @@ import libcst as cst
 MARKER = "# eaglepatch: forwards to self."
 LEARNED = "# eaglepatch: learned from "  # a hook body taken from another class of the tree (patcher/synthesize.py)
 NOTE = "# eaglepatch: "  # the prefix of the line under the marker saying why a signature is not the inner's
-LINE_LENGTH = 88
+LINE_LENGTH = 88  # black's default width; the target tree's own (patcher/style.py) is passed to each codemod
 
 
 def dotted_name(node: cst.CSTNode | None) -> str:

@@ -3,36 +3,64 @@
 AddImportsVisitor puts a new name into an existing `from m import (\\n    a,\\n    b,\\n)` as
 `X, a,` on one line; black would move it to a line of its own.  Copying a neighbour's comma
 layout keeps the file stable under black.  Only the names this run added are touched.
+
+The target tree's settings (patcher/style.py) come in as plain values: the width at which an import
+wraps (the narrower of black's and isort's), isort's `force_sort_within_sections` (where a new
+standard-library `from` line goes) and `order_by_type` (the order of names within one import).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 
 import libcst as cst
 
-from .names import dotted_name
+from .names import LINE_LENGTH, dotted_name
 
 
 class NormalizeAddedImports(cst.CSTTransformer):
-    def __init__(self, added: dict[str, set[str]], before: cst.Module | None = None):
+    def __init__(
+        self,
+        added: dict[str, set[str]],
+        before: cst.Module | None = None,
+        line_length: int = LINE_LENGTH,
+        force_sort_within_sections: bool = False,
+        order_by_type: bool = True,
+    ):
         super().__init__()
         self.added = added  # module -> names this run imports from it
         self.present = imported_from(before) if before is not None else {}  # what the file imported already
+        self.line_length = line_length  # an import longer than this wraps, one name per line
+        self.force_sort = force_sort_within_sections
+        self.order_by_type = order_by_type
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         return False  # imports that AddImportsVisitor touches are at module level
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         """A `from <stdlib module> import ...` line this run added goes into the file's standard-library
-        block, in isort's order, rather than after the last import (where isort would move it from)."""
+        block, in isort's order, rather than after the last import (where isort would move it from); a
+        `from <package> import ...` line, into the block of imports from the same top-level package, when
+        the file has one (one paragraph, in isort's order: one isort section)."""
         body = list(updated_node.body)
-        for index, statement in enumerate(list(body)):
+        for statement in [s for s in body if _new_from_import(s, self.added, self.present) is not None]:
             module = _new_from_import(statement, self.added, self.present)
-            if module is None or not _is_stdlib(module):
-                continue
+            assert module is not None, "listed above"
+            index = next(i for i, s in enumerate(body) if s is statement)
             rest = body[:index] + body[index + 1 :]
-            at = _stdlib_place(rest, module)
+            if not _is_stdlib(module):
+                at = _package_place(rest, statement, module, self.force_sort, self.order_by_type)
+                if at is None or at == index:
+                    continue
+                moved = statement.with_changes(leading_lines=[])
+                if at < len(rest) and _blank_before(rest[at]):  # the paragraph's first line: it keeps the blank lines
+                    moved = moved.with_changes(leading_lines=rest[at].leading_lines)
+                    rest[at] = rest[at].with_changes(leading_lines=[])
+                rest.insert(at, moved)
+                body = rest
+                continue
+            at = _stdlib_place(rest, statement, self.force_sort, self.order_by_type)
             if at is None:  # no standard-library block yet: it opens one before the file's first other import
                 at = next((i for i, s in enumerate(rest) if _opens_imports(s)), None)
                 if at is None or at == index or _new_from_import(rest[at], self.added, self.present) is not None:
@@ -61,11 +89,12 @@ class NormalizeAddedImports(cst.CSTTransformer):
         if not wanted or isinstance(updated_node.names, cst.ImportStar):
             return updated_node
         new = wanted - self.present.get(module, set())
-        return _sorted_in(self._laid_out(updated_node, wanted), new) if new else self._laid_out(updated_node, wanted)
+        laid_out = self._laid_out(updated_node, wanted)
+        return _sorted_in(laid_out, new, self.order_by_type) if new else laid_out
 
     def _laid_out(self, updated_node: cst.ImportFrom, wanted: set[str]) -> cst.ImportFrom:
         if updated_node.lpar is None:
-            return _explode_if_long(updated_node)
+            return _explode_if_long(updated_node, self.line_length)
         names = _aliases(updated_node)
         layout = next(
             (
@@ -92,12 +121,11 @@ class NormalizeAddedImports(cst.CSTTransformer):
         return updated_node.with_changes(names=fixed)
 
 
-LINE_LENGTH = 88
-
-
-def isort_key(name: str) -> tuple[int, str]:
-    """isort's order of names in a `from` import (order_by_type, not case sensitive)."""
-    if name.isupper() and len(name) > 1:
+def isort_key(name: str, order_by_type: bool = True) -> tuple[int, str]:
+    """isort's order of names in a `from` import (order_by_type: CONSTANTS, Classes, the rest; not case sensitive)."""
+    if not order_by_type:
+        group = 0
+    elif name.isupper() and len(name) > 1:
         group = 0  # CONSTANT
     elif name[:1].isupper():
         group = 1  # Class
@@ -106,20 +134,20 @@ def isort_key(name: str) -> tuple[int, str]:
     return group, name.lower()
 
 
-def _sorted_in(node: cst.ImportFrom, wanted: set[str]) -> cst.ImportFrom:
+def _sorted_in(node: cst.ImportFrom, wanted: set[str], order_by_type: bool = True) -> cst.ImportFrom:
     """The added names moved to their isort place; each position keeps its comma."""
     names = _aliases(node)
     if not isinstance(node.names, (list, tuple)) or len(names) < 2:
         return node
     added = [a for a in names if dotted_name(a.name) in wanted]
     kept = [a for a in names if dotted_name(a.name) not in wanted]
-    keys = [isort_key(_local(a)) for a in kept]
+    keys = [isort_key(_local(a), order_by_type) for a in kept]
     if keys != sorted(keys):
         return node  # the file keeps its own order: isort would rewrite it anyway
     ordered = list(kept)
-    for alias in sorted(added, key=lambda a: isort_key(_local(a))):
-        key = isort_key(_local(alias))
-        at = next((i for i, other in enumerate(ordered) if isort_key(_local(other)) > key), len(ordered))
+    for alias in sorted(added, key=lambda a: isort_key(_local(a), order_by_type)):
+        key = isort_key(_local(alias), order_by_type)
+        at = next((i for i, other in enumerate(ordered) if isort_key(_local(other), order_by_type) > key), len(ordered))
         ordered.insert(at, alias)
     if ordered == names:
         return node
@@ -145,30 +173,111 @@ def _new_from_import(statement, added: dict[str, set[str]], present: dict[str, s
     return module
 
 
-def _stdlib_import(statement) -> tuple[int, str] | None:
-    """(0 for `import m`, 1 for `from m import`; m) of a top-level standard-library import line."""
+def _stdlib_import(statement, force_sort: bool = False, order_by_type: bool = True) -> tuple[int, str] | None:
+    """isort's sort key of a top-level standard-library import line: (0 for `import m`, 1 for `from m
+    import`; m); with force_sort_within_sections, (0, the line unwrapped without `from `/`import `),
+    case-sensitive under order_by_type as isort's section_key is."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    key: tuple[int, str] | None = None
+    if isinstance(small, cst.Import):
+        modules = [dotted_name(a.name) for a in small.names]
+        if modules and all(_is_stdlib(m) for m in modules):
+            key = (0, modules[0].lower()) if not force_sort else (0, ", ".join(_alias_text(a) for a in small.names))
+    elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+        module = dotted_name(small.module)
+        if _is_stdlib(module) and not isinstance(small.names, cst.ImportStar):
+            names = ", ".join(_alias_text(a) for a in small.names)
+            key = (1, module.lower()) if not force_sort else (0, f"{module} import {names}")
+        elif _is_stdlib(module):
+            key = (1, module.lower()) if not force_sort else (0, f"{module} import *")
+    if key is not None and force_sort and not order_by_type:
+        key = (key[0], key[1].lower())
+    return key
+
+
+def _import_key(statement, force_sort: bool = False, order_by_type: bool = True) -> tuple | None:
+    """isort's sort key, within one section, of a top-level absolute import line (None for anything else):
+    `import m` lines before `from m import` lines, each by module name, case-insensitive, digits by value
+    (isort's natural order); with force_sort_within_sections, both kinds together, as `_stdlib_import`."""
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
         return None
     small = statement.body[0]
     if isinstance(small, cst.Import):
-        modules = [dotted_name(a.name) for a in small.names]
-        return (0, modules[0].lower()) if modules and all(_is_stdlib(m) for m in modules) else None
-    if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+        text = ", ".join(_alias_text(a) for a in small.names)
+        kind, module = 0, dotted_name(small.names[0].name)
+    elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
         module = dotted_name(small.module)
-        return (1, module.lower()) if _is_stdlib(module) else None
+        names = "*" if isinstance(small.names, cst.ImportStar) else ", ".join(_alias_text(a) for a in small.names)
+        kind, text = 1, f"{module} import {names}"
+    else:
+        return None
+    if not force_sort:
+        return (kind, *_natural(module.lower()))
+    return (0, *_natural(text if order_by_type else text.lower()))
+
+
+def _natural(text: str) -> tuple:
+    """isort's natural order: runs of digits compare as numbers (`v2` before `v10`)."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))  # str, int, str, ...: aligned
+
+
+def _top_package(statement) -> str | None:
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.Import):
+        tops = {dotted_name(a.name).split(".")[0] for a in small.names}
+        return tops.pop() if len(tops) == 1 else None
+    if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+        return dotted_name(small.module).split(".")[0]
     return None
 
 
-def _stdlib_place(body: list, module: str) -> int | None:
-    """Where isort (profile black) puts `from module import ...` among the top-level standard-library
-    imports: after every `import m` and every `from` line of a smaller module; None without such a block."""
-    block = [(i, key) for i, s in enumerate(body) if (key := _stdlib_import(s)) is not None]
+def _blank_before(statement) -> bool:
+    return any(line.comment is None for line in statement.leading_lines)
+
+
+def _package_place(body: list, statement, module: str, force_sort: bool = False, order_by_type: bool = True) -> int | None:
+    """Where isort puts the new `from module import ...` line `statement`: among the file's imports from the
+    same top-level package and the lines of their paragraph (isort separates sections by a blank line), in
+    isort's order; None when the file has no such import, has them in two paragraphs, or out of order."""
+    top = module.split(".")[0]
+    same = [i for i, s in enumerate(body) if _top_package(s) == top]
+    if not same:
+        return None
+    first, last = same[0], same[-1]
+    while first > 0 and not _blank_before(body[first]) and _import_key(body[first - 1]) is not None:
+        first -= 1
+    while last + 1 < len(body) and not _blank_before(body[last + 1]) and _import_key(body[last + 1]) is not None:
+        last += 1
+    if any(_blank_before(body[i]) or _import_key(body[i]) is None for i in range(first + 1, last + 1)):
+        return None
+    keys = [_import_key(body[i], force_sort, order_by_type) for i in range(first, last + 1)]
+    mine = _import_key(statement, force_sort, order_by_type)
+    if mine is None or keys != sorted(keys):  # type: ignore[type-var]  # every key is a tuple here
+        return None
+    return next((first + offset for offset, key in enumerate(keys) if key > mine), last + 1)  # type: ignore[operator]
+
+
+def _alias_text(alias: cst.ImportAlias) -> str:
+    asname = alias.asname
+    return f"{dotted_name(alias.name)} as {dotted_name(asname.name)}" if asname is not None else dotted_name(alias.name)
+
+
+def _stdlib_place(body: list, statement, force_sort: bool = False, order_by_type: bool = True) -> int | None:
+    """Where isort (profile black) puts the `from module import ...` line `statement` among the top-level
+    standard-library imports: after every `import m` and every `from` line of a smaller module (with
+    force_sort_within_sections: after every line that sorts before it); None without such a block."""
+    block = [(i, key) for i, s in enumerate(body) if (key := _stdlib_import(s, force_sort, order_by_type)) is not None]
     if not block:
         return None
     first, last = block[0][0], block[-1][0]
     if any(_stdlib_import(body[i]) is None and isinstance(body[i], cst.SimpleStatementLine) and _is_import(body[i]) for i in range(first, last)):
         return None  # standard-library imports mixed with others: not isort's layout, leave it
-    mine = (1, module.lower())
+    mine = _stdlib_import(statement, force_sort, order_by_type)
+    assert mine is not None, "only a standard-library `from` line is placed"
     for i, key in block:
         if key > mine:
             return i
@@ -208,9 +317,10 @@ def _local(alias: cst.ImportAlias) -> str:
     return dotted_name(alias.name)
 
 
-def _explode_if_long(node: cst.ImportFrom) -> cst.ImportFrom:
-    """A merged one-line import past the line length, laid out one name per line as black does."""
-    if len(cst.Module(body=[]).code_for_node(node)) <= LINE_LENGTH:
+def _explode_if_long(node: cst.ImportFrom, width: int = LINE_LENGTH) -> cst.ImportFrom:
+    """A merged one-line import past `width` columns, laid out one name per line as black (and isort's
+    black profile) does."""
+    if len(cst.Module(body=[]).code_for_node(node)) <= width:
         return node
 
     def wrap(last_line: str) -> cst.ParenthesizedWhitespace:

@@ -21,7 +21,7 @@ from libcst.codemod.visitors import GatherUnusedImportsVisitor
 from libcst.metadata import MetadataWrapper
 
 from .add_delegations import Delegation, _dedent, learned_digest, parse_marker, render_delegation
-from .names import dotted_name
+from .names import LINE_LENGTH, dotted_name
 from .normalize_imports import _blank_prefix, _opens_imports
 
 
@@ -34,9 +34,9 @@ def _marker(func: cst.FunctionDef) -> tuple[str, list[str]] | None:
     return None
 
 
-def _is_pristine(func: cst.FunctionDef, attribute: str, module: cst.Module, unit: str) -> bool:
-    """True when the method is byte for byte what eaglepatch would write for its own signature (a learned
-    body: what it was when written, as its marker's digest says)."""
+def _is_pristine(func: cst.FunctionDef, attribute: str, module: cst.Module, unit: str, widths: tuple[int, ...] = (LINE_LENGTH,)) -> bool:
+    """True when the method is byte for byte what eaglepatch would write for its own signature at one of
+    the line lengths `widths` (a learned body: what it was when written, as its marker's digest says)."""
     if attribute.startswith("learned:"):
         return learned_digest(func, unit, module.default_newline) == attribute.partition(":")[2]
     decorators = [dotted_name(d.decorator) for d in func.decorators]
@@ -50,18 +50,22 @@ def _is_pristine(func: cst.FunctionDef, attribute: str, module: cst.Module, unit
         is_async=func.asynchronous is not None,
     )
     newline = module.default_newline
-    expected = _dedent(render_delegation(delegation, unit, newline), unit)
     printer = cst.Module(body=[], default_indent=unit, default_newline=newline)
     actual = printer.code_for_node(func.with_changes(leading_lines=[]))
-    return actual == expected.split(newline, 1)[1]  # the marker line is in leading_lines
+    for width in widths:
+        expected = _dedent(render_delegation(delegation, unit, newline, width), unit)
+        if actual == expected.split(newline, 1)[1]:  # the marker line is in leading_lines
+            return True
+    return False
 
 
 class RemoveDelegations(VisitorBasedCodemodCommand):
     DESCRIPTION = "Remove delegating members that eaglepatch added."
 
-    def __init__(self, context: CodemodContext, bound_elsewhere: frozenset[str] = frozenset()):
+    def __init__(self, context: CodemodContext, bound_elsewhere: frozenset[str] = frozenset(), widths: tuple[int, ...] = (LINE_LENGTH,)):
         super().__init__(context)
         self.bound_elsewhere = bound_elsewhere  # names the file's star imports provide anyway
+        self.widths = widths  # the line lengths apply may have written at: the tree's, black's default
         self.removed: dict[str, list[str]] = {}
         self.kept: dict[str, list[str]] = {}  # marked but edited by hand
         self._module: cst.Module | None = None
@@ -93,7 +97,7 @@ class RemoveDelegations(VisitorBasedCodemodCommand):
             attribute, imported = marker
             # the blank line eaglepatch put before the marker is part of what it added
             leading = list(stmt.leading_lines)
-            if _is_pristine(stmt, attribute, module, unit) and leading and leading[0].comment is None:
+            if _is_pristine(stmt, attribute, module, unit, self.widths) and leading and leading[0].comment is None:
                 self.removed.setdefault(updated_node.name.value, []).append(stmt.name.value)
                 self._imported |= set(imported)
             else:

@@ -304,6 +304,7 @@ def _result_cache(path, model, consumer, all_models, ignore, installed, python, 
     from . import __version__
     from .errors import EaglepatchError
     from .pipeline import Selection, resolve_selection
+    from .style import style_files
 
     selection = Selection(path, list(model or []), all_models, list(consumer or []), list(ignore or []), installed, python)
     try:
@@ -328,6 +329,7 @@ def _result_cache(path, model, consumer, all_models, ignore, installed, python, 
         "output": cache.output_environment(sys.stdout),
     }
     outside = [c for c in consumers if tree.srt not in c.parents]
+    outside += style_files(tree.models, tree.given)  # black's width decides whether a learned body fits
     deps = cache.dependencies(tree.srt, outside + ([Path(baseline_file)] if baseline_file else []))
     return cache.ResultCache(key, deps), resolved
 
@@ -370,7 +372,7 @@ def _edits(analysis):
     for warning in analysis.warnings:
         typer.echo(f"eaglepatch: warning: {warning}", err=True)
 
-    edits, errors = build_edits(analysis.cache, analysis.tree, analysis.plans)
+    edits, errors = build_edits(analysis.cache, analysis.tree, analysis.plans, analysis.style)
     for error in errors:
         typer.echo(f"eaglepatch: error: {error}", err=True)
     return [e for e in edits if e.changed], errors
@@ -535,11 +537,13 @@ def revert(
     from .errors import EaglepatchError
     from .pipeline import Selection, resolve_selection
     from .source import SourceCache
+    from .style import load_style
 
     try:
         tree, selection, _ = resolve_selection(Selection(path, list(model or []), all_models, installed=installed, python=python))
         cache = SourceCache(tree.srt)
-        edits, errors, kept = revert_edits(cache, tree, None if selection.all_models else selection.models)
+        style = load_style(tree.models, tree.given)
+        edits, errors, kept = revert_edits(cache, tree, None if selection.all_models else selection.models, style)
     except EaglepatchError as exc:
         fail(str(exc))
     console = _console()

@@ -23,6 +23,7 @@ from .records import MemberPlan, ModelPlan
 from .resolve import one_path_per_file
 from .scopes import scope_of
 from .source import SourceCache, SourceFile
+from .style import DEFAULT_STYLE, FormatStyle
 from .synthesize import learned_synthesis
 from .verify import prove_edit
 
@@ -64,13 +65,13 @@ def module_names(cache: SourceCache, source: SourceFile, tree) -> set[str]:
 
 
 def delegation_for(
-    cache: SourceCache, tree, wrapper: SourceFile, entry: MemberPlan, spelling: WrapperSpelling | None = None, cls: str = ""
+    cache: SourceCache, tree, wrapper: SourceFile, entry: MemberPlan, spelling: WrapperSpelling | None = None, cls: str = "", line_length: int = LINE_LENGTH
 ) -> Delegation:
     """What to write for one member: a forwarding property with a setter when EAGLE-3 code assigns the
     member (a method too: the getter hands out the inner's bound method); else a method with the inner
     signature spelled the wrapper's way (or taking `*args, **kwargs`), or a read-only property."""
     if entry.fix is not None and entry.fix.kind == "synthesize":
-        return learned_for(cache, tree, wrapper, entry, spelling or WrapperSpelling(cache, tree, wrapper), cls)
+        return learned_for(cache, tree, wrapper, entry, spelling or WrapperSpelling(cache, tree, wrapper), cls, line_length)
     signature, attribute = entry.defined, entry.inner_attribute
     # a delegate fix is planned only for a member an inner model defines (plan._locate sets both together)
     assert signature is not None and attribute is not None, "a delegation needs the inner definition and attribute"
@@ -98,7 +99,9 @@ def delegation_for(
     return Delegation(name=entry.member.name, inner_attribute=attribute, style="property")
 
 
-def learned_for(cache: SourceCache, tree, wrapper: SourceFile, entry: MemberPlan, spelling: WrapperSpelling, cls: str) -> Delegation:
+def learned_for(
+    cache: SourceCache, tree, wrapper: SourceFile, entry: MemberPlan, spelling: WrapperSpelling, cls: str, line_length: int = LINE_LENGTH
+) -> Delegation:
     """The hook body the plan learned from another class (patcher/synthesize.py), retargeted to `cls`:
     its backbone attribute and config path, and every module-level name spelled the wrapper's way."""
     synthesis = learned_synthesis(entry)
@@ -130,7 +133,7 @@ def learned_for(cache: SourceCache, tree, wrapper: SourceFile, entry: MemberPlan
     receiver = (list(func.params.posonly_params) + list(func.params.params))[0].name.value
     retargeted = module.visit(Retarget(receiver, synthesis.renames(), spelled))
     unit = cache.parse_whole(wrapper).module.default_indent
-    learned = retargeted.visit(ExplodeLongLiterals(unit, LINE_LENGTH)).body[0]
+    learned = retargeted.visit(ExplodeLongLiterals(unit, line_length)).body[0]
     assert isinstance(learned, cst.FunctionDef), "retargeting a def keeps it a def"
     imports = dict.fromkeys([*form.imports, *pending.imports.values()])
     return Delegation(
@@ -152,9 +155,10 @@ def _decorator_name(decorator: cst.Decorator) -> str:
     return expr.value if isinstance(expr, cst.Name) else ""
 
 
-def build_edits(cache: SourceCache, tree, plans: list[ModelPlan]) -> tuple[list[FileEdit], list[EaglepatchError]]:
+def build_edits(cache: SourceCache, tree, plans: list[ModelPlan], style: FormatStyle = DEFAULT_STYLE) -> tuple[list[FileEdit], list[EaglepatchError]]:
     """One edit per wrapper file that has something missing, proven before it is returned (patcher/verify.py);
-    a file that fails, or whose patch fails the proof, is an error and does not stop the others."""
+    a file that fails, or whose patch fails the proof, is an error and does not stop the others.  Written
+    in the tree's own formatter `style` (patcher/style.py)."""
     by_file: dict[str, dict[str, list[MemberPlan]]] = {}
     for plan in plans:
         if plan.writes:
@@ -167,10 +171,10 @@ def build_edits(cache: SourceCache, tree, plans: list[ModelPlan]) -> tuple[list[
             adding = {cls: {entry.member.name for entry in entries} for cls, entries in classes.items()}
             spelling = WrapperSpelling(cache, tree, source, adding)
             delegations = {
-                cls: [delegation_for(cache, tree, source, entry, spelling, cls) for entry in entries]
+                cls: [delegation_for(cache, tree, source, entry, spelling, cls, style.line_length) for entry in entries]
                 for cls, entries in classes.items()
             }
-            edit = apply_codemod(source, delegations, cache.parse_whole(source).module)
+            edit = apply_codemod(source, delegations, cache.parse_whole(source).module, style)
             if edit.changed:
                 prove_edit(cache, tree, source, edit.updated, edit.added, classes)
             edits.append(edit)
@@ -179,7 +183,9 @@ def build_edits(cache: SourceCache, tree, plans: list[ModelPlan]) -> tuple[list[
     return edits, errors
 
 
-def apply_codemod(source: SourceFile, delegations: dict[str, list[Delegation]], module: cst.Module | None = None) -> FileEdit:
+def apply_codemod(
+    source: SourceFile, delegations: dict[str, list[Delegation]], module: cst.Module | None = None, style: FormatStyle = DEFAULT_STYLE
+) -> FileEdit:
     """The codemod run on `source` (already parsed: `module`, shared with the scope analysis)."""
     if module is None:
         try:
@@ -187,7 +193,7 @@ def apply_codemod(source: SourceFile, delegations: dict[str, list[Delegation]], 
         except cst.ParserSyntaxError as exc:
             raise syntax_error(source) or EaglepatchError(f"is not valid Python ({exc.message})", path=source.rel) from None
     context = CodemodContext(filename=str(source.path))
-    command = AddDelegations(context, delegations)
+    command = AddDelegations(context, delegations, style.line_length)
     updated = run_command(command, module)  # the command, then the imports it scheduled (codemods/contract.py)
     if context.scratch.get(AddImportsVisitor.CONTEXT_KEY):
         updated = space_opened_block(module, updated)
@@ -198,7 +204,7 @@ def apply_codemod(source: SourceFile, delegations: dict[str, list[Delegation]], 
                 if obj:
                     added.setdefault(module_name, set()).add(obj)
     if added:
-        updated = updated.visit(NormalizeAddedImports(added, module))
+        updated = updated.visit(NormalizeAddedImports(added, module, style.import_line_length, style.force_sort_within_sections, style.order_by_type))
     data = source.rewrite(module, updated)
     imports = sorted({_describe(i) for ds in delegations.values() for d in ds for i in d.imports})
     return FileEdit(source.path, source.rel, source.data, data, dict(command.added), imports)
@@ -215,9 +221,10 @@ def _marked(data: bytes, *markers: str) -> bool:
 
 
 def revert_edits(
-    cache: SourceCache, tree, models: list[str] | None
+    cache: SourceCache, tree, models: list[str] | None, style: FormatStyle = DEFAULT_STYLE
 ) -> tuple[list[FileEdit], list[EaglepatchError], list[tuple[str, list[str]]]]:
-    """Edits that remove eaglepatch's unchanged delegations: from the named model modules, or all of models/."""
+    """Edits that remove eaglepatch's unchanged delegations: from the named model modules, or all of models/
+    (a delegation counts as unchanged at the tree's line length, or at black's default)."""
     from .codemods.add_delegations import LEARNED, MARKER
     from .codemods.remove_delegations import RemoveDelegations
     from .star_imports import star_imported_names
@@ -244,7 +251,8 @@ def revert_edits(
                 module = cst.parse_module(source.text)
             except cst.ParserSyntaxError:
                 raise syntax_error(source) or EaglepatchError("is not valid Python; fix the syntax error", path=source.rel) from None
-            command = RemoveDelegations(CodemodContext(filename=str(path)), star_imported_names(cache, tree, source, module))
+            widths = tuple(dict.fromkeys((style.line_length, LINE_LENGTH)))
+            command = RemoveDelegations(CodemodContext(filename=str(path)), star_imported_names(cache, tree, source, module), widths)
             updated = run_command(command, module)
             for cls, names in command.kept.items():
                 kept.append((f"{source.rel}:{cls}", names))

@@ -23,6 +23,8 @@ def explain_json(analysis: Analysis, name: str) -> dict:
 
     member = analysis.protocol.members[name]
     data = protocol_json(member)
+    if analysis.style.sources:  # the tree configures its formatters: what would_write is laid out for
+        data["style"] = analysis.style.describe()
     data["models"] = []
     proven: dict[str, tuple] = {}  # wrapper file -> (its edit or None, the error that stopped it or None)
     for plan in analysis.plans:
@@ -67,7 +69,7 @@ def _proven_edit(analysis: Analysis, rel: str) -> tuple[FileEdit | None, Eaglepa
     from .edits import build_edits
 
     plans = [plan for plan in analysis.plans if plan.wrapper.path == rel]
-    edits, errors = build_edits(analysis.cache, analysis.tree, plans)
+    edits, errors = build_edits(analysis.cache, analysis.tree, plans, analysis.style)
     if errors:
         return None, errors[0]
     return next((edit for edit in edits if edit.changed), None), None
@@ -88,7 +90,9 @@ def _would_write(analysis: Analysis, plan, entry, edit, error) -> dict:
         from .edits import delegation_for
 
         source = analysis.cache.read(analysis.tree.srt / plan.wrapper.path)
-        out["would_write"] = render_delegation(delegation_for(analysis.cache, analysis.tree, source, entry, cls=cls))
+        width = analysis.style.line_length
+        delegation = delegation_for(analysis.cache, analysis.tree, source, entry, cls=cls, line_length=width)
+        out["would_write"] = render_delegation(delegation, width=width)
     except Exception:
         pass
     return out

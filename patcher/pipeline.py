@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from .errors import EaglepatchError
 from .locate import SourceTree, locate_tree
+from .style import DEFAULT_STYLE, FormatStyle
 
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
     from .records import ModelPlan, Protocol, Signature
@@ -25,6 +26,7 @@ class Analysis:
     plans: list[ModelPlan]
     warnings: list[str] = field(default_factory=list)
     all_models: bool = False
+    style: FormatStyle = DEFAULT_STYLE  # the tree's black and isort settings: what apply writes is laid out for them
 
     @property
     def missing_count(self) -> int:
@@ -99,6 +101,7 @@ def analyze(
     from .resolve import Resolver, select_wrappers
     from .roles import learn_roles
     from .source import SourceCache
+    from .style import load_style
     from .synthesize import HookLibrary
 
     if isinstance(path, Selection):
@@ -123,7 +126,8 @@ def analyze(
         static = any(getattr(d.decorator, "value", "") == "staticmethod" for d in node.decorators)
         return call_misfit(node.params, shape, is_method=not static)
 
-    library = HookLibrary(resolver, protocol)
+    style = load_style(tree.models, tree.given)
+    library = HookLibrary(resolver, protocol, style.line_length)
 
     def synthesize(entry, wrapper):
         return library.fit(entry, wrapper, shape_misfit)
@@ -143,7 +147,12 @@ def analyze(
             break
         written = now
         plans = plan_all()
-    return Analysis(tree, cache, protocol, plans, list(protocol.warnings) + resolver.warnings, all_models)
+    warnings = list(protocol.warnings) + resolver.warnings + [_not_followed(style, note) for note in style.not_followed]
+    return Analysis(tree, cache, protocol, plans, warnings, all_models, style)
+
+
+def _not_followed(style: FormatStyle, note: str) -> str:
+    return f"{note} ({', '.join(style.sources)}): apply does not lay out imports that way; run the tree's formatters after it"
 
 
 def _written(plan: ModelPlan) -> dict[str, Signature]:

@@ -464,6 +464,8 @@ def print_explain(data: dict, console: Console) -> None:
     for use in data["uses"]:
         table.add_row(use["at"], use["role"], "required" if use["required"] else "optional", use["guard"])
     console.print(table)
+    if "style" in data:
+        console.print(f"written for {data['style']}")
     for model in data["models"]:
         where = f" defined by {model['defined_by']} at {model['defined_at']}" if "defined_at" in model else ""
         console.print(f"\n{model['class']} ({model['file']}, {model['role']}): {model['status']}{where}")

@@ -14,9 +14,9 @@ import codecs
 import difflib
 import re
 from array import array
-from itertools import accumulate
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, TypeAlias, overload
 

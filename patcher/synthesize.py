@@ -129,6 +129,7 @@ class HookLibrary:
 
     resolver: Resolver
     protocol: Protocol
+    line_length: int = LINE_LENGTH  # black's width in the tree (patcher/style.py): a learned body must fit it
     _references: dict[str, list[Reference]] = field(default_factory=dict)
     _forwards: dict[tuple[Path, int], _ForwardFacts] = field(default_factory=dict)
     _examples: dict[str, Reference | None] = field(default_factory=dict)
@@ -337,7 +338,7 @@ class HookLibrary:
         synthesis = Synthesis(reference, backbone.attribute, config_path)
         too_long = self._overlong(synthesis)
         if too_long:
-            return None, f"retargeted, its line `{too_long.strip()}` would not fit {LINE_LENGTH} columns and black would re-wrap it"
+            return None, f"retargeted, its line `{too_long.strip()}` would not fit {self.line_length} columns and black would re-wrap it"
         return synthesis, ""
 
     def _overlong(self, synthesis: Synthesis) -> str:
@@ -347,10 +348,10 @@ class HookLibrary:
         node = _node_of(self.resolver.cache, synthesis.reference.signature)
         receiver = _receiver(node)
         assert receiver is not None, "a reference is a method (read_body refuses anything else)"
-        moved = cst.Module(body=[node]).visit(Retarget(receiver, renames)).visit(ExplodeLongLiterals("    ", LINE_LENGTH))
+        moved = cst.Module(body=[node]).visit(Retarget(receiver, renames)).visit(ExplodeLongLiterals("    ", self.line_length))
         func = moved.body[0]
         assert isinstance(func, cst.FunctionDef), "retargeting a def keeps it a def"
-        lines = overlong_lines(func, "    ", LINE_LENGTH)
+        lines = overlong_lines(func, "    ", self.line_length)
         return lines[0] if lines else ""
 
     def _backbone_misfit(self, reference: Reference, backbone: InnerModel) -> str:

@@ -151,6 +151,16 @@ def test_each_question_has_its_own_answer(srt, tmp_path, no_analysis):
     assert "set_embed_and_head" not in missing and "get_embed_and_head" in missing
 
 
+def test_a_formatter_configuration_that_appears_changes_the_answer(srt, tmp_path):
+    """black's width decides which learned bodies fit (patcher/style.py): its files are dependencies."""
+    first = json.loads(run("--format", "json", str(srt)).stdout)
+    assert not [w for w in first["warnings"] if "force_single_line" in w]
+    (srt / ".isort.cfg").write_text("[settings]\nprofile=black\nforce_single_line=true\n")
+    age(srt)
+    second = json.loads(run("--format", "json", str(srt)).stdout)
+    assert [w for w in second["warnings"] if "force_single_line" in w]
+
+
 def test_a_baseline_that_changes_changes_the_answer(srt, tmp_path):
     baseline = tmp_path / "baseline.json"
     assert run("--write-baseline", str(baseline), str(srt)).exit_code == 0

@@ -434,3 +434,86 @@ def test_overlong_lines():
     assert overlong_lines(func, "    ", 79) == [line]
     assert overlong_lines(func, "    ", 80) == []
     assert overlong_lines(func, "\t", 79) == ["\t\t" + line.lstrip()]  # a tab counts 4 columns, as 4 spaces do
+
+
+# --------------------------------------------------------------------------- the tree's line length (patcher/style.py)
+
+WIDE = Delegation(
+    "set_eagle3_layers_to_capture",
+    "language_model",
+    params=_params("(self, layer_ids: Optional[List[int]] = None, strict=False)"),
+)
+# the one-line signature is 96 columns: black wraps it at 88, keeps it at 100
+WIDE_DEF = "    def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None, strict=False):"
+
+
+@pytest.mark.parametrize(
+    "width, signature",
+    [
+        (100, [WIDE_DEF]),
+        (88, ["    def set_eagle3_layers_to_capture(", "        self, layer_ids: Optional[List[int]] = None, strict=False", "    ):"]),
+        (
+            60,
+            [
+                "    def set_eagle3_layers_to_capture(",
+                "        self,",
+                "        layer_ids: Optional[List[int]] = None,",
+                "        strict=False,",
+                "    ):",
+            ],
+        ),
+    ],
+    ids=["fits-100", "hugged-at-88", "exploded-at-60"],
+)
+def test_delegations_are_laid_out_at_the_trees_line_length(width, signature):
+    from eaglepatch.style import FormatStyle
+
+    assert len(WIDE_DEF) == 96
+    source = "from typing import List, Optional\n\n\nclass Wrapper:\n    def forward(self):\n        pass\n"
+    text = decode_source(Path("models/m.py"), "models/m.py", source.encode())
+    written = apply_codemod(text, {"Wrapper": [WIDE]}, style=FormatStyle(line_length=width)).updated.decode()
+    lines = written.splitlines()
+    start = lines.index(signature[0])
+    assert lines[start : start + len(signature)] == signature
+    assert black.format_str(written, mode=black.Mode(line_length=width)) == written
+    module = cst.parse_module(written)
+    assert module.visit(RemoveDelegations(CodemodContext(), widths=(width, 88))).code == source
+    if width != 88:  # read at another width, what was written is not eaglepatch's untouched text
+        assert module.visit(RemoveDelegations(CodemodContext())).code == written
+
+
+_NARROW = [
+    WIDE,
+    Delegation("get_embed_and_head_for_draft", "language_model", params=_params("(self, /, *, scale: float = 1.0, **options)")),
+    Delegation("hot_token_id", "model", style="property"),
+    Delegation("set_embed_and_head", "language_model", style="settable"),
+    Delegation("set_embed", "m", params=_params("(self, hasattr, *args, **kwargs)")),
+    Delegation(
+        "set_eagle3_layers_to_capture",
+        "language_model",
+        params=_params(
+            "(self, layer_ids: Optional[Sequence[Union[int, LayerSpec]]] = DEFAULT_AUX_LAYERS, /, capture: bool = True,"
+            " *more_ids: int, strict: bool = False, **extra: Dict[str, Any])"
+        ),
+    ),
+    Delegation(
+        "load_kv",
+        "language_model",
+        params=_params("(self, mapping: Dict[str, Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]] = None)"),
+        returns=_returns("EmbedAndHead"),
+    ),
+]
+
+
+def test_black_keeps_what_is_written_at_every_line_length_from_50_to_120():
+    """Black's layout is width-dependent in more ways than fit_call's three (an `if` condition that does
+    not fit its own parentheses splits at hasattr's): checked by black itself, width by width."""
+    from eaglepatch.style import FormatStyle
+
+    source = decode_source(Path("models/m.py"), "models/m.py", b"class Wrapper:\n    def forward(self):\n        pass\n")
+    moved = []
+    for width in range(50, 121):
+        written = apply_codemod(source, {"Wrapper": _NARROW}, style=FormatStyle(line_length=width)).updated.decode()
+        if black.format_str(written, mode=black.Mode(line_length=width)) != written:
+            moved.append(width)
+    assert not moved, f"black rewrites what was written at line lengths {moved}"

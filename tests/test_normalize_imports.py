@@ -77,3 +77,69 @@ def test_isort_key_is_isorts_order(names):
     line = f"from typing import {', '.join(reversed(names))}\n"
     sorted_line = isort.code(line, profile="black")
     assert sorted(names, key=isort_key) == sorted_line.split("import ")[1].strip().split(", ")
+
+
+# The tree's own settings (patcher/style.py): the width an import wraps at, isort's
+# force_sort_within_sections and order_by_type.  (source, names added, settings, expected); each
+# expected text is a fixed point of isort and black run with the same settings.
+LONG = {"sglang.srt.layers.quantization.base_config": {"QuantizationConfig", "QuantizeMethodBase"}}
+STYLED = [
+    pytest.param(
+        "from sglang.srt.layers.quantization.base_config import QuantizationConfig\n",
+        LONG,
+        {"line_length": 100},
+        "from sglang.srt.layers.quantization.base_config import QuantizationConfig, QuantizeMethodBase\n",
+        id="merged-line-of-94-fits-100",
+    ),
+    pytest.param(
+        "from sglang.srt.layers.quantization.base_config import QuantizationConfig\n",
+        LONG,
+        {"line_length": 88},
+        "from sglang.srt.layers.quantization.base_config import (\n    QuantizationConfig,\n    QuantizeMethodBase,\n)\n",
+        id="merged-line-of-94-wraps-at-88",
+    ),
+    pytest.param(
+        "import os\nfrom typing import Any\n",
+        {"typing": {"Any"}, "collections": {"OrderedDict"}},
+        {"line_length": 79, "force_sort_within_sections": True},
+        "from collections import OrderedDict\nimport os\nfrom typing import Any\n",
+        id="force-sort-within-sections-places-from-among-imports",
+    ),
+    pytest.param(
+        "import os\nfrom typing import Any\n",
+        {"typing": {"Any"}, "collections": {"OrderedDict"}},
+        {"line_length": 79},
+        "import os\nfrom collections import OrderedDict\nfrom typing import Any\n",
+        id="plain-imports-first-without-it",
+    ),
+    pytest.param(
+        "from typing import Any, Optional\n",
+        {"typing": {"TYPE_CHECKING", "cast"}},
+        {"line_length": 88, "order_by_type": False},
+        "from typing import Any, cast, Optional, TYPE_CHECKING\n",
+        id="order-by-type-off-is-case-insensitive",
+    ),
+    pytest.param(
+        "from typing import Any, Optional\n",
+        {"typing": {"TYPE_CHECKING", "cast"}},
+        {"line_length": 88},
+        "from typing import TYPE_CHECKING, Any, Optional, cast\n",
+        id="order-by-type",
+    ),
+]
+
+
+@pytest.mark.parametrize("source, add, settings, expected", STYLED)
+def test_added_imports_follow_the_trees_settings(source, add, settings, expected):
+    before = cst.parse_module(source)
+    context = CodemodContext()
+    for module, names in add.items():
+        for name in sorted(names):
+            AddImportsVisitor.add_needed_import(context, module, name)
+    merged = AddImportsVisitor(context).transform_module(before)
+    width = settings["line_length"]
+    fss, obt = settings.get("force_sort_within_sections", False), settings.get("order_by_type", True)
+    assert merged.visit(NormalizeAddedImports(add, before, width, fss, obt)).code == expected
+    config = isort.Config(profile="black", line_length=width, force_sort_within_sections=fss, order_by_type=obt)
+    assert isort.code(expected, config=config) == expected
+    assert black.format_str(expected, mode=black.Mode(line_length=width)) == expected
