@@ -442,6 +442,43 @@ def test_apply_all_keeps_every_module_importing(version, tmp_path, tmp_path_fact
     assert checked, f"sglang {version}: no patched module imports with stubs: the import check checked nothing"
 
 
+@pytest.mark.parametrize("version", VERSIONS[-1:])
+def test_latest_release_learned_hooks_apply_prove_and_revert(version, tmp_path, tmp_path_factory):
+    """The newest release's bare-backbone classes get hooks learned from other classes of the tree
+    (`synthesize`): after test_apply_all's `apply --all` each is forwarded and nothing is left to write;
+    `revert` (on a copy) takes every learned body out again, back to the release's own summary."""
+    import shutil
+
+    _, before, _ = all_report(version)
+    learned = {
+        (m["file"], m["class"], g["name"]): g["fix"]["from"]
+        for m in before["models"]
+        for g in m["missing"]
+        if g["fix"] and g["fix"]["kind"] == "synthesize"
+    }
+    capture = [key for key in learned if key[2] == "set_eagle3_layers_to_capture"]
+    assert learned and capture, "the newest release has bare-backbone classes with the plumbing and no hook"
+    for (_file, cls, _name), origin in learned.items():
+        assert origin.startswith("models/") and origin.split(":")[1] != cls
+
+    root, applied = applied_checkout(version, tmp_path_factory)
+    assert applied.returncode == 0, describe(applied)
+    copy = tmp_path / "python"
+    shutil.copytree(root / "python", copy)
+    after = json_report(eaglepatch("check", copy, "--all", "--format", "json"))
+    models = {(m["file"], m["class"]): m for m in after["models"]}
+    for file, cls, name in learned:
+        model = models[(file, cls)]
+        assert name not in {g["name"] for g in model["missing"]}, (cls, name)
+        assert name in {g["name"] for g in model["forwarded"]}, (cls, name)
+    assert not any(g["fix"] for m in after["models"] for g in m["missing"]), "one apply leaves nothing to write"
+
+    reverted = eaglepatch("revert", copy)
+    assert reverted.returncode == 0, describe(reverted)
+    again = json_report(eaglepatch("check", copy, "--all", "--format", "json"))
+    assert again["summary"] == before["summary"]
+
+
 # --------------------------------------------------------------------------- 4. discovery
 
 

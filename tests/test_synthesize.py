@@ -397,38 +397,6 @@ def test_a_body_is_not_taken_to_a_layer_of_another_kind(tree: Path):
 # --------------------------------------------------------------------------- the newest real release
 
 
-@pytest.mark.integration
-def test_latest_release_learned_hooks_apply_prove_and_leave_the_gate_clean(checkout_of):
-    from sglang_releases import latest_release
-
-    root = checkout_of(latest_release())
-    code, before = check(root)
-    learned = {
-        (m["file"], m["class"], g["name"]): g["fix"]["from"]
-        for m in before["models"]
-        for g in m["missing"]
-        if g["fix"] and g["fix"]["kind"] == "synthesize"
-    }
-    capture = [key for key in learned if key[2] == "set_eagle3_layers_to_capture"]
-    assert learned and capture, "the newest release has bare-backbone classes with the plumbing and no hook"
-    for (_file, cls, _name), origin in learned.items():
-        assert origin.startswith("models/") and origin.split(":")[1] != cls
-
-    result = invoke("apply", root, "--all")
-    assert result.exit_code == 0, result.output
-    _, after = check(root)
-    models = by_class_and_file(after)
-    for file, cls, name in learned:
-        model = models[(file, cls)]
-        assert name not in {g["name"] for g in model["missing"]}, (cls, name)
-        assert name in {g["name"] for g in model["forwarded"]}, (cls, name)
-    assert not any(g["fix"] for m in after["models"] for g in m["missing"]), "one apply leaves nothing to write"
-    # revert takes every learned body out again
-    assert invoke("revert", root).exit_code == 0
-    _, reverted = check(root)
-    assert reverted["summary"] == before["summary"]
-
-
 def by_class_and_file(data: dict) -> dict[tuple[str, str], dict]:
     return {(m["file"], m["class"]): m for m in data["models"]}
 
