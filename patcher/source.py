@@ -14,6 +14,7 @@ import codecs
 import difflib
 import re
 from array import array
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -405,6 +406,10 @@ def _bracket_delta(line: str) -> int:
     return sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
 
 
+MASKS_KEPT = 64
+_MASKED: deque[Outline] = deque()  # the outlines holding a mask, oldest first
+
+
 class _Ends(dict):
     """header index -> one past the block's last line, computed when first asked for."""
 
@@ -448,9 +453,13 @@ class Outline:
         self._masked: str | None = None
 
     def masked(self) -> str:
-        """`joined` masked (see `mask`), computed once per file."""
+        """`joined` masked (see `mask`).  Kept for the last MASKS_KEPT files that asked, not for every file a
+        run reads (a mask is as large as its file): an older file asks again at the cost of one regex pass."""
         if self._masked is None:
             self._masked = mask(self.joined)
+            _MASKED.append(self)
+            if len(_MASKED) > MASKS_KEPT:
+                _MASKED.popleft()._masked = None
         return self._masked
 
     def module_level(self, kind: str) -> list[str]:

@@ -439,3 +439,16 @@ def test_a_file_with_only_lf_newlines_keeps_its_lines_as_offsets_and_others_as_a
     for data, expected in [(b"class A:\r\n    x = 1\r\n", ["class A:", "    x = 1"]), (b"a = 1\n\fclass B:\n", ["a = 1", "class B:"])]:
         other = decode_source(Path("m.py"), "m.py", data)
         assert isinstance(other.lines, list) and other.lines == expected
+
+
+def test_masks_are_kept_for_the_last_files_only_and_made_again_when_asked():
+    from eaglepatch import source as src
+
+    outlines = [src.outline([f"x = '{i}'  # c", "def f():", "    pass"], f"x = '{i}'  # c\ndef f():\n    pass\n") for i in range(src.MASKS_KEPT + 5)]
+    first = outlines[0].masked()
+    for o in outlines[1:]:
+        o.masked()
+    held = [o for o in outlines if o._masked is not None]
+    assert len(held) <= src.MASKS_KEPT and outlines[-1] in held and outlines[0] not in held
+    assert outlines[0].masked() == first == src.mask(outlines[0].joined)  # made again, the same
+    assert outlines[0].ends[1] == 3  # block ends still answer after the mask was dropped
