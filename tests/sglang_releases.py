@@ -29,22 +29,24 @@ interpreter's ordinary pip configuration (index, proxy, certificates) applies.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
-import time
-import zipfile
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
-
-try:
-    import fcntl
-except ImportError:  # not POSIX: no lock; the renames alone keep the cache whole
-    fcntl = None
+from release_cache import (
+    ReleaseError,
+    check_version,
+    commit_checkout,
+    copy_tree,
+    extract_sources,
+    pip_failure,
+    publish_tree,
+    release_lock,
+    run_pip,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RELEASES_FILE = Path(__file__).resolve().parent / "releases.txt"
@@ -66,10 +68,6 @@ _FALLBACK_WHEEL_TARGET = [
     "--platform", "manylinux2014_x86_64",
     "--platform", "any",
 ]
-
-
-class ReleaseError(RuntimeError):
-    """A release could not be fetched, listed or unpacked."""
 
 
 # --------------------------------------------------------------------------- paths
@@ -95,71 +93,21 @@ def _trees_dir() -> Path:
     return path
 
 
-@contextlib.contextmanager
 def _release_lock(version: str):
-    """Exclusive, per version, across processes: held while ``version`` is fetched or unpacked.
-
-    The lock lives on an open file (``flock``), so the kernel drops it when its holder
-    exits, however it exits: a killed worker never leaves a stale lock behind.
-    Re-entrant within one process is not needed: ``site_packages`` takes it once
-    and calls the unlocked ``_download_wheel``.
-    """
-    if fcntl is None:
-        yield
-        return
-    locks = cache_dir() / "locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{version}.lock", "a+b") as fh:
-        deadline = time.monotonic() + _LOCK_TIMEOUT_SECONDS
-        while True:
-            try:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise ReleaseError(
-                        f"waited {_LOCK_TIMEOUT_SECONDS}s for {locks / f'{version}.lock'}: "
-                        f"another process is still fetching {PACKAGE}=={version}"
-                    ) from None
-                time.sleep(0.2)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    return release_lock(cache_dir() / "locks", PACKAGE, version, _LOCK_TIMEOUT_SECONDS)
 
 
-def _check_version(version: str) -> str:
-    version = str(version).strip()
-    try:
-        Version(version)
-    except InvalidVersion:
-        raise ValueError(f"not a release version: {version!r}") from None
-    return version
+_check_version = check_version
 
 
 # --------------------------------------------------------------------------- pip
 
 
 def _run_pip(args: list[str]) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pip", *args]
-    try:
-        return subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            timeout=_PIP_TIMEOUT_SECONDS,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ReleaseError(f"could not run {' '.join(cmd)}: {exc}") from exc
+    return run_pip(args, _PIP_TIMEOUT_SECONDS)
 
 
-def _pip_failure(what: str, proc: subprocess.CompletedProcess) -> ReleaseError:
-    tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-15:])
-    return ReleaseError(
-        f"{what} failed (pip exit {proc.returncode}):\n"
-        f"  {' '.join(map(str, proc.args))}\n{tail}"
-    )
+_pip_failure = pip_failure
 
 
 # --------------------------------------------------------------------------- wheels
@@ -227,23 +175,8 @@ def _is_complete(root: Path) -> bool:
 
 
 def _extract_sources(wheel: Path, site: Path) -> int:
-    """Extract ``sglang/**/*.py`` from ``wheel`` into ``site``; return the count."""
-    count = 0
-    top = PACKAGE + "/"
-    with zipfile.ZipFile(wheel) as zf:
-        for info in zf.infolist():
-            name = info.filename
-            if info.is_dir() or not name.startswith(top) or not name.endswith(".py"):
-                continue
-            parts = name.split("/")
-            if any(part in ("", ".", "..") for part in parts):
-                continue  # never write outside the tree
-            dest = site.joinpath(*parts)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(info) as src, open(dest, "wb") as out:
-                shutil.copyfileobj(src, out)
-            count += 1
-    return count
+    """Extract the package's ``**/*.py`` from ``wheel`` into ``site``; return the count."""
+    return extract_sources(wheel, site, PACKAGE)
 
 
 def site_packages(version: str) -> Path:
@@ -271,35 +204,14 @@ def _publish_tree(version: str, root: Path) -> Path:
         # Not made by this module (it only ever publishes complete trees).
         shutil.rmtree(root, ignore_errors=True)
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=root.parent))
-    try:
-        count = _extract_sources(wheel, tmp / "site-packages")
-        if count == 0 or not (tmp / "site-packages" / PACKAGE / "srt").is_dir():
-            raise ReleaseError(f"{wheel.name} has no {PACKAGE}/srt/*.py files")
-        (tmp / _COMPLETE_MARKER).write_text(f"{wheel.name}\n{count} files\n")
-        tmp.chmod(0o755)  # mkdtemp makes it private; the tree is shared data
-        try:
-            os.rename(tmp, root)
-        except OSError:
-            # Published meanwhile by a process that took no lock (an older copy of this
-            # module, or a platform without flock); theirs is as good.
-            if not _is_complete(root):
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return root / "site-packages"
+    return publish_tree(root, wheel, _extract_sources, Path(PACKAGE, "srt"), _COMPLETE_MARKER)
 
 
 # --------------------------------------------------------------------------- copies
 
 
 def _copy_package(version: str, dest_pkg: Path) -> Path:
-    src = site_packages(version) / PACKAGE
-    dest_pkg.parent.mkdir(parents=True, exist_ok=True)
-    # copyfile: the copy gets fresh, writable permissions whatever the cache has.
-    shutil.copytree(src, dest_pkg, copy_function=shutil.copyfile, dirs_exist_ok=True)
-    return dest_pkg
+    return copy_tree(site_packages(version) / PACKAGE, dest_pkg)
 
 
 def make_checkout(version: str, dest: Path) -> Path:
@@ -308,20 +220,10 @@ def make_checkout(version: str, dest: Path) -> Path:
     ``dest/python/sglang/...`` holds the release's sources, committed on branch
     ``main`` as "sglang <version>". Returns ``dest``.
     """
-    import git  # GitPython
-
     version = _check_version(version)
     dest = Path(dest)
     _copy_package(version, dest / "python" / PACKAGE)
-    repo = git.Repo.init(dest, initial_branch="main")
-    with repo.config_writer() as cw:
-        cw.set_value("user", "name", "eaglepatch tests")
-        cw.set_value("user", "email", "eaglepatch-tests@example.invalid")
-        cw.set_value("commit", "gpgsign", "false")
-    repo.git.add("--all")
-    repo.git.commit("--no-verify", "-q", "-m", f"{PACKAGE} {version}")
-    repo.close()
-    return dest
+    return commit_checkout(dest, f"{PACKAGE} {version}")
 
 
 def make_site_packages_copy(version: str, dest: Path) -> Path:

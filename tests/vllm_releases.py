@@ -15,33 +15,32 @@ Which releases the tests use is pinned in ``tests/vllm_releases.txt`` (oldest
 first): a handful chosen to span the changes of the EAGLE-3 interface, not every
 release (see the file's header).
 
-Several processes may want the same release at once (pytest-xdist workers, two
-``make test`` runs): the download and the extraction of a version happen under an
-exclusive ``flock`` on its lock file, and the cache is looked at again once the
-lock is held, so one process downloads and the others wait and then read what it
-published. The tree is published with one rename, so a reader that takes no lock
-never sees a partial tree.
-
-Under ``EAGLEPATCH_OFFLINE=1`` a release that is not cached is an error raised
-before pip runs (tests/conftest.py also keeps pip off the index in that mode).
-Every network access goes through ``sys.executable -m pip`` so that the
-interpreter's ordinary pip configuration (index, proxy, certificates) applies.
+Locking, pip and publishing are tests/release_cache.py's, shared with the SGLang cache: one
+process downloads a release while the others wait, a tree is published with one rename, and under
+``EAGLEPATCH_OFFLINE=1`` a release that is not cached is an error raised before pip runs.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import zipfile
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-from sglang_releases import ReleaseError, parse_index_versions, read_releases
+from release_cache import (
+    ReleaseError,
+    check_version,
+    commit_checkout,
+    copy_tree,
+    extract_sources,
+    pip_failure,
+    publish_tree,
+    release_lock,
+    run_pip,
+)
+from sglang_releases import parse_index_versions, read_releases
 
 try:
     import fcntl
@@ -103,68 +102,21 @@ def _subdir(name: str) -> Path:
     return path
 
 
-@contextlib.contextmanager
 def _release_lock(version: str):
-    """Exclusive, per version, across processes: held while ``version`` is fetched and unpacked.
-
-    The lock lives on an open file (``flock``), so the kernel drops it when its holder
-    exits, however it exits: a killed worker never leaves a stale lock behind.
-    """
-    if fcntl is None:
-        yield
-        return
-    lock = _subdir("locks") / f"{version}.lock"
-    with open(lock, "a+b") as fh:
-        deadline = time.monotonic() + _LOCK_TIMEOUT_SECONDS
-        while True:
-            try:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise ReleaseError(
-                        f"waited {_LOCK_TIMEOUT_SECONDS}s for {lock}: "
-                        f"another process is still fetching {PACKAGE}=={version}"
-                    ) from None
-                time.sleep(0.2)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    return release_lock(_subdir("locks"), PACKAGE, version, _LOCK_TIMEOUT_SECONDS)
 
 
-def _check_version(version: str) -> str:
-    version = str(version).strip()
-    try:
-        Version(version)
-    except InvalidVersion:
-        raise ValueError(f"not a release version: {version!r}") from None
-    return version
+_check_version = check_version
 
 
 # --------------------------------------------------------------------------- pip
 
 
 def _run_pip(args: list[str]) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pip", *args]
-    try:
-        return subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            timeout=_PIP_TIMEOUT_SECONDS,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ReleaseError(f"could not run {' '.join(cmd)}: {exc}") from exc
+    return run_pip(args, _PIP_TIMEOUT_SECONDS)
 
 
-def _pip_failure(what: str, proc: subprocess.CompletedProcess) -> ReleaseError:
-    tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-15:])
-    return ReleaseError(
-        f"{what} failed (pip exit {proc.returncode}):\n"
-        f"  {' '.join(map(str, proc.args))}\n{tail}"
-    )
+_pip_failure = pip_failure
 
 
 def _download_wheel(version: str, dest: Path) -> Path:
@@ -200,23 +152,8 @@ def _is_complete(root: Path) -> bool:
 
 
 def _extract_sources(wheel: Path, site: Path) -> int:
-    """Extract ``vllm/**/*.py`` from ``wheel`` into ``site``; return the count."""
-    count = 0
-    top = PACKAGE + "/"
-    with zipfile.ZipFile(wheel) as zf:
-        for info in zf.infolist():
-            name = info.filename
-            if info.is_dir() or not name.startswith(top) or not name.endswith(".py"):
-                continue
-            parts = name.split("/")
-            if any(part in ("", ".", "..") for part in parts):
-                continue  # never write outside the tree
-            dest = site.joinpath(*parts)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(info) as src, open(dest, "wb") as out:
-                shutil.copyfileobj(src, out)
-            count += 1
-    return count
+    """Extract the package's ``**/*.py`` from ``wheel`` into ``site``; return the count."""
+    return extract_sources(wheel, site, PACKAGE)
 
 
 def site_packages(version: str) -> Path:
@@ -245,35 +182,15 @@ def _publish_tree(version: str, root: Path) -> Path:
         shutil.rmtree(root, ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix=f".{version}-", dir=_subdir("downloads")) as download:
         wheel = _download_wheel(version, Path(download))
-        tmp = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=root.parent))
-        try:
-            count = _extract_sources(wheel, tmp / "site-packages")
-            if count == 0 or not (tmp / "site-packages" / PACKAGE / "__init__.py").is_file():
-                raise ReleaseError(f"{wheel.name} has no {PACKAGE}/__init__.py")
-            (tmp / _COMPLETE_MARKER).write_text(f"{wheel.name}\n{count} files\n")
-            tmp.chmod(0o755)  # mkdtemp makes it private; the tree is shared data
-            try:
-                os.rename(tmp, root)
-            except OSError:
-                # Published meanwhile by a process that took no lock; theirs is as good.
-                if not _is_complete(root):
-                    raise
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-    # Leaving the `with` deleted the wheel.
-    return root / "site-packages"
+        site = publish_tree(root, wheel, _extract_sources, Path(PACKAGE, "__init__.py"), _COMPLETE_MARKER)
+    return site  # leaving the `with` deleted the wheel
 
 
 # --------------------------------------------------------------------------- copies
 
 
 def _copy_package(version: str, dest_pkg: Path) -> Path:
-    src = site_packages(version) / PACKAGE
-    dest_pkg.parent.mkdir(parents=True, exist_ok=True)
-    # copyfile: the copy gets fresh, writable permissions whatever the cache has.
-    shutil.copytree(src, dest_pkg, copy_function=shutil.copyfile, dirs_exist_ok=True)
-    return dest_pkg
+    return copy_tree(site_packages(version) / PACKAGE, dest_pkg)
 
 
 def make_checkout(version: str, dest: Path) -> Path:
@@ -283,20 +200,10 @@ def make_checkout(version: str, dest: Path) -> Path:
     root of its repository), committed on branch ``main`` as "vllm <version>".
     Returns ``dest``.
     """
-    import git  # GitPython
-
     version = _check_version(version)
     dest = Path(dest)
     _copy_package(version, dest / PACKAGE)
-    repo = git.Repo.init(dest, initial_branch="main")
-    with repo.config_writer() as cw:
-        cw.set_value("user", "name", "eaglepatch tests")
-        cw.set_value("user", "email", "eaglepatch-tests@example.invalid")
-        cw.set_value("commit", "gpgsign", "false")
-    repo.git.add("--all")
-    repo.git.commit("--no-verify", "-q", "-m", f"{PACKAGE} {version}")
-    repo.close()
-    return dest
+    return commit_checkout(dest, f"{PACKAGE} {version}")
 
 
 def make_site_packages_copy(version: str, dest: Path) -> Path:
