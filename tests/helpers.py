@@ -63,3 +63,18 @@ def json_report(proc) -> dict:
     missing = any(m["missing"] for m in data["models"])
     assert proc.returncode == (1 if missing else 0), "exit 1 exactly when something is missing\n" + describe(proc)
     return data
+
+
+def write_srt_tree(root: Path, files: dict[str, str]) -> Path:
+    """A site-packages-shaped folder holding sglang/srt with `files` (paths relative to srt, text dedented)."""
+    import textwrap
+
+    srt = root / "sglang" / "srt"
+    for package in (root / "sglang", srt, srt / "models"):
+        package.mkdir(parents=True, exist_ok=True)
+        (package / "__init__.py").write_text("")
+    for rel, text in files.items():
+        path = srt / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root

@@ -7,11 +7,11 @@ class is named, and asserts what the index finds for it.
 from __future__ import annotations
 
 import dataclasses
-import textwrap
 from pathlib import Path
 
 import libcst as cst
 import pytest
+from helpers import write_srt_tree
 
 from eaglepatch.class_index import ClassIndex, signature_node
 from eaglepatch.locate import locate_tree
@@ -41,15 +41,7 @@ class DeepseekV2ForCausalLM(nn.Module):
 """
 
 
-def write_tree(root: Path, files: dict[str, str]) -> Path:
-    srt = root / "sglang" / "srt"
-    for package in (root / "sglang", srt, srt / "models"):
-        package.mkdir(parents=True, exist_ok=True)
-        (package / "__init__.py").write_text("")
-    for rel, text in files.items():
-        (srt / rel).parent.mkdir(parents=True, exist_ok=True)
-        (srt / rel).write_text(textwrap.dedent(text))
-    return root
+write_tree = write_srt_tree
 
 
 def index_for(root: Path) -> ClassIndex:

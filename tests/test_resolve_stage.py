@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import write_srt_tree
 
 from eaglepatch.locate import locate_tree
 from eaglepatch.records import Protocol
@@ -50,17 +51,7 @@ class LlamaLikeForCausalLM(nn.Module):
 """
 
 
-def write_tree(root: Path, files: dict[str, str]) -> Path:
-    """A site-packages-shaped folder holding sglang/srt with `files` (paths relative to srt)."""
-    srt = root / "sglang" / "srt"
-    for package in (root / "sglang", srt, srt / "models"):
-        package.mkdir(parents=True, exist_ok=True)
-        (package / "__init__.py").write_text("")
-    for rel, text in files.items():
-        path = srt / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return root
+write_tree = write_srt_tree
 
 
 def resolver_for(root: Path) -> tuple[Resolver, SourceCache, Path]:

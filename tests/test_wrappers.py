@@ -7,8 +7,9 @@ and asserts the attribute(s) and class(es) the finder reports, and what it could
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
+
+from helpers import write_srt_tree
 
 from eaglepatch.class_index import ClassIndex
 from eaglepatch.locate import locate_tree
@@ -70,15 +71,7 @@ EntryClass = [KimiLikeForConditionalGeneration]
 """
 
 
-def write_tree(root: Path, files: dict[str, str]) -> Path:
-    srt = root / "sglang" / "srt"
-    for package in (root / "sglang", srt, srt / "models"):
-        package.mkdir(parents=True, exist_ok=True)
-        (package / "__init__.py").write_text("")
-    for rel, text in files.items():
-        (srt / rel).parent.mkdir(parents=True, exist_ok=True)
-        (srt / rel).write_text(textwrap.dedent(text))
-    return root
+write_tree = write_srt_tree
 
 
 def finder_for(root: Path) -> WrapperFinder:
