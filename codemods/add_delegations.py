@@ -11,7 +11,6 @@ Idempotent by construction: a member the class already defines is never written 
 
 from __future__ import annotations
 
-import builtins
 import hashlib
 from dataclasses import dataclass, field, replace
 
@@ -459,6 +458,3 @@ def _dedent(text: str, unit: str) -> str:
     lines = text.splitlines(keepends=True)
     return "".join(line[len(unit) :] if line.startswith(unit) else line for line in lines)
 
-
-def builtin_names() -> set[str]:
-    return set(dir(builtins))

@@ -11,10 +11,11 @@ scheduled transforms, in the same order, sharing one context) without the copy, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import libcst as cst
-from libcst.codemod import Codemod, CodemodCommand, CodemodContext
+from libcst.codemod import CodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import MetadataWrapper
 
@@ -64,17 +65,13 @@ def run_command(command: CodemodCommand, module: cst.Module) -> cst.Module:
             updated = command.transform_module_impl(wrapper.module)
     finally:
         command.context = context
-    scheduled: list[tuple[str, type[Codemod]]] = [
-        (AddImportsVisitor.CONTEXT_KEY, TopLevelImports),
-        (RemoveImportsVisitor.CONTEXT_KEY, RemoveImportsVisitor),  # needs scope metadata: the stock pass
+    scheduled: list[tuple[str, Callable[[cst.Module], cst.Module]]] = [
+        # no metadata: no wrapper, no copy
+        (AddImportsVisitor.CONTEXT_KEY, lambda tree: TopLevelImports(context).transform_module_impl(tree)),
+        # needs scope metadata: the stock pass
+        (RemoveImportsVisitor.CONTEXT_KEY, lambda tree: RemoveImportsVisitor(context).transform_module(tree)),
     ]
     for key, transform in scheduled:
         if context.scratch.get(key):
-            updated = _run_scheduled(transform, context, updated)
+            updated = transform(updated)
     return updated
-
-
-def _run_scheduled(transform: type[Codemod], context: CodemodContext, module: cst.Module) -> cst.Module:
-    if transform is TopLevelImports:
-        return TopLevelImports(context).transform_module_impl(module)  # no metadata: no wrapper, no copy
-    return transform(context).transform_module(module)
