@@ -457,4 +457,3 @@ class AddDelegations(VisitorBasedCodemodCommand):
 def _dedent(text: str, unit: str) -> str:
     lines = text.splitlines(keepends=True)
     return "".join(line[len(unit) :] if line.startswith(unit) else line for line in lines)
-
