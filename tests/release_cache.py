@@ -23,8 +23,28 @@ except ImportError:  # not POSIX: no lock; the renames alone keep a cache whole
     fcntl = None  # type: ignore[assignment]
 
 
+COMPLETE_MARKER = ".complete"  # written into a tree's folder before it is published
+
+
 class ReleaseError(RuntimeError):
     """A release could not be fetched, listed or unpacked."""
+
+
+def is_complete(root: Path, package: str) -> bool:
+    """``root`` is a published tree: its marker and its ``site-packages/<package>``."""
+    return (root / COMPLETE_MARKER).is_file() and (root / "site-packages" / package).is_dir()
+
+
+def cached_tree(root: Path, package: str, lock: contextlib.AbstractContextManager, publish: Callable[[], Path]) -> Path:
+    """``root/site-packages``, published by ``publish`` the first time it is asked for.  The tree is looked at
+    again once ``lock`` is held, so of the processes that want it at once one builds it and the others
+    read what it published."""
+    if is_complete(root, package):
+        return root / "site-packages"
+    with lock:
+        if is_complete(root, package):
+            return root / "site-packages"  # another process published it while this one waited
+        return publish()
 
 
 @contextlib.contextmanager
@@ -123,23 +143,24 @@ def commit_checkout(dest: Path, message: str) -> Path:
     return dest
 
 
-def publish_tree(root: Path, wheel: Path, extract: Callable[[Path, Path], int], expected: Path, marker: str) -> Path:
-    """The sources of ``wheel`` published at ``root`` (``root/site-packages/...`` and ``root/<marker>``): extracted
-    into a temporary folder beside it, checked to hold ``expected`` (relative to site-packages), marked complete,
-    then renamed into place in one step, so an interrupted run leaves no half tree under the final name."""
+def publish_tree(root: Path, wheel: Path, extract: Callable[[Path, Path], int], expected: Path) -> Path:
+    """The sources of ``wheel`` published at ``root`` (``root/site-packages/...`` and its marker): extracted into
+    a temporary folder beside it, checked to hold ``expected`` (relative to site-packages, starting with the
+    package), marked complete, then renamed into place in one step, so an interrupted run leaves no half
+    tree under the final name."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
     try:
         count = extract(wheel, tmp / "site-packages")
         if count == 0 or not (tmp / "site-packages" / expected).exists():
             raise ReleaseError(f"{wheel.name} has no {expected.as_posix()}")
-        (tmp / marker).write_text(f"{wheel.name}\n{count} files\n")
+        (tmp / COMPLETE_MARKER).write_text(f"{wheel.name}\n{count} files\n")
         tmp.chmod(0o755)  # mkdtemp makes it private; the tree is shared data
         try:
             os.rename(tmp, root)
         except OSError:
             # Published meanwhile by a process that took no lock (an older copy of the cache module,
             # or a platform without flock); theirs is as good.
-            if not (root / marker).is_file():
+            if not is_complete(root, expected.parts[0]):
                 raise
     finally:
         if tmp.exists():

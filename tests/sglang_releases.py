@@ -37,11 +37,14 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 from release_cache import (
+    COMPLETE_MARKER,
     ReleaseError,
+    cached_tree,
     check_version,
     commit_checkout,
     copy_tree,
     extract_sources,
+    is_complete,
     pip_failure,
     publish_tree,
     release_lock,
@@ -52,7 +55,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 RELEASES_FILE = Path(__file__).resolve().parent / "releases.txt"
 CACHE_ENV = "EAGLEPATCH_SGLANG_CACHE"
 PACKAGE = "sglang"
-_COMPLETE_MARKER = ".complete"
+_COMPLETE_MARKER = COMPLETE_MARKER
 _PIP_TIMEOUT_SECONDS = 900
 _LOCK_TIMEOUT_SECONDS = 2 * _PIP_TIMEOUT_SECONDS + 300  # a holder runs pip at most twice, then unpacks
 
@@ -171,7 +174,7 @@ def _tree_root(version: str) -> Path:
 
 
 def _is_complete(root: Path) -> bool:
-    return (root / _COMPLETE_MARKER).is_file() and (root / "site-packages" / PACKAGE).is_dir()
+    return is_complete(root, PACKAGE)
 
 
 def _extract_sources(wheel: Path, site: Path) -> int:
@@ -189,12 +192,7 @@ def site_packages(version: str) -> Path:
     """
     version = _check_version(version)
     root = _tree_root(version)
-    if _is_complete(root):
-        return root / "site-packages"
-    with _release_lock(version):
-        if _is_complete(root):
-            return root / "site-packages"  # another process published it while this one waited
-        return _publish_tree(version, root)
+    return cached_tree(root, PACKAGE, _release_lock(version), lambda: _publish_tree(version, root))
 
 
 def _publish_tree(version: str, root: Path) -> Path:
@@ -204,7 +202,7 @@ def _publish_tree(version: str, root: Path) -> Path:
         # Not made by this module (it only ever publishes complete trees).
         shutil.rmtree(root, ignore_errors=True)
 
-    return publish_tree(root, wheel, _extract_sources, Path(PACKAGE, "srt"), _COMPLETE_MARKER)
+    return publish_tree(root, wheel, _extract_sources, Path(PACKAGE, "srt"))
 
 
 # --------------------------------------------------------------------------- copies

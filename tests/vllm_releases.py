@@ -30,11 +30,14 @@ import tempfile
 from pathlib import Path
 
 from release_cache import (
+    COMPLETE_MARKER,
     ReleaseError,
+    cached_tree,
     check_version,
     commit_checkout,
     copy_tree,
     extract_sources,
+    is_complete,
     pip_failure,
     publish_tree,
     release_lock,
@@ -63,7 +66,7 @@ RELEASES_FILE = Path(__file__).resolve().parent / "vllm_releases.txt"
 CACHE_ENV = "EAGLEPATCH_VLLM_CACHE"
 OFFLINE_ENV = "EAGLEPATCH_OFFLINE"
 PACKAGE = "vllm"
-_COMPLETE_MARKER = ".complete"
+_COMPLETE_MARKER = COMPLETE_MARKER
 _PIP_TIMEOUT_SECONDS = 1800  # several hundred MB
 _LOCK_TIMEOUT_SECONDS = 2 * _PIP_TIMEOUT_SECONDS + 300  # a holder runs pip at most twice, then unpacks
 
@@ -148,7 +151,7 @@ def _tree_root(version: str) -> Path:
 
 
 def _is_complete(root: Path) -> bool:
-    return (root / _COMPLETE_MARKER).is_file() and (root / "site-packages" / PACKAGE).is_dir()
+    return is_complete(root, PACKAGE)
 
 
 def _extract_sources(wheel: Path, site: Path) -> int:
@@ -167,12 +170,7 @@ def site_packages(version: str) -> Path:
     """
     version = _check_version(version)
     root = _tree_root(version)
-    if _is_complete(root):
-        return root / "site-packages"
-    with _release_lock(version):
-        if _is_complete(root):
-            return root / "site-packages"  # another process published it while this one waited
-        return _publish_tree(version, root)
+    return cached_tree(root, PACKAGE, _release_lock(version), lambda: _publish_tree(version, root))
 
 
 def _publish_tree(version: str, root: Path) -> Path:
@@ -182,7 +180,7 @@ def _publish_tree(version: str, root: Path) -> Path:
         shutil.rmtree(root, ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix=f".{version}-", dir=_subdir("downloads")) as download:
         wheel = _download_wheel(version, Path(download))
-        site = publish_tree(root, wheel, _extract_sources, Path(PACKAGE, "__init__.py"), _COMPLETE_MARKER)
+        site = publish_tree(root, wheel, _extract_sources, Path(PACKAGE, "__init__.py"))
     return site  # leaving the `with` deleted the wheel
 
 
