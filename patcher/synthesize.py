@@ -138,6 +138,9 @@ class HookLibrary:
     _ties_of: dict[tuple[str, str], bool] = field(default_factory=dict)
     _configs: dict[tuple[str, str, str], tuple[str, ...] | None] = field(default_factory=dict)
     _built: dict[tuple[str, str, str], list[tuple[str, ...]]] = field(default_factory=dict)
+    _requirements_of: dict[int, int] = field(default_factory=dict)  # id(reference) -> its requirements' number
+    _requirement_ids: dict[tuple, int] = field(default_factory=dict)
+    _captures: dict[str, bool] = field(default_factory=dict)  # member -> member_needs_capture
 
     # -- learning -----------------------------------------------------------------------------
     def references(self, member: str) -> list[Reference]:
@@ -274,20 +277,67 @@ class HookLibrary:
         references = self.references(member)
         if not references:
             return _Fit(why=f"no class of this tree implements {member} on a bare backbone to learn it from")
+        if member not in self._captures:
+            self._captures[member] = member_needs_capture(references)
         plumbing = self.plumbing(wrapper, references)
-        if plumbing and member_needs_capture(references):
+        if plumbing and self._captures[member]:
             return _Fit(why=plumbing)
         # tried best first: the first that fits is the answer, and when none does the first
         # rejection is the one to report
-        rejected: list[tuple[Reference, str]] = []
+        first: tuple[Reference, str] | None = None
+        rejected = 0
+        failed: set[int] = set()  # the requirements of the references rejected here
+        cls = wrapper.cls
         for reference in self._ranked(member, wrapper):
+            rejected += 1
+            itself = (cls.name, cls.file) == (reference.owner.name, reference.owner.file)
+            requirements = None if itself else self._requirements(reference)
+            if requirements in failed:
+                continue  # fails as the one with the same requirements did
             synthesis, why = self._try(reference, wrapper, entry, shape_misfit)
             if synthesis is not None:
                 return _Fit(synthesis=synthesis)
-            rejected.append((reference, why))
-        best, why = rejected[0]
-        more = f" (and {len(rejected) - 1} other reference(s) do not fit either)" if len(rejected) > 1 else ""
+            first = first or (reference, why)
+            if requirements is not None:
+                failed.add(requirements)
+        assert first is not None, "references were found, so one was tried"
+        best, why = first
+        more = f" (and {rejected - 1} other reference(s) do not fit either)" if rejected > 1 else ""
         return _Fit(why=f"{best.label}.{member} ({best.signature.at}) does not fit: {why}{more}")
+
+    def _requirements(self, reference: Reference) -> int:
+        """Everything that decides whether `_try` takes a reference, as a number: two references with the
+        same requirements fit a class or fail it alike (with other words), so a class none fits is not
+        tried against every copy of one body (the tree's many `get_embed_and_head` on
+        `self.model.embed_tokens`). The class a reference belongs to is not in it: `fit` asks that
+        ("it is the class itself") of each."""
+        key = id(reference)
+        if key not in self._requirements_of:
+            cache = self.resolver.cache
+            signature = reference.signature
+            assert isinstance(signature.path, Path) and signature.header is not None, "a reference is a method of the tree"
+            source = cache.read(signature.path)
+            text = "".join(source.lines[slice(*cache.block_span(source, signature.header))])  # decorators, params, body
+            backbone = reference.backbone.attribute
+            layers: list[tuple] = []  # how the layers _layers_misfit compares are built, one class of a name
+            for chain in (u.chain for u in reference.self_uses if "weight" in u.chain):
+                if chain[0] == backbone and len(chain) >= 2:
+                    built = {c.name: tuple(self._built_as(c, chain[1])) for c in reversed(reference.backbone.classes)}
+                    layers.append((chain[1], tuple(built[c.name] for c in reference.backbone.classes)))
+                elif chain[0] == "lm_head":
+                    layers.append(("lm_head", tuple(self._built_as(reference.owner, "lm_head"))))
+            requirements = (
+                bool(reference.unportable),
+                backbone,
+                tuple(reference.self_uses),
+                tuple(layers),
+                reference.config_path,
+                reference.knows_pp,
+                reference.ties,
+                text,
+            )
+            self._requirements_of[key] = self._requirement_ids.setdefault(requirements, len(self._requirement_ids))
+        return self._requirements_of[key]
 
     def _try(self, reference: Reference, wrapper: Wrapper, entry: MemberPlan, shape_misfit) -> tuple[Synthesis | None, str]:
         if reference.unportable:
