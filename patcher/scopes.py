@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import libcst as cst
-from libcst.metadata import ClassScope, GlobalScope, ImportAssignment, MetadataWrapper, ScopeProvider
 
 from .codemods.names import dotted_name
 from .imports import PACKAGE, module_path
@@ -195,6 +194,189 @@ class _Placement(cst.CSTVisitor):
             self.values[id(node.target)] = node.value
 
 
+@dataclass(frozen=True)
+class Assigned:
+    """One binding of a name, as libcst's ScopeProvider records it: the node that binds it (the
+    import statement, the def or class, the target `Name`)."""
+
+    name: str
+    node: cst.CSTNode
+    imported: bool = False
+
+
+_Names = dict[str, list[Assigned]]
+
+
+class _Unread(Exception):
+    """A construct `_Statements` does not read: libcst's visitors answer instead."""
+
+
+@dataclass
+class Read:
+    """What the module scope and its class bodies bind, and where: the tables ModuleScope answers from."""
+
+    module_names: _Names
+    class_names: dict[int, _Names]  # id(ClassDef) -> what its body binds (class bodies at module level)
+    where: dict[int, tuple[str | None, int, str]]  # id(binding node) -> (class or None, statement index, context)
+    values: dict[int, cst.BaseExpression]  # id(target Name) -> assigned value (`name = value`, one target)
+    classes: dict[str, tuple[cst.ClassDef, int]]  # class at module level -> (its first def, module statement)
+    stars: list[tuple[cst.ImportFrom, str]]  # `from m import *` outside defs and classes, with its context
+
+
+def read_statements(module: cst.Module, text: str) -> Read | None:
+    """The bindings of a module whose function bodies are gone (`reduced`), read off its statements
+    as libcst's ScopeProvider records them (`import a.b` binds `a.b` and `a`) and placed as
+    `_Placement` places them: imports, defs, classes, and the targets of assignments, `for`, `with`
+    and `except`. None when the module holds something else that can bind (`global`, `match`, a
+    type alias) or its text has a `:=` (which binds in the enclosing scope from inside any expression):
+    tests/test_scopes.py compares both readings on every model file of a release."""
+    if ":=" in text:
+        return None
+    reader = _Statements()
+    try:
+        for index, statement in enumerate(module.body):
+            reader.statement(statement, None, index, TOP)
+    except _Unread:
+        return None
+    return reader.read
+
+
+def read_with_libcst(module: cst.Module, package: str) -> Read:
+    """The same tables from libcst's ScopeProvider and a visit of every node: for what read_statements does not read."""
+    from libcst.metadata import ClassScope, GlobalScope, ImportAssignment, MetadataWrapper, ScopeProvider
+
+    scopes = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
+
+    def table(scope) -> _Names:
+        out: _Names = {}
+        for assignment in scope.assignments:
+            out.setdefault(assignment.name, []).append(Assigned(assignment.name, assignment.node, isinstance(assignment, ImportAssignment)))
+        return out
+
+    found = next((s for s in scopes.values() if isinstance(s, GlobalScope)), None) if module.body else None
+    class_names: dict[int, _Names] = {}
+    for scope in {s for s in scopes.values() if isinstance(s, ClassScope) and isinstance(s.parent, GlobalScope)}:
+        class_names[id(scope.node)] = table(scope)  # the class bodies at module level (a nested class is not asked about)
+    placement = _Placement()
+    module.visit(placement)
+    stars: list[tuple[cst.ImportFrom, str]] = []
+
+    class Stars(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+            return False
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+            if isinstance(node.names, cst.ImportStar):
+                stars.append((node, placement.where.get(id(node), (None, 0, CONDITIONAL))[2]))
+
+    module.visit(Stars())
+    return Read(table(found) if found is not None else {}, class_names, placement.where, placement.values, placement.classes, stars)
+
+
+class _Statements:
+    """Walks statements only (no expression can bind once `:=` is ruled out), keeping the class body
+    or module statement each binding belongs to and the context it runs in."""
+
+    def __init__(self) -> None:
+        self.read = Read({}, {}, {}, {}, {}, [])
+
+    def statement(self, node: cst.CSTNode, owner: str | None, index: int, context: str) -> None:
+        read = self.read
+        table = read.module_names if owner is None else read.class_names[id(read.classes[owner][0])]
+
+        def bind(name: str, at: cst.CSTNode, imported: bool = False) -> None:
+            table.setdefault(name, []).append(Assigned(name, at, imported))
+            read.where[id(at)] = (owner, index, context)
+
+        def targets(target: cst.BaseExpression) -> None:  # `a`, `a, *b`, `[a, (b, c)]`; `x.y` and `x[i]` bind nothing
+            if isinstance(target, cst.Name):
+                bind(target.value, target)
+            elif isinstance(target, (cst.Tuple, cst.List)):
+                for element in target.elements:
+                    targets(element.value)
+            elif isinstance(target, cst.StarredElement):
+                targets(target.value)
+
+        def suite(block, inner: str = context) -> None:  # IndentedBlock, SimpleStatementSuite
+            for statement in block.body:
+                self.statement(statement, owner, index, inner)
+
+        conditional = TYPE_CHECKING if context == TYPE_CHECKING else CONDITIONAL
+        if isinstance(node, cst.SimpleStatementLine):
+            suite(node)
+        elif isinstance(node, (cst.Import, cst.ImportFrom)):
+            if isinstance(node.names, cst.ImportStar):
+                if owner is None:
+                    read.where[id(node)] = (owner, index, context)
+                    read.stars.append((cst.ensure_type(node, cst.ImportFrom), context))
+                return
+            for alias in node.names:
+                if alias.asname is not None:
+                    bind(cst.ensure_type(alias.asname.name, cst.Name).value, node, True)
+                else:
+                    parts = dotted_name(alias.name).split(".")
+                    for cut in range(len(parts), 0, -1):
+                        bind(".".join(parts[:cut]), node, True)
+        elif isinstance(node, cst.Assign):
+            if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+                read.values[id(node.targets[0].target)] = node.value
+            for target in node.targets:
+                targets(target.target)
+        elif isinstance(node, cst.AnnAssign):
+            if node.value is not None and isinstance(node.target, cst.Name):
+                read.values[id(node.target)] = node.value
+            targets(node.target)
+        elif isinstance(node, cst.AugAssign):
+            targets(node.target)
+        elif isinstance(node, (cst.Expr, cst.Pass, cst.Return, cst.Raise, cst.Assert, cst.Break, cst.Continue, cst.Del)):
+            return
+        elif isinstance(node, cst.FunctionDef):
+            bind(node.name.value, node)
+        elif isinstance(node, cst.ClassDef):
+            bind(node.name.value, node)
+            name = node.name.value
+            if owner is None and name not in read.classes:  # a class body of its own, its statements counted from 0
+                read.classes[name] = (node, index)  # (a second class of the name: a scope nothing asks about)
+                read.class_names[id(node)] = {}
+                for position, statement in enumerate(node.body.body):
+                    self.statement(statement, name, position, TOP)
+        elif isinstance(node, cst.If):
+            inside, other = _branch_contexts(node.test, context)
+            suite(node.body, inside)
+            if isinstance(node.orelse, cst.If):
+                self.statement(node.orelse, owner, index, other)
+            elif node.orelse is not None:
+                suite(node.orelse.body, other)
+        elif isinstance(node, (cst.For, cst.While)):
+            if isinstance(node, cst.For):
+                context = conditional
+                targets(node.target)
+            suite(node.body, conditional)
+            if node.orelse is not None:
+                suite(node.orelse.body, conditional)
+        elif isinstance(node, (cst.Try, cst.TryStar)):
+            suite(node.body, conditional)
+            for handler in node.handlers:
+                if handler.name is not None:
+                    context = conditional
+                    targets(handler.name.name)
+                suite(handler.body, conditional)
+            for part in (node.orelse, node.finalbody):
+                if part is not None:
+                    suite(part.body, conditional)
+        elif isinstance(node, cst.With):
+            context = conditional
+            for item in node.items:
+                if item.asname is not None:
+                    targets(item.asname.name)
+            suite(node.body, conditional)
+        else:
+            raise _Unread(type(node).__name__)
+
+
 class ModuleScope:
     """Every binding of a module's scope and of its top-level class bodies, with the context each runs in."""
 
@@ -213,44 +395,32 @@ class ModuleScope:
         self.package = dotted if is_package else dotted.rpartition(".")[0]
         stripped = reduced(module, classes, keep)
         self.module = stripped
-        placement = _Placement()
-        stripped.visit(placement)
-        self._where, self._values, self.classes = placement.where, placement.values, placement.classes
-        self.scopes = MetadataWrapper(stripped, unsafe_skip_copy=True).resolve(ScopeProvider)
-        self._global = next(s for s in self.scopes.values() if isinstance(s, GlobalScope)) if stripped.body else None
+        text = text or module.code
+        read = read_statements(stripped, text) or read_with_libcst(stripped, self.package)
+        self._module_assigned, self._class_assigned = read.module_names, read.class_names
+        self._where, self._values, self.classes = read.where, read.values, read.classes
+        self.star_imports = [(absolute_module(node, self.package), context) for node, context in read.stars]
         self.future_annotations = _future_annotations(stripped)
-        self.star_imports = self._star_imports(stripped)
         self.rebound_by_functions = frozenset(
-            name.strip() for match in _GLOBAL.finditer(text or module.code) for name in match.group(1).split(",") if name.strip()
+            name.strip() for match in _GLOBAL.finditer(text) for name in match.group(1).split(",") if name.strip()
         )
-        self._class_scopes: dict[str, ClassScope | None] = {}
 
     # -- what is bound -----------------------------------------------------------------------
     def module_bindings(self, name: str) -> list[Binding]:
-        if self._global is None or name not in self._global.assignments:
-            return []
-        return sorted((self._binding(a) for a in self._global.assignments[name]), key=lambda b: b.statement)
+        return sorted((self._binding(a) for a in self._module_assigned.get(name, ())), key=lambda b: b.statement)
 
     def class_bindings(self, cls: str, name: str) -> list[Binding]:
-        scope = self.class_scope(cls)
-        if scope is None or name not in scope.assignments:
-            return []
-        return sorted((self._binding(a, cls) for a in scope.assignments[name]), key=lambda b: b.statement)
+        return sorted((self._binding(a, cls) for a in self._class_table(cls).get(name, ())), key=lambda b: b.statement)
 
     def class_names(self, cls: str) -> set[str]:
-        scope = self.class_scope(cls)
-        return {a.name for a in scope.assignments} if scope is not None else set()
+        return set(self._class_table(cls))
 
     def module_names(self) -> set[str]:
-        return {a.name for a in self._global.assignments} if self._global is not None else set()
+        return set(self._module_assigned)
 
-    def class_scope(self, cls: str) -> ClassScope | None:
-        if cls not in self._class_scopes:
-            found = self.classes.get(cls)
-            body = found[0].body.body if found else []
-            scope = self.scopes.get(body[0]) if body else None
-            self._class_scopes[cls] = scope if isinstance(scope, ClassScope) else None
-        return self._class_scopes[cls]
+    def _class_table(self, cls: str) -> dict[str, list[Assigned]]:
+        found = self.classes.get(cls)
+        return self._class_assigned.get(id(found[0]), {}) if found else {}
 
     def class_statement(self, cls: str) -> int | None:
         """Index of the module statement that defines class `cls` (None when it is not a top-level class)."""
@@ -267,11 +437,12 @@ class ModuleScope:
         return None
 
     # -- one binding --------------------------------------------------------------------------
-    def _binding(self, assignment, cls: str | None = None) -> Binding:
+    def _binding(self, assignment: Assigned, cls: str | None = None) -> Binding:
         node = assignment.node
         _, statement, context = self._where.get(id(node), (None, 0, CONDITIONAL))
         name = assignment.name
-        if isinstance(assignment, ImportAssignment):
+        if assignment.imported:
+            assert isinstance(node, (cst.Import, cst.ImportFrom)), "an import binds through its statement"
             spec = self._import_spec(node, name)
             qualified = f"{spec[0]}.{spec[1]}" if spec[1] else spec[0]
             return Binding(name, qualified, context, statement, spec=spec)
@@ -295,23 +466,6 @@ class ModuleScope:
             elif local == full or full.startswith(local + "."):
                 return local, None
         return local, None
-
-    def _star_imports(self, module: cst.Module) -> list[tuple[str, str]]:
-        found = []
-
-        class Stars(cst.CSTVisitor):
-            def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-                return False
-
-            def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-                return False
-
-            def visit_ImportFrom(inner, node: cst.ImportFrom) -> None:
-                if isinstance(node.names, cst.ImportStar):
-                    found.append((absolute_module(node, self.package), self._where.get(id(node), (None, 0, CONDITIONAL))[2]))
-
-        module.visit(Stars())
-        return found
 
 
 def _future_annotations(module: cst.Module) -> bool:

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Mapping
 
 import libcst as cst
-from libcst.metadata import BuiltinAssignment
+from libcst.metadata import BuiltinAssignment, Scope
 
 from .class_index import signature_node
 from .codemods.names import LEARNED, MARKER, dotted_name
@@ -83,6 +84,7 @@ class _Proof:
         self.module = module  # the patched module, function bodies included
         self.text = text
         self.exports = Exports.of(cache, tree)
+        self._body_scopes: Mapping[cst.CSTNode, Scope | None] | None = None
 
     # -- a member ----------------------------------------------------------------------------------
     def member(self, cls: str, entry: MemberPlan) -> None:
@@ -186,18 +188,42 @@ class _Proof:
 
     # -- a body -----------------------------------------------------------------------------------------
     def body(self, func: cst.FunctionDef) -> None:
-        """Names a generated body reads are its own locals, or builtins nothing in the module rebinds."""
+        """Names a generated body reads are its own locals, or builtins nothing in the module rebinds.
+        The generated defs are analysed on their own: what one does not bind itself is the module's or
+        a builtin, and the module scope says which (a method body does not see its class's names)."""
         statements = func.body.body if isinstance(func.body, cst.IndentedBlock) else []
-        function_scope = self.scope.scopes.get(statements[0]) if statements else None
+        function_scope = self._generated_scopes().get(statements[0]) if statements else None
         if function_scope is None:
             raise Unproven(func.name.value, "the generated body could not be analysed")
+        bound_here = self.scope.module_names()
         for access in function_scope.accesses:
             referents = access.referents
+            if referents and all(referent.scope is function_scope for referent in referents):
+                continue  # its own local
+            name = _access_name(access.node)
+            if name.split(".")[0] in bound_here:
+                raise Unproven(name, "the module rebinds a builtin the generated body uses")
             if not referents:
-                raise Unproven(_access_name(access.node), "the generated body reads a name nothing binds")
-            for referent in referents:
-                if referent.scope is not function_scope and not isinstance(referent, BuiltinAssignment):
-                    raise Unproven(_access_name(access.node), "the module rebinds a builtin the generated body uses")
+                raise Unproven(name, "the generated body reads a name nothing binds")
+            if not all(isinstance(referent, BuiltinAssignment) for referent in referents):
+                raise Unproven(name, "the module rebinds a builtin the generated body uses")
+
+    def _generated_scopes(self) -> Mapping[cst.CSTNode, Scope | None]:
+        """Scope analysis of every generated def of the file at once, as methods of one class: one
+        ScopeProvider run a file, not one a def (each run costs tens of milliseconds however small)."""
+        if self._body_scopes is None:
+            from libcst.metadata import MetadataWrapper, ScopeProvider
+
+            generated = {
+                id(statement): statement
+                for cls, _ in self.scope.classes.values()
+                for statement in cls.body.body
+                if isinstance(statement, cst.FunctionDef) and _marked(statement)
+            }
+            holder = cst.ClassDef(name=cst.Name("__eaglepatch_generated__"), body=cst.IndentedBlock(body=list(generated.values())))
+            module = cst.Module(body=[holder] if generated else [])
+            self._body_scopes = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
+        return self._body_scopes
 
     # -- errors ------------------------------------------------------------------------------------------
     def error(self, cls: str, entry: MemberPlan, problem: Unproven) -> EaglepatchError:

@@ -767,3 +767,38 @@ def test_explain_says_when_the_proof_fails_and_why_in_one_line(tmp_path, monkeyp
     assert result.exit_code == 0, result.output
     out = " ".join(result.stdout.split())
     assert "not proven" in out and " ".join(str(error).split()) in out
+
+
+# --------------------------------------------------------------------------- the names a generated body reads
+
+
+@pytest.mark.parametrize(
+    "module_line, name",
+    [
+        ("def hasattr(obj, name):\n        return True\n", "hasattr"),  # the body's look-before-you-leap
+        ("AttributeError = KeyError\n", "AttributeError"),  # what the body raises
+        ("import AttributeError.errors\n", "AttributeError"),  # a dotted import binds its first name
+    ],
+)
+def test_a_body_reading_a_builtin_the_module_rebinds_is_not_written(tmp_path, module_line, name):
+    """A generated body reads builtins (`hasattr`, `AttributeError`); where the wrapper's module binds
+    one of them itself, the body would mean something else there: an error for the file, nothing written."""
+    wrapper = WRAPPER.replace(f"\n\n    class {WRAPPER_CLASS}:", f"\n\n    {module_line}\n\n    class {WRAPPER_CLASS}:", 1)
+    path = make_tree(tmp_path, INNER_PLAIN, wrapper)
+    before = path.read_bytes()
+    _, edits, errors = build(tmp_path)
+    assert not edits
+    (error,) = errors
+    assert f"`{name}`" in str(error) or name in str(error), str(error)
+    assert "rebinds a builtin" in str(error)
+    result = RUNNER.invoke(app, ["apply", str(tmp_path), "--model", f"wrapper:{WRAPPER_CLASS}"])
+    assert result.exit_code == 2, result.output
+    assert path.read_bytes() == before
+
+
+def test_a_body_reading_only_builtins_nothing_rebinds_is_written(tmp_path):
+    """The same wrapper without the rebinding: the body is proven and written."""
+    wrapper = WRAPPER.replace(f"\n\n    class {WRAPPER_CLASS}:", f"\n\n    has_attr = hasattr\n\n    class {WRAPPER_CLASS}:", 1)
+    make_tree(tmp_path, INNER_PLAIN, wrapper)
+    _, edits, errors = build(tmp_path)
+    assert not errors and edits

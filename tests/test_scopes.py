@@ -1,0 +1,119 @@
+"""What a module binds, read off its statements (`scopes.read_statements`), against libcst's ScopeProvider.
+
+The proof stage asks which names a module and its class bodies bind, and with what statement. It
+reads that off the statements of the module with its function bodies left out; the ScopeProvider
+is the reference (and the fallback for what the reading does not cover).  Tables first, then
+every source file of the newest release.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from eaglepatch.scopes import ModuleScope, read_statements, read_with_libcst, reduced
+
+
+def _shape(read) -> dict:
+    """Comparable form of a reading: for the module and each class it keeps, name -> sorted (kind of
+    binding node, its code, imported, where it is placed, the value assigned); the classes with their
+    statement; the star imports with their context."""
+
+    def code(node) -> str:
+        return cst.Module(body=[]).code_for_node(node).strip()[:80] if node is not None else ""
+
+    def table(names) -> dict:
+        return {
+            name: sorted((type(a.node).__name__, code(a.node), a.imported, read.where.get(id(a.node)), code(read.values.get(id(a.node)))) for a in assigned)
+            for name, assigned in names.items()
+        }
+
+    return {
+        "module": table(read.module_names),
+        "classes": {name: (index, table(read.class_names.get(id(node), {}))) for name, (node, index) in read.classes.items()},
+        "stars": [(code(node), context) for node, context in read.stars],
+    }
+
+
+def _both(code: str):
+    module = reduced(cst.parse_module(textwrap.dedent(code)), None)
+    return read_statements(module, code), read_with_libcst(module, "sglang.srt.models")
+
+
+BOUND = [
+    ("import os.path\nimport a.b.c as d\nfrom x import y as z, w\nfrom . import q\nfrom m import *\n", {"os.path", "os", "d", "z", "w", "q"}),
+    ("a, (b, *c) = 1, (2, 3)\n[d, e] = f = g.h = i[0] = 5\nj: int\nk: int = 1\nl += 1\n", {"a", "b", "c", "d", "e", "f", "j", "k", "l"}),
+    ("for a, b in x:\n    c = 1\nelse:\n    d = 2\nwhile x:\n    e = 1\nelse:\n    f = 1\n", {"a", "b", "c", "d", "e", "f"}),
+    ("try:\n    import a\nexcept E as b:\n    c = 1\nexcept F:\n    pass\nelse:\n    d = 1\nfinally:\n    e = 1\n", {"a", "b", "c", "d", "e"}),
+    ("with x as a, y as (b, c), z:\n    d = [e for e in range(3)]\n", {"a", "b", "c", "d"}),
+    ("if TYPE_CHECKING:\n    from t import T\nelif x:\n    U = 1\nelse:\n    V = 2\n", {"T", "U", "V"}),
+    ("def f(a=1, *b, **c):\n    inner = 1\nasync def g(): ...\nclass K(Base, metaclass=M):\n    x = 1\n    def m(self): y = 2\n", {"f", "g", "K"}),
+    ("del a\nassert b\nprint(c)\nlam = lambda d: d\n", {"lam"}),
+]
+
+
+@pytest.mark.parametrize("code, names", BOUND)
+def test_module_names_are_the_scope_providers(code, names):
+    collected, provider = _both(code)
+    assert collected is not None
+    assert set(collected.module_names) == names
+    assert _shape(collected) == _shape(provider)
+
+
+CLASS_BODIES = [
+    "class A:\n    import os.path\n    x, y = 1, 2\n    def m(self): pass\n    class Inner:\n        z = 1\n    if c:\n        w = 1\n",
+    "if c:\n    class A:\n        x = 1\nelse:\n    class A:\n        y = 1\n",
+    "class A: x = 1; y = 2\n",
+    "try:\n    from a import *\nexcept ImportError:\n    pass\nif not TYPE_CHECKING:\n    from b import *\nelse:\n    from c import C\nclass A:\n    if TYPE_CHECKING:\n        T = int\n    with x as w:\n        u: int = 2\n",
+    "try:\n    class A:\n        for i in r: pass\nexcept E: pass\n",
+]
+
+
+@pytest.mark.parametrize("code", CLASS_BODIES)
+def test_class_bodies_are_the_scope_providers(code):
+    collected, provider = _both(code)
+    assert collected is not None and collected.classes
+    assert _shape(collected) == _shape(provider)
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["global a\na = 1\n", "match x:\n    case [a, *b]:\n        c = 1\n", "class A:\n    global g\n    g = 1\n", "if (a := f()):\n    pass\n"],
+)
+def test_what_the_reading_does_not_cover_is_left_to_the_scope_provider(code):
+    collected, _provider = _both(code)
+    assert collected is None
+
+
+def test_a_walrus_anywhere_in_the_text_takes_the_scope_provider():
+    """`:=` binds in the enclosing scope from inside any expression: the ScopeProvider reads those
+    files; the answer is the same either way."""
+    code = "x = [y := 1, 2]\nclass A:\n    z = (w := 3)\n"
+    scope = ModuleScope(cst.parse_module(code), "sglang.srt.models.walrus", text=code)
+    assert {"x", "y", "A"} <= scope.module_names()
+    assert {"z", "w"} <= scope.class_names("A")
+
+
+def test_every_model_file_of_the_newest_release_binds_what_the_scope_provider_says(sglang_latest: Path):
+    """Every file of the release's models/ (where the proof stage reads wrappers and inner models),
+    reduced as that stage reduces it (function bodies out, every class body kept): the same
+    bindings, node for node, in every scope."""
+    compared = fell_back = 0
+    for path in sorted((sglang_latest / "sglang" / "srt" / "models").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        try:
+            module = reduced(cst.parse_module(text), None)
+        except cst.ParserSyntaxError:
+            continue
+        collected = read_statements(module, text)
+        if collected is None:
+            fell_back += 1
+            continue
+        provider = read_with_libcst(module, "sglang.srt.models")
+        assert _shape(collected) == _shape(provider), path
+        compared += 1
+    assert compared > 200
+    assert fell_back < compared / 10
