@@ -30,20 +30,20 @@ from __future__ import annotations
 import ast
 import bisect
 import dataclasses
+import io
 import os
 import re
-from collections.abc import Callable, Sequence
+import tokenize
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import libcst as cst
+from typing import Any, cast
 
 from .errors import EaglepatchError
 from .imports import ImportTable
 from .locate import SourceTree
 from .records import CallShape, Protocol, ProtocolMember, Use, UseKind, UseRole
-from .source import Parsed, SourceCache, SourceFile, Statement, _dedent, block_start
+from .source import SourceCache, SourceFile, _dedent, block_start, block_text
 
 _EAGLE_SPELLINGS = (b"eagle", b"EAGLE", b"Eagle")
 _EAGLE = re.compile(r"eagle", re.IGNORECASE)
@@ -87,102 +87,102 @@ def role_from_text(text: str) -> UseRole:
     return "unknown"
 
 
-def _last_name(node: cst.BaseExpression) -> str:
+def _last_name(node: ast.expr) -> str:
     """`self.draft_runner_list[i]` -> draft_runner_list; `self.mtp_model_runner(i)` -> mtp_model_runner."""
     while True:
-        if isinstance(node, cst.Name):
-            return node.value
-        if isinstance(node, cst.Attribute):
-            return node.attr.value
-        if isinstance(node, cst.Subscript):
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            return node.attr
+        if isinstance(node, ast.Subscript):
             node = node.value
-        elif isinstance(node, cst.Call):
+        elif isinstance(node, ast.Call):
             node = node.func
         else:
             return ""
 
 
-def _identifiers(node: cst.CSTNode) -> list[str]:
+def _name_of(node: ast.AST) -> str | None:
+    """The identifier a node spells, as a word of an expression: a name, an attribute's name,
+    a keyword argument's name or a lambda's parameter."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, (ast.keyword, ast.arg)):
+        return node.arg
+    return None
+
+
+def _identifiers(node: ast.AST) -> list[str]:
     """Names and attribute names in an expression (not strings)."""
-    found: list[str] = []
-
-    class Collect(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            found.append(n.value)
-
-    node.visit(Collect())
-    return found
+    return [name for child in ast.walk(node) if (name := _name_of(child)) is not None]
 
 
-def _words(node: cst.CSTNode) -> list[str]:
-    """Names, attribute names and string contents in an expression: SGLang tests both
-    `spec_algorithm.is_eagle3()` and `speculative_algorithm == "EAGLE3"`."""
-    found: list[str] = []
-
-    class Collect(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            found.append(n.value)
-
-        def visit_SimpleString(self, n: cst.SimpleString) -> None:
-            found.append(n.value)  # quotes and prefix included: only searched for "eagle"
-
-        def visit_FormattedStringText(self, n: cst.FormattedStringText) -> None:
-            found.append(n.value)
-
-    node.visit(Collect())
-    return found
-
-
-def mentions_eagle(test: cst.CSTNode) -> bool:
-    return any(_EAGLE.search(word) for word in _words(test))
+def mentions_eagle(test: ast.expr, block: Block) -> bool:
+    """Some name, attribute name or string of `test` says EAGLE: SGLang tests both
+    `spec_algorithm.is_eagle3()` and `speculative_algorithm == "EAGLE3"`.  A string is read as
+    written (quotes, prefix and escapes included), an f-string as a whole."""
+    stack: list[ast.AST] = [test]
+    while stack:
+        node = stack.pop()
+        word = _name_of(node)
+        if word is None and isinstance(node, (ast.Constant, ast.JoinedStr)):
+            if isinstance(node, ast.JoinedStr) or isinstance(node.value, (str, bytes)):
+                word = block.code(node)
+        if word is not None and _EAGLE.search(word):
+            return True
+        if not isinstance(node, ast.JoinedStr):
+            stack.extend(ast.iter_child_nodes(node))
+    return False
 
 
 @dataclass(frozen=True)
 class Literal:
     """One atom of a condition, and what a branch under that condition knows about it."""
 
-    node: cst.BaseExpression
+    node: ast.expr
     holds: bool  # the atom is true in the branch; False: it is false there
     certain: bool = True  # False when the atom is one alternative of a true `or`
 
 
-def condition_literals(test: cst.BaseExpression, holds: bool = True, certain: bool = True) -> list[Literal]:
+def condition_literals(test: ast.expr, holds: bool = True, certain: bool = True) -> list[Literal]:
     """The atoms a branch knows about when `test` is `holds`: `a and not b` true gives a true, b false.
     A true `or` gives each part as an uncertain alternative; a false `and` tells nothing about any part."""
-    if isinstance(test, cst.NamedExpr):
+    if isinstance(test, ast.NamedExpr):
         return condition_literals(test.value, holds, certain)
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        return condition_literals(test.expression, not holds, certain)
-    if isinstance(test, cst.BooleanOperation):
-        conjunction = isinstance(test.operator, cst.And)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return condition_literals(test.operand, not holds, certain)
+    if isinstance(test, ast.BoolOp):
+        conjunction = isinstance(test.op, ast.And)
         if conjunction != holds:  # a false `and`, or a true `or`
             if conjunction:
                 return []
             certain = False
-        return condition_literals(test.left, holds, certain) + condition_literals(test.right, holds, certain)
-    if isinstance(test, cst.Comparison) and _denies(test):
+        return [literal for value in test.values for literal in condition_literals(value, holds, certain)]
+    if isinstance(test, ast.Compare) and _denies(test):
         return [Literal(test, not holds, certain)]
     return [Literal(test, holds, certain)]
 
 
-def _denies(test: cst.Comparison) -> bool:
+def _denies(test: ast.Compare) -> bool:
     """`algo != "EAGLE3"`, `algo not in (...)`, `eagle_worker is None`: true when the thing named is off."""
-    if len(test.comparisons) != 1:
+    if len(test.ops) != 1:
         return False
-    operator, right = test.comparisons[0].operator, test.comparisons[0].comparator
-    if isinstance(operator, (cst.NotEqual, cst.NotIn)):
+    operator, right = test.ops[0], test.comparators[0]
+    if isinstance(operator, (ast.NotEq, ast.NotIn)):
         return True
-    return isinstance(operator, cst.Is) and isinstance(right, cst.Name) and right.value == "None"
+    return isinstance(operator, ast.Is) and isinstance(right, ast.Constant) and right.value is None
 
 
-def eagle_guarded(test: cst.BaseExpression, holds: bool = True) -> bool:
+def eagle_guarded(test: ast.expr, block: Block, holds: bool = True) -> bool:
     """True when a branch where `test` is `holds` is EAGLE code: some EAGLE check is true there and
     none is false (`if x and not is_eagle3():` is not EAGLE code, `if not x and is_eagle3():` is)."""
-    signs = [literal.holds for literal in condition_literals(test, holds) if mentions_eagle(literal.node)]
+    signs = [literal.holds for literal in condition_literals(test, holds) if mentions_eagle(literal.node, block)]
     return bool(signs) and all(signs)
 
 
-def role_from_conditions(conditions: tuple[tuple[cst.BaseExpression, bool], ...]) -> UseRole:
+def role_from_conditions(conditions: tuple[tuple[ast.expr, bool], ...]) -> UseRole:
     """The role the enclosing conditions give a model whose receiver does not say (a runner's own
     `self.model`): aux hidden states are captured from the target model; `not is_draft_worker` is
     the target and `is_draft_worker` the draft.  "unknown" when nothing says, or they disagree."""
@@ -204,18 +204,49 @@ def _role_vote(literal: Literal) -> UseRole | None:
     return None
 
 
-def call_shape(call: cst.Call) -> CallShape:
+@dataclass(frozen=True)
+class Argument:
+    """One argument of a call as written: `value`, `name=value`, `*value` or `**value`."""
+
+    value: ast.expr
+    keyword: str | None = None
+    star: str = ""
+
+
+def _arguments(call: ast.Call) -> list[Argument]:
+    """The arguments of `call` in the order they are written (ast keeps keywords apart)."""
+    found = [
+        (arg.lineno, arg.col_offset, Argument(arg.value, star="*") if isinstance(arg, ast.Starred) else Argument(arg))
+        for arg in call.args
+    ]
+    found += [(kw.lineno, kw.col_offset, Argument(kw.value, kw.arg, "" if kw.arg else "**")) for kw in call.keywords]
+    if call.keywords and call.args:
+        found.sort(key=lambda item: (item[0], item[1]))
+    return [argument for _, _, argument in found]
+
+
+def call_shape(call: ast.Call) -> CallShape:
     """How `call` passes its arguments: what a delegating signature has to accept."""
-    positional = sum(1 for arg in call.args if arg.keyword is None and not arg.star)
-    keywords = tuple(sorted(arg.keyword.value for arg in call.args if arg.keyword is not None))
-    return CallShape(positional=positional, keywords=keywords, star=any(arg.star for arg in call.args))
+    arguments = _arguments(call)
+    positional = sum(1 for arg in arguments if arg.keyword is None and not arg.star)
+    keywords = tuple(sorted(arg.keyword for arg in arguments if arg.keyword is not None))
+    return CallShape(positional=positional, keywords=keywords, star=any(arg.star for arg in arguments))
 
 
-def _string_value(node: cst.CSTNode) -> str | None:
-    if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
-        return value if isinstance(value, str) else None
+def _string_value(node: ast.AST, block: Block) -> str | None:
+    """The value of a single string literal (not bytes, not an f-string, not `"a" "b"`)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and _one_string(block.code(node)):
+        return node.value
     return None
+
+
+def _one_string(text: str) -> bool:
+    """`text` is one string token: libcst reads `"a" "b"` as two strings, CPython as one constant."""
+    try:
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.STRING]
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    return len(tokens) == 1 and tokens[0].string == text
 
 
 @dataclass
@@ -228,7 +259,7 @@ class Frame:
     optional: frozenset[str] = frozenset()
     class_name: str = ""
     depth: int = 0
-    conditions: tuple[tuple[cst.BaseExpression, bool], ...] = ()  # enclosing tests, and whether each holds here
+    conditions: tuple[tuple[ast.expr, bool], ...] = ()  # enclosing tests, and whether each holds here
 
     def child(self, **changes: Any) -> Frame:
         return dataclasses.replace(self, **changes)
@@ -245,31 +276,167 @@ class Extraction:
     assigned: list[tuple[str, str]] = field(default_factory=list)  # (member, "path:line") of `model.member = ...`
 
 
+_TRY: tuple[type[ast.stmt], ...] = (ast.Try, getattr(ast, "TryStar", ast.Try))  # try/except* from Python 3.11
+_HEADED = (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, *_TRY, ast.Match)
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+@dataclass
+class Block:
+    """A def (or the whole file) read by CPython's parser, and the text it was read from.
+
+    A use is placed on the line the libcst reading of the same text placed it: a node in an
+    `if`/`while` condition is counted from the first line of the condition (its parentheses included),
+    and one in the header of a `for`/`with`/`try`/`match` is moved down by the blank and comment lines
+    libcst gives that statement (see `line_of`)."""
+
+    source: SourceFile
+    module: ast.Module
+    first_line: int  # file line of the text's line 1, minus one
+    text: str
+    lines: list[str] = field(init=False)
+    previous: dict[int, ast.stmt | None] = field(default_factory=dict, init=False)  # id(statement) -> the one before
+
+    def __post_init__(self) -> None:
+        self.lines = _NEWLINE.split(self.text)
+
+    def column(self, line: int, offset: int) -> int:
+        """ast's UTF-8 byte offset on `line` as a character index."""
+        text = self.lines[line - 1]
+        return offset if text.isascii() else len(text.encode("utf-8")[:offset].decode("utf-8", "replace"))
+
+    def between(self, first: int, start: int, last: int, end: int) -> str:
+        if first == last:
+            return self.lines[first - 1][start:end]
+        return "\n".join([self.lines[first - 1][start:], *self.lines[first : last - 1], self.lines[last - 1][:end]])
+
+    def code(self, node: ast.AST) -> str:
+        """The source text of `node` (libcst's code_for_node without its own parentheses)."""
+        end = getattr(node, "end_col_offset", None)
+        if end is None:  # made up by the walker (a dotted import name)
+            return ast.unparse(node)
+        first, last = node.lineno, node.end_lineno  # type: ignore[attr-defined]
+        return self.between(first, self.column(first, node.col_offset), last, self.column(last, end))  # type: ignore[attr-defined]
+
+    def condition(self, statement: ast.If | ast.While) -> tuple[str, int]:
+        """The text of an `if`/`elif`/`while` condition with the parentheses around it, as libcst
+        prints the condition, and the line it starts on."""
+        test = statement.test
+        line, start = statement.lineno, self.column(statement.lineno, statement.col_offset)
+        head = self.lines[line - 1]
+        start += 4 if head.startswith("elif", start) else 5 if head.startswith("while", start) else 2
+        test_line, test_start = test.lineno, self.column(test.lineno, test.col_offset)
+        opened: tuple[int, int] | None = None
+        count = 0
+        for number in range(line, test_line + 1):  # between the keyword and the test: blanks, `(`, comments
+            text = self.lines[number - 1][start if number == line else 0 : test_start if number == test_line else None]
+            text = text.split("#", 1)[0]
+            if "(" in text:
+                count += text.count("(")
+                if opened is None:
+                    opened = (number, text.index("(") + (start if number == line else 0))
+        if opened is None:
+            return self.code(test), test_line
+        last, end = test.end_lineno or test_line, self.column(test.end_lineno or test_line, test.end_col_offset or 0)
+        number, column = last, end
+        while number <= len(self.lines):
+            text = self.lines[number - 1]
+            stop = text.find("#", column)
+            for index in range(column, len(text) if stop < 0 else stop):
+                if text[index] == ")":
+                    count -= 1
+                    if count == 0:
+                        return self.between(opened[0], opened[1], number, index + 1), opened[0]
+            number, column = number + 1, 0
+        return self.code(test), test_line
+
+    def line_of(self, line: int, statement: ast.stmt | None) -> int:
+        """File line of a node that starts on `line` of the text, inside `statement`."""
+        if statement is not None:
+            first, last = statement.lineno, statement.end_lineno
+            if first == last:
+                return first + self.first_line
+            if isinstance(statement, (ast.If, ast.While)):
+                line -= self.condition(statement)[1] - first
+            elif isinstance(statement, _HEADED):
+                line += self._leading_lines(statement)
+        return line + self.first_line
+
+    def where(self, line: int, statement: ast.stmt | None) -> str:
+        return f"{self.source.rel}:{self.line_of(line, statement)}"
+
+    def _leading_lines(self, statement: ast.stmt) -> int:
+        """The blank and comment lines just above `statement` that libcst makes its own: all of them,
+        except those up to the last one indented as deep as the block the statement before it ends
+        (that block's footer)."""
+        run = 0
+        while statement.lineno - 2 - run >= 0:
+            above = self.lines[statement.lineno - 2 - run].strip()
+            if above and not above.startswith("#"):
+                break
+            run += 1
+        previous = self.previous.get(id(statement))
+        indent = _block_indent(previous, self) if previous is not None else None
+        if not run or indent is None:
+            return run
+        for taken in range(run, 0, -1):  # the last footer line, counted from the top of the run
+            if self.lines[statement.lineno - 2 - run + taken].startswith(indent):
+                return run - taken
+        return run
+
+
+def _block_indent(statement: ast.stmt, block: Block) -> str | None:
+    """The indentation of the indented block `statement` ends with; None when it ends on a line of its own
+    (a simple statement, or `if x: return`)."""
+    body: list[ast.stmt] | None = None
+    while isinstance(statement, ast.If) and len(statement.orelse) == 1 and _is_elif(statement.orelse[0], block):
+        statement = statement.orelse[0]
+    if isinstance(statement, (ast.If, ast.For, ast.AsyncFor, ast.While)):
+        body = statement.orelse or statement.body
+    elif isinstance(statement, _TRY):
+        clauses = cast(ast.Try, statement)  # or TryStar: the same fields
+        body = clauses.finalbody or clauses.orelse or (clauses.handlers[-1].body if clauses.handlers else clauses.body)
+    elif isinstance(statement, (ast.With, ast.AsyncWith, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        body = statement.body
+    elif isinstance(statement, ast.Match):
+        body = statement.cases[-1].body
+    if not body:
+        return None
+    line = block.lines[body[0].lineno - 1]
+    indent = line[: len(line) - len(line.lstrip(" \t\f"))]
+    return indent if block.column(body[0].lineno, body[0].col_offset) == len(indent) else None
+
+
+def _is_elif(statement: ast.stmt, block: Block) -> bool:
+    """An `if` in an orelse is an `elif` when that is what its line says there (else `else:` then `if`)."""
+    return block.lines[statement.lineno - 1].startswith("elif", block.column(statement.lineno, statement.col_offset))
+
+
 class ConsumerWalker:
     """Walks one parsed slice and records every model member EAGLE-3 code touches."""
 
-    def __init__(self, protocol_reader: ProtocolReader, parsed: Parsed):
+    def __init__(self, protocol_reader: ProtocolReader, block: Block):
         self.reader = protocol_reader
-        self.parsed = parsed
+        self.block = block
         self.out = protocol_reader.extraction
-        self.statement: Statement | None = None  # innermost statement being walked, for line numbers
+        self.statement: ast.stmt | None = None  # innermost statement being walked, for line numbers
 
     # -- receivers -----------------------------------------------------------------
-    def model_role(self, node: cst.BaseExpression, frame: Frame) -> UseRole | None:
+    def model_role(self, node: ast.expr, frame: Frame) -> UseRole | None:
         """The role of `node` if it is a model object, else None."""
-        if isinstance(node, cst.Name):
-            if node.value in frame.aliases:
-                return frame.aliases[node.value]
-            if node.value == "model" or node.value.endswith("_model"):
-                return role_from_text(node.value)
+        if isinstance(node, ast.Name):
+            if node.id in frame.aliases:
+                return frame.aliases[node.id]
+            if node.id == "model" or node.id.endswith("_model"):
+                return role_from_text(node.id)
             return None
-        if isinstance(node, cst.Attribute):
-            attr = node.attr.value
+        if isinstance(node, ast.Attribute):
+            attr = node.attr
             if attr == "model":
                 holder = _last_name(node.value).lower()
                 if "runner" in holder or "worker" in holder:
                     return self._chain_role(node.value, frame)
-                if isinstance(node.value, cst.Name) and node.value.value == "self":
+                if isinstance(node.value, ast.Name) and node.value.id == "self":
                     owner = frame.class_name.lower()
                     if "runner" in owner or "worker" in owner:
                         return role_from_text(frame.class_name)
@@ -278,26 +445,19 @@ class ConsumerWalker:
                 return role_from_text(attr)
         return None
 
-    def _chain_role(self, holder: cst.BaseExpression, frame: Frame) -> UseRole:
-        text = self.parsed.module.code_for_node(holder)
-        role = role_from_text(text)
-        if role == "unknown" and isinstance(holder, cst.Name) and holder.value in frame.aliases:
-            role = frame.aliases[holder.value]
+    def _chain_role(self, holder: ast.expr, frame: Frame) -> UseRole:
+        role = role_from_text(self.block.code(holder))
+        if role == "unknown" and isinstance(holder, ast.Name) and holder.id in frame.aliases:
+            role = frame.aliases[holder.id]
         if role == "unknown":
             role = role_from_text(frame.class_name)
         return role
 
     # -- recording -----------------------------------------------------------------
     def record(
-        self,
-        name: str,
-        kind: UseKind,
-        role: UseRole,
-        required: bool,
-        at_node: cst.CSTNode,
-        frame: Frame,
-        shape: CallShape | None = None,
+        self, name: str, kind: UseKind, role: UseRole, required: bool, line: int, frame: Frame, shape: CallShape | None = None
     ) -> None:
+        """A use of `name` by code on `line` of the slice."""
         if name.startswith("__") and name.endswith("__"):
             return
         if role == "unknown":
@@ -308,36 +468,29 @@ class ConsumerWalker:
                 kind=kind,
                 role=role,
                 required=required and name not in frame.optional,
-                at=self.parsed.where(at_node, self.statement),
+                at=self.block.where(line, self.statement),
                 guard=frame.guard,
                 shape=shape,
             )
         )
-        self.out.consumers.add(self.parsed.source.rel)
+        self.out.consumers.add(self.block.source.rel)
 
-    def mark_scope(self, suite: cst.CSTNode) -> None:
-        lines = self.out.eagle_lines.setdefault(self.parsed.source.rel, set())
-        if isinstance(suite, cst.If):  # an `elif`: its own body and every branch after it
-            span = self.parsed.statement_span(suite)
-            lines.update(range(span[0], span[1] + 1) if span else ())
-        else:
-            lines.update(self.parsed.suite_span(suite))
-
-    def mark_statements(self, statements) -> None:
-        first, last = self.parsed.statement_span(statements[0]), self.parsed.statement_span(statements[-1])
-        if first is not None and last is not None:
-            self.out.eagle_lines.setdefault(self.parsed.source.rel, set()).update(range(first[0], last[1] + 1))
+    def mark_lines(self, statements: Sequence[ast.stmt]) -> None:
+        """Statements (a branch, or the rest of a block) are EAGLE code: their lines, first to last."""
+        first, last = statements[0].lineno, statements[-1].end_lineno or statements[-1].lineno
+        offset = self.block.first_line
+        self.out.eagle_lines.setdefault(self.block.source.rel, set()).update(range(first + offset, last + offset + 1))
 
     # -- walking -------------------------------------------------------------------
-    def walk(self, node: cst.CSTNode, frame: Frame, parent: cst.CSTNode | None = None) -> None:
-        if isinstance(node, (cst.SimpleStatementLine, cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+    def walk(self, node: ast.AST, frame: Frame, parent: ast.AST | None = None) -> None:
+        if isinstance(node, ast.stmt):
             outer, self.statement = self.statement, node
             self._dispatch(node, frame, parent)
             self.statement = outer
         else:
             self._dispatch(node, frame, parent)
 
-    def _dispatch(self, node: cst.CSTNode, frame: Frame, parent: cst.CSTNode | None) -> None:
+    def _dispatch(self, node: ast.AST, frame: Frame, parent: ast.AST | None) -> None:
         try:
             method = _METHODS[type(node)]
         except KeyError:
@@ -346,169 +499,206 @@ class ConsumerWalker:
             method(self, node, frame, parent)
             return
         for child in _children(node):
-            self.walk(child, frame, node)
+            if isinstance(child, list):
+                self.walk_block(child, frame)
+            else:
+                self.walk(child, frame, node)
 
-    def walk_ClassDef(self, node: cst.ClassDef, frame: Frame, parent) -> None:
-        self.walk(node.body, frame.child(class_name=node.name.value, aliases={}), node)
+    def walk_block(self, statements: list[ast.stmt], frame: Frame, exits: bool = True) -> None:
+        """Statements in order: after `if not is_eagle3(): return` the rest of the block is EAGLE code."""
+        previous: ast.stmt | None = None
+        for index, statement in enumerate(statements):
+            self.block.previous[id(statement)] = previous
+            previous = statement
+            self.walk(statement, frame)
+            leaves = _early_exit(statement) if exits else ""
+            if leaves and isinstance(statement, ast.If) and index + 1 < len(statements):
+                frame = self._after_exit(statement, leaves, frame, statements[index + 1 :])
 
-    def walk_FunctionDef(self, node: cst.FunctionDef, frame: Frame, parent) -> None:
+    def walk_Module(self, node: ast.Module, frame: Frame, parent) -> None:
+        self.walk_block(node.body, frame, exits=False)
+
+    def walk_ClassDef(self, node: ast.ClassDef, frame: Frame, parent) -> None:
+        self.walk_block(node.body, frame.child(class_name=node.name, aliases={}))
+
+    def walk_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame, parent) -> None:
         aliases = dict(frame.aliases)
-        for param in _all_params(node.params):
-            aliases.pop(param.name.value, None)
-        self.walk(node.body, frame.child(aliases=aliases), node)
+        for param in _all_params(node.args):
+            aliases.pop(param.arg, None)
+        self.walk_block(node.body, frame.child(aliases=aliases))
 
-    def walk_If(self, node: cst.If, frame: Frame, parent) -> None:
+    walk_AsyncFunctionDef = walk_FunctionDef
+
+    def walk_If(self, node: ast.If, frame: Frame, parent) -> None:
         self.walk(node.test, frame, node)
-        body_frame = self._branch(node.test, True, frame, "if", node.body)
-        probed = _positive_hasattr(node.test)
+        body_frame = self._branch(node, True, frame, "if", node.body)
+        probed = _positive_hasattr(node.test, self.block)
         if probed:
             body_frame = body_frame.child(optional=body_frame.optional | probed)
-        self.walk(node.body, body_frame, node)
-        if node.orelse is not None:
-            self.walk(node.orelse, self._branch(node.test, False, frame, "else of: if", node.orelse), node)
+        self.walk_block(node.body, body_frame)
+        if node.orelse:  # `else:`, or an `elif` (one If in orelse): the same lines either way
+            self.walk_block(node.orelse, self._branch(node, False, frame, "else of: if", node.orelse))
 
-    def _branch(self, test: cst.BaseExpression, holds: bool, frame: Frame, label: str, suite: cst.CSTNode) -> Frame:
-        """The frame of a branch where `test` is `holds`; it enters EAGLE scope when the test says so."""
+    def _branch(self, statement: ast.If, holds: bool, frame: Frame, label: str, suite: list[ast.stmt]) -> Frame:
+        """The frame of a branch where the test is `holds`; it enters EAGLE scope when the test says so."""
+        test = statement.test
         branch = frame.child(conditions=frame.conditions + ((test, holds),))
-        if frame.in_scope or not eagle_guarded(test, holds):
+        if frame.in_scope or not eagle_guarded(test, self.block, holds):
             return branch
-        self.mark_scope(suite)
-        return branch.child(in_scope=True, guard=f"{label} {_short(self.parsed.module.code_for_node(test))}")
+        self.mark_lines(suite)
+        return branch.child(in_scope=True, guard=f"{label} {_short(self.block.condition(statement)[0])}")
 
-    def walk_IndentedBlock(self, node: cst.IndentedBlock, frame: Frame, parent) -> None:
-        """Statements in order: after `if not is_eagle3(): return` the rest of the block is EAGLE code."""
-        statements = node.body
-        for index, statement in enumerate(statements):
-            self.walk(statement, frame, node)
-            leaves = _early_exit(statement)
-            if leaves and isinstance(statement, cst.If) and index + 1 < len(statements):  # leaves only for an if
-                frame = self._after_exit(statement.test, leaves, frame, statements[index + 1 :])
-
-    def _after_exit(self, test: cst.BaseExpression, leaves: str, frame: Frame, rest) -> Frame:
+    def _after_exit(self, statement: ast.If, leaves: str, frame: Frame, rest: list[ast.stmt]) -> Frame:
+        test = statement.test
         after = frame.child(conditions=frame.conditions + ((test, False),))
-        if frame.in_scope or not eagle_guarded(test, False):
+        if frame.in_scope or not eagle_guarded(test, self.block, False):
             return after
-        self.mark_statements(rest)
-        guard = f"after if {_short(self.parsed.module.code_for_node(test))}: {leaves}"
+        self.mark_lines(rest)
+        guard = f"after if {_short(self.block.condition(statement)[0])}: {leaves}"
         return after.child(in_scope=True, guard=guard)
 
-    def walk_BooleanOperation(self, node: cst.BooleanOperation, frame: Frame, parent) -> None:
-        self.walk(node.left, frame, node)
-        right = frame
-        if isinstance(node.operator, cst.And):
-            probed = _positive_hasattr(node.left)
-            if probed:
-                right = frame.child(optional=frame.optional | probed)
-        self.walk(node.right, right, node)
+    def walk_BoolOp(self, node: ast.BoolOp, frame: Frame, parent) -> None:
+        """`a and b and c`: b is walked knowing what hasattr in a proves, c what a and b prove."""
+        conjunction = isinstance(node.op, ast.And)
+        probed: frozenset[str] = frozenset()
+        for value in node.values:
+            self.walk(value, frame.child(optional=frame.optional | probed) if probed else frame, node)
+            if conjunction:
+                probed |= _positive_hasattr(value, self.block)
 
-    def walk_IfExp(self, node: cst.IfExp, frame: Frame, parent) -> None:
+    def walk_IfExp(self, node: ast.IfExp, frame: Frame, parent) -> None:
         self.walk(node.test, frame, node)
-        probed = _positive_hasattr(node.test)
+        probed = _positive_hasattr(node.test, self.block)
         self.walk(node.body, frame.child(optional=frame.optional | probed) if probed else frame, node)
         self.walk(node.orelse, frame, node)
 
-    def walk_Assign(self, node: cst.Assign, frame: Frame, parent) -> None:
+    def walk_Assign(self, node: ast.Assign, frame: Frame, parent) -> None:
         self.walk(node.value, frame, node)
         for target in node.targets:
-            self._bind(target.target, node.value, frame)
-            self._walk_target(target.target, frame)
+            self._bind(target, node.value, frame)
+            self._walk_target(target, frame)
 
-    def walk_AnnAssign(self, node: cst.AnnAssign, frame: Frame, parent) -> None:
+    def walk_AnnAssign(self, node: ast.AnnAssign, frame: Frame, parent) -> None:
         if node.value is not None:
             self.walk(node.value, frame, node)
             self._bind(node.target, node.value, frame)
         self._walk_target(node.target, frame)
 
-    def walk_AugAssign(self, node: cst.AugAssign, frame: Frame, parent) -> None:
+    def walk_AugAssign(self, node: ast.AugAssign, frame: Frame, parent) -> None:
         self.walk(node.value, frame, node)
         self._walk_target(node.target, frame)
 
-    def walk_NamedExpr(self, node: cst.NamedExpr, frame: Frame, parent) -> None:
+    def walk_NamedExpr(self, node: ast.NamedExpr, frame: Frame, parent) -> None:
         """`if (m := self.model) and ...:` makes `m` a model alias, as an assignment would."""
         self.walk(node.value, frame, node)
         self._bind(node.target, node.value, frame)
 
-    def _walk_target(self, target: cst.BaseExpression, frame: Frame) -> None:
+    def _walk_target(self, target: ast.expr, frame: Frame) -> None:
         """Writing `model.x = ...` needs nothing from the model, but is recorded: a member EAGLE-3 code
         assigns must not be forwarded read-only.  Reads inside the target still count."""
-        if isinstance(target, cst.Attribute):
+        if isinstance(target, ast.Attribute):
             self.walk(target.value, frame, target)
             if frame.in_scope and self.model_role(target.value, frame) is not None:
-                self.out.assigned.append((target.attr.value, self.parsed.where(target.attr, self.statement)))
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            for element in target.elements:
-                self._walk_target(element.value, frame)
-        elif isinstance(target, cst.Subscript):
-            for child in target.children:
-                self.walk(child, frame, target)
+                self.out.assigned.append((target.attr, self.block.where(target.end_lineno or target.lineno, self.statement)))
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                self._walk_target(element.value if isinstance(element, ast.Starred) else element, frame)
+        elif isinstance(target, ast.Subscript):
+            self.walk(target.value, frame, target)
+            self.walk(target.slice, frame, target)
 
-    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression, frame: Frame) -> None:
-        if not isinstance(target, cst.Name):
+    def _bind(self, target: ast.expr, value: ast.expr, frame: Frame) -> None:
+        if not isinstance(target, ast.Name):
             return
         role = self.model_role(value, frame)
         if role is not None:
-            frame.aliases[target.value] = role
+            frame.aliases[target.id] = role
         else:
-            frame.aliases.pop(target.value, None)
+            frame.aliases.pop(target.id, None)
 
-    def walk_Attribute(self, node: cst.Attribute, frame: Frame, parent) -> None:
+    def walk_Attribute(self, node: ast.Attribute, frame: Frame, parent) -> None:
         self.walk(node.value, frame, node)
         if not frame.in_scope:
             return
         role = self.model_role(node.value, frame)
         if role is None:
             return
-        if isinstance(parent, cst.Call) and parent.func is node:
-            self.record(node.attr.value, "call", role, True, node.attr, frame, call_shape(parent))
+        line = node.end_lineno or node.lineno  # where the member's name is
+        if isinstance(parent, ast.Call) and parent.func is node:
+            self.record(node.attr, "call", role, True, line, frame, call_shape(parent))
         else:
-            self.record(node.attr.value, "attribute", role, True, node.attr, frame)
+            self.record(node.attr, "attribute", role, True, line, frame)
 
-    def walk_Call(self, node: cst.Call, frame: Frame, parent) -> None:
+    def walk_Call(self, node: ast.Call, frame: Frame, parent) -> None:
         func = node.func
-        if frame.in_scope and isinstance(func, cst.Name) and func.value in ("getattr", "hasattr") and len(node.args) >= 2:
-            role = self.model_role(node.args[0].value, frame)
-            name = _string_value(node.args[1].value)
-            if role is not None and name and func.value == "getattr":
-                required = len(node.args) == 2
-                self.record(name, "attribute", role, required, node.args[1].value, frame)
+        arguments = _arguments(node)
+        if frame.in_scope and isinstance(func, ast.Name) and func.id in ("getattr", "hasattr") and len(arguments) >= 2:
+            role = self.model_role(arguments[0].value, frame)
+            name = _string_value(arguments[1].value, self.block)
+            if role is not None and name and func.id == "getattr":
+                required = len(arguments) == 2
+                self.record(name, "attribute", role, required, arguments[1].value.lineno, frame)
         self.walk(func, frame, node)
-        for arg in node.args:
-            self.walk(arg, frame, node)
+        for argument in arguments:
+            self.walk(argument.value, frame, node)
         if frame.in_scope and frame.depth < MAX_HELPER_DEPTH:
-            self.reader.follow_helper(self, node, frame)
+            self.reader.follow_helper(self, node, arguments, frame)
 
-    def walk_Lambda(self, node: cst.Lambda, frame: Frame, parent) -> None:
+    def walk_Lambda(self, node: ast.Lambda, frame: Frame, parent) -> None:
         self.walk(node.body, frame, node)
 
+    def walk_Import(self, node: ast.Import, frame: Frame, parent) -> None:
+        for alias in node.names:
+            self._walk_dotted(alias.name, alias.lineno, frame, node)
 
-_METHODS: dict[type[cst.CSTNode], Callable[[ConsumerWalker, Any, Frame, cst.CSTNode | None], None] | None] = {}
-_FIELDS: dict[type, list[str]] = {}
-_SKIP_FIELDS = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after", "header", "footer")
+    def walk_ImportFrom(self, node: ast.ImportFrom, frame: Frame, parent) -> None:
+        if node.module:
+            self._walk_dotted(node.module, node.lineno, frame, node)
+
+    def _walk_dotted(self, dotted: str, line: int, frame: Frame, statement: ast.stmt) -> None:
+        """A dotted module name reads as the attribute chain libcst makes of it (`x.draft_model.y`)."""
+        parts = dotted.split(".")
+        chain: ast.expr = ast.Name(id=parts[0], ctx=ast.Load())
+        for part in parts[1:]:
+            chain = ast.Attribute(value=chain, attr=part, ctx=ast.Load(), lineno=line, end_lineno=line)
+        if len(parts) > 1:
+            self.walk(chain, frame, statement)
 
 
-def _children(node: cst.CSTNode):
-    """Child nodes in source order, without libcst's `children` (which rebuilds every node)."""
-    names = _FIELDS.get(type(node))
-    if names is None:
-        names = _FIELDS[type(node)] = [
-            f.name for f in dataclasses.fields(node) if not f.name.startswith(_SKIP_FIELDS)
-        ]
-    for name in names:
-        value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
+_METHODS: dict[type[ast.AST], Callable[[ConsumerWalker, Any, Frame, ast.AST | None], None] | None] = {}
+_NOT_WALKED = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
+# libcst's order where CPython's differs: an except clause's body before its type, a case's body before its guard
+_FIELDS: dict[type, tuple[str, ...]] = {ast.ExceptHandler: ("body", "type"), ast.match_case: ("pattern", "body", "guard")}
+
+
+def _children(node: ast.AST) -> Iterator[ast.AST | list[ast.stmt]]:
+    """Child nodes in the order libcst lists them (a block of statements as one list): a dict's keys
+    and values interleaved, as written."""
+    if isinstance(node, ast.Dict):
+        for key, value in zip(node.keys, node.values):
+            if key is not None:
+                yield key
             yield value
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                if isinstance(item, cst.CSTNode):
-                    yield item
+        return
+    if isinstance(node, ast.MatchMapping):
+        for key, pattern in zip(node.keys, node.patterns):
+            yield key
+            yield pattern
+        return
+    for name in _FIELDS.get(type(node), node._fields):
+        child = getattr(node, name, None)
+        if isinstance(child, list):
+            if child and isinstance(child[0], ast.stmt):
+                yield child
+            else:
+                yield from (item for item in child if isinstance(item, ast.AST) and not isinstance(item, _NOT_WALKED))
+        elif isinstance(child, ast.AST) and not isinstance(child, _NOT_WALKED):
+            yield child
 
 
-def _all_params(params: cst.Parameters) -> list[cst.Param]:
-    out = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
-    for star in (params.star_arg, params.star_kwarg):
-        if isinstance(star, cst.Param):
-            out.append(star)
-    return out
+def _all_params(params: ast.arguments) -> list[ast.arg]:
+    out = params.posonlyargs + params.args + params.kwonlyargs
+    return out + [star for star in (params.vararg, params.kwarg) if star is not None]
 
 
 def _short(text: str, limit: int = 70) -> str:
@@ -516,30 +706,29 @@ def _short(text: str, limit: int = 70) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _early_exit(statement: cst.CSTNode) -> str:
+def _early_exit(statement: ast.stmt) -> str:
     """How an `if` without `else` always leaves ("return", "raise"), or "" when it may fall through."""
-    if not isinstance(statement, cst.If) or statement.orelse is not None:
+    if not isinstance(statement, ast.If) or statement.orelse:
         return ""
-    last = statement.body.body[-1] if statement.body.body else None
-    if isinstance(last, cst.SimpleStatementLine):
-        last = last.body[-1] if last.body else None
-    if isinstance(last, cst.Return):
+    last = statement.body[-1] if statement.body else None
+    if isinstance(last, ast.Return):
         return "return"
-    if isinstance(last, cst.Raise):
+    if isinstance(last, ast.Raise):
         return "raise"
     return ""
 
 
-def _positive_hasattr(test: cst.CSTNode) -> frozenset[str]:
+def _positive_hasattr(test: ast.AST, block: Block) -> frozenset[str]:
     """Member names a condition proves present: `hasattr(m, "x")`, also inside `and`."""
-    if isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and test.func.value == "hasattr":
-        if len(test.args) >= 2:
-            name = _string_value(test.args[1].value)
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "hasattr":
+        arguments = _arguments(test)
+        if len(arguments) >= 2:
+            name = _string_value(arguments[1].value, block)
             if name:
                 return frozenset({name})
         return frozenset()
-    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        return _positive_hasattr(test.left) | _positive_hasattr(test.right)
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return frozenset().union(*(_positive_hasattr(value, block) for value in test.values))
     return frozenset()
 
 
@@ -551,6 +740,7 @@ class ProtocolReader:
         self.cache = cache
         self.extraction = Extraction()
         self.extra = extra_consumers or []
+        self._blocks: dict[tuple[Path, int, int], Block] = {}  # (file, start, end) -> the slice read
 
     # -- discovery -------------------------------------------------------------------
     def candidate_files(self) -> list[tuple[Path, bool]]:
@@ -623,11 +813,37 @@ class ProtocolReader:
             lines = source.lines
             headers = [h for h in functions(_EAGLE) if _MODEL_USE.search("\n".join(lines[h : outline.ends[h]]))]
         for header in headers:
-            parsed = self.cache.parse_block(source, header)
-            if parsed.first_line == 0 and len(parsed.module.body) > 1:
-                self._walk(parsed, eagle_module)  # fell back to the whole file
+            block = self.parse_block(source, header)
+            if block.first_line == 0 and len(block.module.body) > 1:
+                self._walk(block, eagle_module)  # fell back to the whole file
                 return
-            self._walk(parsed, eagle_module, self._class_of(outline, header))
+            self._walk(block, eagle_module, self._class_of(outline, header))
+
+    def parse_block(self, source: SourceFile, header: int) -> Block:
+        """The def whose header is line index `header`, decorators included, read by CPython's parser
+        from the same dedented text libcst would read; the whole file when it does not parse alone."""
+        start, end = self.cache.block_span(source, header)
+        key = (source.path, start, end)
+        block = self._blocks.get(key)
+        if block is None:
+            text = block_text(source.lines[start:end])
+            try:
+                block = Block(source, ast.parse(text), start, text)
+            except (SyntaxError, ValueError):
+                block = self._parse_whole(source)
+            self._blocks[key] = block
+        return block
+
+    def _parse_whole(self, source: SourceFile) -> Block:
+        key = (source.path, 0, -1)
+        block = self._blocks.get(key)
+        if block is None:
+            try:
+                module = ast.parse(source.text)
+            except SyntaxError as exc:
+                raise EaglepatchError(f"is not valid Python ({exc.msg}); fix the syntax error", path=source.rel, line=exc.lineno) from None
+            block = self._blocks[key] = Block(source, module, 0, source.text)
+        return block
 
     @staticmethod
     def _class_of(outline, header: int) -> str:
@@ -640,26 +856,26 @@ class ProtocolReader:
                 owner = name
         return owner
 
-    def _walk(self, parsed: Parsed, eagle_module: bool, class_name: str = "") -> None:
-        rel = parsed.source.rel
+    def _walk(self, block: Block, eagle_module: bool, class_name: str = "") -> None:
+        rel = block.source.rel
         frame = Frame(in_scope=eagle_module, guard="EAGLE module (all of its code)" if eagle_module else "", aliases={}, class_name=class_name)
         if eagle_module:
             self.extraction.eagle_lines.setdefault(rel, set()).update(
-                range(parsed.first_line + 1, parsed.first_line + parsed.text.count("\n") + 1)
+                range(block.first_line + 1, block.first_line + block.text.count("\n") + 1)
             )
-        ConsumerWalker(self, parsed).walk(parsed.module, frame)
+        ConsumerWalker(self, block).walk(block.module, frame)
 
     # -- helpers -------------------------------------------------------------------------
-    def follow_helper(self, walker: ConsumerWalker, call: cst.Call, frame: Frame) -> None:
+    def follow_helper(self, walker: ConsumerWalker, call: ast.Call, arguments: list[Argument], frame: Frame) -> None:
         """EAGLE code that hands a model to a function makes that function EAGLE code too."""
         bound: dict[str, UseRole] = {}
         positional: list[tuple[int, UseRole]] = []
         position = 0
-        for arg in call.args:
+        for arg in arguments:
             role = walker.model_role(arg.value, frame)
             if arg.keyword is not None:
                 if role is not None:
-                    bound[arg.keyword.value] = role
+                    bound[arg.keyword] = role
             elif arg.star:
                 continue
             else:
@@ -668,21 +884,21 @@ class ProtocolReader:
                 position += 1
         if not bound and not positional:
             return
-        target = self._resolve_function(walker.parsed.source, call.func, frame)
+        target = self._resolve_function(walker.block.source, call.func, frame)
         if target is None:
             return
         source, header, is_method = target
-        parsed = self.cache.parse_block(source, header)
-        func = _find_def(parsed.module, source.lines[header])
+        block = self.parse_block(source, header)
+        func = _find_def(block.module, source.lines[header])
         if func is None:
             return
-        params = list(func.params.posonly_params) + list(func.params.params)
-        if is_method and params and params[0].name.value in ("self", "cls"):
+        params = func.args.posonlyargs + func.args.args
+        if is_method and params and params[0].arg in ("self", "cls"):
             params = params[1:]
         aliases: dict[str, UseRole] = {}
         for index, role in positional:
             if index < len(params):
-                name = params[index].name.value
+                name = params[index].arg
                 aliases[name] = _parameter_role(role, name, frame)
         for name, role in bound.items():
             aliases[name] = _parameter_role(role, name, frame)
@@ -690,33 +906,34 @@ class ProtocolReader:
         if key in self.extraction.followed:
             return
         self.extraction.followed.add(key)
-        via = walker.parsed.where(call, walker.statement)
+        via = walker.block.where(call.lineno, walker.statement)  # libcst's line of a call leaves out parentheses around it too
         helper_frame = Frame(
             in_scope=True,
-            guard=f"helper {func.name.value}() called from EAGLE-3 code at {via}",
+            guard=f"helper {func.name}() called from EAGLE-3 code at {via}",
             aliases=aliases,
             class_name=self._class_of(self.cache.outline(source), header) if is_method else "",
             depth=frame.depth + 1,
         )
-        span = parsed.statement_span(func)
-        if span is not None:
-            self.extraction.eagle_lines.setdefault(source.rel, set()).update(range(span[0], span[1] + 1))
-        ConsumerWalker(self, parsed).walk(func.body, helper_frame, func)
+        offset = block.first_line
+        self.extraction.eagle_lines.setdefault(source.rel, set()).update(
+            range(func.lineno + offset, (func.end_lineno or func.lineno) + offset + 1)
+        )
+        ConsumerWalker(self, block).walk_block(func.body, helper_frame)
 
-    def _resolve_function(self, source: SourceFile, func: cst.BaseExpression, frame: Frame):
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+    def _resolve_function(self, source: SourceFile, func: ast.expr, frame: Frame):
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
             outline = self.cache.outline(source)
             owner = outline.find(frame.class_name, "class") if frame.class_name else None
             if owner is None:
                 return None
             end = outline.ends.get(owner, owner)
             for index, _indent, kind, name in outline.headers:
-                if owner < index < end and kind == "def" and name == func.attr.value:
+                if owner < index < end and kind == "def" and name == func.attr:
                     return source, index, True
             return None
-        if not isinstance(func, cst.Name):
+        if not isinstance(func, ast.Name):
             return None
-        name = func.value
+        name = func.id
         outline = self.cache.outline(source)
         for index, indent, kind, header_name in outline.headers:
             if indent == 0 and kind == "def" and header_name == name:
@@ -886,23 +1103,19 @@ def _parameter_role(role: UseRole, parameter: str, frame: Frame) -> UseRole:
     return role
 
 
-def _find_def(module: cst.Module, header_line: str) -> cst.FunctionDef | None:
+def _find_def(module: ast.Module, header_line: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The first def (outermost first, in source order) named as on `header_line`."""
     name = re.match(r"\s*(?:async\s+)?def\s+(\w+)", header_line)
     if not name:
         return None
     wanted = name.group(1)
-
-    class Find(cst.CSTVisitor):
-        found: cst.FunctionDef | None = None
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            if self.found is None and node.name.value == wanted:
-                self.found = node
-            return self.found is None
-
-    finder = Find()
-    module.visit(finder)
-    return finder.found
+    first = module.body[0] if module.body else None
+    if isinstance(first, (ast.FunctionDef, ast.AsyncFunctionDef)) and first.name == wanted:
+        return first  # the slice of that def
+    found = [
+        node for node in ast.walk(module) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == wanted
+    ]
+    return min(found, key=lambda node: (node.lineno, node.col_offset), default=None)
 
 
 def extract_protocol(

@@ -45,6 +45,7 @@ class Expect:
     required: bool = True
     shape: CallShape | None = None
     guard: str = ""  # a piece of Use.guard
+    line: int = 0  # when set, the line Use.at must name
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,10 @@ class Row:
     uses: tuple[Expect, ...]
 
 
-def call(file: str, role: str, positional: int = 0, *keywords: str, star: bool = False, guard: str = "", required: bool = True) -> Expect:
-    return Expect(file, "call", role, required, CallShape(positional, tuple(sorted(keywords)), star), guard)
+def call(
+    file: str, role: str, positional: int = 0, *keywords: str, star: bool = False, guard: str = "", required: bool = True, line: int = 0
+) -> Expect:
+    return Expect(file, "call", role, required, CallShape(positional, tuple(sorted(keywords)), star), guard, line)
 
 
 def build_tree(root: Path, files: dict[str, str]) -> Path:
@@ -85,6 +88,7 @@ def assert_uses(protocol: Protocol, member: str, expected: tuple[Expect, ...]) -
     assert got == want, [f"{u.at} {u.kind} {u.role} guard={u.guard!r}" for u in uses]
     for use, expect in zip(uses, sorted(expected, key=lambda e: e.file)):
         assert expect.guard in use.guard, (use.at, use.guard)
+        assert not expect.line or use.at == f"{expect.file}:{expect.line}", (use.at, expect.line)
 
 
 def check(tmp_path: Path, row: Row) -> None:
@@ -309,6 +313,156 @@ def test_unprobed_runner_use_is_still_general_interface(tmp_path):
     protocol = protocol_of(build_tree(tmp_path, {RUNNER: runner}))
     assert "set_embed_and_head" not in protocol.members
     assert protocol.general_interface["set_embed_and_head"] == f"{RUNNER}:3"
+
+
+# --------------------------------------------------------------------------- 4. conditions and lines as written
+
+UTILS = "speculative/eagle_utils_eagle.py"
+
+ELIF_PARENTHESIZED = """
+class ModelRunner:
+    def initialize(self, x):
+        if x:
+            pass
+        elif (
+            self.spec_algorithm.is_eagle3()  # EAGLE-3 only
+        ):
+            self.target_model.capture_aux(self.layer_ids)
+"""
+
+ELSE_THEN_IF = """
+class ModelRunner:
+    def initialize(self, x):
+        if not self.spec_algorithm.is_eagle3():
+            pass
+        else:
+            if x:
+                self.target_model.capture_aux(self.layer_ids)
+"""
+
+ELIF_UNDER_ELSE = """
+class ModelRunner:
+    def initialize(self, x):
+        if not self.spec_algorithm.is_eagle3():
+            pass
+        elif x:
+            self.target_model.capture_aux(self.layer_ids)
+"""
+
+MULTI_LINE_CONDITION = """
+class ModelRunner:
+    def initialize(self, x):
+        if (
+            self.spec_algorithm.is_eagle3()
+            and x
+        ):
+            self.target_model.capture_layers(self.layer_ids)
+"""
+
+MULTI_LINE_CHAINS = """
+def share(target_model, draft_model, x):
+    embed = (
+        target_model
+        .embed_tokens
+    )
+    draft_model.load(
+        embed,
+        target_model
+            .lm_head,
+    )
+    if (
+        x
+        and target_model.ready
+    ):
+        return embed
+"""
+
+# A use in the header of a `for` is placed as the libcst reading placed it: moved down by the
+# comment and blank lines above the `for` (here 2: `layers` is written on line 6, reported on 8).
+FOR_HEADER = """
+def count(target_model):
+    total = 0
+    # every layer
+
+    for layer in (
+        target_model.layers
+    ):
+        total += 1
+    return total
+"""
+
+HASATTR_CHAIN = """
+class ModelRunner:
+    def load(self, x):
+        if self.spec_algorithm.is_eagle3():
+            if hasattr(self.target_model, "warm") and hasattr(self.target_model, "cool") and self.target_model.cool():
+                pass
+            if x and hasattr(self.target_model, "warm") and self.target_model.warm():
+                pass
+            if hasattr(self.target_model, "heat") or self.target_model.heat():
+                pass
+"""
+
+FSTRING_CONDITION = """
+class ModelRunner:
+    def initialize(self, algorithm, n):
+        if algorithm == f"EAGLE{n}":
+            self.target_model.capture_aux(self.layer_ids)
+        if algorithm != f"EAGLE{n}":
+            self.target_model.plain_only()
+"""
+
+GETATTR_NAMES = """
+def hot(draft_model):
+    ids = getattr(draft_model, "hot_token_ids", None)
+    return getattr(draft_model, "hot_" "map"), ids
+"""
+
+WRITTEN = [
+    Row("elif-parenthesized-condition", {RUNNER: ELIF_PARENTHESIZED}, "capture_aux",
+        (call(RUNNER, "target", 1, guard="if ( self.spec_algorithm.is_eagle3() # EAGLE-3 only )", line=8),)),
+    Row("else-then-if", {RUNNER: ELSE_THEN_IF}, "capture_aux",
+        (call(RUNNER, "target", 1, guard="else of: if not self.spec_algorithm.is_eagle3()", line=7),)),
+    Row("elif-reads-as-else-then-if", {RUNNER: ELIF_UNDER_ELSE}, "capture_aux",
+        (call(RUNNER, "target", 1, guard="else of: if not self.spec_algorithm.is_eagle3()", line=6),)),
+    Row("multi-line-condition-guard", {RUNNER: MULTI_LINE_CONDITION}, "capture_layers",
+        (call(RUNNER, "target", 1, guard="if ( self.spec_algorithm.is_eagle3() and x )", line=7),)),
+    Row("chain-line-is-the-member-name", {UTILS: MULTI_LINE_CHAINS}, "embed_tokens",
+        (Expect(UTILS, "attribute", "target", line=4),)),
+    Row("chain-inside-call-arguments", {UTILS: MULTI_LINE_CHAINS}, "lm_head", (Expect(UTILS, "attribute", "target", line=9),)),
+    Row("use-inside-multi-line-condition", {UTILS: MULTI_LINE_CHAINS}, "ready", (Expect(UTILS, "attribute", "target", line=13),)),
+    Row("for-header-as-libcst-placed-it", {UTILS: FOR_HEADER}, "layers", (Expect(UTILS, "attribute", "target", line=8),)),
+    Row("hasattr-left-of-and-chain", {RUNNER: HASATTR_CHAIN}, "cool", (call(RUNNER, "target", 0, required=False, line=4),)),
+    Row("hasattr-middle-of-and-chain", {RUNNER: HASATTR_CHAIN}, "warm", (call(RUNNER, "target", 0, required=False, line=6),)),
+    Row("hasattr-in-or-proves-nothing", {RUNNER: HASATTR_CHAIN}, "heat", (call(RUNNER, "target", 0, line=8),)),
+    Row("fstring-says-eagle", {RUNNER: FSTRING_CONDITION}, "capture_aux",
+        (call(RUNNER, "target", 1, guard='if algorithm == f"EAGLE{n}"', line=4),)),
+    Row("fstring-says-not-eagle", {RUNNER: FSTRING_CONDITION}, "plain_only", ()),
+    Row("getattr-with-default-is-optional", {UTILS: GETATTR_NAMES}, "hot_token_ids",
+        (Expect(UTILS, "attribute", "draft", required=False, line=2),)),
+    Row("getattr-of-concatenated-strings-is-not-read", {UTILS: GETATTR_NAMES}, "hot_map", ()),
+]
+
+
+@pytest.mark.parametrize("row", WRITTEN, ids=lambda r: r.id)
+def test_conditions_and_lines_as_written(tmp_path, row):
+    check(tmp_path, row)
+
+
+def test_protocol_stage_parses_nothing_with_libcst(tmp_path, monkeypatch):
+    """The consumer code is read with CPython's parser: libcst's parser and positions are never asked."""
+    import libcst
+
+    import eaglepatch.source
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the protocol stage called libcst")
+
+    monkeypatch.setattr(libcst, "parse_module", refuse)
+    monkeypatch.setattr(eaglepatch.source, "MetadataWrapper", refuse)
+    protocol = protocol_of(build_tree(tmp_path, {RUNNER: MULTI_LINE_CONDITION, UTILS: MULTI_LINE_CHAINS}))
+    assert {"capture_layers", "embed_tokens", "get_embed_and_head"} <= set(protocol.members)
+
 
 
 # --------------------------------------------------------------------------- real releases
