@@ -37,7 +37,7 @@ import tokenize
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from .errors import EaglepatchError
 from .imports import ImportTable
@@ -276,8 +276,6 @@ class Extraction:
     assigned: list[tuple[str, str]] = field(default_factory=list)  # (member, "path:line") of `model.member = ...`
 
 
-_TRY: tuple[type[ast.stmt], ...] = (ast.Try, getattr(ast, "TryStar", ast.Try))  # try/except* from Python 3.11
-_HEADED = (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, *_TRY, ast.Match)
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 
 
@@ -285,17 +283,15 @@ _NEWLINE = re.compile(r"\r\n|\r|\n")
 class Block:
     """A def (or the whole file) read by CPython's parser, and the text it was read from.
 
-    A use is placed on the line the libcst reading of the same text placed it: a node in an
-    `if`/`while` condition is counted from the first line of the condition (its parentheses included),
-    and one in the header of a `for`/`with`/`try`/`match` is moved down by the blank and comment lines
-    libcst gives that statement (see `line_of`)."""
+    A use is placed on the line it is written on, except that a node in an `if`/`while` condition is
+    counted from the first line of the condition (its parentheses included), as the libcst reading
+    placed it (see `line_of`)."""
 
     source: SourceFile
     module: ast.Module
     first_line: int  # file line of the text's line 1, minus one
     text: str
     lines: list[str] = field(init=False)
-    previous: dict[int, ast.stmt | None] = field(default_factory=dict, init=False)  # id(statement) -> the one before
 
     def __post_init__(self) -> None:
         self.lines = _NEWLINE.split(self.text)
@@ -358,58 +354,10 @@ class Block:
                 return first + self.first_line
             if isinstance(statement, (ast.If, ast.While)):
                 line -= self.condition(statement)[1] - first
-            elif isinstance(statement, _HEADED):
-                line += self._leading_lines(statement)
         return line + self.first_line
 
     def where(self, line: int, statement: ast.stmt | None) -> str:
         return f"{self.source.rel}:{self.line_of(line, statement)}"
-
-    def _leading_lines(self, statement: ast.stmt) -> int:
-        """The blank and comment lines just above `statement` that libcst makes its own: all of them,
-        except those up to the last one indented as deep as the block the statement before it ends
-        (that block's footer)."""
-        run = 0
-        while statement.lineno - 2 - run >= 0:
-            above = self.lines[statement.lineno - 2 - run].strip()
-            if above and not above.startswith("#"):
-                break
-            run += 1
-        previous = self.previous.get(id(statement))
-        indent = _block_indent(previous, self) if previous is not None else None
-        if not run or indent is None:
-            return run
-        for taken in range(run, 0, -1):  # the last footer line, counted from the top of the run
-            if self.lines[statement.lineno - 2 - run + taken].startswith(indent):
-                return run - taken
-        return run
-
-
-def _block_indent(statement: ast.stmt, block: Block) -> str | None:
-    """The indentation of the indented block `statement` ends with; None when it ends on a line of its own
-    (a simple statement, or `if x: return`)."""
-    body: list[ast.stmt] | None = None
-    while isinstance(statement, ast.If) and len(statement.orelse) == 1 and _is_elif(statement.orelse[0], block):
-        statement = statement.orelse[0]
-    if isinstance(statement, (ast.If, ast.For, ast.AsyncFor, ast.While)):
-        body = statement.orelse or statement.body
-    elif isinstance(statement, _TRY):
-        clauses = cast(ast.Try, statement)  # or TryStar: the same fields
-        body = clauses.finalbody or clauses.orelse or (clauses.handlers[-1].body if clauses.handlers else clauses.body)
-    elif isinstance(statement, (ast.With, ast.AsyncWith, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        body = statement.body
-    elif isinstance(statement, ast.Match):
-        body = statement.cases[-1].body
-    if not body:
-        return None
-    line = block.lines[body[0].lineno - 1]
-    indent = line[: len(line) - len(line.lstrip(" \t\f"))]
-    return indent if block.column(body[0].lineno, body[0].col_offset) == len(indent) else None
-
-
-def _is_elif(statement: ast.stmt, block: Block) -> bool:
-    """An `if` in an orelse is an `elif` when that is what its line says there (else `else:` then `if`)."""
-    return block.lines[statement.lineno - 1].startswith("elif", block.column(statement.lineno, statement.col_offset))
 
 
 class ConsumerWalker:
@@ -506,10 +454,7 @@ class ConsumerWalker:
 
     def walk_block(self, statements: list[ast.stmt], frame: Frame, exits: bool = True) -> None:
         """Statements in order: after `if not is_eagle3(): return` the rest of the block is EAGLE code."""
-        previous: ast.stmt | None = None
         for index, statement in enumerate(statements):
-            self.block.previous[id(statement)] = previous
-            previous = statement
             self.walk(statement, frame)
             leaves = _early_exit(statement) if exits else ""
             if leaves and isinstance(statement, ast.If) and index + 1 < len(statements):

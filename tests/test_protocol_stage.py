@@ -377,8 +377,8 @@ def share(target_model, draft_model, x):
         return embed
 """
 
-# A use in the header of a `for` is placed as the libcst reading placed it: moved down by the
-# comment and blank lines above the `for` (here 2: `layers` is written on line 6, reported on 8).
+# A use in the header of a `for` is placed on the line it is written on (`layers`: line 6), not
+# moved down by the comment and blank lines above the `for` as the libcst reading placed it (8).
 FOR_HEADER = """
 def count(target_model):
     total = 0
@@ -431,7 +431,7 @@ WRITTEN = [
         (Expect(UTILS, "attribute", "target", line=4),)),
     Row("chain-inside-call-arguments", {UTILS: MULTI_LINE_CHAINS}, "lm_head", (Expect(UTILS, "attribute", "target", line=9),)),
     Row("use-inside-multi-line-condition", {UTILS: MULTI_LINE_CHAINS}, "ready", (Expect(UTILS, "attribute", "target", line=13),)),
-    Row("for-header-as-libcst-placed-it", {UTILS: FOR_HEADER}, "layers", (Expect(UTILS, "attribute", "target", line=8),)),
+    Row("for-header-on-its-own-line", {UTILS: FOR_HEADER}, "layers", (Expect(UTILS, "attribute", "target", line=6),)),
     Row("hasattr-left-of-and-chain", {RUNNER: HASATTR_CHAIN}, "cool", (call(RUNNER, "target", 0, required=False, line=4),)),
     Row("hasattr-middle-of-and-chain", {RUNNER: HASATTR_CHAIN}, "warm", (call(RUNNER, "target", 0, required=False, line=6),)),
     Row("hasattr-in-or-proves-nothing", {RUNNER: HASATTR_CHAIN}, "heat", (call(RUNNER, "target", 0, line=8),)),
