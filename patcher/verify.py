@@ -33,7 +33,7 @@ from .codemods.respell import _is_literal_subscript, _parse_string
 from .errors import EaglepatchError
 from .meanings import CLASS_ATTRIBUTE, TYPE_ONLY, UNKNOWN, immutable_literal, inner_meaning, same_literal, wrapper_binding
 from .records import MemberPlan
-from .scopes import Exports, ModuleScope, dotted_module, scope_of
+from .scopes import Exports, ModuleScope, dotted_module, parse_cut, scope_of
 from .source import Parsed, SourceCache, SourceFile, decode_source
 from .synthesize import learned_synthesis
 
@@ -62,10 +62,12 @@ def prove_edit(
     """Raise EaglepatchError for the first generated name of `updated` (the patched `source`) not proven;
     `added` is what the codemod wrote (class -> members), `entries` the plans it wrote them for."""
     text = decode_source(source.path, source.rel, updated).text  # as Python will read it: BOM, coding line
-    module = cst.parse_module(text)
     keep = frozenset((cls, name) for cls, names in added.items() for name in names)
+    # the scope reads the module with the bodies of all defs but the generated ones left out: libcst
+    # parses it that way (a third of a whole parse), or whole when CPython and libcst might not agree on lines
+    module = parse_cut(text, keep) or cst.parse_module(text)
     scope = ModuleScope(module, dotted_module(source.rel), source.rel.endswith("__init__.py"), frozenset(added), keep, text)
-    proof = _Proof(cache, tree, source, scope, module, text)
+    proof = _Proof(cache, tree, source, scope, text)
     for cls, names in added.items():
         plans = {entry.member.name: entry for entry in entries.get(cls, [])}
         for name in names:
@@ -76,13 +78,12 @@ def prove_edit(
 
 
 class _Proof:
-    def __init__(self, cache: SourceCache, tree, source: SourceFile, scope: ModuleScope, module: cst.Module, text: str):
+    def __init__(self, cache: SourceCache, tree, source: SourceFile, scope: ModuleScope, text: str):
         self.cache = cache
         self.tree = tree
         self.source = source
         self.scope = scope
-        self.module = module  # the patched module, function bodies included
-        self.text = text
+        self.text = text  # the patched text
         self.exports = Exports.of(cache, tree)
         self._body_scopes: Mapping[cst.CSTNode, Scope | None] | None = None
 
@@ -241,14 +242,15 @@ class _Proof:
 
     def _original_line(self, cls: str, culprit) -> int | None:
         """The culprit binding's line in the file as it is on disk (nothing was written); else the class's."""
-        patched = Parsed(self.source, self.module, 0, self.text)
+        module = cst.parse_module(self.text)  # whole: statements aligned with CPython's, for their lines
+        patched = Parsed(self.source, module, 0, self.text)
         node = None
         if culprit is not None and culprit[1] >= 0:
             owner, index, _ = culprit
-            body = self.module.body if owner is None else _class_body(self.module, owner)
+            body = module.body if owner is None else _class_body(module, owner)
             node = body[index] if body is not None and 0 <= index < len(body) else None
         if node is None:
-            node = next((s for s in self.module.body if isinstance(s, cst.ClassDef) and s.name.value == cls), None)
+            node = next((s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value == cls), None)
         span = patched.statement_span(node) if node is not None else None
         if span is None:
             return None

@@ -119,3 +119,91 @@ def test_model_files_of_the_newest_release_bind_what_the_scope_provider_says(sgl
         compared += 1
     assert compared > 70
     assert fell_back < compared / 10
+
+
+# --------------------------------------------------------------------------- the patched text, its other bodies cut
+
+
+def _answers(scope: ModuleScope) -> dict:
+    """Everything a ModuleScope answers, comparable: every binding of the module and of each class."""
+
+    def row(binding) -> tuple:
+        value = cst.Module(body=[]).code_for_node(binding.value) if binding.value is not None else None
+        return (binding.name, binding.qualified, binding.context, binding.statement, value, binding.spec, binding.own)
+
+    return {
+        "module": {name: [row(b) for b in scope.module_bindings(name)] for name in sorted(scope.module_names())},
+        "classes": {
+            cls: (scope.class_statement(cls), {name: [row(b) for b in scope.class_bindings(cls, name)] for name in sorted(scope.class_names(cls))})
+            for cls in sorted(scope.classes)
+        },
+        "stars": scope.star_imports,
+        "future": scope.future_annotations,
+        "global": sorted(scope.rebound_by_functions),
+    }
+
+
+CUT_BODIES = [
+    ("def f(a,\n      b):\n    '''doc'''\n    return a\n\n\nx = 1\n", frozenset(), "def f(a,\n      b):\n    ...\n\n\nx = 1\n"),
+    (
+        "class A:\n    def m(self): return 1\n    async def n(self):\n        # why\n        def inner():\n            pass\n        return inner\n",
+        frozenset(),
+        "class A:\n    def m(self): return 1\n    async def n(self):\n        # why\n        ...\n",
+    ),
+    ("@dec\ndef f():\n    global G\n    G = 1\nif x:\n    def g():\n        pass\n", frozenset(), "@dec\ndef f():\n    ...\nif x:\n    def g():\n        ...\n"),
+    ("def f():\r\n    return 1\r\n", frozenset(), "def f():\r\n    ...\r\n"),
+    (
+        "try:\n    def f():\n        return 1\nexcept E:\n    def g():\n        return 2\nmatch x:\n    case 1:\n        def h():\n            return 3\n",
+        frozenset(),
+        "try:\n    def f():\n        ...\nexcept E:\n    def g():\n        ...\nmatch x:\n    case 1:\n        def h():\n            ...\n",
+    ),
+    (  # the generated methods stay whole, wherever in their class's body; a def of that name elsewhere does not
+        "class A:\n    def hook(self):\n        return 1\n    if c:\n        def hook(self):\n            return 2\n    class B:\n        def hook(self):\n            return 3\ndef hook():\n    return 4\n",
+        frozenset({("A", "hook")}),
+        "class A:\n    def hook(self):\n        return 1\n    if c:\n        def hook(self):\n            return 2\n    class B:\n        def hook(self):\n            ...\ndef hook():\n    ...\n",
+    ),
+]
+
+
+@pytest.mark.parametrize("code, keep, expected", CUT_BODIES)
+def test_function_bodies_but_the_kept_methods_are_cut_to_an_ellipsis(code, keep, expected):
+    from eaglepatch.scopes import parse_cut
+
+    module = parse_cut(code, keep)
+    assert module is not None and module.code == expected
+
+
+@pytest.mark.parametrize("code", ["def f(:\n", "x = 1\x0c\ndef f():\n    pass\n"])
+def test_what_cannot_be_cut_safely_is_left_to_a_whole_parse(code):
+    from eaglepatch.scopes import parse_cut
+
+    assert parse_cut(code, frozenset()) is None
+
+
+def test_a_file_with_its_bodies_cut_answers_as_the_whole_file_on_a_release(sglang_latest: Path):
+    """The proof stage's scope of a patched file, read with every body but the generated methods' cut,
+    answers every question the whole file's answers, the same way, and keeps the generated methods as
+    written: every sixth file of models/, each top-level class in turn kept with its first method
+    (`global` inside bodies is read from the text)."""
+    from eaglepatch.scopes import dotted_module, parse_cut
+
+    srt = sglang_latest / "sglang" / "srt"
+    compared = 0
+    for path in sorted((srt / "models").rglob("*.py"))[::6]:
+        text = path.read_text(encoding="utf-8")
+        whole = cst.parse_module(text)
+        dotted = dotted_module(path.relative_to(srt).as_posix())
+        for cls in (c for c in whole.body if isinstance(c, cst.ClassDef)):
+            methods = [s.name.value for s in cls.body.body if isinstance(s, cst.FunctionDef)]
+            keep = frozenset({(cls.name.value, methods[0])}) if methods else frozenset()
+            cut = parse_cut(text, keep)
+            assert cut is not None, path
+            classes = frozenset({cls.name.value})
+            assert _answers(ModuleScope(cut, dotted, False, classes, keep, text)) == _answers(ModuleScope(whole, dotted, False, classes, keep, text)), (path, cls.name.value)
+            if methods:  # the same statement of the same class, in the cut module: the method as written
+                cut_class = cut.body[whole.body.index(cls)]
+                assert isinstance(cut_class, cst.ClassDef) and cut_class.name.value == cls.name.value
+                kept = next(s for s in cut_class.body.body if isinstance(s, cst.FunctionDef))
+                assert kept.deep_equals(next(s for s in cls.body.body if isinstance(s, cst.FunctionDef))), (path, cls.name.value)
+        compared += 1
+    assert compared > 35
