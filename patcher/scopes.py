@@ -241,7 +241,7 @@ def read_statements(module: cst.Module, text: str) -> Read | None:
     return reader.read
 
 
-def read_with_libcst(module: cst.Module, package: str) -> Read:
+def read_with_libcst(module: cst.Module) -> Read:
     """The same tables from libcst's ScopeProvider and a visit of every node: for what read_statements does not read."""
     from libcst.metadata import ClassScope, GlobalScope, ImportAssignment, MetadataWrapper, ScopeProvider
 
@@ -396,7 +396,7 @@ class ModuleScope:
         stripped = reduced(module, classes, keep)
         self.module = stripped
         text = text or module.code
-        read = read_statements(stripped, text) or read_with_libcst(stripped, self.package)
+        read = read_statements(stripped, text) or read_with_libcst(stripped)
         self._module_assigned, self._class_assigned = read.module_names, read.class_names
         self._where, self._values, self.classes = read.where, read.values, read.classes
         self.star_imports = [(absolute_module(node, self.package), context) for node, context in read.stars]
