@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import overload
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -22,7 +23,7 @@ from .meanings import TYPE_ONLY, UNKNOWN, inner_meaning
 from .records import MemberPlan, ModelPlan
 from .resolve import one_path_per_file
 from .scopes import scope_of
-from .source import SourceCache, SourceFile
+from .source import CutText, SourceCache, SourceFile
 from .style import DEFAULT_STYLE, FormatStyle
 from .synthesize import learned_synthesis
 from .verify import prove_edit
@@ -132,7 +133,7 @@ def learned_for(
     spelling.commit(pending)
     receiver = (list(func.params.posonly_params) + list(func.params.params))[0].name.value
     retargeted = module.visit(Retarget(receiver, synthesis.renames(), spelled))
-    unit = cache.parse_whole(wrapper).module.default_indent
+    unit = spelling.scope.module.default_indent
     learned = retargeted.visit(ExplodeLongLiterals(unit, line_length)).body[0]
     assert isinstance(learned, cst.FunctionDef), "retargeting a def keeps it a def"
     imports = dict.fromkeys([*form.imports, *pending.imports.values()])
@@ -174,7 +175,10 @@ def build_edits(cache: SourceCache, tree, plans: list[ModelPlan], style: FormatS
                 cls: [delegation_for(cache, tree, source, entry, spelling, cls, style.line_length) for entry in entries]
                 for cls, entries in classes.items()
             }
-            edit = apply_codemod(source, delegations, cache.parse_whole(source).module, style)
+            bodiless = cache.parse_bodiless(source, frozenset(classes))
+            edit = apply_codemod(source, delegations, bodiless.module, style, bodiless.cut) if bodiless.cut else None
+            if edit is None:  # the cut module could not be spliced back: the codemod on the whole file
+                edit = apply_codemod(source, delegations, cache.parse_whole(source).module, style)
             if edit.changed:
                 prove_edit(cache, tree, source, edit.updated, edit.added, classes)
             edits.append(edit)
@@ -183,10 +187,25 @@ def build_edits(cache: SourceCache, tree, plans: list[ModelPlan], style: FormatS
     return edits, errors
 
 
+@overload
 def apply_codemod(
-    source: SourceFile, delegations: dict[str, list[Delegation]], module: cst.Module | None = None, style: FormatStyle = DEFAULT_STYLE
-) -> FileEdit:
-    """The codemod run on `source` (already parsed: `module`, shared with the scope analysis)."""
+    source: SourceFile, delegations: dict[str, list[Delegation]], module: cst.Module | None = None, style: FormatStyle = ..., cut: None = None
+) -> FileEdit: ...
+@overload
+def apply_codemod(
+    source: SourceFile, delegations: dict[str, list[Delegation]], module: cst.Module | None, style: FormatStyle, cut: CutText
+) -> FileEdit | None: ...
+def apply_codemod(
+    source: SourceFile,
+    delegations: dict[str, list[Delegation]],
+    module: cst.Module | None = None,
+    style: FormatStyle = DEFAULT_STYLE,
+    cut: CutText | None = None,
+) -> FileEdit | None:
+    """The codemod run on `source` (already parsed: `module`, shared with the scope analysis). With `cut`,
+    `module` is the file with its def bodies cut (source.cut_bodies): the codemod adds methods and imports
+    around them, and its changes are spliced back into the file's text; None when a change reaches into
+    a cut body."""
     if module is None:
         try:
             module = cst.parse_module(source.text)
@@ -205,7 +224,9 @@ def apply_codemod(
                     added.setdefault(module_name, set()).add(obj)
     if added:
         updated = updated.visit(NormalizeAddedImports(added, module, style.import_line_length, style.force_sort_within_sections, style.order_by_type))
-    data = source.rewrite(module, updated)
+    data = source.rewrite(module, updated) if cut is None else source.rewrite_cut(module, updated, cut)
+    if data is None:
+        return None
     imports = sorted({_describe(i) for ds in delegations.values() for d in ds for i in d.imports})
     return FileEdit(source.path, source.rel, source.data, data, dict(command.added), imports)
 

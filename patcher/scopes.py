@@ -27,7 +27,7 @@ import libcst as cst
 
 from .codemods.names import dotted_name
 from .imports import PACKAGE, module_path
-from .source import SourceCache, SourceFile
+from .source import SourceCache, SourceFile, cut_bodies
 
 TOP = "top"  # runs whenever the module (or class body) runs
 CONDITIONAL = "conditional"  # under a module-level if/try/for/while/with/match: may not run
@@ -478,52 +478,16 @@ def _future_annotations(module: cst.Module) -> bool:
     return False
 
 
-_NOT_AST_NEWLINES = ("\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")  # str.splitlines splits there
-
-
-def parse_cut(text: str, keep: frozenset[tuple[str, str]]) -> cst.Module | None:
+def parse_cut(text: str, keep: frozenset[tuple[str, str]], classes: frozenset[str] | None = None) -> cst.Module | None:
     """`text` parsed by libcst with the body of every def that starts on a line of its own cut to `...`,
-    but the methods in `keep` ((class, name): a class at module level, a def in its body): what
-    `reduced` keeps of the whole module, for a fraction of a whole parse. CPython's parser says where
-    the bodies are. None when the text is not that simple (not valid Python, or a character at which
-    str.splitlines and the parser count lines differently)."""
-    if any(char in text for char in _NOT_AST_NEWLINES):
+    but the methods in `keep` ((class, name): a class at module level, a def in its body), and with
+    `classes` the bodies of the other classes at module level: what `reduced` keeps of the whole
+    module, for a fraction of a whole parse (source.cut_bodies). None when the text is not that simple."""
+    cut = cut_bodies(text, keep, classes=classes)
+    if cut is None:
         return None
     try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None
-    cuts: list[tuple[int, int, int]] = []  # (first body line, its column, last line) of each body to cut
-
-    def visit(statements: list, owner: str | None) -> None:
-        for node in statements:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                if owner is None or (owner, node.name) not in keep:
-                    cuts.append((node.body[0].lineno, node.body[0].col_offset, node.end_lineno or node.body[0].lineno))
-            elif isinstance(node, ast.ClassDef):
-                visit(node.body, node.name if owner is None else "")  # a nested class's body is cut whole by `reduced`
-            else:
-                for child in ast.iter_child_nodes(node):
-                    if isinstance(child, ast.stmt):
-                        visit([child], owner)
-                    elif isinstance(child, (ast.ExceptHandler, ast.match_case)):
-                        visit(child.body, owner)
-
-    visit(tree.body, None)
-    lines = text.splitlines(keepends=True)
-    kept: list[str] = []
-    done = 0  # lines [0, done) are in `kept`
-    for first, column, last in cuts:
-        line = lines[first - 1]
-        if line.encode("utf-8")[:column].strip():
-            continue  # the body shares its line with the `def` (`def f(): ...`): left as it is
-        kept += lines[done : first - 1]
-        indent = line[: len(line) - len(line.lstrip(" \t"))]
-        kept.append(indent + "..." + (line[len(line.rstrip("\r\n")) :] or "\n"))
-        done = last
-    kept += lines[done:]
-    try:
-        return cst.parse_module("".join(kept))
+        return cst.parse_module(cut.text)
     except cst.ParserSyntaxError:
         return None
 
@@ -534,7 +498,7 @@ def scope_of(cache: SourceCache, source: SourceFile, classes: frozenset[str] | N
     key = (source.path, classes)
     found = table.get(key)
     if found is None:
-        module = cache.parse_whole(source).module
+        module = cache.parse_bodiless(source, classes).module
         found = table[key] = ModuleScope(
             module, dotted_module(source.rel), source.rel.endswith("__init__.py"), classes, text=source.text
         )

@@ -140,6 +140,21 @@ class SourceFile:
             ) from None
         return (BOM if self.bom else b"") + body
 
+    def _check_round_trip(self) -> None:
+        if self.encoding != "utf-8" and self.encode(self.text) != self.data:
+            raise EaglepatchError(
+                f"does not read back to the same bytes in {self.encoding}; re-encode the file as UTF-8",
+                path=self.rel,
+            )
+
+    def rewrite_cut(self, before: cst.Module, after: cst.Module, cut: CutText) -> bytes | None:
+        """`rewrite` for a module parsed from the cut text `cut`: None when the change reaches into a cut body."""
+        if after is before:
+            return self.data
+        self._check_round_trip()
+        spliced = splice_cut(self.text, cut, before.code, after.code)
+        return None if spliced is None else self.encode(spliced)
+
     def rewrite(self, before: cst.Module, after: cst.Module) -> bytes:
         """The file's bytes with what libcst changed, and not one other byte changed.
 
@@ -149,11 +164,7 @@ class SourceFile:
         """
         if after is before:
             return self.data
-        if self.encoding != "utf-8" and self.encode(self.text) != self.data:
-            raise EaglepatchError(
-                f"does not read back to the same bytes in {self.encoding}; re-encode the file as UTF-8",
-                path=self.rel,
-            )
+        self._check_round_trip()
         if not _libcst_may_drop_bytes(self.text):  # printing a module costs ~0.2 s per 3,000 lines
             return self.encode(after.code)
         return self.encode(splice(self.text, before.code, after.code, self.rel))
@@ -740,6 +751,115 @@ def _import_texts(lines: Sequence[str], joined: str | None = None, masked: str |
     return statements
 
 
+_NOT_AST_NEWLINES = ("\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")  # str.splitlines splits there
+_CUT_MARK = "# eaglepatch-cut-"
+
+
+@dataclass(frozen=True)
+class CutText:
+    """A file's text with def bodies cut to `...`, and which lines of the file each of its lines stands for."""
+
+    text: str
+    spans: tuple[tuple[int, int], ...]  # line i of `text` stands for the file's lines [start, end) (0-based)
+    cut: frozenset[int]  # lines of `text` that stand for a cut body
+
+
+def cut_bodies(
+    text: str, keep: frozenset[tuple[str, str]] = frozenset(), mark: bool = False, classes: frozenset[str] | None = None
+) -> CutText | None:
+    """`text` with the body of every def that starts on a line of its own cut to `...`, but the methods in
+    `keep` ((class, name): a class at module level, a def in its body); with `classes`, the whole body of
+    every class at module level not named in it is cut too. CPython's parser says where the
+    bodies are. `mark`: each `...` carries a comment of its own (`# eaglepatch-cut-N`), so no other line
+    can be mistaken for it when a changed copy is spliced back (`splice_cut`). None when the text is not
+    that simple (not valid Python, a character at which str.splitlines and the parser count lines
+    differently; with `mark`, a text that holds the mark or does not end with a newline)."""
+    if any(char in text for char in _NOT_AST_NEWLINES):
+        return None
+    if mark and (_CUT_MARK in text or not text.endswith("\n")):
+        return None  # a splice also needs the last line ended as libcst prints it
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    cuts: list[tuple[int, int, int]] = []  # (first body line, its column, last line) of each body to cut
+
+    def cut(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
+        first = node.body[0]
+        decorators = getattr(first, "decorator_list", None)
+        if decorators:  # a decorated def or class starts at its first decorator, on a line of its own
+            cuts.append((min(d.lineno for d in decorators), 0, node.end_lineno or first.lineno))
+        else:
+            cuts.append((first.lineno, first.col_offset, node.end_lineno or first.lineno))
+
+    def visit(statements: list, owner: str | None) -> None:
+        for node in statements:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if owner is None or (owner, node.name) not in keep:
+                    cut(node)
+            elif isinstance(node, ast.ClassDef):
+                if owner is None and classes is not None and node.name not in classes:
+                    cut(node)
+                else:
+                    visit(node.body, node.name if owner is None else "")  # a nested class's body is cut whole by scopes.reduced
+            else:
+                for child in ast.iter_child_nodes(node):
+                    if isinstance(child, ast.stmt):
+                        visit([child], owner)
+                    elif isinstance(child, (ast.ExceptHandler, ast.match_case)):
+                        visit(child.body, owner)
+
+    visit(tree.body, None)
+    lines = text.splitlines(keepends=True)
+    kept: list[str] = []
+    spans: list[tuple[int, int]] = []
+    placeholders: set[int] = set()
+    done = 0  # lines [0, done) are in `kept`
+    for first, column, last in cuts:
+        line = lines[first - 1]
+        if line.encode("utf-8")[:column].strip():
+            continue  # the body shares its line with the `def` (`def f(): ...`): left as it is
+        kept += lines[done : first - 1]
+        spans += [(n, n + 1) for n in range(done, first - 1)]
+        indent = line[: len(line) - len(line.lstrip(" \t"))]
+        comment = f"  {_CUT_MARK}{len(placeholders)}" if mark else ""
+        placeholders.add(len(kept))
+        kept.append(indent + "..." + comment + (line[len(line.rstrip("\r\n")) :] or "\n"))
+        spans.append((first - 1, last))
+        done = last
+    kept += lines[done:]
+    spans += [(n, n + 1) for n in range(done, len(lines))]
+    return CutText("".join(kept), tuple(spans), frozenset(placeholders))
+
+
+def splice_cut(original: str, cut: CutText, printed: str, updated: str) -> str | None:
+    """`original` with what a codemod changed in its cut copy: `printed` is libcst's print of the cut
+    text, `updated` of the changed copy. None when a change touches a cut body or separates it from the
+    line before it (the caller then runs the codemod on the whole file)."""
+    old, seen, new = lines_with_ends(original), lines_with_ends(printed), lines_with_ends(updated)
+    if len(seen) != len(cut.spans):
+        return None
+    out: list[str] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, seen, new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            if i1 in cut.cut:  # a body matched away from the line before it (its def) stands elsewhere now
+                return None
+            out += old[cut.spans[i1][0] : cut.spans[i2 - 1][1]]
+        elif any(i in cut.cut for i in range(i1, i2)) or any(_CUT_MARK in line for line in new[j1:j2]):
+            return None
+        else:
+            out += new[j1:j2]
+    return "".join(out)
+
+
+@dataclass
+class Bodiless:
+    """A file parsed by libcst with its def bodies cut (`cut_bodies`), or whole (`cut` None) when it cannot be."""
+
+    module: cst.Module
+    cut: CutText | None
+
+
 class SourceCache:
     """Reads each file once and parses each slice once for a whole run."""
 
@@ -747,6 +867,7 @@ class SourceCache:
         self.srt = srt
         self._files: dict[Path, SourceFile] = {}
         self._parsed: dict[tuple[Path, int, int], Parsed] = {}
+        self._bodiless: dict[tuple[Path, frozenset[str] | None], Bodiless] = {}
         self._outlines: dict[Path, Outline] = {}
         self._ast_imports: dict[tuple[Path, int, int], list] = {}
         self._ast_functions: dict[tuple[Path, int], ast.FunctionDef | ast.AsyncFunctionDef | None] = {}
@@ -806,6 +927,24 @@ class SourceCache:
             self.lines_parsed += len(source.lines)
             cached = self._parsed[key] = Parsed(source, module, 0, source.text)
         return cached
+
+    def parse_bodiless(self, source: SourceFile, classes: frozenset[str] | None = None) -> Bodiless:
+        """The file with its def bodies cut, and the bodies of the classes at module level not in `classes`
+        (None: none): all the scope analysis of those classes and the codemod that adds to them need, for a
+        fraction of a whole parse; whole when the cut text is not that simple."""
+        key = (source.path, classes)
+        found = self._bodiless.get(key)
+        if found is None:
+            cut = cut_bodies(source.text, mark=True, classes=classes)
+            module = None
+            if cut is not None:
+                try:
+                    module = cst.parse_module(cut.text)
+                except cst.ParserSyntaxError:
+                    module = None
+            found = Bodiless(module, cut) if module is not None else Bodiless(self.parse_whole(source).module, None)
+            self._bodiless[key] = found
+        return found
 
     def parse_lines(self, source: SourceFile, start: int, end: int) -> Parsed:
         """Parse lines [start, end) on their own; fall back to the whole file."""

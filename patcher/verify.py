@@ -63,9 +63,10 @@ def prove_edit(
     `added` is what the codemod wrote (class -> members), `entries` the plans it wrote them for."""
     text = decode_source(source.path, source.rel, updated).text  # as Python will read it: BOM, coding line
     keep = frozenset((cls, name) for cls, names in added.items() for name in names)
-    # the scope reads the module with the bodies of all defs but the generated ones left out: libcst
-    # parses it that way (a third of a whole parse), or whole when CPython and libcst might not agree on lines
-    module = parse_cut(text, keep) or cst.parse_module(text)
+    # the scope reads the module with the bodies of all defs but the generated ones left out, and of the
+    # classes it does not patch: libcst parses it that way (a fraction of a whole parse), or whole when
+    # CPython and libcst might not agree on lines
+    module = parse_cut(text, keep, frozenset(added)) or cst.parse_module(text)
     scope = ModuleScope(module, dotted_module(source.rel), source.rel.endswith("__init__.py"), frozenset(added), keep, text)
     proof = _Proof(cache, tree, source, scope, text)
     for cls, names in added.items():

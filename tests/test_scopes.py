@@ -192,8 +192,8 @@ def test_what_cannot_be_cut_safely_is_left_to_a_whole_parse(code):
 
 def test_a_file_with_its_bodies_cut_answers_as_the_whole_file_on_a_release(sglang_latest: Path):
     """The proof stage's scope of a patched file, read with every body but the generated methods' cut,
-    answers every question the whole file's answers, the same way, and keeps the generated methods as
-    written: every sixth file of models/, each top-level class in turn kept with its first method
+    and the bodies of the classes it does not patch, answers every question the whole file's answers, the
+    same way, and keeps the generated methods as written: every sixth file of models/, each top-level class in turn kept with its first method
     (`global` inside bodies is read from the text)."""
     from eaglepatch.scopes import dotted_module, parse_cut
 
@@ -206,9 +206,9 @@ def test_a_file_with_its_bodies_cut_answers_as_the_whole_file_on_a_release(sglan
         for cls in (c for c in whole.body if isinstance(c, cst.ClassDef)):
             methods = [s.name.value for s in cls.body.body if isinstance(s, cst.FunctionDef)]
             keep = frozenset({(cls.name.value, methods[0])}) if methods else frozenset()
-            cut = parse_cut(text, keep)
-            assert cut is not None, path
             classes = frozenset({cls.name.value})
+            cut = parse_cut(text, keep, classes)  # the other classes' bodies cut whole, as verify.prove_edit cuts them
+            assert cut is not None, path
             assert _answers(ModuleScope(cut, dotted, False, classes, keep, text)) == _answers(ModuleScope(whole, dotted, False, classes, keep, text)), (path, cls.name.value)
             if methods:  # the same statement of the same class, in the cut module: the method as written
                 cut_class = cut.body[whole.body.index(cls)]
