@@ -5,7 +5,7 @@
 already has: one line when it fits, else one base a line with a trailing comma, as black and ruff
 format lay it out.  The name is imported from `module` (".interfaces", or an absolute
 "vllm.model_executor.models.interfaces"): merged into the file's import of that module when it has
-one (the file's imports of the same module in either spelling count), in the sorted position when
+one (an import spelled as one of `equivalents` counts too), in the sorted position when
 its names are sorted, else as a new `from module import Name` after the file's last import of the
 same kind (relative or absolute).
 
@@ -36,6 +36,12 @@ def _dotted(node: cst.BaseExpression | None) -> str:
     return ""
 
 
+def _header_width(node: cst.ClassDef) -> int:
+    """How long the last line of the class header (up to its colon) is."""
+    header = _code(node.with_changes(body=cst.SimpleStatementSuite([cst.Pass()]), leading_lines=[], decorators=[]))
+    return len(header.rstrip("\n").splitlines()[-1]) - len(" pass")
+
+
 def _sort_key(name: str) -> tuple[int, str]:
     """isort's and ruff's order-by-type: CONSTANTS, then Classes, then functions, each case-sensitive."""
     if name.isupper() and len(name) > 1:
@@ -54,10 +60,13 @@ def _multiline(commas: list) -> bool:
 
 
 class AddBase(cst.CSTTransformer):
-    def __init__(self, bases: dict[str, str], module: str, line_length: int = LINE_LENGTH, indent: str = "    "):
+    def __init__(
+        self, bases: dict[str, str], module: str, line_length: int = LINE_LENGTH, indent: str = "    ", equivalents: tuple[str, ...] = ()
+    ):
         super().__init__()
         self.bases = bases  # class name -> base to add
-        self.module = module  # ".interfaces" or an absolute dotted module
+        self.module = module  # ".interfaces" or an absolute dotted module: how a new import spells it
+        self.spellings = (module, *equivalents)  # an existing import of any of these is merged into
         self.line_length = line_length
         self.indent = indent
         self.added: dict[str, list[str]] = {}
@@ -95,6 +104,13 @@ class AddBase(cst.CSTTransformer):
             )
         last = args[-1]
         separators = [a.comma for a in [*args, *keywords][:-1]]
+        if _multiline(separators) and not isinstance(last.comma, cst.Comma):
+            # bases over several lines, no trailing comma (yapf's layout): on the last line when it still fits
+            args[-1] = last.with_changes(comma=space, whitespace_after_arg=cst.SimpleWhitespace(""))
+            inline = node.with_changes(bases=[*args, new.with_changes(whitespace_after_arg=last.whitespace_after_arg)])
+            if _header_width(inline) <= self.line_length:
+                return inline
+            args[-1] = last
         if _multiline(separators):  # one base a line (or several lines): one more line, after the last base
             separator = next(c for c in separators if isinstance(c, cst.Comma) and isinstance(c.whitespace_after, cst.ParenthesizedWhitespace))
             args[-1] = last.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace(""))
@@ -106,8 +122,7 @@ class AddBase(cst.CSTTransformer):
             line = self.indent + ", ".join(_code(a.value) for a in [*args, new]) + "".join(", " + _code(k).strip().rstrip(",") for k in keywords)
             fits = len(line) <= self.line_length
         else:
-            header = _code(inline.with_changes(body=cst.SimpleStatementSuite([cst.Pass()]), leading_lines=[], decorators=[]))
-            fits = len(header.splitlines()[0]) - len(" pass") <= self.line_length
+            fits = _header_width(inline) <= self.line_length
         if fits:
             return inline
         if not hugging:  # as black and ruff format split a header that does not fit: the bases on a line of their own
@@ -162,11 +177,8 @@ class AddBase(cst.CSTTransformer):
         return None
 
     def _same_module(self, node: cst.ImportFrom) -> bool:
-        dots = len(node.relative)
-        name = _dotted(node.module)
-        if self.module.startswith("."):
-            return dots == 1 and name == self.module[1:]
-        return not dots and name == self.module
+        spelled = "." * len(node.relative) + _dotted(node.module)
+        return spelled in self.spellings
 
     def _merge(self, node: cst.ImportFrom, missing: list[str]) -> cst.ImportFrom:
         assert not isinstance(node.names, cst.ImportStar)
@@ -202,7 +214,7 @@ class AddBase(cst.CSTTransformer):
 
     def _insert(self, body: list, wanted: list[str]) -> list:
         """A new `from module import ...` after the file's last top-level import of the same kind
-        (relative or absolute), else after its last import, else after the docstring."""
+        (relative or absolute), in module order among them, else after its last import, else after the docstring."""
         relative = self.module.startswith(".")
         statement = cst.SimpleStatementLine(
             [
@@ -214,15 +226,21 @@ class AddBase(cst.CSTTransformer):
                 )
             ]
         )
-        last_same = last_any = None
+        last_same = last_any = first_after = None
         for index, node in enumerate(body):
             if isinstance(node, cst.SimpleStatementLine) and isinstance(node.body[0], (cst.Import, cst.ImportFrom)):
                 last_any = index
                 small = node.body[0]
                 if isinstance(small, cst.ImportFrom) and bool(small.relative) == relative:
                     last_same = index
+                    if first_after is None and _dotted(small.module) > self.module.lstrip("."):
+                        first_after = index  # sorted by module, as isort keeps a block
         after = last_same if last_same is not None else last_any
         position = after + 1 if after is not None else (1 if body and _is_docstring(body[0]) else 0)
+        if first_after is not None:
+            position = first_after
+            statement = statement.with_changes(leading_lines=body[first_after].leading_lines)
+            body[first_after] = body[first_after].with_changes(leading_lines=[])
         return [*body[:position], statement, *body[position:]]
 
 

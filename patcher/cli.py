@@ -575,9 +575,8 @@ def revert(
     from .style import load_style
 
     try:
+        _not_for_vllm(path, installed or bool(python), "revert", "remove the SupportsEagle3 base apply added by hand")
         tree, selection, _ = resolve_selection(Selection(path, list(model or []), all_models, installed=installed, python=python))
-        if tree.engine == "vllm":
-            fail(f"{tree.given}: revert does not read vLLM trees yet (remove the SupportsEagle3 base apply added by hand)")
         cache = SourceCache(tree.srt)
         style = load_style(tree.models, tree.given)
         edits, errors, kept = revert_edits(cache, tree, None if selection.all_models else selection.models, style)
@@ -596,6 +595,21 @@ def revert(
     _write_all(tree, edits, errors, console, commit, "removed from", lambda e: e.removed)
 
 
+def _not_for_vllm(path: Optional[Path], installed: bool, command: str, instead: str) -> None:
+    """The commands the vLLM profile does not serve yet stop, with exit 2, before reading anything."""
+    from .errors import EaglepatchError
+    from .locate import locate_tree
+
+    if installed:
+        return
+    try:
+        tree = locate_tree(path)
+    except EaglepatchError:
+        return  # the command reports it as it always did
+    if tree.engine == "vllm":
+        fail(f"{tree.given}: {command} does not read vLLM trees yet; {instead}")
+
+
 @app.command(epilog=EPILOG_EXPLAIN)
 def explain(
     member: str = typer.Argument(..., metavar="MEMBER", help="A protocol member, e.g. get_embed_and_head."),
@@ -607,9 +621,8 @@ def explain(
 ) -> None:
     """Why a member is in the protocol: every call site, its guard, the inner definition or the reference a body
     is learned from, the code apply writes."""
+    _not_for_vllm(path, installed or bool(python), "explain", "eaglepatch check shows each wrapper's reasons")
     analysis = run_analysis(path, model, None, False, None, installed, python)
-    if analysis.tree.engine == "vllm":
-        fail(f"{analysis.tree.given}: explain does not read vLLM trees yet; eaglepatch check shows each wrapper's reasons")
     from . import report
     from .explain import explain_json
 

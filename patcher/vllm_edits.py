@@ -60,7 +60,7 @@ def _edit(cache: SourceCache, tree: SourceTree, rel: str, classes: dict[str, Mod
     delegations = {cls: todo for cls, todo in delegations.items() if todo}
     updated = module
     spelling = interfaces_spelling(source, rel)
-    transformer = AddBase(bases, spelling, LINE_LENGTH, module.default_indent)
+    transformer = AddBase(bases, spelling, LINE_LENGTH, module.default_indent, equivalents=_equivalents(rel))
     if bases:
         updated = updated.visit(transformer)
     added: dict[str, list[str]] = {cls: list(names) for cls, names in transformer.added.items()}
@@ -90,6 +90,12 @@ def interfaces_spelling(source: SourceFile, rel: str) -> str:
             if node.level == 0 and node.module == INTERFACES:
                 return INTERFACES
     return ".interfaces" if inside else INTERFACES
+
+
+def _equivalents(rel: str) -> tuple[str, ...]:
+    """Both spellings of interfaces.py inside model_executor/models; elsewhere only the absolute one."""
+    inside = rel.startswith(VLLM_MODELS + "/") and rel.count("/") == VLLM_MODELS.count("/") + 1
+    return (".interfaces", INTERFACES) if inside else (INTERFACES,)
 
 
 def _delegation(hook: ProtocolMethod, attribute: str) -> Delegation:

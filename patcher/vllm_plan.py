@@ -58,12 +58,15 @@ class VllmPlanner:
 
     # -- selection -----------------------------------------------------------------------------
 
-    def registered(self) -> list[tuple[str, str, ClassRef]]:
-        """(dict, architecture, class) for every target entry, each class once (first architecture)."""
+    def registered(self, modules: set[str] | None = None) -> list[tuple[str, str, ClassRef]]:
+        """(dict, architecture, class) for every target entry (of `modules` only, when given), each class
+        once (first architecture)."""
         out: list[tuple[str, str, ClassRef]] = []
         seen: set[tuple[str, str]] = set()
         for name in TARGET_DICTS:
             for arch, (module, cls) in self.dicts.get(name, {}).items():
+                if modules is not None and module_of(module) not in modules:
+                    continue
                 for ref in self.tree.resolve(module_of(module), cls):
                     key = (ref.module.name, ref.name)
                     if key not in seen:
@@ -72,9 +75,10 @@ class VllmPlanner:
         return out
 
     def select(self, selectors: list[str] | None) -> list[tuple[str, str, ClassRef]]:
-        entries = self.registered()
         if selectors is None:
-            return entries
+            return self.registered()
+        named = {module_of(s.partition(":")[0].removesuffix(".py").replace("/", ".")) for s in selectors}
+        entries = self.registered(named)  # a registry entry names the module that defines the class
         out = []
         for selector in selectors:
             module, _, cls = selector.partition(":")
@@ -278,6 +282,8 @@ class VllmPlanner:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
                     if isinstance(target, ast.Attribute) and _is_self(target.value) and target.attr in attributes:
+                        if _reads_self(node.value, target.attr):
+                            continue  # `self.language_model = cast(X, self.language_model)`: the same model
                         found.append(self.follow(ref, cls, init, target.attr, node.value, node.lineno))
             if found:
                 return found
@@ -417,6 +423,10 @@ def _getter_attributes(node: ast.ClassDef) -> set[str]:
         for r in ast.walk(getter)
         if isinstance(r, ast.Return) and isinstance(r.value, ast.Attribute) and _is_self(r.value.value)
     }
+
+
+def _reads_self(node: ast.expr, attribute: str) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == attribute and _is_self(n.value) for n in ast.walk(node))
 
 
 def _is_self(node: ast.expr) -> bool:
