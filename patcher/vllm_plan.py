@@ -59,9 +59,12 @@ class VllmPlanner:
     # -- selection -----------------------------------------------------------------------------
 
     def registered(self, modules: set[str] | None = None) -> list[tuple[str, str, ClassRef]]:
-        """(dict, architecture, class) for every target entry (of `modules` only, when given), each class
-        once (first architecture)."""
-        out: list[tuple[str, str, ClassRef]] = []
+        """(dict, architecture, class) for every target entry (whose registry module is one of `modules`,
+        when given), each class once (first architecture)."""
+        return [(name, arch, ref) for name, arch, _, ref in self._entries(modules)]
+
+    def _entries(self, modules: set[str] | None = None) -> list[tuple[str, str, str, ClassRef]]:
+        out: list[tuple[str, str, str, ClassRef]] = []
         seen: set[tuple[str, str]] = set()
         for name in TARGET_DICTS:
             for arch, (module, cls) in self.dicts.get(name, {}).items():
@@ -71,19 +74,19 @@ class VllmPlanner:
                     key = (ref.module.name, ref.name)
                     if key not in seen:
                         seen.add(key)
-                        out.append((name, arch, ref))
+                        out.append((name, arch, module_of(module), ref))
         return out
 
     def select(self, selectors: list[str] | None) -> list[tuple[str, str, ClassRef]]:
         if selectors is None:
             return self.registered()
         named = {module_of(s.partition(":")[0].removesuffix(".py").replace("/", ".")) for s in selectors}
-        entries = self.registered(named)  # a registry entry names the module that defines the class
-        out = []
+        entries = self._entries(named)  # the module a registry entry names (the class may live elsewhere)
+        out: list[tuple[str, str, ClassRef]] = []
         for selector in selectors:
             module, _, cls = selector.partition(":")
             name = module_of(module.removesuffix(".py").replace("/", "."))
-            picked = [e for e in entries if e[2].module.name == name and (not cls or e[2].name == cls)]
+            picked = [(g, a, r) for g, a, m, r in entries if m == name and (not cls or r.name == cls)]
             if not picked:
                 where = name.replace(".", "/").removeprefix("vllm/") + ".py"
                 raise EaglepatchError(
