@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from .errors import EaglepatchError
 from .records import ClassInfo, Fix, InnerModel, MemberPlan, ModelPlan, Protocol, Signature, Status, Unresolved, Wrapper
 from .vllm_protocol import BASE, MIXIN, VllmProtocol
-from .vllm_tree import INTERFACES, MODELS_PACKAGE, TARGET_DICTS, ClassRef, VllmTree, is_stub, methods, module_of
+from .vllm_tree import INTERFACES, TARGET_DICTS, ClassRef, VllmTree, is_stub, methods, module_of
 
 LM_ATTRIBUTES = ("language_model", "llm", "decoder", "text_model")
 _BUILDERS = ("init_vllm_registered_model", "initialize_model")
@@ -440,9 +440,6 @@ def _short(node: ast.expr, limit: int = 100) -> str:
     text = " ".join(ast.unparse(node).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
-
-def models_package_rel(tree: VllmTree) -> str:
-    return MODELS_PACKAGE.replace(".", "/").removeprefix("vllm/")
 
 
 def analyze_vllm(tree, models: list[str], all_models: bool, progress=None):

@@ -114,6 +114,8 @@ def _read_consumers(tree: VllmTree, protocol: VllmProtocol) -> None:
                     protocol.uses.setdefault(name, []).append(Use(name, "call", "target", True, at, f"called in {guard}"))
                 elif isinstance(target, ast.Attribute) and (name == SETTER or (name.startswith("get_eagle3") and name.endswith("aux_hidden_state_layers"))):
                     protocol.warnings.append(f"{at} calls {name}, which {BASE} (interfaces.py:{protocol.line}) does not declare")
+    for uses in protocol.uses.values():
+        uses.sort(key=lambda use: (CONSUMERS.index(use.at.rsplit(":", 1)[0]), int(use.at.rsplit(":", 1)[1])))
     for hook in protocol.hooks:
         if hook.name not in called:
             protocol.warnings.append(

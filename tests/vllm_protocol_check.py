@@ -17,6 +17,7 @@ answer the names the Protocol declares (it answers any other), so only what the 
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import sys
 import typing
@@ -39,11 +40,20 @@ def _protocol_compatible_stubs() -> None:
     stub_imports.MISSING.update(MISSING)
 
 
+def _schemas() -> None:
+    """vLLM (0.30+) registers each IR op's implementations only when `torch.library.infer_schema` gives
+    the same schema as the native one: with torch a stub, the signature's text stands for it."""
+    library = importlib.import_module("torch.library")
+    if isinstance(library, stub_imports.StubModule):
+        library.infer_schema = lambda func, *args, **kwargs: str(inspect.signature(func))
+
+
 def check(site: str, specs: list[str]) -> dict:
     sys.dont_write_bytecode = True  # the release trees are read, never written
     _protocol_compatible_stubs()
     sys.meta_path.append(stub_imports.StubFinder())
     sys.path.insert(0, site)
+    _schemas()
     report: dict = {}
     try:
         interfaces = importlib.import_module(INTERFACES)
