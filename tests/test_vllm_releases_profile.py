@@ -124,3 +124,22 @@ def test_0_33_0_lists_every_registered_wrapper_with_a_status():
     # the LM overrides the setter and its decoder is no EagleModelMixin: the default would assert
     assert {c for c, names in forwards.items() if names} == {"KimiVLForConditionalGeneration", "Dots3NoteForCausalLM"}
     assert by_class["Dots3NoteForCausalLM"]["file"] == "models/dots3_note/nvidia/multimodal.py"
+
+
+def test_0_10_1_stub_protocol_needs_the_base_and_both_hooks_for_llama4():
+    """0.10.1 -> 0.18.0: upstream gave Llama4ForConditionalGeneration the base and both hooks (the
+    Protocol's were stubs then, the getter still get_eagle3_aux_hidden_state_layers)."""
+    data, found = statuses(vllm_releases.site_packages("0.10.1"), "--model", "mllama4")
+    assert found == {"Llama4ForConditionalGeneration": "fixable"}
+    (model,) = data["models"]
+    assert [(m["name"], m["fix"]) for m in model["missing"]] == [
+        ("SupportsEagle3", {"kind": "base", "base": "SupportsEagle3"}),
+        ("set_aux_hidden_state_layers", {"kind": "delegate", "to": "language_model"}),
+        ("get_eagle3_aux_hidden_state_layers", {"kind": "delegate", "to": "language_model"}),
+    ]
+    assert model["inner"][0]["class"] == "Llama4ForCausalLM"  # initialize_model(..., model_class=Llama4ForCausalLM)
+
+
+def test_0_9_2_duck_typed_release_is_refused_with_the_reason():
+    result = cli("check", vllm_releases.site_packages("0.9.2"))
+    assert result.exit_code == 2 and "duck typing" in result.stderr
