@@ -92,6 +92,20 @@ InstalledOpt = typer.Option(
 )
 PythonOpt = typer.Option(None, "--python", metavar="PYTHON", help="With --installed: the interpreter whose sglang to target.")
 
+
+class Engine(str, enum.Enum):
+    sglang = "sglang"
+    vllm = "vllm"
+
+
+EngineOpt = typer.Option(
+    None,
+    "--engine",
+    help="Which engine PATH holds. Default: what the folder's shape says (an SGLang tree, else a vLLM tree: "
+    "a checkout root, a site-packages folder holding vllm/, or site-packages/vllm).",
+    show_default=False,
+)
+
 EPILOG_CHECK = """\
 Examples:
 
@@ -209,6 +223,10 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
 
 
+def _engine(engine: Optional[Engine]) -> Optional[str]:
+    return engine.value if engine is not None else None
+
+
 def run_analysis(
     path: Optional[Path],
     models: Optional[list[str]],
@@ -218,11 +236,14 @@ def run_analysis(
     installed: bool = False,
     python: Optional[str] = None,
     resolved=None,
+    engine: Optional[Engine] = None,
 ):
     from .errors import EaglepatchError
     from .pipeline import Selection, analyze
 
-    selection = Selection(path, list(models or []), all_models, list(consumers or []), list(ignore or []), installed, python)
+    selection = Selection(
+        path, list(models or []), all_models, list(consumers or []), list(ignore or []), installed, python, _engine(engine)
+    )
     try:
         if sys.stderr.isatty():
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -265,19 +286,22 @@ def check(
     no_cache: bool = typer.Option(
         False, "--no-cache", help="Neither read nor write the result cache (also EAGLEPATCH_NO_CACHE=1)."
     ),
+    engine: Optional[Engine] = EngineOpt,
 ) -> None:
     """Report every EAGLE-3 member a model class lacks (a CI gate: exit 1 when a required one is missing)."""
     if baseline is not None and write_baseline is not None:
         fail("--baseline and --write-baseline do not go together; pass one of them")
     results, resolved = None, None
     if write_baseline is None:
-        results, resolved = _result_cache(path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache)
+        results, resolved = _result_cache(
+            path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache, engine
+        )
     if results is not None:
         hit = results.lookup()
         if hit is not None:
             sys.stdout.write(hit[1])
             raise typer.Exit(hit[0])
-    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, resolved)
+    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, resolved, engine)
     if results is None:
         _report(analysis, output_format, baseline, write_baseline)
     from .cache import Tee
@@ -293,7 +317,7 @@ def check(
         sys.stdout = stdout
 
 
-def _result_cache(path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache):
+def _result_cache(path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache, engine=None):
     """(the cache entry for this question, the resolved selection), or (None, None) when bypassed."""
     from . import cache
 
@@ -306,7 +330,9 @@ def _result_cache(path, model, consumer, all_models, ignore, installed, python, 
     from .pipeline import Selection, resolve_selection
     from .style import style_files
 
-    selection = Selection(path, list(model or []), all_models, list(consumer or []), list(ignore or []), installed, python)
+    selection = Selection(
+        path, list(model or []), all_models, list(consumer or []), list(ignore or []), installed, python, _engine(engine)
+    )
     try:
         resolved = resolve_selection(selection)
     except EaglepatchError as exc:
@@ -328,6 +354,8 @@ def _result_cache(path, model, consumer, all_models, ignore, installed, python, 
         "cwd": os.getcwd(),
         "output": cache.output_environment(sys.stdout),
     }
+    if tree.engine != "sglang":
+        key["engine"] = tree.engine
     outside = [c for c in consumers if tree.srt not in c.parents]
     outside += style_files(tree.models, tree.given)  # black's width decides whether a learned body fits
     deps = cache.dependencies(tree.srt, outside + ([Path(baseline_file)] if baseline_file else []))
@@ -372,7 +400,12 @@ def _edits(analysis):
     for warning in analysis.warnings:
         typer.echo(f"eaglepatch: warning: {warning}", err=True)
 
-    edits, errors = build_edits(analysis.cache, analysis.tree, analysis.plans, analysis.style)
+    if analysis.tree.engine == "vllm":
+        from .vllm_edits import build_vllm_edits
+
+        edits, errors = build_vllm_edits(analysis.tree, analysis.plans)
+    else:
+        edits, errors = build_edits(analysis.cache, analysis.tree, analysis.plans, analysis.style)
     for error in errors:
         typer.echo(f"eaglepatch: error: {error}", err=True)
     return [e for e in edits if e.changed], errors
@@ -412,9 +445,10 @@ def diff(
     ignore: Optional[list[str]] = IgnoreOpt,
     installed: bool = InstalledOpt,
     python: Optional[str] = PythonOpt,
+    engine: Optional[Engine] = EngineOpt,
 ) -> None:
     """Print what `apply` would write (delegations, learned hook bodies), as a unified diff with git headers (dry run)."""
-    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python)
+    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, engine=engine)
     edits, errors = _edits(analysis)
     if not edits:
         if not errors:  # after an error, its line is the whole story
@@ -511,9 +545,10 @@ def apply(
     installed: bool = InstalledOpt,
     python: Optional[str] = PythonOpt,
     commit: bool = typer.Option(False, "--commit", help="Commit just the patched files (git work trees only)."),
+    engine: Optional[Engine] = EngineOpt,
 ) -> None:
     """Write the missing members (delegations, learned hook bodies) into the model files, then show what was done."""
-    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python)
+    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, engine=engine)
     edits, errors = _edits(analysis)
     console = _console()
     if not edits:
@@ -540,6 +575,7 @@ def revert(
     from .style import load_style
 
     try:
+        _not_for_vllm(path, installed or bool(python), "revert", "remove the SupportsEagle3 base apply added by hand")
         tree, selection, _ = resolve_selection(Selection(path, list(model or []), all_models, installed=installed, python=python))
         cache = SourceCache(tree.srt)
         style = load_style(tree.models, tree.given)
@@ -559,6 +595,21 @@ def revert(
     _write_all(tree, edits, errors, console, commit, "removed from", lambda e: e.removed)
 
 
+def _not_for_vllm(path: Optional[Path], installed: bool, command: str, instead: str) -> None:
+    """The commands the vLLM profile does not serve yet stop, with exit 2, before reading anything."""
+    from .errors import EaglepatchError
+    from .locate import locate_tree
+
+    if installed:
+        return
+    try:
+        tree = locate_tree(path)
+    except EaglepatchError:
+        return  # the command reports it as it always did
+    if tree.engine == "vllm":
+        fail(f"{tree.given}: {command} does not read vLLM trees yet; {instead}")
+
+
 @app.command(epilog=EPILOG_EXPLAIN)
 def explain(
     member: str = typer.Argument(..., metavar="MEMBER", help="A protocol member, e.g. get_embed_and_head."),
@@ -570,6 +621,7 @@ def explain(
 ) -> None:
     """Why a member is in the protocol: every call site, its guard, the inner definition or the reference a body
     is learned from, the code apply writes."""
+    _not_for_vllm(path, installed or bool(python), "explain", "eaglepatch check shows each wrapper's reasons")
     analysis = run_analysis(path, model, None, False, None, installed, python)
     from . import report
     from .explain import explain_json

@@ -50,6 +50,7 @@ class Selection:
     ignore: list[str] = field(default_factory=list)
     installed: bool = False
     python: str | None = None
+    engine: str | None = None  # "sglang" | "vllm"; None: what the tree's shape says
 
 
 def resolve_selection(selection: Selection) -> tuple[SourceTree, Selection, list[Path]]:
@@ -62,7 +63,7 @@ def resolve_selection(selection: Selection) -> tuple[SourceTree, Selection, list
         from .installed import installed_sglang
 
         path = installed_sglang(selection.python)
-    tree = locate_tree(path)
+    tree = locate_tree(path, selection.engine)
     settings = load_settings(tree.srt, tree.given)
     if selection.all_models and selection.models:
         raise EaglepatchError("--all and --model do not go together; pass one of them", path=str(tree.given))
@@ -72,6 +73,7 @@ def resolve_selection(selection: Selection) -> tuple[SourceTree, Selection, list
         all_models=selection.all_models or (settings.all_models and not selection.models),
         consumers=selection.consumers or settings.consumers,
         ignore=sorted(set(selection.ignore) | set(settings.ignore)),
+        engine=selection.engine,
     )
     consumers: list[Path] = []
     for pattern in merged.consumers:
@@ -110,6 +112,10 @@ def analyze(
         extra_consumers = (extra_consumers or []) + consumers
     else:
         tree, ignore = locate_tree(path), []
+    if tree.engine == "vllm":  # the vLLM profile (patcher/vllm_*.py)
+        from .vllm_plan import analyze_vllm
+
+        return analyze_vllm(tree, models or [], all_models, progress)
     cache = SourceCache(tree.srt)
     protocol = extract_protocol(tree, cache, extra_consumers, ignore)
     resolver = Resolver(tree, cache)

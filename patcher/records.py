@@ -18,8 +18,9 @@ MODEL_ROLES: tuple[ModelRole, ...] = ("target", "draft", "other")
 UseKind = Literal["call", "attribute"]
 SignatureKind = Literal["method", "property", "attribute"]
 # "delegate": to an inner model's attribute; "inherit": written into a base class, "file:Class";
-# "synthesize": a body learned from the class `to`, "file:Class".
-FixKind = Literal["delegate", "inherit", "synthesize"]
+# "synthesize": a body learned from the class `to`, "file:Class"; "base": the interface `to` added to
+# the class's bases, with its import (the vLLM profile: patcher/vllm_plan.py).
+FixKind = Literal["delegate", "inherit", "synthesize", "base"]
 
 
 @dataclass(frozen=True)
@@ -170,12 +171,14 @@ class Fix:
     to: str
 
     def as_json(self) -> dict:
+        if self.kind == "base":
+            return {"kind": self.kind, "base": self.to}
         return {"kind": self.kind, "to": self.to} if self.kind == "delegate" else {"kind": self.kind, "from": self.to}
 
     @property
     def written_here(self) -> bool:
         """Apply writes it into the class itself (an inherited fix is written into a base)."""
-        return self.kind in ("delegate", "synthesize")
+        return self.kind in ("delegate", "synthesize", "base")
 
 
 @dataclass

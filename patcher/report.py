@@ -106,6 +106,7 @@ def analysis_json(analysis: Analysis, gate: Gate | None = None) -> dict:
         "schema": SCHEMA,
         "srt": str(analysis.tree.srt),
         "layout": analysis.tree.layout,
+        **({"engine": analysis.tree.engine} if analysis.tree.engine != "sglang" else {}),
         "protocol": [protocol_json(m) for m in analysis.protocol.members.values()],
         "consumers": analysis.protocol.consumers,
         "general_interface": analysis.protocol.general_interface,
@@ -193,6 +194,8 @@ def gap_message(plan: ModelPlan, entry: MemberPlan) -> str:
     used = f"EAGLE-3 uses it at {', '.join(entry.called_at[:3])}"
     if entry.fix is not None and entry.fix.kind == "inherit":
         return f"{cls} lacks {member.name}; {used}. Fix: eaglepatch apply writes it into its base {entry.fix.to}"
+    if entry.fix is not None and entry.fix.kind == "base":
+        return f"{cls} does not declare {entry.fix.to}; {used}. Fix: eaglepatch apply adds it to the class's bases"
     if entry.fix is not None and entry.fix.kind == "synthesize":
         synthesis = _learned(entry)
         return (
@@ -264,7 +267,8 @@ _ROLE_ORDER = {"target": 0, "draft": 1, "other": 2}
 def print_protocol(analysis: Analysis, console: Console) -> None:
     from rich.table import Table
 
-    table = Table(title="EAGLE-3 protocol read from SGLang's own code", title_justify="left")
+    engine = "vLLM" if analysis.tree.engine == "vllm" else "SGLang"
+    table = Table(title=f"EAGLE-3 protocol read from {engine}'s own code", title_justify="left")
     widest = max((len(m) for m in analysis.protocol.members), default=6)
     table.add_column("member", style="bold", no_wrap=True, min_width=widest)
     table.add_column("kind")
@@ -314,6 +318,8 @@ def print_model(plan: ModelPlan, console: Console, gate: Gate | None = None) -> 
             label = "[yellow]+ companion [/yellow]"
         if entry.fix is not None and entry.fix.kind == "inherit":
             what = f"fix: inherited from {entry.fix.to}, which apply fixes"
+        elif entry.fix is not None and entry.fix.kind == "base":
+            what = f"fix: add {entry.fix.to} to the class's bases, with its import"
         elif entry.fix is not None and entry.fix.kind == "synthesize":
             synthesis = _learned(entry)
             what = f"fix: write it after {entry.fix.to} ({synthesis.reference.signature.at}), on self.{synthesis.backbone}"
@@ -359,7 +365,7 @@ def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None
     )
     console.print(f"[bold]EAGLE-3 readiness of {len(analysis.plans)} model classes[/bold]")
     for plan in plans:
-        if plan.status in ("compliant", "dynamic") and not plan.missing:
+        if plan.status in ("compliant", "dynamic") and not plan.missing and analysis.tree.engine != "vllm":
             continue
         style = STATUS_STYLE.get(plan.status, "white")
         console.print(
@@ -375,6 +381,11 @@ def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None
         for origin in sorted({fix.to for _, fix in writes if fix.kind == "synthesize"}):
             members = ", ".join(m.member.name for m, fix in writes if fix.kind == "synthesize" and fix.to == origin)
             console.print(f"{'':18}write {members} after {origin}", overflow="fold")
+        for _, fix in writes:
+            if fix.kind == "base":
+                console.print(f"{'':18}add {fix.to} to its bases", overflow="fold")
+        if plan.status in ("compliant", "dynamic") and not plan.missing and plan.reason:
+            console.print(f"{'':18}{plan.reason}", overflow="fold")
         for base in sorted({m.fix.to for m in plan.fixes if m.fix is not None and m.fix.kind == "inherit"}):
             members = ", ".join(m.member.name for m in plan.fixes if m.fix is not None and m.fix.to == base)
             console.print(f"{'':18}inherits {members} from {base}, which apply fixes", overflow="fold")

@@ -1,0 +1,256 @@
+"""Add an interface to classes' bases, and import it: the one job of this codemod.
+
+`AddBase({"Qwen3ASRForConditionalGeneration": "SupportsEagle3"}, ".interfaces")` appends
+`SupportsEagle3` after the class's last base (before any `metaclass=`), in the layout the header
+already has: one line when it fits, else one base a line with a trailing comma, as black and ruff
+format lay it out.  The name is imported from `module` (".interfaces", or an absolute
+"vllm.model_executor.models.interfaces"): merged into the file's import of that module when it has
+one (an import spelled as one of `equivalents` counts too), in the sorted position when
+its names are sorted, else as a new `from module import Name` after the file's last import of the
+same kind (relative or absolute).
+
+Idempotent: a class that already lists the base is left alone, and a name already imported from the
+module is not imported again.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from .add_delegations import LINE_LENGTH
+
+_EMPTY = cst.Module(body=[])
+
+
+def _code(node: cst.CSTNode) -> str:
+    return _EMPTY.code_for_node(node)
+
+
+def _dotted(node: cst.BaseExpression | None) -> str:
+    if node is None:
+        return ""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return f"{_dotted(node.value)}.{node.attr.value}"
+    return ""
+
+
+def _header_width(node: cst.ClassDef) -> int:
+    """How long the last line of the class header (up to its colon) is."""
+    header = _code(node.with_changes(body=cst.SimpleStatementSuite([cst.Pass()]), leading_lines=[], decorators=[]))
+    return len(header.rstrip("\n").splitlines()[-1]) - len(" pass")
+
+
+def _sort_key(name: str) -> tuple[int, str]:
+    """isort's and ruff's order-by-type: CONSTANTS, then Classes, then functions, each case-sensitive."""
+    if name.isupper() and len(name) > 1:
+        return (0, name)
+    return (1, name) if name[:1].isupper() else (2, name)
+
+
+def _newline_ws(indent: str) -> cst.ParenthesizedWhitespace:
+    return cst.ParenthesizedWhitespace(
+        first_line=cst.TrailingWhitespace(), empty_lines=[], indent=True, last_line=cst.SimpleWhitespace(indent)
+    )
+
+
+def _multiline(commas: list) -> bool:
+    return any(isinstance(c, cst.Comma) and isinstance(c.whitespace_after, cst.ParenthesizedWhitespace) for c in commas)
+
+
+class AddBase(cst.CSTTransformer):
+    def __init__(
+        self, bases: dict[str, str], module: str, line_length: int = LINE_LENGTH, indent: str = "    ", equivalents: tuple[str, ...] = ()
+    ):
+        super().__init__()
+        self.bases = bases  # class name -> base to add
+        self.module = module  # ".interfaces" or an absolute dotted module: how a new import spells it
+        self.spellings = (module, *equivalents)  # an existing import of any of these is merged into
+        self.line_length = line_length
+        self.indent = indent
+        self.added: dict[str, list[str]] = {}
+        self.needed: set[str] = set()  # names that must be imported
+        self.depth = 0
+
+    # -- the class headers ----------------------------------------------------------------------
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        self.depth += 1
+        return True
+
+    def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
+        self.depth -= 1
+        base = self.bases.get(updated.name.value)
+        if base is None or self.depth:
+            return updated
+        if any(_dotted(arg.value).rsplit(".", 1)[-1] == base for arg in updated.bases):
+            self.needed.add(base)
+            return updated
+        self.added.setdefault(updated.name.value, []).append(base)
+        self.needed.add(base)
+        return self._with_base(updated, base)
+
+    def _with_base(self, node: cst.ClassDef, base: str) -> cst.ClassDef:
+        args = list(node.bases)
+        keywords = list(node.keywords)
+        new = cst.Arg(cst.Name(base))
+        space = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        if not args:
+            return node.with_changes(
+                bases=[new.with_changes(comma=space if keywords else cst.MaybeSentinel.DEFAULT)],
+                lpar=node.lpar if isinstance(node.lpar, cst.LeftParen) else cst.LeftParen(),
+                rpar=node.rpar if isinstance(node.rpar, cst.RightParen) else cst.RightParen(),
+            )
+        last = args[-1]
+        separators = [a.comma for a in [*args, *keywords][:-1]]
+        if _multiline(separators) and not isinstance(last.comma, cst.Comma):
+            # bases over several lines, no trailing comma (yapf's layout): on the last line when it still fits
+            args[-1] = last.with_changes(comma=space, whitespace_after_arg=cst.SimpleWhitespace(""))
+            inline = node.with_changes(bases=[*args, new.with_changes(whitespace_after_arg=last.whitespace_after_arg)])
+            if _header_width(inline) <= self.line_length:
+                return inline
+            args[-1] = last
+        if _multiline(separators):  # one base a line (or several lines): one more line, after the last base
+            separator = next(c for c in separators if isinstance(c, cst.Comma) and isinstance(c.whitespace_after, cst.ParenthesizedWhitespace))
+            args[-1] = last.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace(""))
+            return node.with_changes(bases=[*args, new.with_changes(comma=last.comma, whitespace_after_arg=last.whitespace_after_arg)])
+        args[-1] = last.with_changes(comma=space, whitespace_after_arg=cst.SimpleWhitespace(""))
+        inline = node.with_changes(bases=[*args, new.with_changes(comma=last.comma, whitespace_after_arg=last.whitespace_after_arg)])
+        hugging = isinstance(node.lpar, cst.LeftParen) and isinstance(node.lpar.whitespace_after, cst.ParenthesizedWhitespace)
+        if hugging:  # `class X(\n    A, B\n):`: the bases on one line of their own
+            line = self.indent + ", ".join(_code(a.value) for a in [*args, new]) + "".join(", " + _code(k).strip().rstrip(",") for k in keywords)
+            fits = len(line) <= self.line_length
+        else:
+            fits = _header_width(inline) <= self.line_length
+        if fits:
+            return inline
+        if not hugging:  # as black and ruff format split a header that does not fit: the bases on a line of their own
+            line = self.indent + ", ".join(_code(a.value) for a in [*args, new])
+            if not keywords and len(line) <= self.line_length:
+                hug = [a.with_changes(comma=space, whitespace_after_arg=cst.SimpleWhitespace("")) for a in args]
+                return node.with_changes(
+                    bases=[*hug, new],
+                    lpar=cst.LeftParen(whitespace_after=_newline_ws(self.indent)),
+                    rpar=cst.RightParen(whitespace_before=_newline_ws("")),
+                    whitespace_before_colon=cst.SimpleWhitespace(""),
+                )
+        # one base a line, a trailing comma (the layout black and ruff format give a header that does not fit)
+        every = [*args, new, *keywords]
+        laid = [item.with_changes(comma=cst.Comma(whitespace_after=_newline_ws(self.indent)), whitespace_after_arg=cst.SimpleWhitespace("")) for item in every[:-1]]
+        laid.append(every[-1].with_changes(comma=cst.Comma(whitespace_after=_newline_ws("")), whitespace_after_arg=cst.SimpleWhitespace("")))
+        return node.with_changes(
+            bases=laid[: len(args) + 1],
+            keywords=laid[len(args) + 1 :],
+            lpar=cst.LeftParen(whitespace_after=_newline_ws(self.indent)),
+            rpar=cst.RightParen(),
+            whitespace_before_colon=cst.SimpleWhitespace(""),
+        )
+
+    # -- the import -----------------------------------------------------------------------------
+
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        if not self.needed:
+            return updated
+        body = list(updated.body)
+        wanted = sorted(self.needed, key=_sort_key)
+        for index, statement in enumerate(body):
+            found = self._import_of(statement)
+            if found is None:
+                continue
+            have = {alias.evaluated_alias or alias.evaluated_name for alias in found.names} if not isinstance(found.names, cst.ImportStar) else set(wanted)
+            missing = [n for n in wanted if n not in have]
+            if not missing:
+                return updated
+            assert isinstance(statement, cst.SimpleStatementLine)
+            merged = self._merge(found, missing)
+            body[index] = statement.with_changes(body=[merged if s is found else s for s in statement.body])
+            return updated.with_changes(body=body)
+        return updated.with_changes(body=self._insert(body, wanted))
+
+    def _import_of(self, statement: cst.CSTNode) -> cst.ImportFrom | None:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return None
+        for small in statement.body:
+            if isinstance(small, cst.ImportFrom) and self._same_module(small):
+                return small
+        return None
+
+    def _same_module(self, node: cst.ImportFrom) -> bool:
+        spelled = "." * len(node.relative) + _dotted(node.module)
+        return spelled in self.spellings
+
+    def _merge(self, node: cst.ImportFrom, missing: list[str]) -> cst.ImportFrom:
+        assert not isinstance(node.names, cst.ImportStar)
+        aliases = list(node.names)
+        names = [a.evaluated_name for a in aliases]
+        ordered = names == sorted(names, key=_sort_key)
+        for name in missing:
+            position = len(aliases)
+            if ordered:
+                position = next((i for i, a in enumerate(aliases) if _sort_key(a.evaluated_name) > _sort_key(name)), len(aliases))
+            aliases = self._insert_alias(aliases, position, cst.ImportAlias(cst.Name(name)), node.lpar is not None)
+        merged = node.with_changes(names=aliases)
+        if node.lpar is None and len(_code(merged)) > self.line_length:
+            laid = [a.with_changes(comma=cst.Comma(whitespace_after=_newline_ws(self.indent))) for a in aliases[:-1]]
+            laid.append(aliases[-1].with_changes(comma=cst.Comma(whitespace_after=_newline_ws(""))))
+            merged = node.with_changes(
+                names=laid,
+                lpar=cst.LeftParen(whitespace_after=_newline_ws(self.indent)),
+                rpar=cst.RightParen(),
+            )
+        return merged
+
+    def _insert_alias(self, aliases: list[cst.ImportAlias], position: int, new: cst.ImportAlias, parenthesized: bool) -> list[cst.ImportAlias]:
+        multiline = parenthesized and _multiline([a.comma for a in aliases])
+        between = next(
+            (a.comma for a in aliases[:-1] if isinstance(a.comma, cst.Comma)),
+            cst.Comma(whitespace_after=_newline_ws(self.indent) if multiline else cst.SimpleWhitespace(" ")),
+        )
+        if position < len(aliases):
+            return [*aliases[:position], new.with_changes(comma=between), *aliases[position:]]
+        last = aliases[-1]
+        return [*aliases[:-1], last.with_changes(comma=between), new.with_changes(comma=last.comma)]
+
+    def _insert(self, body: list, wanted: list[str]) -> list:
+        """A new `from module import ...` after the file's last top-level import of the same kind
+        (relative or absolute), in module order among them, else after its last import, else after the docstring."""
+        relative = self.module.startswith(".")
+        statement = cst.SimpleStatementLine(
+            [
+                cst.ImportFrom(
+                    module=cst.Name(self.module.lstrip(".")) if relative else _attribute(self.module),
+                    names=[cst.ImportAlias(cst.Name(n), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for n in wanted[:-1]]
+                    + [cst.ImportAlias(cst.Name(wanted[-1]))],
+                    relative=[cst.Dot()] if relative else [],
+                )
+            ]
+        )
+        last_same = last_any = first_after = None
+        for index, node in enumerate(body):
+            if isinstance(node, cst.SimpleStatementLine) and isinstance(node.body[0], (cst.Import, cst.ImportFrom)):
+                last_any = index
+                small = node.body[0]
+                if isinstance(small, cst.ImportFrom) and bool(small.relative) == relative:
+                    last_same = index
+                    if first_after is None and _dotted(small.module) > self.module.lstrip("."):
+                        first_after = index  # sorted by module, as isort keeps a block
+        after = last_same if last_same is not None else last_any
+        position = after + 1 if after is not None else (1 if body and _is_docstring(body[0]) else 0)
+        if first_after is not None:
+            position = first_after
+            statement = statement.with_changes(leading_lines=body[first_after].leading_lines)
+            body[first_after] = body[first_after].with_changes(leading_lines=[])
+        return [*body[:position], statement, *body[position:]]
+
+
+def _is_docstring(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.SimpleStatementLine) and isinstance(node.body[0], cst.Expr)
+
+
+def _attribute(dotted: str) -> cst.Attribute | cst.Name:
+    parts = dotted.split(".")
+    node: cst.Attribute | cst.Name = cst.Name(parts[0])
+    for part in parts[1:]:
+        node = cst.Attribute(node, cst.Name(part))
+    return node

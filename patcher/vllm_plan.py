@@ -1,0 +1,456 @@
+"""vLLM profile, stages 3-5: the registered wrappers, the language model each holds, and a plan per wrapper.
+
+A wrapper is a class registered in `_TEXT_GENERATION_MODELS` or `_MULTIMODAL_MODELS` whose own or
+inherited `__init__` assigns a language model (`self.language_model`, `self.llm`, `self.decoder`,
+`self.text_model`, or what its `get_language_model` returns).  The plan says what the runtime check
+`isinstance(model, SupportsEagle3)` and the hook calls need of it, in records.ModelPlan terms, so
+report.py, preview.py and write.py serve it unchanged."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from .errors import EaglepatchError
+from .records import ClassInfo, Fix, InnerModel, MemberPlan, ModelPlan, Protocol, Signature, Status, Unresolved, Wrapper
+from .vllm_protocol import BASE, MIXIN, VllmProtocol
+from .vllm_tree import INTERFACES, TARGET_DICTS, ClassRef, VllmTree, is_stub, methods, module_of
+
+LM_ATTRIBUTES = ("language_model", "llm", "decoder", "text_model")
+_BUILDERS = ("init_vllm_registered_model", "initialize_model")
+
+
+@dataclass
+class Held:
+    """What one `self.<attr> = ...` in a wrapper's __init__ builds."""
+
+    attribute: str
+    line: int
+    file: str  # the file of the class whose __init__ assigns it
+    construct: str
+    classes: list[ClassRef] = field(default_factory=list)
+    dynamic: str = ""  # why the checkpoint's config decides the class
+    unresolved: str = ""  # why it could not be followed
+
+
+@dataclass
+class Decoder:
+    """The language model's `self.model`, and whether the `forward` bound on it collects aux hidden states."""
+
+    cls: ClassRef | None
+    why: str = ""  # when cls is None
+    forward: ClassRef | None = None  # the class whose forward is bound
+    forward_line: int = 0
+    collects: bool = False
+    mixin: bool = False
+
+
+class VllmPlanner:
+    def __init__(self, tree: VllmTree, protocol: VllmProtocol, records: Protocol):
+        self.tree = tree
+        self.protocol = protocol
+        self.records = records
+        self.dicts = tree.registry()
+        self.chains: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (file, class) -> its bases', nearest first
+        self.every: dict[str, tuple[str, str]] = {}
+        for entries in self.dicts.values():
+            self.every.update(entries)
+
+    # -- selection -----------------------------------------------------------------------------
+
+    def registered(self, modules: set[str] | None = None) -> list[tuple[str, str, ClassRef]]:
+        """(dict, architecture, class) for every target entry (whose registry module is one of `modules`,
+        when given), each class once (first architecture)."""
+        return [(name, arch, ref) for name, arch, _, ref in self._entries(modules)]
+
+    def _entries(self, modules: set[str] | None = None) -> list[tuple[str, str, str, ClassRef]]:
+        out: list[tuple[str, str, str, ClassRef]] = []
+        seen: set[tuple[str, str]] = set()
+        for name in TARGET_DICTS:
+            for arch, (module, cls) in self.dicts.get(name, {}).items():
+                if modules is not None and module_of(module) not in modules:
+                    continue
+                for ref in self.tree.resolve(module_of(module), cls):
+                    key = (ref.module.name, ref.name)
+                    if key not in seen:
+                        seen.add(key)
+                        out.append((name, arch, module_of(module), ref))
+        return out
+
+    def select(self, selectors: list[str] | None) -> list[tuple[str, str, ClassRef]]:
+        if selectors is None:
+            return self.registered()
+        named = {module_of(s.partition(":")[0].removesuffix(".py").replace("/", ".")) for s in selectors}
+        entries = self._entries(named)  # the module a registry entry names (the class may live elsewhere)
+        out: list[tuple[str, str, ClassRef]] = []
+        for selector in selectors:
+            module, _, cls = selector.partition(":")
+            name = module_of(module.removesuffix(".py").replace("/", "."))
+            picked = [(g, a, r) for g, a, m, r in entries if m == name and (not cls or r.name == cls)]
+            if not picked:
+                where = name.replace(".", "/").removeprefix("vllm/") + ".py"
+                raise EaglepatchError(
+                    f"no class registered in {' or '.join(TARGET_DICTS)} is defined there"
+                    + (f" under the name {cls}" if cls else "")
+                    + "; pass --model MODULE[:CLASS] with a module under model_executor/models",
+                    path=where,
+                )
+            out += [e for e in picked if e not in out]
+        return out
+
+    # -- plans ---------------------------------------------------------------------------------
+
+    def plans(self, selectors: list[str] | None, progress=None) -> list[ModelPlan]:
+        entries = self.select(selectors)
+        plans = []
+        for group, arch, ref in entries:
+            if progress is not None:
+                progress(ref.module.rel, len(entries))
+            plan = self.plan(group, arch, ref)
+            if plan is not None:
+                plans.append(plan)
+        self.inherit(plans)
+        return plans
+
+    def inherit(self, plans: list[ModelPlan]) -> None:
+        """A wrapper whose base class gets the same fix in this run inherits it (one fix in the parent,
+        as upstream writes it): its fix becomes `inherit` from that base."""
+        writing = {(p.wrapper.path, p.wrapper.cls.name): p for p in plans if p.writes}
+        for plan in plans:
+            if not plan.writes:
+                continue
+            chain = self.chains.get((plan.wrapper.path, plan.wrapper.cls.name), [])
+            parents = [p for key, p in writing.items() if p is not plan and key in chain]
+            for parent in parents:
+                given = {(m.member.name, m.fix.kind) for m in parent.writes if m.fix is not None}
+                for entry in plan.missing:
+                    if entry.fix is not None and (entry.member.name, entry.fix.kind) in given:
+                        entry.fix = Fix("inherit", f"{parent.wrapper.path}:{parent.wrapper.cls.name}")
+
+    def plan(self, group: str, arch: str, ref: ClassRef) -> ModelPlan | None:
+        held = self.held(ref)
+        if not held:
+            return None  # not a wrapper: it holds no language model
+        info = self.class_info(ref)
+        inners = [
+            InnerModel(
+                h.attribute,
+                [self.class_info(c) for c in h.classes],
+                h.line,
+                conditional=len(held) > 1 or len(h.classes) > 1,
+                file=h.file,
+                unresolved=[Unresolved(h.construct, f"{h.file}:{h.line}", h.unresolved)] if h.unresolved else [],
+            )
+            for h in held
+        ]
+        wrapper = Wrapper(info, inners, ref.module.rel)
+        plan = ModelPlan(wrapper, "compliant", "target", f"registered in {group} as {arch}")
+        nominal = self.nominal(ref)
+        base = self.records.members[BASE]
+        setter = self.protocol.setter
+        # hooks the class needs written: in stub releases every hook the MRO lacks a body for; with
+        # defaults, the setter when the language model overrides it and its decoder is no EagleModelMixin
+        needed = [h.name for h in self.protocol.hooks if self.protocol.stubs and self.concrete(ref, h.name) is None]
+        if nominal and not needed:
+            plan.forwarded.append(MemberPlan(base, None, None, required=True, uses=base.uses))
+            plan.reason = f"{BASE} is in its MRO" + ("" if not self.protocol.stubs else " and both hooks have a body")
+            return plan
+        status, why, attribute, lm, decoder = self.judge(held)
+        new = methods(ref.node).get("__new__")
+        if new is not None:  # a dispatcher: __new__ returns the class the checkpoint's version picks
+            status, why, lm, decoder = "dynamic", f"{ref.name}.__new__ ({ref.module.rel}:{new.lineno}) picks the class to build from the checkpoint", None, None
+        missing: list[MemberPlan] = []
+        if status == "fixable":
+            assert lm is not None and decoder is not None and attribute is not None
+            overridden = self.concrete(lm, setter.name, outside_interfaces=True)
+            if not self.protocol.stubs and overridden is not None and not decoder.mixin and self.concrete(ref, setter.name, outside_interfaces=True) is None:
+                needed.append(setter.name)
+            for name in needed:
+                hook = self.records.members[name]
+                defined = self.concrete(lm, name)
+                if defined is None:
+                    status, why = "needs_code", f"{lm.name} ({lm.at}) has no body for {name} to forward to"
+                    break
+                signature = Signature(name, "method", defined.name, defined.module.rel, methods(defined.node)[name].lineno)
+                missing.append(MemberPlan(hook, signature, attribute, [lm.name], [], True, Fix("delegate", attribute), uses=hook.uses))
+        if status != "fixable":
+            missing = []
+        if not nominal:
+            entry = MemberPlan(base, None, attribute, required=True, uses=base.uses)
+            if status == "fixable":
+                entry.fix = Fix("base", BASE)
+            else:
+                entry.blocker = why
+            missing.insert(0, entry)
+        elif status != "fixable":
+            for name in needed:
+                hook = self.records.members[name]
+                missing.append(MemberPlan(hook, None, attribute, required=True, blocker=why, uses=hook.uses))
+        plan.missing = missing
+        plan.status = status
+        if status == "fixable":
+            what = [f"add {BASE} to its bases"] if not nominal else []
+            what += [f"forward {m.member.name} to self.{attribute}" for m in missing if m.fix is not None and m.fix.kind == "delegate"]
+            plan.reason = f"{' and '.join(what)}: its language model {lm.name if lm else ''} supports EAGLE-3 ({why})"
+        else:
+            plan.reason = why
+        return plan
+
+    def judge(self, held: list[Held]) -> tuple[Status, str, str | None, ClassRef | None, Decoder | None]:
+        """(status, why, LM attribute, LM class, its decoder) of the language model(s) a wrapper holds."""
+        for h in held:
+            if h.dynamic:
+                return "dynamic", f"self.{h.attribute} ({h.file}:{h.line}): {h.dynamic}", h.attribute, None, None
+        for h in held:
+            if h.unresolved:
+                return "unresolved", f"self.{h.attribute} = {h.construct} ({h.file}:{h.line}): {h.unresolved}", h.attribute, None, None
+        verdict: tuple[Status, str, str | None, ClassRef | None, Decoder | None] | None = None
+        for h in held:
+            for lm in h.classes:
+                result = self.judge_lm(h, lm)
+                if verdict is None or result[0] != "fixable":
+                    verdict = result
+                if result[0] != "fixable":
+                    return result
+        assert verdict is not None, "a resolved Held has classes"
+        return verdict
+
+    def judge_lm(self, h: Held, lm: ClassRef) -> tuple[Status, str, str | None, ClassRef | None, Decoder | None]:
+        if not self.nominal(lm):
+            return "needs_code", f"its language model {lm.name} ({lm.at}) does not support EAGLE-3: no {BASE} in its MRO", h.attribute, lm, None
+        decoder = self.decoder(lm)
+        if decoder.cls is None:
+            return "unresolved", f"the decoder of {lm.name} ({lm.at}) could not be followed: {decoder.why}", h.attribute, lm, decoder
+        if decoder.forward is None:
+            return "unresolved", f"{decoder.cls.name} ({decoder.cls.at}), the decoder of {lm.name}, has no forward in the tree", h.attribute, lm, decoder
+        forward = f"{decoder.forward.name}.forward ({decoder.forward.module.rel}:{decoder.forward_line})"
+        if not decoder.collects:
+            return (
+                "needs_code",
+                f"{forward}, the forward of {lm.name}'s decoder self.model, collects no aux hidden states "
+                "(no _maybe_add_hidden_state call, no read of aux_hidden_state_layers): needs hand-written code",
+                h.attribute,
+                lm,
+                decoder,
+            )
+        if not self.protocol.stubs and not decoder.mixin and self.concrete(lm, self.protocol.setter.name, outside_interfaces=True) is None:
+            return (
+                "needs_code",
+                f"{decoder.cls.name} ({decoder.cls.at}) is no {MIXIN} and {lm.name} does not override "
+                f"{self.protocol.setter.name}: the Protocol's default would assert",
+                h.attribute,
+                lm,
+                decoder,
+            )
+        return "fixable", f"{lm.name} has {BASE} in its MRO and {forward} collects aux hidden states", h.attribute, lm, decoder
+
+    # -- facts ---------------------------------------------------------------------------------
+
+    def nominal(self, ref: ClassRef) -> bool:
+        return any(c.module.name == INTERFACES and c.name == BASE for c in self.tree.mro(ref))
+
+    def concrete(self, ref: ClassRef, name: str, outside_interfaces: bool = False) -> ClassRef | None:
+        """The class of the MRO whose definition of `name` a call reaches, when it has a body."""
+        for cls in self.tree.mro(ref):
+            func = methods(cls.node).get(name)
+            if func is None:
+                continue
+            if outside_interfaces and cls.module.name == INTERFACES:
+                return None
+            return None if is_stub(func) and cls.module.name == INTERFACES else cls
+        return None
+
+    def class_info(self, ref: ClassRef) -> ClassInfo:
+        chain = self.tree.mro(ref)
+        self.chains[(ref.module.rel, ref.name)] = [(c.module.rel, c.name) for c in chain[1:]]
+        members: dict[str, Signature] = {}
+        for hook in self.protocol.hooks:
+            owner = self.concrete(ref, hook.name)
+            if owner is not None:
+                members[hook.name] = Signature(hook.name, "method", owner.name, owner.module.rel, methods(owner.node)[hook.name].lineno)
+        external = [ast.unparse(b) for c in chain for b in c.node.bases if not self.tree.resolve(c.module.name, ast.unparse(b))]
+        return ClassInfo(ref.name, ref.module.rel, ref.node.lineno, members, [c.name for c in chain[1:]], list(dict.fromkeys(external)))
+
+    def held(self, ref: ClassRef) -> list[Held]:
+        """The language model(s) the nearest `__init__` of the MRO that assigns one builds."""
+        for cls in self.tree.mro(ref):
+            attributes = set(LM_ATTRIBUTES) | _getter_attributes(cls.node)
+            init = methods(cls.node).get("__init__")
+            if init is None:
+                continue
+            found = []
+            for node in ast.walk(init):
+                if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+                    continue
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Attribute) and _is_self(target.value) and target.attr in attributes:
+                        if _reads_self(node.value, target.attr):
+                            continue  # `self.language_model = cast(X, self.language_model)`: the same model
+                        found.append(self.follow(ref, cls, init, target.attr, node.value, node.lineno))
+            if found:
+                return found
+        return []
+
+    def follow(self, wrapper: ClassRef, owner: ClassRef, func: ast.AST, attribute: str, value: ast.expr, line: int) -> Held:
+        held = Held(attribute, line, owner.module.rel, _short(value))
+        if isinstance(value, ast.Name):  # `language_model = init_...(...)` just before
+            local = [n.value for n in ast.walk(func) if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)]
+            if len(local) != 1:
+                held.unresolved = f"the local {value.id} is assigned {len(local)} times in the method"
+                return held
+            value = local[0]
+        if not isinstance(value, ast.Call):
+            held.unresolved = "not a call that builds a model"
+            return held
+        self.built_by(held, wrapper, owner.module.name, value, 0)
+        return held
+
+    def built_by(self, held: Held, wrapper: ClassRef, module: str, call: ast.Call, depth: int) -> None:
+        name = ast.unparse(call.func)
+        tail = name.rsplit(".", 1)[-1]
+        if tail == "init_vllm_registered_model":
+            archs = next((k.value for k in call.keywords if k.arg == "architectures"), None)
+            if archs is None:
+                held.dynamic = "init_vllm_registered_model without architectures=: the checkpoint's config picks the model"
+                return
+            self.by_architecture(held, archs)
+            return
+        if tail == "initialize_model":
+            model_class = next((k.value for k in call.keywords if k.arg == "model_class"), None)
+            if model_class is None:
+                held.dynamic = "initialize_model without model_class=: the checkpoint's config picks the model"
+                return
+            held.classes = self.tree.resolve(module, ast.unparse(model_class))
+            if not held.classes:
+                held.unresolved = f"model_class={ast.unparse(model_class)} is no class found in the tree"
+            return
+        if isinstance(call.func, ast.Attribute) and _is_self(call.func.value) and depth < 3:
+            for cls in self.tree.mro(wrapper):
+                method = methods(cls.node).get(call.func.attr)
+                if method is None:
+                    continue
+                returned = [r.value for r in ast.walk(method) if isinstance(r, ast.Return) and isinstance(r.value, ast.Call)]
+                if len(returned) == 1:
+                    self.built_by(held, wrapper, cls.module.name, returned[0], depth + 1)
+                else:
+                    held.unresolved = f"{cls.name}.{call.func.attr} ({cls.module.rel}:{method.lineno}) does not return one model construction"
+                return
+            held.unresolved = f"no method {call.func.attr} found on {wrapper.name}"
+            return
+        held.classes = self.tree.resolve(module, name)
+        if not held.classes:
+            held.unresolved = f"{name} is no class found in the tree"
+
+    def by_architecture(self, held: Held, archs: ast.expr) -> None:
+        try:
+            names = ast.literal_eval(archs)
+        except ValueError:
+            held.dynamic = f"architectures={ast.unparse(archs)}: the checkpoint's config picks the model"
+            return
+        if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
+            held.unresolved = f"architectures={ast.unparse(archs)} is not a list of names"
+            return
+        for arch in names:
+            entry = self.every.get(arch)
+            if entry is None:
+                held.unresolved = f"architecture {arch} is not in the registry"
+                return
+            held.classes += self.tree.resolve(module_of(entry[0]), entry[1])
+        if not held.classes:
+            held.unresolved = f"the registry's class for {', '.join(names)} is not found in the tree"
+
+    def decoder(self, lm: ClassRef) -> Decoder:
+        held = None
+        for cls in self.tree.mro(lm):
+            init = methods(cls.node).get("__init__")
+            if init is None:
+                continue
+            for node in ast.walk(init):
+                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and _is_self(t.value) and t.attr == "model" for t in node.targets):
+                    held = Held("model", node.lineno, cls.module.rel, _short(node.value))
+                    if isinstance(node.value, ast.Call):
+                        self.built_by_member(held, lm, cls.module.name, node.value)
+                    else:
+                        held.unresolved = "not a call that builds a model"
+                    break
+            if held is not None:
+                break
+        if held is None:
+            return Decoder(None, f"no self.model assigned in the __init__ of {lm.name} or its bases")
+        if held.unresolved or held.dynamic or len(held.classes) != 1:
+            why = held.unresolved or held.dynamic or f"{held.construct} names {len(held.classes)} classes"
+            return Decoder(None, f"self.model = {held.construct} ({held.file}:{held.line}): {why}")
+        cls = held.classes[0]
+        decoder = Decoder(cls)
+        chain = self.tree.mro(cls)
+        decoder.mixin = any(c.module.name == INTERFACES and c.name == MIXIN for c in chain)
+        for owner in chain:
+            forward = methods(owner.node).get("forward")
+            if forward is not None:
+                decoder.forward, decoder.forward_line = owner, forward.lineno
+                decoder.collects = _collects(forward)
+                break
+        return decoder
+
+    def built_by_member(self, held: Held, lm: ClassRef, module: str, call: ast.Call) -> None:
+        """`self.model = X(...)`, `self._init_model(...)` (a method returning X(...)) or `self.model_cls(...)`
+        (a class attribute `model_cls = X`)."""
+        func = call.func
+        if isinstance(func, ast.Attribute) and _is_self(func.value):
+            for cls in self.tree.mro(lm):
+                for node in cls.node.body:
+                    if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == func.attr for t in node.targets):
+                        held.classes = self.tree.resolve(cls.module.name, ast.unparse(node.value))
+                        if not held.classes:
+                            held.unresolved = f"{func.attr} = {ast.unparse(node.value)} is no class found in the tree"
+                        return
+            self.built_by(held, lm, module, call, 0)
+            return
+        self.built_by(held, lm, module, call, 0)
+
+
+def _collects(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    for node in ast.walk(func):
+        if isinstance(node, ast.Attribute) and node.attr in ("_maybe_add_hidden_state", "aux_hidden_state_layers") and isinstance(node.ctx, ast.Load):
+            return True
+    return False
+
+
+def _getter_attributes(node: ast.ClassDef) -> set[str]:
+    getter = methods(node).get("get_language_model")
+    if getter is None:
+        return set()
+    return {
+        r.value.attr
+        for r in ast.walk(getter)
+        if isinstance(r, ast.Return) and isinstance(r.value, ast.Attribute) and _is_self(r.value.value)
+    }
+
+
+def _reads_self(node: ast.expr, attribute: str) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == attribute and _is_self(n.value) for n in ast.walk(node))
+
+
+def _is_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
+def _short(node: ast.expr, limit: int = 100) -> str:
+    text = " ".join(ast.unparse(node).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+
+def analyze_vllm(tree, models: list[str], all_models: bool, progress=None):
+    """The vLLM profile's pipeline: protocol -> wrappers -> plans, as a pipeline.Analysis."""
+    from .pipeline import DEFAULT_MODEL, Analysis
+    from .source import SourceCache
+    from .vllm_protocol import read_protocol
+
+    index = VllmTree(tree.srt)
+    protocol = read_protocol(index)
+    records = protocol.as_protocol()
+    planner = VllmPlanner(index, protocol, records)
+    plans = planner.plans(None if all_models else (models or [DEFAULT_MODEL]), progress)
+    return Analysis(tree, SourceCache(tree.srt), records, plans, list(records.warnings), all_models)

@@ -1,0 +1,135 @@
+"""vLLM profile, stage 2: the EAGLE-3 interface as the release declares it.
+
+`SupportsEagle3` is a runtime-checkable Protocol in model_executor/models/interfaces.py (from
+0.10.1): its methods are read from there (names, signatures, a stub or a default body), and the
+names are confirmed against what the GPU model runner calls on the target model."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from .errors import EaglepatchError
+from .records import Protocol, ProtocolMember, Use
+from .vllm_tree import INTERFACES, VllmTree, is_stub, methods
+
+BASE = "SupportsEagle3"
+MIXIN = "EagleModelMixin"
+SETTER = "set_aux_hidden_state_layers"
+# the runner's files that call the hooks on the target (the second exists from 0.18)
+CONSUMERS = ("v1/worker/gpu_model_runner.py", "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py")
+
+
+@dataclass
+class ProtocolMethod:
+    name: str
+    node: ast.FunctionDef | ast.AsyncFunctionDef
+    stub: bool  # a docstring/`...` only: a class must define it itself
+
+    @property
+    def line(self) -> int:
+        return self.node.lineno
+
+
+@dataclass
+class VllmProtocol:
+    line: int  # of `class SupportsEagle3` in interfaces.py
+    rel: str  # interfaces.py, relative to the vllm folder
+    setter: ProtocolMethod
+    getter: ProtocolMethod  # get_eagle3_aux_hidden_state_layers before 0.18, get_eagle3_default_... after
+    uses: dict[str, list[Use]] = field(default_factory=dict)  # member -> where the runner uses it
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def hooks(self) -> list[ProtocolMethod]:
+        return [self.setter, self.getter]
+
+    @property
+    def stubs(self) -> bool:
+        return any(m.stub for m in self.hooks)
+
+    def as_protocol(self) -> Protocol:
+        """The records.Protocol report.py prints: the base, then the two hooks."""
+        members = {
+            name: ProtocolMember(name, self.uses.get(name, []))
+            for name in (BASE, self.setter.name, self.getter.name)
+        }
+        consumers = sorted({u.at.rsplit(":", 1)[0] for uses in self.uses.values() for u in uses})
+        return Protocol(members, consumers, {}, list(self.warnings))
+
+
+def read_protocol(tree: VllmTree) -> VllmProtocol:
+    interfaces = tree.required(INTERFACES)
+    node = interfaces.classes.get(BASE)
+    if node is None:
+        raise EaglepatchError(
+            f"declares no {BASE} Protocol: this vLLM release checks EAGLE-3 support by duck typing "
+            "(before 0.10.1), which the vLLM profile does not read yet",
+            path=interfaces.rel,
+        )
+    defs = methods(node)
+    setter = defs.get(SETTER)
+    getters = [d for name, d in defs.items() if name.startswith("get_eagle3") and name.endswith("aux_hidden_state_layers")]
+    if setter is None or len(getters) != 1:
+        raise EaglepatchError(
+            f"{BASE} (line {node.lineno}) does not declare {SETTER} and one get_eagle3_..._aux_hidden_state_layers: "
+            "a shape of the interface the vLLM profile does not know",
+            path=interfaces.rel,
+        )
+    protocol = VllmProtocol(
+        node.lineno,
+        interfaces.rel,
+        ProtocolMethod(SETTER, setter, is_stub(setter)),
+        ProtocolMethod(getters[0].name, getters[0], is_stub(getters[0])),
+    )
+    _read_consumers(tree, protocol)
+    return protocol
+
+
+def _read_consumers(tree: VllmTree, protocol: VllmProtocol) -> None:
+    """Where the runner calls the hooks on the model and checks supports_eagle3: the names must match."""
+    hooks = {m.name for m in protocol.hooks}
+    called: set[str] = set()
+    for rel in CONSUMERS:
+        path = tree.package / rel
+        if not path.is_file():
+            continue
+        try:
+            module = ast.parse(path.read_bytes())
+        except SyntaxError:
+            protocol.warnings.append(f"{rel} is not valid Python: its EAGLE-3 calls were not read")
+            continue
+        for func in ast.walk(module):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            guard = f"{func.name}()" + (", when use_aux_hidden_state_outputs" if "use_aux_hidden_state_outputs" in ast.unparse(func) else "")
+            for call in _own_calls(func):
+                target = call.func
+                name = target.attr if isinstance(target, ast.Attribute) else target.id if isinstance(target, ast.Name) else ""
+                at = f"{rel}:{call.lineno}"
+                if name == "supports_eagle3":
+                    protocol.uses.setdefault(BASE, []).append(Use(BASE, "attribute", "target", True, at, f"isinstance check in {guard}"))
+                elif isinstance(target, ast.Attribute) and name in hooks:
+                    called.add(name)
+                    protocol.uses.setdefault(name, []).append(Use(name, "call", "target", True, at, f"called in {guard}"))
+                elif isinstance(target, ast.Attribute) and (name == SETTER or (name.startswith("get_eagle3") and name.endswith("aux_hidden_state_layers"))):
+                    protocol.warnings.append(f"{at} calls {name}, which {BASE} (interfaces.py:{protocol.line}) does not declare")
+    for uses in protocol.uses.values():
+        uses.sort(key=lambda use: (CONSUMERS.index(use.at.rsplit(":", 1)[0]), int(use.at.rsplit(":", 1)[1])))
+    for hook in protocol.hooks:
+        if hook.name not in called:
+            protocol.warnings.append(
+                f"no call of {hook.name} found in {', '.join(CONSUMERS)}: the name is the one {BASE} declares"
+            )
+
+
+def _own_calls(func: ast.FunctionDef | ast.AsyncFunctionDef):
+    """The calls in a function's body, not those of functions nested in it (they are walked on their own)."""
+    stack: list[ast.AST] = list(func.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Call):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))

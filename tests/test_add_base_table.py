@@ -1,0 +1,124 @@
+"""Stage table for codemods/add_base.py: (source, expected) pairs, as test_codemod_tables.py writes them.
+
+Expected texts are written by hand from the rules in the module's docstring; an output in black's
+layout is also checked to be a fixed point of black (independent of eaglepatch's layout code), and
+applying twice is applying once."""
+
+from __future__ import annotations
+
+import ast
+
+import black
+import libcst as cst
+import pytest
+
+from eaglepatch.codemods.add_base import AddBase
+
+ABSOLUTE = "vllm.model_executor.models.interfaces"
+WRAPPERS = {"Wrapper": "SupportsEagle3", "AVeryLongWrapperNameForConditionalGeneration": "SupportsEagle3"}
+
+
+def add(source: str, classes: dict[str, str] | None = None, module: str = ".interfaces", line_length: int = 88) -> str:
+    transformer = AddBase(classes or WRAPPERS, module, line_length, equivalents=(ABSOLUTE,))
+    return cst.parse_module(source).visit(transformer).code
+
+
+CASES = [
+    pytest.param(
+        "from .interfaces import SupportsMultiModal, SupportsPP\n\n\nclass Wrapper(nn.Module, SupportsMultiModal, SupportsPP):\n    pass\n",
+        "from .interfaces import SupportsEagle3, SupportsMultiModal, SupportsPP\n\n\n"
+        "class Wrapper(nn.Module, SupportsMultiModal, SupportsPP, SupportsEagle3):\n    pass\n",
+        True,
+        id="one line that still fits; the name sorted into the import",
+    ),
+    pytest.param(
+        "from .interfaces import SupportsMultiModal, SupportsPP\n\n\n"
+        "class AVeryLongWrapperNameForConditionalGeneration(nn.Module, SupportsMultiModal, SupportsPP):\n    pass\n",
+        "from .interfaces import SupportsEagle3, SupportsMultiModal, SupportsPP\n\n\n"
+        "class AVeryLongWrapperNameForConditionalGeneration(\n    nn.Module, SupportsMultiModal, SupportsPP, SupportsEagle3\n):\n    pass\n",
+        True,
+        id="a header that no longer fits: the bases on a line of their own",
+    ),
+    pytest.param(
+        "from .interfaces import SupportsA, SupportsB\n\n\n"
+        "class AVeryLongWrapperNameForConditionalGeneration(\n    nn.Module, SupportsMultiModal, SupportsLoRA, SupportsPP, SupportsMRoPE\n):\n    pass\n",
+        "from .interfaces import SupportsA, SupportsB, SupportsEagle3\n\n\n"
+        "class AVeryLongWrapperNameForConditionalGeneration(\n    nn.Module,\n    SupportsMultiModal,\n    SupportsLoRA,\n"
+        "    SupportsPP,\n    SupportsMRoPE,\n    SupportsEagle3,\n):\n    pass\n",
+        True,
+        id="bases on their own line that no longer fits: one a line, trailing comma",
+    ),
+    pytest.param(
+        "from .interfaces import (\n    MultiModalEmbeddings,\n    SupportsMRoPE,\n    SupportsPP,\n)\n\n\n"
+        "class Wrapper(\n    nn.Module,\n    SupportsPP,\n):\n    pass\n",
+        "from .interfaces import (\n    MultiModalEmbeddings,\n    SupportsEagle3,\n    SupportsMRoPE,\n    SupportsPP,\n)\n\n\n"
+        "class Wrapper(\n    nn.Module,\n    SupportsPP,\n    SupportsEagle3,\n):\n    pass\n",
+        True,
+        id="one a line (magic trailing comma): one more line each",
+    ),
+    pytest.param(
+        "from .interfaces import MultiModalEmbeddings, SupportsMultiModal, SupportsPP, SupportsLoRA, SupportsQuant\n\n\n"
+        "class Wrapper(nn.Module):\n    pass\n",
+        "from .interfaces import (\n    MultiModalEmbeddings,\n    SupportsMultiModal,\n    SupportsPP,\n    SupportsLoRA,\n"
+        "    SupportsQuant,\n    SupportsEagle3,\n)\n\n\nclass Wrapper(nn.Module, SupportsEagle3):\n    pass\n",
+        True,
+        id="an unsorted import: appended; too long for a line: one a line",
+    ),
+    pytest.param(
+        "from vllm.model_executor.models.interfaces import SupportsPP\n\n\nclass Wrapper(nn.Module, SupportsPP):\n    pass\n",
+        "from vllm.model_executor.models.interfaces import SupportsEagle3, SupportsPP\n\n\n"
+        "class Wrapper(nn.Module, SupportsPP, SupportsEagle3):\n    pass\n",
+        True,
+        id="the absolute spelling, when the file uses it",
+    ),
+    pytest.param(
+        '"""Doc."""\n\nimport torch\n\nfrom .llama import Llama\nfrom .utils import maybe_prefix\n\n\nclass Wrapper(nn.Module):\n    pass\n',
+        '"""Doc."""\n\nimport torch\n\nfrom .interfaces import SupportsEagle3\nfrom .llama import Llama\nfrom .utils import maybe_prefix\n\n\n'
+        "class Wrapper(nn.Module, SupportsEagle3):\n    pass\n",
+        True,
+        id="no import of interfaces: a new one, in module order among the relative imports",
+    ),
+    pytest.param(
+        "from .interfaces import SupportsPP\n\n\nclass Wrapper(nn.Module, SupportsPP, metaclass=Meta):\n    pass\n",
+        "from .interfaces import SupportsEagle3, SupportsPP\n\n\nclass Wrapper(nn.Module, SupportsPP, SupportsEagle3, metaclass=Meta):\n    pass\n",
+        True,
+        id="before a keyword",
+    ),
+    pytest.param(
+        "from .interfaces import SupportsEagle3, SupportsPP\n\n\nclass Wrapper(nn.Module, SupportsPP, SupportsEagle3):\n    pass\n",
+        "from .interfaces import SupportsEagle3, SupportsPP\n\n\nclass Wrapper(nn.Module, SupportsPP, SupportsEagle3):\n    pass\n",
+        True,
+        id="already declared and imported: unchanged",
+    ),
+    pytest.param(
+        "from .interfaces import SupportsPP\n\n\nclass Other(nn.Module):\n    class Wrapper(nn.Module):\n        pass\n",
+        "from .interfaces import SupportsPP\n\n\nclass Other(nn.Module):\n    class Wrapper(nn.Module):\n        pass\n",
+        True,
+        id="a nested class of the same name is not the module's class",
+    ),
+]
+
+
+@pytest.mark.parametrize(("source", "expected", "black_layout"), CASES)
+def test_add_base(source, expected, black_layout):
+    out = add(source)
+    assert out == expected
+    assert add(out) == out  # idempotent
+    ast.parse(out)
+    if black_layout:
+        assert black.format_str(out, mode=black.Mode()) == out
+
+
+def test_yapf_layout_keeps_the_base_on_the_last_line_when_it_fits():
+    source = "from .interfaces import SupportsPP\n\n\nclass Wrapper(nn.Module, SupportsMultiModal,\n              SupportsPP):\n    pass\n"
+    out = add(source)
+    assert out.endswith("class Wrapper(nn.Module, SupportsMultiModal,\n              SupportsPP, SupportsEagle3):\n    pass\n")
+    narrow = add(source, line_length=40)
+    assert "              SupportsPP,\n              SupportsEagle3):" in narrow
+    assert add(out) == out and add(narrow, line_length=40) == narrow
+
+
+def test_only_the_named_classes_change():
+    source = "from .interfaces import SupportsPP\n\n\nclass A(nn.Module):\n    pass\n\n\nclass B(nn.Module):\n    pass\n"
+    out = add(source, {"B": "SupportsEagle3"})
+    assert "class A(nn.Module):" in out and "class B(nn.Module, SupportsEagle3):" in out

@@ -1,0 +1,315 @@
+"""The vLLM engine profile on fixtures/vllm, a small hand-written tree shaped like vLLM 0.18+
+(no vLLM code; pure Python, so the patched modules are imported and the runtime check is run).
+
+fixtures/vllm/vllm/model_executor/models holds:
+* interfaces.py: a runtime-checkable SupportsEagle3 whose hooks have default bodies, EagleModelMixin;
+* registry.py: _TEXT_GENERATION_MODELS, _EMBEDDING_MODELS, _MULTIMODAL_MODELS (dict literals);
+* LMs with the base: llama (decoder through `_init_model`, a mixin calling _maybe_add_hidden_state),
+  moe (decoder through `model_cls`, collects inline), deep (overrides the setter, decoder no mixin);
+* wrappers: asr (direct LlamaForCausalLM, absolute parenthesized imports: fixable by the base),
+  asr_realtime (inherits asr's), omni (LM whose decoder overrides forward and collects nothing:
+  needs_code), deep_vl (registry `architectures=["DeepForCausalLM"]` through a local: base + setter),
+  any_vl (no architectures=: dynamic), ready_vl (declares the base: compliant), plain_vl (`self.llm`,
+  no interfaces import: fixable, the import is added);
+and v1/worker/gpu_model_runner.py calls the hooks on the target after the supports_eagle3 check.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from eaglepatch.cli import app
+from eaglepatch.errors import EaglepatchError
+from eaglepatch.locate import locate_tree
+from eaglepatch.vllm_plan import VllmPlanner
+from eaglepatch.vllm_protocol import read_protocol
+from eaglepatch.vllm_tree import VllmTree
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = REPO / "fixtures" / "vllm"
+SGLANG_FIXTURE = REPO / "fixtures" / "site-packages"
+RUNNER = CliRunner()
+
+EXPECTED = {
+    "AsrForConditionalGeneration": "fixable",
+    "AsrRealtimeGeneration": "fixable",
+    "DeepVLForConditionalGeneration": "fixable",
+    "PlainVLForConditionalGeneration": "fixable",
+    "OmniThinkerForConditionalGeneration": "needs_code",
+    "AnyVLForConditionalGeneration": "dynamic",
+    "ReadyVLForConditionalGeneration": "compliant",
+}
+
+
+def cli(*args) -> object:
+    result = RUNNER.invoke(app, [*map(str, args)])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+@pytest.fixture
+def tree(tmp_path) -> Path:
+    """A writable copy of the fixture (a site-packages-like folder holding vllm/)."""
+    root = tmp_path / "site"
+    shutil.copytree(FIXTURE, root)
+    return root
+
+
+def _statuses(data: dict) -> dict[str, str]:
+    return {m["class"]: m["status"] for m in data["models"]}
+
+
+# --------------------------------------------------------------------------- locate
+
+
+def test_a_vllm_tree_is_found_in_each_layout_and_sglang_still_wins_its_own():
+    for given, layout in ((FIXTURE, "site-packages"), (FIXTURE / "vllm", "package")):
+        found = locate_tree(given)
+        assert (found.engine, found.layout, found.srt) == ("vllm", layout, FIXTURE / "vllm")
+        assert found.models == FIXTURE / "vllm" / "model_executor" / "models"
+    assert locate_tree(SGLANG_FIXTURE).engine == "sglang"
+
+
+def test_a_checkout_root_is_named_so(tmp_path):
+    shutil.copytree(FIXTURE / "vllm", tmp_path / "vllm")
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'vllm'\n")
+    assert locate_tree(tmp_path).layout == "checkout"
+
+
+def test_engine_overrides_the_shape_and_a_wrong_engine_is_an_error():
+    assert locate_tree(FIXTURE, "vllm").engine == "vllm"
+    with pytest.raises(EaglepatchError, match="no sglang/srt"):
+        locate_tree(FIXTURE, "sglang")
+    with pytest.raises(EaglepatchError, match="interfaces.py"):
+        locate_tree(SGLANG_FIXTURE, "vllm")
+    result = cli("check", "--engine", "sglang", FIXTURE)
+    assert result.exit_code == 2 and "no sglang/srt" in result.stderr
+
+
+# --------------------------------------------------------------------------- protocol
+
+
+def test_the_protocol_is_read_from_interfaces_and_confirmed_by_the_runner():
+    protocol = read_protocol(VllmTree(FIXTURE / "vllm"))
+    assert protocol.setter.name == "set_aux_hidden_state_layers"
+    assert protocol.getter.name == "get_eagle3_default_aux_hidden_state_layers"
+    assert not protocol.stubs and not protocol.warnings
+    runner = FIXTURE / "vllm" / "v1" / "worker" / "gpu_model_runner.py"
+    lines = runner.read_text().splitlines()
+    where = {name: [u.at for u in uses] for name, uses in protocol.uses.items()}
+    assert where["SupportsEagle3"] == [f"v1/worker/gpu_model_runner.py:{_line(lines, 'supports_eagle3(self.model)')}"]
+    assert where["set_aux_hidden_state_layers"] == [f"v1/worker/gpu_model_runner.py:{_line(lines, '.set_aux_hidden_state_layers(')}"]
+
+
+def _line(lines: list[str], needle: str) -> int:
+    hits = [i for i, line in enumerate(lines, start=1) if needle in line]
+    assert len(hits) == 1, needle
+    return hits[0]
+
+
+def _stub_release(root: Path) -> None:
+    """Turn the copy into a 0.10-0.17-shaped release: stub hooks, the getter's old name."""
+    interfaces = root / "vllm" / "model_executor" / "models" / "interfaces.py"
+    text = interfaces.read_text()
+    start = text.index("    def set_aux_hidden_state_layers")
+    end = text.index("def supports_eagle3")
+    stubs = textwrap.indent(
+        'def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:\n    """Stub."""\n    ...\n\n'
+        'def get_eagle3_aux_hidden_state_layers(self) -> tuple[int, ...]:\n    """Stub."""\n    ...\n\n\n',
+        "    ",
+    )
+    interfaces.write_text(text[:start] + stubs + text[end:])
+    runner = root / "vllm" / "v1" / "worker" / "gpu_model_runner.py"
+    runner.write_text(runner.read_text().replace("get_eagle3_default_aux_hidden_state_layers", "get_eagle3_aux_hidden_state_layers"))
+    for lm in ("llama.py", "moe.py"):  # LMs of that era define both hooks
+        path = root / "vllm" / "model_executor" / "models" / lm
+        cls = "LlamaForCausalLM" if lm == "llama.py" else "MoeForCausalLM"
+        text = path.read_text()
+        anchor = f"class {cls}("
+        head, _, rest = text.partition(anchor)
+        body_end = rest.find("\n\n\nclass ")
+        hooks = (
+            "\n\n    def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:\n"
+            "        self.model.aux_hidden_state_layers = layers\n\n"
+            "    def get_eagle3_aux_hidden_state_layers(self) -> tuple[int, ...]:\n"
+            "        return (2, 3)\n"
+        )
+        rest = rest[:body_end] + hooks + rest[body_end:] if body_end != -1 else rest.rstrip("\n") + hooks
+        path.write_text(head + anchor + rest)
+
+
+def test_a_stub_release_needs_the_hooks_written_with_its_own_names(tree):
+    _stub_release(tree)
+    protocol = read_protocol(VllmTree(tree / "vllm"))
+    assert protocol.stubs and protocol.getter.name == "get_eagle3_aux_hidden_state_layers"
+    result = cli("check", "--model", "asr", "--format", "json", tree)
+    data = json.loads(result.stdout)
+    (asr,) = data["models"]
+    assert asr["status"] == "fixable"
+    fixes = {m["name"]: m["fix"] for m in asr["missing"]}
+    assert fixes == {
+        "SupportsEagle3": {"kind": "base", "base": "SupportsEagle3"},
+        "set_aux_hidden_state_layers": {"kind": "delegate", "to": "language_model"},
+        "get_eagle3_aux_hidden_state_layers": {"kind": "delegate", "to": "language_model"},
+    }
+
+
+def test_a_release_without_the_protocol_is_refused_with_the_reason(tree):
+    interfaces = tree / "vllm" / "model_executor" / "models" / "interfaces.py"
+    interfaces.write_text(interfaces.read_text().replace("class SupportsEagle3(Protocol)", "class SomethingElse(Protocol)"))
+    result = cli("check", tree)
+    assert result.exit_code == 2
+    assert "declares no SupportsEagle3" in result.stderr and "duck typing" in result.stderr
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def test_every_registered_wrapper_holding_a_language_model_gets_its_status():
+    result = cli("check", "--all", "--format", "json", FIXTURE)
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert data["engine"] == "vllm"
+    assert _statuses(data) == EXPECTED  # the LMs themselves and the embedding model are no wrappers
+    by_class = {m["class"]: m for m in data["models"]}
+    omni = by_class["OmniThinkerForConditionalGeneration"]
+    forward = _line((FIXTURE / "vllm/model_executor/models/omni.py").read_text().splitlines(), "def forward")
+    assert f"OmniMoeLLMModel.forward (model_executor/models/omni.py:{forward})" in omni["reason"]
+    assert omni["missing"][0]["fix"] is None
+    deep = by_class["DeepVLForConditionalGeneration"]
+    assert [m["fix"]["kind"] for m in deep["missing"]] == ["base", "delegate"]
+    assert deep["inner"][0]["class"] == "DeepForCausalLM"  # through the local variable and the registry
+    realtime = by_class["AsrRealtimeGeneration"]
+    assert realtime["missing"][0]["fix"] == {"kind": "inherit", "from": "model_executor/models/asr.py:AsrForConditionalGeneration"}
+    assert "architectures=" in by_class["AnyVLForConditionalGeneration"]["reason"]
+
+
+def test_the_planner_follows_init_model_and_model_cls_to_the_decoder():
+    index = VllmTree(FIXTURE / "vllm")
+    protocol = read_protocol(index)
+    planner = VllmPlanner(index, protocol, protocol.as_protocol())
+    (llama,) = index.resolve("vllm.model_executor.models.llama", "LlamaForCausalLM")
+    (moe,) = index.resolve("vllm.model_executor.models.moe", "MoeForCausalLM")
+    (deep,) = index.resolve("vllm.model_executor.models.deep", "DeepForCausalLM")
+    found = {ref.name: planner.decoder(ref) for ref in (llama, moe, deep)}
+    assert {n: (d.cls.name if d.cls else None, d.collects, d.mixin) for n, d in found.items()} == {
+        "LlamaForCausalLM": ("LlamaModel", True, True),
+        "MoeForCausalLM": ("MoeModel", True, True),
+        "DeepForCausalLM": ("DeepModel", True, False),
+    }
+
+
+@pytest.mark.parametrize("output", ["table", "github", "sarif"])
+def test_every_output_format_reports_the_gaps(output):
+    result = cli("check", "--all", "--format", output, FIXTURE)
+    assert result.exit_code == 1, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "AsrForConditionalGeneration" in text and "OmniThinkerForConditionalGeneration" in text
+    if output == "sarif":
+        levels = {r["message"]["text"].split()[0]: r["level"] for r in json.loads(result.stdout)["runs"][0]["results"]}
+        assert levels["AsrForConditionalGeneration"] == "error"
+    if output == "github":
+        assert "SupportsEagle3; EAGLE-3 uses it at v1/worker/gpu_model_runner.py" in text
+    if output == "table":
+        assert "EAGLE-3 protocol" not in text  # --all is the summary
+        assert "add SupportsEagle3 to its bases" in text
+
+
+def test_one_model_shows_the_protocol_table():
+    result = cli("check", "--model", "asr", FIXTURE)
+    text = " ".join(result.stdout.split())
+    assert "EAGLE-3 protocol read from vLLM's own code" in text
+    assert "fix: add SupportsEagle3 to the class's bases, with its import" in text
+
+
+def test_a_model_that_is_not_registered_is_an_error():
+    result = cli("check", "--model", "llama_nope", FIXTURE)
+    assert result.exit_code == 2 and "no class registered" in result.stderr
+
+
+# --------------------------------------------------------------------------- apply
+
+
+def test_apply_writes_the_bases_and_a_second_apply_changes_nothing(tree):
+    before = {p: p.read_bytes() for p in tree.rglob("*.py")}
+    result = cli("apply", "--all", tree)
+    assert result.exit_code == 0, result.stderr
+    changed = sorted(p.relative_to(tree).as_posix() for p in before if p.read_bytes() != before[p])
+    models = "vllm/model_executor/models"
+    assert changed == [f"{models}/asr.py", f"{models}/deep_vl.py", f"{models}/plain_vl.py"]
+    asr = (tree / models / "asr.py").read_text()
+    assert "    SupportsEagle3,\n    SupportsMultiModal," in asr  # merged into the parenthesized import, sorted
+    assert "    SupportsPP,\n    SupportsEagle3,\n):" in asr  # after the last base, one a line
+    plain = (tree / models / "plain_vl.py").read_text()
+    assert "\nfrom .interfaces import SupportsEagle3\nfrom .llama import" in plain
+    after = {p: p.read_bytes() for p in tree.rglob("*.py")}
+    again = cli("apply", "--all", tree)
+    assert again.exit_code == 0 and "Nothing to do" in again.stdout
+    assert {p: p.read_bytes() for p in tree.rglob("*.py")} == after
+    data = json.loads(cli("check", "--all", "--format", "json", tree).stdout)
+    assert _statuses(data) == {**EXPECTED, **{c: "compliant" for c, s in EXPECTED.items() if s == "fixable"}}
+
+
+def test_diff_shows_what_apply_writes(tree):
+    result = cli("diff", "--model", "asr", tree)
+    assert result.exit_code == 1
+    assert "+    SupportsEagle3,\n" in result.stdout and "a/vllm/model_executor/models/asr.py" in result.stdout
+
+
+RUNTIME = """
+import json, sys
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[1])
+from vllm.model_executor.models.interfaces import SupportsEagle3
+from vllm.model_executor.models import asr, asr_realtime, deep_vl, plain_vl, omni, deep, llama
+out = {}
+for cls in (asr.AsrForConditionalGeneration, asr_realtime.AsrRealtimeGeneration, deep_vl.DeepVLForConditionalGeneration,
+            plain_vl.PlainVLForConditionalGeneration, omni.OmniThinkerForConditionalGeneration):
+    out[cls.__name__] = isinstance(object.__new__(cls), SupportsEagle3)
+wrapper = asr.AsrForConditionalGeneration()  # the Protocol's default reaches the decoder
+wrapper.set_aux_hidden_state_layers((1, 5))
+out["asr_layers"] = list(wrapper.language_model.model.aux_hidden_state_layers)
+out["asr_default"] = list(wrapper.get_eagle3_default_aux_hidden_state_layers())
+vl = object.__new__(deep_vl.DeepVLForConditionalGeneration)  # its LM overrides the setter: forwarded
+vl.language_model = deep.DeepForCausalLM()
+vl.set_aux_hidden_state_layers((0, 2))
+out["deep_layers"] = list(vl.language_model.model.aux_hidden_state_layers)
+print(json.dumps(out))
+"""
+
+
+def _runtime(site: Path) -> dict:
+    done = subprocess.run([sys.executable, "-c", RUNTIME, str(site)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 or "AttributeError" in done.stderr, done.stderr
+    return json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr}
+
+
+def test_the_patched_classes_pass_the_runtime_protocol_check(tree):
+    before = subprocess.run([sys.executable, "-c", RUNTIME, str(tree)], capture_output=True, text=True, timeout=60)
+    assert before.returncode != 0 and "set_aux_hidden_state_layers" in before.stderr  # unpatched: no hook at all
+    assert cli("apply", "--all", tree).exit_code == 0
+    assert _runtime(tree) == {
+        "AsrForConditionalGeneration": True,
+        "AsrRealtimeGeneration": True,
+        "DeepVLForConditionalGeneration": True,
+        "PlainVLForConditionalGeneration": True,
+        "OmniThinkerForConditionalGeneration": False,  # needs_code: nothing written
+        "asr_layers": [1, 5],
+        "asr_default": [2, 4, 5],
+        "deep_layers": [0, 2],
+    }
+
+
+def test_revert_and_explain_say_they_do_not_read_vllm_trees_yet(tree):
+    for args in (("revert", tree), ("explain", "set_aux_hidden_state_layers", tree)):
+        result = cli(*args)
+        assert result.exit_code == 2 and "vLLM" in result.stderr

@@ -1,0 +1,145 @@
+"""The vLLM profile on real vLLM releases (tests/vllm_releases.py pins and caches them).
+
+Ground truth from the survey of the releases (notes of issue 13), not from eaglepatch's own runs:
+* 0.18.0 -> 0.33.0, upstream added SupportsEagle3 to Qwen3ASRForConditionalGeneration (its subclass
+  Qwen3ASRRealtimeGeneration inherits it) and to Qwen3OmniMoeThinkerForConditionalGeneration, the
+  latter together with a rewritten `Qwen3MoeLLMModel.forward` (in 0.18.0 it collects no aux hidden
+  states): so on 0.18.0 the first two are fixable by the base and the third needs code.
+* 0.33.0: the survey's 22 wrappers whose language model supports EAGLE-3 but which lack the base;
+  Granite4Vision's decoder forward collects nothing (needs_code), MiniCPMO dispatches in `__new__`
+  (dynamic). DotsOCRForCausalLM is a gap the survey's script missed (it assigns its language model
+  with an annotation, `self.language_model: Qwen2ForCausalLM = init_vllm_registered_model(...)`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import vllm_releases
+from typer.testing import CliRunner
+
+from eaglepatch.cli import app
+
+pytestmark = pytest.mark.integration
+
+RUNNER = CliRunner()
+TESTS = Path(__file__).resolve().parent
+MODELS = "vllm.model_executor.models"
+
+
+def cli(*args) -> object:
+    result = RUNNER.invoke(app, [*map(str, args)])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def statuses(site: Path, *args: str) -> tuple[dict, dict[str, str]]:
+    result = cli("check", "--format", "json", *args, site)
+    assert result.exit_code in (0, 1), result.stderr
+    data = json.loads(result.stdout)
+    return data, {m["class"]: m["status"] for m in data["models"]}
+
+
+def runtime_check(site: Path, *specs: str) -> dict:
+    """isinstance(instance, SupportsEagle3) with the release's own interfaces.py (tests/vllm_protocol_check.py)."""
+    done = subprocess.run(
+        [sys.executable, str(TESTS / "vllm_protocol_check.py"), str(site), *specs],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+ASR = f"{MODELS}.qwen3_asr:Qwen3ASRForConditionalGeneration"
+REALTIME = f"{MODELS}.qwen3_asr_realtime:Qwen3ASRRealtimeGeneration"
+OMNI = f"{MODELS}.qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerForConditionalGeneration"
+
+
+def test_0_18_0_reports_the_later_upstream_fixes_and_apply_passes_the_runtime_check(tmp_path):
+    pristine = vllm_releases.site_packages("0.18.0")
+    picked = ("--model", "qwen3_asr", "--model", "qwen3_asr_realtime", "--model", "qwen3_omni_moe_thinker")
+    data, found = statuses(pristine, *picked)
+    assert found == {
+        "Qwen3ASRForConditionalGeneration": "fixable",
+        "Qwen3ASRRealtimeGeneration": "fixable",
+        "Qwen3OmniMoeThinkerForConditionalGeneration": "needs_code",
+    }
+    by_class = {m["class"]: m for m in data["models"]}
+    assert [m["fix"] for m in by_class["Qwen3ASRForConditionalGeneration"]["missing"]] == [{"kind": "base", "base": "SupportsEagle3"}]
+    assert "Qwen3MoeLLMModel.forward (model_executor/models/qwen3_omni_moe_thinker.py:1069)" in by_class[
+        "Qwen3OmniMoeThinkerForConditionalGeneration"
+    ]["reason"]
+    assert data["protocol"][2]["name"] == "get_eagle3_default_aux_hidden_state_layers"  # the 0.18 name
+
+    site = tmp_path / "site-packages"
+    shutil.copytree(pristine, site)
+    assert cli("apply", *picked, site).exit_code == 0
+    asr = (site / "vllm/model_executor/models/qwen3_asr.py").read_text()
+    assert "    SupportsTranscription,\n    SupportsEagle3,\n):" in asr
+    assert "    MultiModalEmbeddings,\n    SupportsEagle3,\n    SupportsMRoPE," in asr
+    realtime = site / "vllm/model_executor/models/qwen3_asr_realtime.py"
+    assert realtime.read_bytes() == (pristine / "vllm/model_executor/models/qwen3_asr_realtime.py").read_bytes()  # inherits
+    again = cli("apply", *picked, site)
+    assert again.exit_code == 0 and "Nothing to do" in again.stdout
+    assert statuses(site, *picked)[1]["Qwen3ASRRealtimeGeneration"] == "compliant"
+
+    before = runtime_check(pristine, ASR, REALTIME, OMNI)
+    after = runtime_check(site, ASR, REALTIME, OMNI)
+    assert {k: v["isinstance"] for k, v in before.items() if k != "interfaces"} == {ASR: False, REALTIME: False, OMNI: False}
+    assert {k: v["isinstance"] for k, v in after.items() if k != "interfaces"} == {ASR: True, REALTIME: True, OMNI: False}
+    assert after["interfaces"].startswith(str(site))
+
+
+SURVEY_GAPS_0_33_0 = {
+    "AudioFlamingo3ForConditionalGeneration", "BagelForConditionalGeneration", "Dots3NoteForCausalLM",
+    "FunAudioChatForConditionalGeneration", "GlmAsrForConditionalGeneration", "IsaacForConditionalGeneration",
+    "KananaVForConditionalGeneration", "KeyeForConditionalGeneration", "KeyeVL1_5ForConditionalGeneration",
+    "KimiVLForConditionalGeneration", "LlavaOnevision2ForConditionalGeneration", "MiDashengLMModel",
+    "MossAudioModel", "MossTranscribeDiarizeForConditionalGeneration", "PaddleOCRVLForConditionalGeneration",
+    "Phi3VForCausalLM", "Phi4ForCausalLMV", "Qwen2AudioForConditionalGeneration", "Qwen2VLForConditionalGeneration",
+    "Qwen2_5OmniThinkerForConditionalGeneration",
+}  # the survey's 22, less Granite4Vision (needs_code) and MiniCPMO (dynamic), checked below
+
+
+def test_0_33_0_lists_every_registered_wrapper_with_a_status():
+    data, found = statuses(vllm_releases.site_packages("0.33.0"), "--all")
+    listed = {(m["file"], m["class"]) for m in data["models"]}  # a class per platform folder: same name, other file
+    assert sum(data["summary"]["by_status"].values()) == len(data["models"]) == len(listed)
+    fixable = {c for c, s in found.items() if s == "fixable"}
+    assert fixable == SURVEY_GAPS_0_33_0 | {"DotsOCRForCausalLM"}
+    assert found["Granite4VisionForConditionalGeneration"] == "needs_code"
+    assert found["MiniCPMO"] == "dynamic"
+    for name in ("Qwen3ASRForConditionalGeneration", "Qwen3OmniMoeThinkerForConditionalGeneration", "Llama4ForConditionalGeneration"):
+        assert found[name] == "compliant"  # fixed upstream
+    for dynamic in ("LlavaNextForConditionalGeneration", "InternVLChatModel", "Blip2ForConditionalGeneration"):
+        assert found[dynamic] == "dynamic"
+    by_class = {m["class"]: m for m in data["models"]}
+    forwards = {c: [m["name"] for m in by_class[c]["missing"] if m["fix"] and m["fix"]["kind"] == "delegate"] for c in fixable}
+    # the LM overrides the setter and its decoder is no EagleModelMixin: the default would assert
+    assert {c for c, names in forwards.items() if names} == {"KimiVLForConditionalGeneration", "Dots3NoteForCausalLM"}
+    assert by_class["Dots3NoteForCausalLM"]["file"] == "models/dots3_note/nvidia/multimodal.py"
+
+
+def test_0_10_1_stub_protocol_needs_the_base_and_both_hooks_for_llama4():
+    """0.10.1 -> 0.18.0: upstream gave Llama4ForConditionalGeneration the base and both hooks (the
+    Protocol's were stubs then, the getter still get_eagle3_aux_hidden_state_layers)."""
+    data, found = statuses(vllm_releases.site_packages("0.10.1"), "--model", "mllama4")
+    assert found == {"Llama4ForConditionalGeneration": "fixable"}
+    (model,) = data["models"]
+    assert [(m["name"], m["fix"]) for m in model["missing"]] == [
+        ("SupportsEagle3", {"kind": "base", "base": "SupportsEagle3"}),
+        ("set_aux_hidden_state_layers", {"kind": "delegate", "to": "language_model"}),
+        ("get_eagle3_aux_hidden_state_layers", {"kind": "delegate", "to": "language_model"}),
+    ]
+    assert model["inner"][0]["class"] == "Llama4ForCausalLM"  # initialize_model(..., model_class=Llama4ForCausalLM)
+
+
+def test_0_9_2_duck_typed_release_is_refused_with_the_reason():
+    result = cli("check", vllm_releases.site_packages("0.9.2"))
+    assert result.exit_code == 2 and "duck typing" in result.stderr

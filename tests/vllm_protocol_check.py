@@ -1,0 +1,88 @@
+"""The runtime check vLLM makes of a target model, on a patched release tree without its dependencies.
+
+Run as a script in a fresh interpreter (it installs tests/stub_imports.py's import hook for the whole
+process):
+
+    python tests/vllm_protocol_check.py SITE_PACKAGES MODULE:CLASS ...
+
+It prints one JSON object: for each MODULE:CLASS, whether `isinstance(instance, SupportsEagle3)`
+holds, with `SupportsEagle3` from that tree's own interfaces.py and an instance made without running
+`__init__` (the Protocol checks the class's members, not the weights), or the error the import raised.
+
+vLLM's Protocols and the stub classes (nn.Module ...) are bases of the same model classes, so the
+stubs' metaclass is made a subclass of typing's Protocol metaclass; and a stub instance does not
+answer the names the Protocol declares (it answers any other), so only what the class really has counts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import sys
+import typing
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import stub_imports
+
+INTERFACES = "vllm.model_executor.models.interfaces"
+# optional packages vLLM probes at import time and falls back without: left missing, not stubbed
+MISSING = {"triton_kernels"}
+
+
+def _protocol_compatible_stubs() -> None:
+    meta = type(typing.Protocol)
+    if not issubclass(stub_imports._StubMeta, meta):
+        stub_imports._StubMeta.__bases__ = (meta,)
+    stub_imports.StubBase._is_protocol = False  # a stub class is no Protocol (the metaclass asks)
+    stub_imports.MISSING.update(MISSING)
+
+
+def _schemas() -> None:
+    """vLLM (0.30+) registers each IR op's implementations only when `torch.library.infer_schema` gives
+    the same schema as the native one: with torch a stub, the signature's text stands for it."""
+    library = importlib.import_module("torch.library")
+    if isinstance(library, stub_imports.StubModule):
+        library.infer_schema = lambda func, *args, **kwargs: str(inspect.signature(func))
+
+
+def check(site: str, specs: list[str]) -> dict:
+    sys.dont_write_bytecode = True  # the release trees are read, never written
+    _protocol_compatible_stubs()
+    sys.meta_path.append(stub_imports.StubFinder())
+    sys.path.insert(0, site)
+    _schemas()
+    report: dict = {}
+    try:
+        interfaces = importlib.import_module(INTERFACES)
+    except BaseException as exc:
+        return {"interfaces": f"{type(exc).__name__}: {exc}"[:500]}
+    protocol = interfaces.SupportsEagle3
+    # a stub base (nn.Module) answers any attribute: not the Protocol's, or every class would pass
+    declared = frozenset(typing._get_protocol_attrs(protocol))  # type: ignore[attr-defined]
+    answer = stub_imports.StubBase.__getattr__
+
+    def honest(self, name):
+        if name in declared:
+            raise AttributeError(name)
+        return answer(self, name)
+
+    stub_imports.StubBase.__getattr__ = honest  # type: ignore[method-assign]
+    report["interfaces"] = str(Path(interfaces.__file__).resolve())
+    for spec in specs:
+        module_name, _, cls_name = spec.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module_name), cls_name)
+            instance = object.__new__(cls)
+            report[spec] = {"isinstance": isinstance(instance, protocol), "declares": protocol in cls.__mro__}
+        except BaseException as exc:
+            report[spec] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    return report
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit("usage: python tests/vllm_protocol_check.py SITE_PACKAGES MODULE:CLASS ...")
+    json.dump(check(sys.argv[1], sys.argv[2:]), sys.stdout)
