@@ -388,15 +388,17 @@ class ModuleScope:
         classes: frozenset[str] | None = None,
         keep: frozenset[tuple[str, str]] = frozenset(),
         text: str = "",
+        cut_text: str | None = None,
     ):
         """`classes`: the top-level classes whose bodies are asked about (None: all); `keep`: methods whose
-        bodies are (the generated ones)."""
+        bodies are (the generated ones); `text`: the whole file's; `cut_text`: the text `module` was parsed
+        from when its bodies were cut (source.cut_bodies): a `:=` left in a cut body binds nothing here."""
         self.dotted = dotted
         self.package = dotted if is_package else dotted.rpartition(".")[0]
         stripped = reduced(module, classes, keep)
         self.module = stripped
         text = text or module.code
-        read = read_statements(stripped, text) or read_with_libcst(stripped)
+        read = read_statements(stripped, cut_text if cut_text is not None else text) or read_with_libcst(stripped)
         self._module_assigned, self._class_assigned = read.module_names, read.class_names
         self._where, self._values, self.classes = read.where, read.values, read.classes
         self.star_imports = [(absolute_module(node, self.package), context) for node, context in read.stars]
@@ -478,16 +480,17 @@ def _future_annotations(module: cst.Module) -> bool:
     return False
 
 
-def parse_cut(text: str, keep: frozenset[tuple[str, str]], classes: frozenset[str] | None = None) -> cst.Module | None:
-    """`text` parsed by libcst with the body of every def that starts on a line of its own cut to `...`,
+def parse_cut(text: str, keep: frozenset[tuple[str, str]], classes: frozenset[str] | None = None) -> tuple[cst.Module, str] | None:
+    """(`text` parsed by libcst with the body of every def that starts on a line of its own cut to `...`,
     but the methods in `keep` ((class, name): a class at module level, a def in its body), and with
-    `classes` the bodies of the other classes at module level: what `reduced` keeps of the whole
-    module, for a fraction of a whole parse (source.cut_bodies). None when the text is not that simple."""
+    `classes` the bodies of the other classes at module level; the cut text): what `reduced` keeps of
+    the whole module, for a fraction of a whole parse (source.cut_bodies). None when the text is not
+    that simple."""
     cut = cut_bodies(text, keep, classes=classes)
     if cut is None:
         return None
     try:
-        return cst.parse_module(cut.text)
+        return cst.parse_module(cut.text), cut.text
     except cst.ParserSyntaxError:
         return None
 
@@ -498,9 +501,14 @@ def scope_of(cache: SourceCache, source: SourceFile, classes: frozenset[str] | N
     key = (source.path, classes)
     found = table.get(key)
     if found is None:
-        module = cache.parse_bodiless(source, classes).module
+        bodiless = cache.parse_bodiless(source, classes)
         found = table[key] = ModuleScope(
-            module, dotted_module(source.rel), source.rel.endswith("__init__.py"), classes, text=source.text
+            bodiless.module,
+            dotted_module(source.rel),
+            source.rel.endswith("__init__.py"),
+            classes,
+            text=source.text,
+            cut_text=bodiless.cut.text if bodiless.cut is not None else None,
         )
     return found
 

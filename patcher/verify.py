@@ -66,8 +66,8 @@ def prove_edit(
     # the scope reads the module with the bodies of all defs but the generated ones left out, and of the
     # classes it does not patch: libcst parses it that way (a fraction of a whole parse), or whole when
     # CPython and libcst might not agree on lines
-    module = parse_cut(text, keep, frozenset(added)) or cst.parse_module(text)
-    scope = ModuleScope(module, dotted_module(source.rel), source.rel.endswith("__init__.py"), frozenset(added), keep, text)
+    module, cut_text = parse_cut(text, keep, frozenset(added)) or (cst.parse_module(text), None)
+    scope = ModuleScope(module, dotted_module(source.rel), source.rel.endswith("__init__.py"), frozenset(added), keep, text, cut_text)
     proof = _Proof(cache, tree, source, scope, text)
     for cls, names in added.items():
         plans = {entry.member.name: entry for entry in entries.get(cls, [])}

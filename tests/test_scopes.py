@@ -179,8 +179,10 @@ CUT_BODIES = [
 def test_function_bodies_but_the_kept_methods_are_cut_to_an_ellipsis(code, keep, expected):
     from eaglepatch.scopes import parse_cut
 
-    module = parse_cut(code, keep)
-    assert module is not None and module.code == expected
+    found = parse_cut(code, keep)
+    assert found is not None
+    module, cut_text = found
+    assert module.code == cut_text == expected
 
 
 @pytest.mark.parametrize("code", ["def f(:\n", "x = 1\x0c\ndef f():\n    pass\n"])
@@ -193,8 +195,9 @@ def test_what_cannot_be_cut_safely_is_left_to_a_whole_parse(code):
 def test_a_file_with_its_bodies_cut_answers_as_the_whole_file_on_a_release(sglang_latest: Path):
     """The proof stage's scope of a patched file, read with every body but the generated methods' cut,
     and the bodies of the classes it does not patch, answers every question the whole file's answers, the
-    same way, and keeps the generated methods as written: every sixth file of models/, each top-level class in turn kept with its first method
-    (`global` inside bodies is read from the text)."""
+    same way, and keeps the generated methods as written: every sixth file of models/, each top-level class
+    in turn kept with its first method (`global` inside bodies is read from the text; a `:=` inside a cut
+    body leaves the reading to the statements, where the whole file's goes to the ScopeProvider)."""
     from eaglepatch.scopes import dotted_module, parse_cut
 
     srt = sglang_latest / "sglang" / "srt"
@@ -207,9 +210,11 @@ def test_a_file_with_its_bodies_cut_answers_as_the_whole_file_on_a_release(sglan
             methods = [s.name.value for s in cls.body.body if isinstance(s, cst.FunctionDef)]
             keep = frozenset({(cls.name.value, methods[0])}) if methods else frozenset()
             classes = frozenset({cls.name.value})
-            cut = parse_cut(text, keep, classes)  # the other classes' bodies cut whole, as verify.prove_edit cuts them
-            assert cut is not None, path
-            assert _answers(ModuleScope(cut, dotted, False, classes, keep, text)) == _answers(ModuleScope(whole, dotted, False, classes, keep, text)), (path, cls.name.value)
+            found = parse_cut(text, keep, classes)  # the other classes' bodies cut whole, as verify.prove_edit cuts them
+            assert found is not None, path
+            cut, cut_text = found
+            answers = _answers(ModuleScope(cut, dotted, False, classes, keep, text, cut_text))
+            assert answers == _answers(ModuleScope(whole, dotted, False, classes, keep, text)), (path, cls.name.value)
             if methods:  # the same statement of the same class, in the cut module: the method as written
                 cut_class = cut.body[whole.body.index(cls)]
                 assert isinstance(cut_class, cst.ClassDef) and cut_class.name.value == cls.name.value
@@ -217,3 +222,34 @@ def test_a_file_with_its_bodies_cut_answers_as_the_whole_file_on_a_release(sglan
                 assert kept.deep_equals(next(s for s in cls.body.body if isinstance(s, cst.FunctionDef))), (path, cls.name.value)
         compared += 1
     assert compared > 35
+
+
+@pytest.mark.parametrize(
+    "code, by_statements",
+    [
+        ("import a\n\ndef f(x):\n    if (y := x):\n        return y\n\nclass C:\n    z = 1\n", True),
+        ("import a\n\nif (y := a.b):\n    pass\n", False),
+        ("class C:\n    z = [w := 1]\n    def m(self):\n        return (v := 2)\n", False),
+    ],
+)
+def test_a_walrus_in_a_cut_body_binds_nothing_the_module_scope_reads(code, by_statements, monkeypatch):
+    """ModuleScope reads a module off its statements unless the text it reads holds a `:=`: with the
+    text it was parsed from cut (`cut_text`), only a `:=` outside the cut bodies sends it to libcst's
+    ScopeProvider, and both readings answer alike."""
+    from eaglepatch import scopes
+
+    found = scopes.parse_cut(code, frozenset())
+    assert found is not None
+    module, cut_text = found
+    fallbacks = []
+    original = scopes.read_with_libcst
+
+    def counting(module):
+        fallbacks.append(module)
+        return original(module)
+
+    monkeypatch.setattr(scopes, "read_with_libcst", counting)
+    cut = _answers(ModuleScope(module, "m", False, None, frozenset(), code, cut_text))
+    assert (not fallbacks) == by_statements
+    whole = _answers(ModuleScope(cst.parse_module(code), "m", False, None, frozenset(), code))
+    assert cut == whole
