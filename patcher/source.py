@@ -873,6 +873,8 @@ class SourceCache:
         self._ast_functions: dict[tuple[Path, int], ast.FunctionDef | ast.AsyncFunctionDef | None] = {}
         # a member's libcst def by (file, line, name): class_index.signature_node parses it once
         self.definitions: dict[tuple[Path, int, str], cst.FunctionDef | None] = {}
+        # the names such a def binds itself (verify: a learned body is checked against its reference's)
+        self.definition_locals: dict[tuple[Path, int, str], frozenset[str]] = {}
         # what later stages derive from a file once per run, kept here because the cache is what
         # every stage of one run shares (filled by imports.py, edits.py and scopes.py)
         self.module_paths: dict[tuple[Path | None, str], Path | None] = {}  # (srt, module) -> its in-tree file

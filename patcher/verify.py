@@ -185,7 +185,10 @@ class _Proof:
         receiver = _parameters(theirs.params, has_receiver=False)[0][1].name.value
         expected = cst.Module(body=[theirs]).visit(Retarget(receiver, synthesis.renames())).body[0]
         assert isinstance(expected, cst.FunctionDef), "retargeting a def keeps it a def"
-        side = _BodySides(self, ref_scope, owner, None, cls, index, _locals_of(theirs))
+        key = (ref_source.path, reference.signature.line, reference.signature.name)
+        if key not in self.cache.definition_locals:  # one reference teaches many classes
+            self.cache.definition_locals[key] = _locals_of(theirs)
+        side = _BodySides(self, ref_scope, owner, None, cls, index, self.cache.definition_locals[key])
         side.same(func.body, expected.body, annotation=False)
 
     # -- a body -----------------------------------------------------------------------------------------
@@ -341,7 +344,7 @@ class _BodySides(_Sides):
     """A learned body against its reference: locals must be the same names; a module-level name is
     looked up when the method runs (the module's globals, never a class body or a type checker's)."""
 
-    def __init__(self, proof: _Proof, inner_scope: ModuleScope, owner: str, inner_before, cls: str, index: int, local: set[str]):
+    def __init__(self, proof: _Proof, inner_scope: ModuleScope, owner: str, inner_before, cls: str, index: int, local: frozenset[str]):
         super().__init__(proof, inner_scope, owner, inner_before, cls, index)
         self.local = local
 
@@ -368,7 +371,7 @@ class _BodySides(_Sides):
         super().same(mine, theirs, annotation, in_string, literal)
 
 
-def _locals_of(func: cst.FunctionDef) -> set[str]:
+def _locals_of(func: cst.FunctionDef) -> frozenset[str]:
     """Names the function binds itself: parameters, assignments, loop and comprehension targets."""
     from libcst.metadata import MetadataWrapper, ScopeProvider
 
@@ -379,7 +382,7 @@ def _locals_of(func: cst.FunctionDef) -> set[str]:
         if scope is scope.globals:
             continue
         names |= {assignment.name for assignment in scope.assignments}
-    return names
+    return frozenset(names)
 
 
 # --------------------------------------------------------------------------- small helpers
