@@ -430,13 +430,33 @@ def _decorators_above(lines: Sequence[str], header: int) -> list[str]:
 
 
 def _functions(module: cst.Module) -> list[cst.FunctionDef]:
+    """Every `def` in the module, in the order a visitor meets them.  A def stands only where a
+    statement does, so the walk goes through statement bodies and never into an expression (a
+    visitor over the whole tree spent most of its time in the signatures' and bodies' expressions)."""
     found: list[cst.FunctionDef] = []
-
-    class Collect(cst.CSTVisitor):
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+    todo: list[cst.CSTNode] = list(reversed(module.body))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.SimpleStatementLine):
+            continue
+        if isinstance(node, cst.FunctionDef):
             found.append(node)
-
-    module.visit(Collect())
+        todo.extend(reversed(_statement_children(node)))
     return found
 
 
+def _statement_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The statements and clauses directly under a compound statement or clause, in source order."""
+    out: list[cst.CSTNode] = []
+    body = getattr(node, "body", None)
+    if isinstance(body, cst.IndentedBlock):
+        out.extend(body.body)
+    elif isinstance(node, cst.IndentedBlock):
+        out.extend(node.body)
+    for name in ("handlers", "cases"):
+        out.extend(getattr(node, name, ()))
+    for name in ("orelse", "finalbody"):
+        clause = getattr(node, name, None)
+        if clause is not None:
+            out.append(clause)
+    return out

@@ -60,6 +60,14 @@ class Resolver:
         self.index = ClassIndex(tree, cache)
         self.finder = WrapperFinder(self.index)
         self.warnings: list[str] = []
+        self._model_files: list[Path] | None = None
+
+    def model_files(self) -> list[Path]:
+        """one_path_per_file of every `.py` below models/, listed once per run (--all and every hook
+        learned read the same list)."""
+        if self._model_files is None:
+            self._model_files = one_path_per_file(self.tree.models.rglob("*.py"))
+        return list(self._model_files)
 
     # -- the class index and the wrapper finder, as the later stages ask for them ----------
     def require_valid(self, source: SourceFile) -> None:
@@ -104,7 +112,7 @@ class Resolver:
         """Every class an `EntryClass` names under models/: each gets a verdict, none is left out,
         and none twice (a module symlinked under another name is one file)."""
         files = []
-        for path in one_path_per_file(self.tree.models.rglob("*.py")):
+        for path in self.model_files():
             try:
                 with open(path, "rb") as handle:
                     if b"EntryClass" in handle.read():

@@ -38,7 +38,7 @@ from .codemods.names import LINE_LENGTH, dotted_name
 from .codemods.retarget import ExplodeLongLiterals, Retarget, body_reads, overlong_lines
 from .errors import EaglepatchError
 from .records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
-from .resolve import Resolver, one_path_per_file
+from .resolve import Resolver
 from .source import SourceCache, block_text
 
 CAPTURE_FLAG = "capture_aux_hidden_states"  # the class's switch its forward reads
@@ -152,7 +152,7 @@ class HookLibrary:
         resolver = self.resolver
         pattern = re.compile(rf"^[ \t]+def {re.escape(member)}\(", re.MULTILINE)
         found: list[Reference] = []
-        for path in one_path_per_file(resolver.tree.models.rglob("*.py")):
+        for path in resolver.model_files():
             try:
                 data = path.read_bytes()
             except OSError:
