@@ -83,7 +83,10 @@ class Resolver:
         return self.index.class_info(source, name)
 
     def adopt(self, written: dict[tuple[str, str], dict[str, Signature]]) -> bool:
-        return self.index.adopt(written)
+        adopted = self.index.adopt(written)
+        if adopted:
+            self.finder.forget_inners()
+        return adopted
 
     def wrapper(self, source: SourceFile, name: str, protocol: Protocol) -> Wrapper:
         return self.finder.wrapper(source, name, protocol)

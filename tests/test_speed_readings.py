@@ -1,7 +1,9 @@
 """Cheaper readings of what `check --all` derives, each against the reading it replaces.
 
 `class_index._functions` walks statement bodies only; a libcst visitor over the whole tree finds the
-same defs in the same order (tables here, and every file of a release's models/).
+same defs in the same order (tables here, and every file of a release).  The wrapper finder keeps
+what it derives per class (the `__init__` assignments, the models held) once per run, and reads
+again what depends on members once members are adopted.
 """
 
 from __future__ import annotations
@@ -10,8 +12,12 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from helpers import write_srt_tree
 
 from eaglepatch.class_index import _functions
+from eaglepatch.locate import locate_tree
+from eaglepatch.resolve import Resolver
+from eaglepatch.source import SourceCache
 
 
 def _visited(module: cst.Module) -> list[cst.FunctionDef]:
@@ -64,3 +70,51 @@ def test_functions_of_every_file_of_a_release_are_the_visitor_s(sglang_059: Path
         assert [id(f) for f in _functions(module)] == [id(f) for f in _visited(module)], path
         compared += 1
     assert compared > 100
+
+
+# --------------------------------------------------------------------------- once per class and run
+WRAPPER = {
+    "models/llama.py": "from torch import nn\n\nclass LlamaModel(nn.Module):\n    def __init__(self, config):\n        super().__init__()\n        self.embed_tokens = nn.Embedding(1, 1)\n\n",
+    "models/wrap.py": (
+        "from torch import nn\nfrom sglang.srt.models.llama import LlamaModel\n\n"
+        "class Base(nn.Module):\n    def __init__(self, config):\n        super().__init__()\n        self.config = config\n\n"
+        "class Wrap(Base):\n    def __init__(self, config):\n        super().__init__(config)\n        self.model = self.build(config)\n\n"
+        "    def build(self, config):\n        return LlamaModel(config)\n\nEntryClass = Wrap\n"
+    ),
+}
+
+
+def _resolver(tmp_path: Path) -> tuple[Resolver, Path]:
+    tree = locate_tree(write_srt_tree(tmp_path, WRAPPER) / "sglang" / "srt")
+    return Resolver(tree, SourceCache(tree.srt)), tree.models / "wrap.py"
+
+
+def test_init_assignments_are_read_once_per_class_and_handed_out_as_new_lists(tmp_path):
+    resolver, path = _resolver(tmp_path)
+    source = resolver.cache.read(path)
+    first = resolver.init_assignments(source, "Wrap")
+    assert [(a.attribute, a.value) for a in first] == [("model", "self.build(config)"), ("config", "config")]
+    first.clear()
+    again = resolver.init_assignments(source, "Wrap")
+    assert [a.attribute for a in again] == ["model", "config"]
+    assert again[0] is resolver.init_assignments(source, "Wrap")[0]
+
+
+def test_the_models_a_class_holds_are_read_again_once_members_are_adopted(tmp_path):
+    from eaglepatch.records import Protocol, Signature
+
+    resolver, path = _resolver(tmp_path)
+    source = resolver.cache.read(path)
+    protocol = Protocol({}, [], {})
+    inners = resolver.inner_models(source, "Wrap", protocol)
+    assert [(i.attribute, [c.name for c in i.classes]) for i in inners] == [("model", ["LlamaModel"])]
+    assert resolver.inner_models(source, "Wrap", protocol)[0] is inners[0]  # kept for the run
+    assert resolver.inner_models(source, "Wrap", Protocol({}, [], {}))[0] is not inners[0]  # another protocol: read again
+    kept = resolver.inner_models(source, "Wrap", protocol)[0]
+    assert not resolver.adopt({("models/wrap.py", "Base"): {}})  # nothing adopted: still kept
+    assert resolver.inner_models(source, "Wrap", protocol)[0] is kept
+    member = Signature("get_embed_and_head", "method", "Base", "models/wrap.py", 5)
+    assert resolver.adopt({("models/wrap.py", "Base"): {"get_embed_and_head": member}})
+    again = resolver.inner_models(source, "Wrap", protocol)
+    assert again[0] is not kept
+    assert [(i.attribute, [c.name for c in i.classes]) for i in again] == [("model", ["LlamaModel"])]
