@@ -26,8 +26,9 @@ from .records import ClassInfo, Signature, SignatureKind
 from .source import SourceCache, SourceFile, _indent, _is_code, _scan
 
 MAX_BASE_DEPTH = 12
-# a class-body line opening a block whose assignments still bind class attributes
-_COMPOUND = re.compile(r"^[ \t]*(?:if|elif|else|try|except|finally|with|async[ \t]+with|for|async[ \t]+for|while|match)\b")
+# a class-body line opening a block whose assignments still bind class attributes: these words at the body's indent
+_COMPOUND_WORDS = r"(?:if|elif|else|try|except|finally|with|async[ \t]+with|for|async[ \t]+for|while|match)\b"
+_COMPOUND_AT: dict[int, re.Pattern] = {}  # body indent -> those words at exactly that indent, over the lines joined
 _CLASS_ATTR = re.compile(r"^[ \t]*(\w+)[ \t]*(?::[^=\n]*)?=(?!=)")
 _SELF_ASSIGN = re.compile(r"^([ \t]*)self\.(\w+)[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*(.*)$")
 _DECORATOR = re.compile(r"^[ \t]*@([\w.]+)")
@@ -79,7 +80,10 @@ class ClassText:
         of its own (`if _is_cuda: get_embed_and_head = ...`): the class has them too.  Parsed (ast) only
         for a class whose body has such a block; the assignments at the body's own indent are not here."""
         lines = self.source.lines
-        if not any(_indent(line) == self.body_indent and _COMPOUND.match(line) for line in lines[self.header + 1 : self.end]):
+        at = _COMPOUND_AT.get(self.body_indent)
+        if at is None:  # one search over the body's text, not a match a line
+            at = _COMPOUND_AT[self.body_indent] = re.compile(rf"^[ \t]{{{self.body_indent}}}{_COMPOUND_WORDS}", re.MULTILINE)
+        if not at.search("\n".join(lines[self.header + 1 : self.end])):
             return []
         indented = _indent(lines[self.header]) > 0  # under a module-level `if`: parse it in one too
         text = ("if 1:\n" if indented else "") + "\n".join(lines[self.header : self.end]) + "\n"
@@ -136,6 +140,7 @@ class ClassIndex:
         self._named: dict[tuple[Path, str], tuple[SourceFile, str] | None] = {}
         self._module_assignments: dict[Path, dict[str, int]] = {}  # module-level `name = ...` lines
         self._bases: dict[tuple[Path, int], list[cst.Arg]] = {}  # class headers, parsed once
+        self._self_assignments: dict[tuple[Path, int, int], list[tuple[int, int, str, str]]] = {}
 
     def require_valid(self, source: SourceFile) -> None:
         if source.path not in self._checked:
@@ -307,9 +312,17 @@ class ClassIndex:
                 return index, outline.ends.get(index, index + 1)
         return None
 
+    def self_assignments(self, source: SourceFile, start: int, end: int) -> list[tuple[int, int, str, str]]:
+        """(line index, indent, attribute, right-hand side text) for `self.X = ...` lines in a method:
+        read once per run (a class's members and what its `__init__` builds both ask)."""
+        key = (source.path, start, end)
+        found = self._self_assignments.get(key)
+        if found is None:
+            found = self._self_assignments[key] = self._read_self_assignments(source, start, end)
+        return list(found)
+
     @staticmethod
-    def self_assignments(source: SourceFile, start: int, end: int) -> list[tuple[int, int, str, str]]:
-        """(line index, indent, attribute, right-hand side text) for `self.X = ...` lines in a method."""
+    def _read_self_assignments(source: SourceFile, start: int, end: int) -> list[tuple[int, int, str, str]]:
         out = []
         for index, line in enumerate(source.lines[start + 1 : end], start + 1):
             match = _SELF_ASSIGN.match(line)

@@ -195,12 +195,12 @@ class HookLibrary:
                 reference = self._reference(source, info, signature, read_body(node, module_names_in(lines)))
                 if reference is not None:
                     found.append(reference)
+        keys = [_body_key(resolver.cache, reference) for reference in found]  # each printed once
         bodies: dict[str, int] = {}
-        for reference in found:
-            key = _body_key(resolver.cache, reference)
+        for key in keys:
             bodies[key] = bodies.get(key, 0) + 1
-        for reference in found:
-            reference.shared_by = bodies[_body_key(resolver.cache, reference)]
+        for reference, key in zip(found, keys):
+            reference.shared_by = bodies[key]
         return found
 
     def _reference(self, source, info: ClassInfo, signature: Signature, body: tuple[list[SelfUse], list[str], str]) -> Reference | None:
