@@ -289,13 +289,13 @@ class ClassIndex:
                 continue
             kind: SignatureKind = "property" if {"property", "cached_property", "functools.cached_property"} & set(decorators) else "method"
             members[name] = Signature(name, kind, text.name, source.rel, index + 1, path=source.path, header=index)
-        nested = {i for h, _, _, _ in outline.headers if text.header < h < text.end for i in range(h, outline.ends.get(h, h + 1))}
-        for index, line in enumerate(source.lines[text.header + 1 : text.end], text.header + 1):
-            if index in nested or _indent(line) != text.body_indent:
+        inner = [h for h, _, _, _ in outline.headers if text.header < h < text.end]
+        for index, name in _class_attributes(source.lines, text):
+            # not a line of a nested def or class (a string's line at the body's indent): only the blocks
+            # above it are asked where they end
+            if any(outline.ends.get(h, h + 1) > index for h in inner if h <= index):
                 continue
-            match = _CLASS_ATTR.match(line)
-            if match:
-                members.setdefault(match.group(1), Signature(match.group(1), "attribute", text.name, source.rel, index + 1))
+            members.setdefault(name, Signature(name, "attribute", text.name, source.rel, index + 1))
         for index, name in text.block_attributes():
             members.setdefault(name, Signature(name, "attribute", text.name, source.rel, index + 1))
         init = self.init_range(text)
@@ -428,6 +428,25 @@ def signature_node(cache: SourceCache, signature: Signature) -> cst.FunctionDef 
             None,
         )
     return cache.definitions[key]
+
+
+_CLASS_ATTR_AT: dict[int, re.Pattern] = {}  # body indent -> _CLASS_ATTR at exactly that indent, over the lines joined
+
+
+def _class_attributes(lines: Sequence[str], text: ClassText) -> list[tuple[int, str]]:
+    """(line index, name) of each line of the class (header excluded) at the body's indent that
+    `_CLASS_ATTR` matches: one search over the body's text, not a match a line."""
+    pattern = _CLASS_ATTR_AT.get(text.body_indent)
+    if pattern is None:
+        pattern = _CLASS_ATTR_AT[text.body_indent] = re.compile(rf"^[ \t]{{{text.body_indent}}}(\w+)[ \t]*(?::[^=\n]*)?=(?!=)", re.MULTILINE)
+    body = "\n".join(lines[text.header + 1 : text.end])
+    found = []
+    index, counted = text.header + 1, 0
+    for match in pattern.finditer(body):
+        index += body.count("\n", counted, match.start())
+        counted = match.start()
+        found.append((index, match.group(1)))
+    return found
 
 
 def _decorators_above(lines: Sequence[str], header: int) -> list[str]:

@@ -118,3 +118,92 @@ def test_the_models_a_class_holds_are_read_again_once_members_are_adopted(tmp_pa
     again = resolver.inner_models(source, "Wrap", protocol)
     assert again[0] is not kept
     assert [(i.attribute, [c.name for c in i.classes]) for i in again] == [("model", ["LlamaModel"])]
+
+
+# --------------------------------------------------------------------------- class bodies read by one search
+def _per_line_attributes(lines, text) -> list[tuple[int, str]]:
+    """The reading `_class_attributes` replaces: `_CLASS_ATTR` matched line by line at the body's indent."""
+    from eaglepatch.class_index import _CLASS_ATTR
+    from eaglepatch.source import _indent
+
+    out = []
+    for index, line in enumerate(lines[text.header + 1 : text.end], text.header + 1):
+        match = _CLASS_ATTR.match(line) if _indent(line) == text.body_indent else None
+        if match:
+            out.append((index, match.group(1)))
+    return out
+
+
+def _per_line_compound(lines, text) -> bool:
+    import re
+
+    from eaglepatch.source import _indent
+
+    compound = re.compile(r"^[ \t]*(?:if|elif|else|try|except|finally|with|async[ \t]+with|for|async[ \t]+for|while|match)\b")
+    return any(_indent(line) == text.body_indent and compound.match(line) for line in lines[text.header + 1 : text.end])
+
+
+def _compound_by_search(lines, text) -> bool:
+    """What block_attributes' one search says (its pattern for the body's indent, made on first use)."""
+    from eaglepatch.class_index import _COMPOUND_AT
+
+    text.block_attributes()
+    return bool(_COMPOUND_AT[text.body_indent].search("\n".join(lines[text.header + 1 : text.end])))
+
+
+CLASS_BODIES = [
+    "class A:\n    x = 1\n    y: int = 2\n    z == 3\n    def f(self):\n        w = 1\n    v = 4\n",
+    "class A:\n\tx = 1\n\tif c:\n\t\ty = 2\n\t  z = 3\n",
+    "class A:\n    s = '''\n    not = 1\n    '''\n    iffy = 1\n    async  with_ = 2\n",
+    "if c:\n    class A(B):\n        x = 1\n        with m:\n            y = 2\n        def g(self):\n            pass\n        k = (\n        j = 1)\n",
+    "class A:\n    def f(self):\n        return '''\n    q = 1\n'''\n    r = 2\n    match = 3\n",
+    "class A:\n    pass\n",
+]
+
+
+@pytest.mark.parametrize("code", CLASS_BODIES)
+def test_class_body_lines_found_by_one_search_are_those_found_line_by_line(tmp_path, code):
+    from eaglepatch.class_index import ClassIndex, _class_attributes
+
+    path = tmp_path / "m.py"
+    path.write_text(code)
+    cache = SourceCache(tmp_path)
+    index = ClassIndex(None, cache)  # type: ignore[arg-type]
+    source = cache.read(path)
+    text = index.class_text(source, "A")
+    assert text is not None
+    assert _class_attributes(source.lines, text) == _per_line_attributes(source.lines, text)
+    assert _compound_by_search(source.lines, text) == _per_line_compound(source.lines, text)
+
+
+def test_class_body_lines_of_every_class_of_a_release(sglang_059: Path):
+    """Every class at module level of the oldest release: the attribute lines one search finds are those the
+    line-by-line match finds, and a class the search says has no compound block has none line by line."""
+    from eaglepatch.class_index import _class_attributes
+
+    srt = sglang_059 / "sglang" / "srt"
+    cache = SourceCache(srt)
+    resolver = Resolver(locate_tree(srt), cache)
+    classes = blocks = 0
+    for path in sorted(srt.rglob("*.py")):
+        source = cache.read(path)
+        for name in cache.outline(source).module_level("class"):
+            text = resolver.class_text(source, name)
+            if text is None:
+                continue
+            assert _class_attributes(source.lines, text) == _per_line_attributes(source.lines, text), f"{path}:{name}"
+            found = _compound_by_search(source.lines, text)
+            assert found == _per_line_compound(source.lines, text), f"{path}:{name}"
+            classes += 1
+            blocks += found
+    assert classes > 1000 and blocks > 10
+
+
+def test_self_assignments_are_read_once_and_handed_out_as_new_lists(tmp_path):
+    resolver, path = _resolver(tmp_path)
+    source = resolver.cache.read(path)
+    init = resolver.index.init_range(resolver.class_text(source, "Wrap"))
+    first = resolver.index.self_assignments(source, *init)
+    assert [(attribute, value) for _, _, attribute, value in first] == [("model", "self.build(config)")]
+    first.clear()
+    assert len(resolver.index.self_assignments(source, *init)) == 1
