@@ -875,7 +875,7 @@ class SourceCache:
         self.definitions: dict[tuple[Path, int, str], cst.FunctionDef | None] = {}
         # what later stages derive from a file once per run, kept here because the cache is what
         # every stage of one run shares (filled by imports.py, edits.py and scopes.py)
-        self.module_paths: dict[tuple[Path | None, str], Path | None] = {}  # (srt, module) -> its in-tree file
+        self.module_paths: dict[Path | None, dict[str, Path | None]] = {}  # srt -> module -> its in-tree file
         self.import_tables: dict[str, dict[Path, Any]] = {}  # ImportTable kind -> file -> table
         self.defined_here: dict[Path, set[str]] = {}  # file -> names it defines at top level
         self.module_scopes: dict[tuple[Path, frozenset[str] | None], Any] = {}  # scopes.scope_of

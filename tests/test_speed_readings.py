@@ -207,3 +207,26 @@ def test_self_assignments_are_read_once_and_handed_out_as_new_lists(tmp_path):
     assert [(attribute, value) for _, _, attribute, value in first] == [("model", "self.build(config)")]
     first.clear()
     assert len(resolver.index.self_assignments(source, *init)) == 1
+
+
+# --------------------------------------------------------------------------- dotted names built without the parser
+VALUES = [
+    "a", "LlamaModel", "nn.Linear", "torch.nn.Module", "_x1.y_.__z__", "print", "self.model",
+    "None", "True", "x.None", "match", "a.match", "type", "_", "lambda", "a.if", "a..b", "a.", ".a", "a b", "a .b",
+    "Foo(config)", "A if c else B", "é", "a.é", "1a", "a1", "",
+]
+
+
+@pytest.mark.parametrize("text", VALUES)
+def test_a_dotted_name_is_the_node_libcst_parses(text):
+    from eaglepatch.bindings import parse_value
+
+    try:
+        expected = cst.parse_expression(text if "\n" not in text else f"({text})")
+    except cst.ParserSyntaxError:
+        expected = None
+    got = parse_value(text)
+    assert (got is None) == (expected is None)
+    if got is not None:
+        assert type(got) is type(expected) and got.deep_equals(expected)
+
