@@ -51,6 +51,24 @@ def _balanced(text: str, start: int) -> str:
     return text[start:]
 
 
+def entry_assignments(text: str) -> list[re.Match]:
+    """`_ENTRY.finditer(text)`, found from the literal `EntryClass` (str.find skips to it): a `^`-anchored
+    pattern is tried at every character of the file, which cost more than the rest of this stage's
+    reading of a file."""
+    found: list[re.Match] = []
+    end = 0  # where the last match ended: finditer goes on from there
+    at = text.find("EntryClass")
+    while at >= 0:
+        start = text.rfind("\n", 0, at) + 1
+        if start >= end:
+            match = _ENTRY.match(text, start)  # `^` holds at a line start
+            if match is not None:
+                found.append(match)
+                end = match.end()
+        at = text.find("EntryClass", max(at + 1, end))
+    return found
+
+
 class Resolver:
     """The class index and the wrapper finder of one run, and which classes the run looks at."""
 
@@ -104,7 +122,7 @@ class Resolver:
         outline = self.cache.outline(source)
         top = outline.module_level("class")
         named: list[str] = []
-        for match in _ENTRY.finditer(outline.joined):  # the lines Python sees: \r and form feeds are gone
+        for match in entry_assignments(outline.joined):  # the lines Python sees: \r and form feeds are gone
             value = _balanced(outline.joined, match.start(1))
             named += [n for n in re.findall(r"\w+", value) if n in top and n not in named]
         if named or entry_only:

@@ -230,3 +230,40 @@ def test_a_dotted_name_is_the_node_libcst_parses(text):
     if got is not None:
         assert type(got) is type(expected) and got.deep_equals(expected)
 
+
+# --------------------------------------------------------------------------- EntryClass lines found from the literal
+ENTRY_TEXTS = [
+    "EntryClass = A\n",
+    "  EntryClass=[A,\n B]\nEntryClass = C",
+    "x = EntryClass\nEntryClass = EntryClass2\n",
+    "EntryClass\n=\nEntryClass\nEntryClass = D",
+    "EntryClass =\n\nEntryClass = E",
+    "EntryClassX = 1\n# EntryClass = G\n",
+    "if c:\n\tEntryClass = F\n",
+    "",
+]
+
+
+def _matches(found) -> list[tuple[int, int, str]]:
+    return [(m.start(), m.end(), m.group(1)) for m in found]
+
+
+@pytest.mark.parametrize("text", ENTRY_TEXTS)
+def test_entry_assignments_are_the_anchored_pattern_s_matches(text):
+    from eaglepatch.resolve import _ENTRY, entry_assignments
+
+    assert _matches(entry_assignments(text)) == _matches(_ENTRY.finditer(text))
+
+
+def test_entry_assignments_of_every_file_of_a_release(sglang_059: Path):
+    from eaglepatch.resolve import _ENTRY, entry_assignments
+
+    srt = sglang_059 / "sglang" / "srt"
+    cache = SourceCache(srt)
+    with_entry = 0
+    for path in sorted(srt.rglob("*.py")):
+        joined = cache.outline(cache.read(path)).joined
+        expected = _matches(_ENTRY.finditer(joined))
+        assert _matches(entry_assignments(joined)) == expected, path
+        with_entry += bool(expected)
+    assert with_entry > 100
