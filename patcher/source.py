@@ -637,7 +637,9 @@ def _block_end_fast(outline: Outline, header: int) -> int:
     own = _indent(lines[header])
     pattern = _DEDENTS.get(own)
     if pattern is None:
-        pattern = _DEDENTS[own] = re.compile(rf"^[ \t]{{0,{own}}}(?=[^ \t\n\x00)\]}}])", re.MULTILINE)
+        # from the newline before the line, not `^`: a pattern that starts with a literal is searched for
+        # by skipping to that character, a `^`-anchored one is tried at every character
+        pattern = _DEDENTS[own] = re.compile(rf"\n[ \t]{{0,{own}}}(?=[^ \t\n\x00)\]}}])")
     count = len(lines)
     size = len(masked)
     counted = starts[header]
@@ -645,14 +647,14 @@ def _block_end_fast(outline: Outline, header: int) -> int:
     position = starts[header + 1] if header + 1 < count else size
     candidate = count
     while position < size:
-        match = pattern.search(masked, position)
+        match = pattern.search(masked, position - 1)  # position is a line start: a newline is before it
         if match is None:
             break
-        at = match.start()  # brackets counted in the masked text, where none is in a string or comment
+        at = match.start() + 1  # the line's start; brackets counted in the masked text, where none is in a string or comment
         depth += sum(masked.count(c, counted, at) for c in "([{") - sum(masked.count(c, counted, at) for c in ")]}")
-        counted = match.start()
-        index = bisect.bisect_right(starts, match.start()) - 1
-        if depth <= 0 and not masked.startswith("\\\n", max(0, match.start() - 2)):  # no backslash continues the line above
+        counted = at
+        index = bisect.bisect_right(starts, at) - 1
+        if depth <= 0 and not masked.startswith("\\\n", max(0, at - 2)):  # no backslash continues the line above
             candidate = index
             break
         position = starts[index + 1] if index + 1 < count else size

@@ -187,6 +187,8 @@ class HookLibrary:
                     continue
                 if "lm_head" not in info.members:
                     continue  # not the shape: the head lives elsewhere
+                if not self._holds_a_bare_model(source, info):
+                    continue  # nor is a class that holds no bare backbone (`_reference`): its def is not read
                 node = signature_node(resolver.cache, signature)
                 if node is None:
                     continue
@@ -202,6 +204,14 @@ class HookLibrary:
         for reference, key in zip(found, keys):
             reference.shared_by = bodies[key]
         return found
+
+    def _holds_a_bare_model(self, source, info: ClassInfo) -> bool:
+        """Some model the class holds is a bare backbone: else `_reference` finds no backbone in any body."""
+        try:
+            inners = self.resolver.inner_models(source, info.name, self.protocol)
+        except EaglepatchError:
+            return False
+        return any(i.classes and _bare(i) for i in inners)
 
     def _reference(self, source, info: ClassInfo, signature: Signature, body: tuple[list[SelfUse], list[str], str]) -> Reference | None:
         uses, free, unportable = body

@@ -267,3 +267,56 @@ def test_entry_assignments_of_every_file_of_a_release(sglang_059: Path):
         assert _matches(entry_assignments(joined)) == expected, path
         with_entry += bool(expected)
     assert with_entry > 100
+
+
+# --------------------------------------------------------------------------- block ends searched from the newline
+BLOCKS = [
+    "def f():\n    x = 1\n\n    # tail\n\ny = 2\n",
+    "class A:\n    def m(self,\na=1):\n        return (1,\n2)\n    def n(self): pass\nz = 3\n",
+    "def f():\n    s = '''\nnot_code = 1\n'''\n    t = 1 + \\\n2\n    return s\nq = 1",
+    "if c:\n    def f():\n        pass\n    x = 1\n",
+    "def f(): pass\ndef g():\n\tpass\n",
+    "def f():\n    pass",
+    "def f():\n    x = [\n1,\n]\n    y = (\n  2)\nw = 1\n",
+]
+
+
+@pytest.mark.parametrize("code", BLOCKS)
+def test_fast_block_ends_are_the_exact_scanner_s(tmp_path, code):
+    from eaglepatch.source import _block_end, _block_end_fast
+
+    path = tmp_path / "m.py"
+    path.write_text(code)
+    cache = SourceCache(tmp_path)
+    source = cache.read(path)
+    outline = cache.outline(source)
+    assert outline.headers
+    for index, _indent, _kind, _name in outline.headers:
+        assert _block_end_fast(outline, index) == _block_end(source.lines, index), (code, index)
+
+
+# --------------------------------------------------------------------------- references: no def read for a class holding no bare model
+def test_references_are_those_learned_reading_every_def(sglang_latest: Path, monkeypatch):
+    """`_learn` skips the def of a class that holds no bare backbone (`_reference` finds none): the
+    references of every hook of the newest release are those learned reading every def."""
+    from eaglepatch.protocol import extract_protocol
+    from eaglepatch.synthesize import HookLibrary
+
+    def learned(skip: bool) -> tuple[dict, int]:
+        if not skip:
+            monkeypatch.setattr(HookLibrary, "_holds_a_bare_model", lambda self, source, info: True)
+        tree = locate_tree(sglang_latest)
+        cache = SourceCache(tree.srt)
+        protocol = extract_protocol(tree, cache, [], [])
+        library = HookLibrary(Resolver(tree, cache), protocol)
+        out = {}
+        for member in ("get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture"):
+            references = library.references(member)
+            out[member] = [(r.label, r.shared_by, r.unportable, r.backbone.attribute, r.config_path, r.ties) for r in references]
+        return out, len(cache.definitions)
+
+    fast, parsed_fast = learned(True)
+    slow, parsed_slow = learned(False)
+    assert fast == slow
+    assert all(len(v) > 5 for v in fast.values())
+    assert parsed_fast < parsed_slow
