@@ -28,7 +28,7 @@ from .source import SourceCache, SourceFile, _indent, _is_code, _scan
 MAX_BASE_DEPTH = 12
 # a class-body line opening a block whose assignments still bind class attributes: these words at the body's indent
 _COMPOUND_WORDS = r"(?:if|elif|else|try|except|finally|with|async[ \t]+with|for|async[ \t]+for|while|match)\b"
-_COMPOUND_AT: dict[int, re.Pattern] = {}  # body indent -> those words at exactly that indent, over the lines joined
+_COMPOUND_AT: dict[int, re.Pattern] = {}  # body indent -> a newline, then those words at exactly that indent
 _CLASS_ATTR = re.compile(r"^[ \t]*(\w+)[ \t]*(?::[^=\n]*)?=(?!=)")
 _SELF_ASSIGN = re.compile(r"^([ \t]*)self\.(\w+)[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*(.*)$")
 _DECORATOR = re.compile(r"^[ \t]*@([\w.]+)")
@@ -81,9 +81,10 @@ class ClassText:
         for a class whose body has such a block; the assignments at the body's own indent are not here."""
         lines = self.source.lines
         at = _COMPOUND_AT.get(self.body_indent)
-        if at is None:  # one search over the body's text, not a match a line
-            at = _COMPOUND_AT[self.body_indent] = re.compile(rf"^[ \t]{{{self.body_indent}}}{_COMPOUND_WORDS}", re.MULTILINE)
-        if not at.search("\n".join(lines[self.header + 1 : self.end])):
+        if at is None:  # one search over the body's text, not a match a line; from each newline (a pattern led
+            # by a literal is searched for by skipping to it, a `^`-anchored one is tried at every character)
+            at = _COMPOUND_AT[self.body_indent] = re.compile(rf"\n[ \t]{{{self.body_indent}}}{_COMPOUND_WORDS}")
+        if not at.search("\n" + "\n".join(lines[self.header + 1 : self.end])):
             return []
         indented = _indent(lines[self.header]) > 0  # under a module-level `if`: parse it in one too
         text = ("if 1:\n" if indented else "") + "\n".join(lines[self.header : self.end]) + "\n"
@@ -430,7 +431,7 @@ def signature_node(cache: SourceCache, signature: Signature) -> cst.FunctionDef 
     return cache.definitions[key]
 
 
-_CLASS_ATTR_AT: dict[int, re.Pattern] = {}  # body indent -> _CLASS_ATTR at exactly that indent, over the lines joined
+_CLASS_ATTR_AT: dict[int, re.Pattern] = {}  # body indent -> a newline, then _CLASS_ATTR at exactly that indent
 
 
 def _class_attributes(lines: Sequence[str], text: ClassText) -> list[tuple[int, str]]:
@@ -438,13 +439,13 @@ def _class_attributes(lines: Sequence[str], text: ClassText) -> list[tuple[int, 
     `_CLASS_ATTR` matches: one search over the body's text, not a match a line."""
     pattern = _CLASS_ATTR_AT.get(text.body_indent)
     if pattern is None:
-        pattern = _CLASS_ATTR_AT[text.body_indent] = re.compile(rf"^[ \t]{{{text.body_indent}}}(\w+)[ \t]*(?::[^=\n]*)?=(?!=)", re.MULTILINE)
-    body = "\n".join(lines[text.header + 1 : text.end])
+        pattern = _CLASS_ATTR_AT[text.body_indent] = re.compile(rf"\n[ \t]{{{text.body_indent}}}(\w+)[ \t]*(?::[^=\n]*)?=(?!=)")
+    body = "\n" + "\n".join(lines[text.header + 1 : text.end])  # each line led by its newline
     found = []
-    index, counted = text.header + 1, 0
+    index, counted = text.header, 0
     for match in pattern.finditer(body):
-        index += body.count("\n", counted, match.start())
-        counted = match.start()
+        index += body.count("\n", counted, match.start() + 1)
+        counted = match.start() + 1
         found.append((index, match.group(1)))
     return found
 

@@ -24,7 +24,6 @@ method and line that lack the plumbing and the reference to compare with.  Nothi
 from __future__ import annotations
 
 import ast
-import re
 import symtable
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -103,6 +102,19 @@ class Synthesis:
         return out
 
 
+def indented_def(text: str, name: str) -> bool:
+    """Some line of `text` is `def name(` indented (a method): what `^[ \\t]+def name\\(` (multiline)
+    finds, from the literal (str.find skips to it; a `^`-anchored pattern is tried at every character)."""
+    needle = f"def {name}("
+    at = text.find(needle)
+    while at >= 0:
+        start = text.rfind("\n", 0, at) + 1
+        if start < at and not text[start:at].strip(" \t"):
+            return True
+        at = text.find(needle, at + 1)
+    return False
+
+
 def learned_synthesis(entry: MemberPlan) -> Synthesis:
     """The learned body a `synthesize` fix writes: plan.py sets `entry.synthesis` with every such fix."""
     synthesis = entry.synthesis
@@ -150,7 +162,6 @@ class HookLibrary:
 
     def _learn(self, member: str) -> list[Reference]:
         resolver = self.resolver
-        pattern = re.compile(rf"^[ \t]+def {re.escape(member)}\(", re.MULTILINE)
         found: list[Reference] = []
         for path in resolver.model_files():
             try:
@@ -163,7 +174,7 @@ class HookLibrary:
                 source = resolver.cache.read(path)
             except EaglepatchError:
                 continue
-            if not pattern.search(source.text):
+            if not indented_def(source.text, member):
                 continue
             outline = resolver.cache.outline(source)
             owners = {  # the classes whose text holds a `def <member>`: only they can define it

@@ -320,3 +320,45 @@ def test_references_are_those_learned_reading_every_def(sglang_latest: Path, mon
     assert fast == slow
     assert all(len(v) > 5 for v in fast.values())
     assert parsed_fast < parsed_slow
+
+
+# --------------------------------------------------------------------------- `def name(` in a class, from the literal
+DEF_TEXTS = [
+    ("class A:\n    def get_embed_and_head(self):\n", True),
+    ("def get_embed_and_head(self):\n", False),
+    ("x = 1  # def get_embed_and_head(\n", False),
+    ("class A:\n\tdef get_embed_and_head(self): pass\n", True),
+    ("class A:\n    async def get_embed_and_head(self): pass\n", False),
+    ("class A:\n    def get_embed_and_head_x(self): pass\n", False),
+    ("class A:\r\n    def get_embed_and_head(self): pass\r\n", True),
+    ("class A:\r    def get_embed_and_head(self): pass\r", False),  # `^` does not hold after a lone \r
+    ("s = '''\n  def get_embed_and_head(\n'''\n", True),  # text, not code: the caller reads the outline after
+    ("", False),
+]
+
+
+@pytest.mark.parametrize("text, expected", DEF_TEXTS)
+def test_indented_def_is_the_anchored_pattern_s_answer(text, expected):
+    import re
+
+    from eaglepatch.synthesize import indented_def
+
+    pattern = re.compile(r"^[ \t]+def get_embed_and_head\(", re.MULTILINE)
+    assert bool(pattern.search(text)) == expected
+    assert indented_def(text, "get_embed_and_head") == expected
+
+
+def test_indented_def_of_every_model_file_of_a_release(sglang_059: Path):
+    import re
+
+    from eaglepatch.synthesize import indented_def
+
+    members = ("get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture", "forward", "load_weights")
+    found = 0
+    for path in sorted((sglang_059 / "sglang" / "srt" / "models").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for member in members:
+            expected = bool(re.search(rf"^[ \t]+def {re.escape(member)}\(", text, re.MULTILINE))
+            assert indented_def(text, member) == expected, (path, member)
+            found += expected
+    assert found > 200
