@@ -57,12 +57,13 @@ def one_line(lines: Sequence[str]) -> str:
     return re.sub(r"\s{2,}", " ", text).strip()
 
 
-def assigned_value(lines: Sequence[str], start: int, target: str) -> str | None:
-    """The right-hand side of `target = ...` (or `target: T = ...`) starting at line `start`."""
+def assigned_value(lines: Sequence[str], start: int, target: str, end: int | None = None) -> str | None:
+    """The right-hand side of `target = ...` (or `target: T = ...`) starting at line `start`; `end` is
+    statement_end(lines, start) when the caller has it."""
     match = _TARGET.match(lines[start])
     if match is None or match.group(1) != target:
         return None
-    rest = [lines[start][match.end() :], *lines[start + 1 : statement_end(lines, start)]]
+    rest = [lines[start][match.end() :], *lines[start + 1 : statement_end(lines, start) if end is None else end]]
     return "\n".join(_code_of(line).rstrip().rstrip("\\") for line in rest).strip()
 
 

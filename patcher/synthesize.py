@@ -24,6 +24,7 @@ method and line that lack the plumbing and the reference to compare with.  Nothi
 from __future__ import annotations
 
 import ast
+import re
 import symtable
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -102,6 +103,11 @@ class Synthesis:
         return out
 
 
+# `def <name>(` in a file's bytes, any identifier's UTF-8 bytes: a member's `def <member>(` is in the bytes
+# iff its bytes are among the names found (no match hides another: a name holds no space)
+_DEF_NAME = re.compile(rb"def ([\w\x80-\xff]+)\(")
+
+
 def indented_def(text: str, name: str) -> bool:
     """Some line of `text` is `def name(` indented (a method): what `^[ \\t]+def name\\(` (multiline)
     finds, from the literal (str.find skips to it; a `^`-anchored pattern is tried at every character)."""
@@ -153,6 +159,7 @@ class HookLibrary:
     _requirements_of: dict[int, int] = field(default_factory=dict)  # id(reference) -> its requirements' number
     _requirement_ids: dict[tuple, int] = field(default_factory=dict)
     _captures: dict[str, bool] = field(default_factory=dict)  # member -> member_needs_capture
+    _names: list[tuple[Path, frozenset[bytes]]] | None = None  # _defined_names
 
     # -- learning -----------------------------------------------------------------------------
     def references(self, member: str) -> list[Reference]:
@@ -163,12 +170,9 @@ class HookLibrary:
     def _learn(self, member: str) -> list[Reference]:
         resolver = self.resolver
         found: list[Reference] = []
-        for path in resolver.model_files():
-            try:
-                data = path.read_bytes()
-            except OSError:
-                continue
-            if f"def {member}(".encode() not in data:
+        spelled = member.encode()
+        for path, names in self._defined_names():
+            if spelled not in names:  # no `def <member>(` in the file's bytes
                 continue
             try:
                 source = resolver.cache.read(path)
@@ -223,6 +227,19 @@ class HookLibrary:
         except EaglepatchError:
             return False
         return any(i.classes and _bare(i) for i in inners)
+
+    def _defined_names(self) -> list[tuple[Path, frozenset[bytes]]]:
+        """Each model file (that can be read) with every `name` that `def name(` spells in its bytes: each
+        file is read once for all the hooks learned, and only the names are kept, not the bytes."""
+        if self._names is None:
+            self._names = []
+            for path in self.resolver.model_files():
+                try:
+                    data = path.read_bytes()
+                except OSError:
+                    continue
+                self._names.append((path, frozenset(_DEF_NAME.findall(data))))
+        return self._names
 
     def _reference(self, source, info: ClassInfo, signature: Signature, body: tuple[list[SelfUse], list[str], str]) -> Reference | None:
         uses, free, unportable = body

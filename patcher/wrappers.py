@@ -223,7 +223,7 @@ class WrapperFinder:
             for index, indent, attribute, _value in found:
                 conditional = indent > body_indent or self._nested(source, init, index)
                 end = statement_end(source.lines, index)
-                value = assigned_value(source.lines, index, f"self.{attribute}") or ""
+                value = assigned_value(source.lines, index, f"self.{attribute}", end) or ""
                 out.append(Assignment(source, index, end, conditional, attribute, value, scope))
             calls_super = any(_SUPER_INIT.search(source.lines[i]) for i in range(init[0], init[1]))
         if calls_super and depth < MAX_BASE_DEPTH:

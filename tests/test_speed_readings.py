@@ -362,3 +362,51 @@ def test_indented_def_of_every_model_file_of_a_release(sglang_059: Path):
             assert indented_def(text, member) == expected, (path, member)
             found += expected
     assert found > 200
+
+
+# --------------------------------------------------------------------------- each model file read once for every hook learned
+@pytest.mark.parametrize(
+    "data, member, expected",
+    [
+        (b"class A:\n    def get_embed_and_head(self):\n", "get_embed_and_head", True),
+        (b"undef get_embed_and_head(", "get_embed_and_head", True),  # a substring, as `in` finds it
+        (b"def get_embed_and_head_x(self):", "get_embed_and_head", False),
+        (b"def  get_embed_and_head(self):", "get_embed_and_head", False),
+        (b"def adef get_embed_and_head(", "get_embed_and_head", True),
+        ("def h\u00e9ad(self):".encode(), "h\u00e9ad", True),
+        ("def h\u00e9ad(self):".encode("latin-1"), "h\u00e9ad", False),
+    ],
+)
+def test_the_names_found_in_a_file_s_bytes_are_what_in_finds(data, member, expected):
+    from eaglepatch.synthesize import _DEF_NAME
+
+    assert (f"def {member}(".encode() in data) == expected
+    assert (member.encode() in set(_DEF_NAME.findall(data))) == expected
+
+
+def test_the_names_found_in_every_model_file_of_a_release_are_what_in_finds(sglang_059: Path):
+    from eaglepatch.synthesize import _DEF_NAME
+
+    checked = 0
+    for path in sorted((sglang_059 / "sglang" / "srt" / "models").rglob("*.py")):
+        data = path.read_bytes()
+        names = set(_DEF_NAME.findall(data))
+        for word in set(re_words(data)):
+            assert (word in names) == (b"def " + word + b"(" in data), (path, word)
+            checked += 1
+    assert checked > 10000
+
+
+def re_words(data: bytes) -> list[bytes]:
+    import re
+
+    return re.findall(rb"[\w\x80-\xff]+", data)
+
+
+def test_assigned_value_with_the_statement_s_end_given_is_the_same():
+    from eaglepatch.bindings import assigned_value, statement_end
+
+    lines = ["        self.model = Foo(", "            config,  # the config", "        )", "        self.x = 1"]
+    for index, target in ((0, "self.model"), (3, "self.x"), (0, "self.x")):
+        assert assigned_value(lines, index, target, statement_end(lines, index)) == assigned_value(lines, index, target)
+    assert assigned_value(lines, 0, "self.model") == "Foo(\n            config,\n        )"
