@@ -665,7 +665,7 @@ def forward_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _ForwardFacts
     stored: set[int] = set()
     reads: set[tuple[str, ...]] = set()
     unpacks = False
-    for sub in ast.walk(node):
+    for sub in _statements(node):  # the targets are statements': no expression holds one
         if isinstance(sub, ast.Assign):
             stored.update(id(t) for t in sub.targets)
             unpacks = unpacks or any(isinstance(t, (ast.Tuple, ast.List)) and len(t.elts) == 2 for t in sub.targets)
@@ -690,6 +690,21 @@ def forward_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _ForwardFacts
                 continue
         pending.extend(ast.iter_child_nodes(sub))
     return _ForwardFacts(frozenset(reads), unpacks)
+
+
+def _statements(node: ast.AST) -> Iterator[ast.stmt]:
+    """Every statement inside `node`, however deep (nested functions and classes included): what
+    `ast.walk` meets of the statements, without walking every expression."""
+    pending: list[ast.stmt] = list(getattr(node, "body", []))
+    while pending:
+        statement = pending.pop()
+        yield statement
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(statement, name, None)
+            if isinstance(block, list):
+                pending.extend(block)
+        for clause in (*getattr(statement, "handlers", ()), *getattr(statement, "cases", ())):
+            pending.extend(clause.body)
 
 
 # --------------------------------------------------------------------------- reading one body

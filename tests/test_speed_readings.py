@@ -410,3 +410,78 @@ def test_assigned_value_with_the_statement_s_end_given_is_the_same():
     for index, target in ((0, "self.model"), (3, "self.x"), (0, "self.x")):
         assert assigned_value(lines, index, target, statement_end(lines, index)) == assigned_value(lines, index, target)
     assert assigned_value(lines, 0, "self.model") == "Foo(\n            config,\n        )"
+
+
+# --------------------------------------------------------------------------- a forward's stores read off its statements
+def _facts_by_walk(node) -> tuple[frozenset, bool]:
+    """forward_facts as it read the stores before: ast.walk over every node of the function."""
+    import ast
+
+    positional = [*node.args.posonlyargs, *node.args.args]
+    if not positional:
+        return frozenset(), False
+    receiver = positional[0].arg
+    stored: set[int] = set()
+    unpacks = False
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Assign):
+            stored.update(id(t) for t in sub.targets)
+            unpacks = unpacks or any(isinstance(t, (ast.Tuple, ast.List)) and len(t.elts) == 2 for t in sub.targets)
+        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)):
+            stored.add(id(sub.target))
+        elif isinstance(sub, ast.Delete) and len(sub.targets) == 1:
+            stored.add(id(sub.targets[0]))
+    reads = set()
+    pending = list(node.body)
+    while pending:
+        sub = pending.pop()
+        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if isinstance(sub, ast.Attribute):
+            parts, base = [], sub
+            while isinstance(base, ast.Attribute):
+                parts.append(base.attr)
+                base = base.value
+            if isinstance(base, ast.Name) and base.id == receiver:
+                if id(sub) not in stored:
+                    reads.add(tuple(reversed(parts)))
+                continue
+        pending.extend(ast.iter_child_nodes(sub))
+    return frozenset(reads), unpacks
+
+
+FORWARDS = [
+    "def forward(self, x):\n    self.a.b = x\n    return self.c(x)\n",
+    "def forward(self, x):\n    h, aux = self.model(x)\n    del self.cache\n    self.n += 1\n    self.m: int = 2\n    return h\n",
+    "def forward(self, x):\n    if x:\n        try:\n            a, b = x\n        except E:\n            self.e = 1\n        else:\n            y = self.y\n        finally:\n            self.z.w = 2\n",
+    "def forward(self, x):\n    def inner(s):\n        p, q = s\n        self.k = 1\n    for i in x:\n        self.i = i\n    else:\n        self.j\n    while self.w:\n        with self.ctx as c:\n            c, d = 1, 2\n",
+    "def forward(self, x):\n    match x:\n        case 1:\n            self.one = x\n        case _:\n            a, b = self.two\n    class K:\n        u, v = 1, 2\n    return lambda: self.lam\n",
+    "def forward(x):\n    x.a = 1\n",
+]
+
+
+@pytest.mark.parametrize("code", FORWARDS)
+def test_forward_facts_read_off_statements_are_those_of_a_walk(code):
+    import ast
+
+    from eaglepatch.synthesize import forward_facts
+
+    node = ast.parse(code).body[0]
+    facts = forward_facts(node)
+    assert (facts.reads, facts.unpacks) == _facts_by_walk(node)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # a release's invalid escape sequence, parsed
+def test_forward_facts_of_every_function_of_a_release(sglang_059: Path):
+    import ast
+
+    from eaglepatch.synthesize import forward_facts
+
+    compared = 0
+    for path in sorted((sglang_059 / "sglang" / "srt").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                facts = forward_facts(node)
+                assert (facts.reads, facts.unpacks) == _facts_by_walk(node), f"{path}:{node.lineno}"
+                compared += 1
+    assert compared > 10000
