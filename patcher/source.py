@@ -41,6 +41,7 @@ _NEWLINES_BYTES = re.compile(rb"\r\n|\r|\n")
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import\b|import[ \t]+\w)")
 _IMPORT_ANYWHERE = re.compile(_IMPORT.pattern, re.MULTILINE)
 _IMPORT_WORD = re.compile(r"import\b")  # a literal: the regex engine skips to it fast
+_OPENS_OR_CONTINUES = re.compile(r"[(\[{\\]")  # a line without these is a whole import statement
 # PEP 263, as the tokenize module reads it: on line 1, or on line 2 below a comment or blank line
 _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 _BLANK_OR_COMMENT = re.compile(rb"^[ \t\f]*(?:[#\r\n]|$)")
@@ -741,6 +742,11 @@ def _import_texts(lines: Sequence[str], joined: str | None = None, masked: str |
         counted = start
         if index < after or (masked is not None and masked.startswith("\x00", start)):
             continue
+        line = lines[index]
+        if not _OPENS_OR_CONTINUES.search(line):  # one line, the common case: what the loop below gives for it
+            statements.append(line[_indent(line) :] + "\n")
+            after = index + 1
+            continue
         depth = 0
         j = index
         while j < len(lines):
@@ -748,7 +754,7 @@ def _import_texts(lines: Sequence[str], joined: str | None = None, masked: str |
             if depth <= 0 and not lines[j].rstrip().endswith("\\"):
                 break
             j += 1
-        statements.append(_dedent(lines[index : j + 1], _indent(lines[index])))
+        statements.append(_dedent(lines[index : j + 1], _indent(line)))
         after = j + 1
     return statements
 

@@ -485,3 +485,37 @@ def test_forward_facts_of_every_function_of_a_release(sglang_059: Path):
                 assert (facts.reads, facts.unpacks) == _facts_by_walk(node), f"{path}:{node.lineno}"
                 compared += 1
     assert compared > 10000
+
+
+# --------------------------------------------------------------------------- one-line imports taken whole
+IMPORT_TEXTS = [
+    "import os\nfrom a.b import c as d  # note\n    from . import x\n",
+    "from a import (\n    b,\n    c,\n)\nimport d\n",
+    "from a import b, \\\n    c\nimport e  # (not a bracket that counts)\n",
+    "if x:\n\tfrom m import n\n",
+    "from a import b  # [x\nimport c\n",
+]
+
+
+@pytest.mark.parametrize("text", IMPORT_TEXTS)
+def test_one_line_imports_are_what_the_bracket_loop_gives(text):
+    from eaglepatch.source import _bracket_delta, _dedent, _import_texts, _indent
+
+    lines = text.split("\n")
+    expected = []
+    index = 0
+    while index < len(lines):  # the loop every import went through before, on every line that starts one
+        line = lines[index]
+        if not line.lstrip().startswith(("import ", "from ")):
+            index += 1
+            continue
+        depth, j = 0, index
+        while j < len(lines):
+            depth += _bracket_delta(lines[j])
+            if depth <= 0 and not lines[j].rstrip().endswith("\\"):
+                break
+            j += 1
+        expected.append(_dedent(lines[index : j + 1], _indent(line)))
+        index = j + 1
+    assert _import_texts(lines) == expected
+
