@@ -519,3 +519,45 @@ def test_one_line_imports_are_what_the_bracket_loop_gives(text):
         index = j + 1
     assert _import_texts(lines) == expected
 
+
+# --------------------------------------------------------------------------- statements in ast.walk's order, expressions unvisited
+WALKED = [
+    "if a:\n    if b:\n        x = 1\n    y = 2\nelse:\n    z = 3\nw = 4\n",
+    "try:\n    a = 1\nexcept E:\n    b = 2\nelse:\n    c = 3\nfinally:\n    d = 4\n",
+    "def f():\n    def g():\n        return 1\n    class C:\n        x = 1\n    return g\nmatch v:\n    case 1:\n        q = 1\n",
+    "for i in x:\n    with m as n:\n        while k:\n            pass\nelse:\n    r = 1\nasync def h():\n    async for j in y:\n        pass\n",
+]
+
+
+def _kept_of_walk(tree) -> list[int]:
+    import ast
+
+    from eaglepatch.roles import _HOLDS_STATEMENTS
+
+    return [id(n) for n in ast.walk(tree) if n is tree or isinstance(n, _HOLDS_STATEMENTS)]
+
+
+@pytest.mark.parametrize("code", WALKED)
+def test_statement_walk_is_ast_walk_with_the_statements_kept(code):
+    import ast
+
+    from eaglepatch.roles import statement_walk
+
+    tree = ast.parse(code)
+    assert [id(n) for n in statement_walk(tree)] == _kept_of_walk(tree)
+    for statement in tree.body:
+        assert [id(n) for n in statement_walk(statement)] == _kept_of_walk(statement)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # a release's invalid escape sequence, parsed
+def test_statement_walk_of_every_file_of_a_release(sglang_059: Path):
+    import ast
+
+    from eaglepatch.roles import statement_walk
+
+    compared = 0
+    for path in sorted((sglang_059 / "sglang" / "srt").rglob("*.py")):
+        tree = ast.parse(path.read_bytes())
+        assert [id(n) for n in statement_walk(tree)] == _kept_of_walk(tree), path
+        compared += 1
+    assert compared > 500
