@@ -665,14 +665,14 @@ def forward_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _ForwardFacts
     stored: set[int] = set()
     reads: set[tuple[str, ...]] = set()
     unpacks = False
-    for sub in _statements(node):  # the targets are statements': no expression holds one
-        if isinstance(sub, ast.Assign):
-            stored.update(id(t) for t in sub.targets)
-            unpacks = unpacks or any(isinstance(t, (ast.Tuple, ast.List)) and len(t.elts) == 2 for t in sub.targets)
-        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)):
-            stored.add(id(sub.target))
-        elif isinstance(sub, ast.Delete) and len(sub.targets) == 1:
-            stored.add(id(sub.targets[0]))
+    for statement in _statements(node):  # the targets are statements': no expression holds one
+        if isinstance(statement, ast.Assign):
+            stored.update(id(t) for t in statement.targets)
+            unpacks = unpacks or any(isinstance(t, (ast.Tuple, ast.List)) and len(t.elts) == 2 for t in statement.targets)
+        elif isinstance(statement, (ast.AugAssign, ast.AnnAssign)):
+            stored.add(id(statement.target))
+        elif isinstance(statement, ast.Delete) and len(statement.targets) == 1:
+            stored.add(id(statement.targets[0]))
     pending: list[ast.AST] = list(node.body)
     while pending:
         sub = pending.pop()
