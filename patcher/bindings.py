@@ -14,6 +14,7 @@ tells whether a `__getattr__` forwards any name it is asked for, or only a few.
 from __future__ import annotations
 
 import functools
+import keyword
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -56,19 +57,32 @@ def one_line(lines: Sequence[str]) -> str:
     return re.sub(r"\s{2,}", " ", text).strip()
 
 
-def assigned_value(lines: Sequence[str], start: int, target: str) -> str | None:
-    """The right-hand side of `target = ...` (or `target: T = ...`) starting at line `start`."""
+def assigned_value(lines: Sequence[str], start: int, target: str, end: int | None = None) -> str | None:
+    """The right-hand side of `target = ...` (or `target: T = ...`) starting at line `start`; `end` is
+    statement_end(lines, start) when the caller has it."""
     match = _TARGET.match(lines[start])
     if match is None or match.group(1) != target:
         return None
-    rest = [lines[start][match.end() :], *lines[start + 1 : statement_end(lines, start)]]
+    rest = [lines[start][match.end() :], *lines[start + 1 : statement_end(lines, start) if end is None else end]]
     return "\n".join(_code_of(line).rstrip().rstrip("\\") for line in rest).strip()
+
+
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_NOT_PLAIN_NAMES = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
 
 
 @functools.lru_cache(maxsize=4096)
 def parse_value(text: str) -> cst.BaseExpression | None:
     """An expression parsed on its own (libcst nodes are immutable: one parse serves every
-    class that builds `ParallelLMHead(`...)."""
+    class that builds `ParallelLMHead(`...).  A dotted name spelled without spaces (most callees:
+    `LlamaModel`, `nn.Linear`) is built as the nodes libcst's parser gives, without it."""
+    if _DOTTED.fullmatch(text):
+        parts = text.split(".")
+        if not _NOT_PLAIN_NAMES.intersection(parts):
+            value: cst.BaseExpression = cst.Name(parts[0])
+            for part in parts[1:]:
+                value = cst.Attribute(value=value, attr=cst.Name(part))
+            return value
     try:
         return cst.parse_expression(text if "\n" not in text else f"({text})")
     except cst.ParserSyntaxError:

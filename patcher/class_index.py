@@ -26,8 +26,9 @@ from .records import ClassInfo, Signature, SignatureKind
 from .source import SourceCache, SourceFile, _indent, _is_code, _scan
 
 MAX_BASE_DEPTH = 12
-# a class-body line opening a block whose assignments still bind class attributes
-_COMPOUND = re.compile(r"^[ \t]*(?:if|elif|else|try|except|finally|with|async[ \t]+with|for|async[ \t]+for|while|match)\b")
+# a class-body line opening a block whose assignments still bind class attributes: these words at the body's indent
+_COMPOUND_WORDS = r"(?:if|elif|else|try|except|finally|with|async[ \t]+with|for|async[ \t]+for|while|match)\b"
+_COMPOUND_AT: dict[int, re.Pattern] = {}  # body indent -> a newline, then those words at exactly that indent
 _CLASS_ATTR = re.compile(r"^[ \t]*(\w+)[ \t]*(?::[^=\n]*)?=(?!=)")
 _SELF_ASSIGN = re.compile(r"^([ \t]*)self\.(\w+)[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*(.*)$")
 _DECORATOR = re.compile(r"^[ \t]*@([\w.]+)")
@@ -79,7 +80,11 @@ class ClassText:
         of its own (`if _is_cuda: get_embed_and_head = ...`): the class has them too.  Parsed (ast) only
         for a class whose body has such a block; the assignments at the body's own indent are not here."""
         lines = self.source.lines
-        if not any(_indent(line) == self.body_indent and _COMPOUND.match(line) for line in lines[self.header + 1 : self.end]):
+        at = _COMPOUND_AT.get(self.body_indent)
+        if at is None:  # one search over the body's text, not a match a line; from each newline (a pattern led
+            # by a literal is searched for by skipping to it, a `^`-anchored one is tried at every character)
+            at = _COMPOUND_AT[self.body_indent] = re.compile(rf"\n[ \t]{{{self.body_indent}}}{_COMPOUND_WORDS}")
+        if not at.search("\n" + "\n".join(lines[self.header + 1 : self.end])):
             return []
         indented = _indent(lines[self.header]) > 0  # under a module-level `if`: parse it in one too
         text = ("if 1:\n" if indented else "") + "\n".join(lines[self.header : self.end]) + "\n"
@@ -136,6 +141,7 @@ class ClassIndex:
         self._named: dict[tuple[Path, str], tuple[SourceFile, str] | None] = {}
         self._module_assignments: dict[Path, dict[str, int]] = {}  # module-level `name = ...` lines
         self._bases: dict[tuple[Path, int], list[cst.Arg]] = {}  # class headers, parsed once
+        self._self_assignments: dict[tuple[Path, int, int], list[tuple[int, int, str, str]]] = {}
 
     def require_valid(self, source: SourceFile) -> None:
         if source.path not in self._checked:
@@ -284,13 +290,13 @@ class ClassIndex:
                 continue
             kind: SignatureKind = "property" if {"property", "cached_property", "functools.cached_property"} & set(decorators) else "method"
             members[name] = Signature(name, kind, text.name, source.rel, index + 1, path=source.path, header=index)
-        nested = {i for h, _, _, _ in outline.headers if text.header < h < text.end for i in range(h, outline.ends.get(h, h + 1))}
-        for index, line in enumerate(source.lines[text.header + 1 : text.end], text.header + 1):
-            if index in nested or _indent(line) != text.body_indent:
+        inner = [h for h, _, _, _ in outline.headers if text.header < h < text.end]
+        for index, name in _class_attributes(source.lines, text):
+            # not a line of a nested def or class (a string's line at the body's indent): only the blocks
+            # above it are asked where they end
+            if any(outline.ends.get(h, h + 1) > index for h in inner if h <= index):
                 continue
-            match = _CLASS_ATTR.match(line)
-            if match:
-                members.setdefault(match.group(1), Signature(match.group(1), "attribute", text.name, source.rel, index + 1))
+            members.setdefault(name, Signature(name, "attribute", text.name, source.rel, index + 1))
         for index, name in text.block_attributes():
             members.setdefault(name, Signature(name, "attribute", text.name, source.rel, index + 1))
         init = self.init_range(text)
@@ -307,9 +313,17 @@ class ClassIndex:
                 return index, outline.ends.get(index, index + 1)
         return None
 
+    def self_assignments(self, source: SourceFile, start: int, end: int) -> list[tuple[int, int, str, str]]:
+        """(line index, indent, attribute, right-hand side text) for `self.X = ...` lines in a method:
+        read once per run (a class's members and what its `__init__` builds both ask)."""
+        key = (source.path, start, end)
+        found = self._self_assignments.get(key)
+        if found is None:
+            found = self._self_assignments[key] = self._read_self_assignments(source, start, end)
+        return list(found)
+
     @staticmethod
-    def self_assignments(source: SourceFile, start: int, end: int) -> list[tuple[int, int, str, str]]:
-        """(line index, indent, attribute, right-hand side text) for `self.X = ...` lines in a method."""
+    def _read_self_assignments(source: SourceFile, start: int, end: int) -> list[tuple[int, int, str, str]]:
         out = []
         for index, line in enumerate(source.lines[start + 1 : end], start + 1):
             match = _SELF_ASSIGN.match(line)
@@ -417,6 +431,25 @@ def signature_node(cache: SourceCache, signature: Signature) -> cst.FunctionDef 
     return cache.definitions[key]
 
 
+_CLASS_ATTR_AT: dict[int, re.Pattern] = {}  # body indent -> a newline, then _CLASS_ATTR at exactly that indent
+
+
+def _class_attributes(lines: Sequence[str], text: ClassText) -> list[tuple[int, str]]:
+    """(line index, name) of each line of the class (header excluded) at the body's indent that
+    `_CLASS_ATTR` matches: one search over the body's text, not a match a line."""
+    pattern = _CLASS_ATTR_AT.get(text.body_indent)
+    if pattern is None:
+        pattern = _CLASS_ATTR_AT[text.body_indent] = re.compile(rf"\n[ \t]{{{text.body_indent}}}(\w+)[ \t]*(?::[^=\n]*)?=(?!=)")
+    body = "\n" + "\n".join(lines[text.header + 1 : text.end])  # each line led by its newline
+    found = []
+    index, counted = text.header, 0
+    for match in pattern.finditer(body):
+        index += body.count("\n", counted, match.start() + 1)
+        counted = match.start() + 1
+        found.append((index, match.group(1)))
+    return found
+
+
 def _decorators_above(lines: Sequence[str], header: int) -> list[str]:
     names = []
     own = _indent(lines[header])
@@ -430,13 +463,33 @@ def _decorators_above(lines: Sequence[str], header: int) -> list[str]:
 
 
 def _functions(module: cst.Module) -> list[cst.FunctionDef]:
+    """Every `def` in the module, in the order a visitor meets them.  A def stands only where a
+    statement does, so the walk goes through statement bodies and never into an expression (a
+    visitor over the whole tree spent most of its time in the signatures' and bodies' expressions)."""
     found: list[cst.FunctionDef] = []
-
-    class Collect(cst.CSTVisitor):
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+    todo: list[cst.CSTNode] = list(reversed(module.body))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.SimpleStatementLine):
+            continue
+        if isinstance(node, cst.FunctionDef):
             found.append(node)
-
-    module.visit(Collect())
+        todo.extend(reversed(_statement_children(node)))
     return found
 
 
+def _statement_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The statements and clauses directly under a compound statement or clause, in source order."""
+    out: list[cst.CSTNode] = []
+    body = getattr(node, "body", None)
+    if isinstance(body, cst.IndentedBlock):
+        out.extend(body.body)
+    elif isinstance(node, cst.IndentedBlock):
+        out.extend(node.body)
+    for name in ("handlers", "cases"):
+        out.extend(getattr(node, name, ()))
+    for name in ("orelse", "finalbody"):
+        clause = getattr(node, name, None)
+        if clause is not None:
+            out.append(clause)
+    return out

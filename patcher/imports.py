@@ -58,7 +58,8 @@ class ImportTable:
         self.source = source
         self.cache = cache
         # module -> in-tree file, for this run: one module is named by hundreds of import lines
-        self._paths: dict[tuple[Path | None, str], Path | None] = cache.module_paths if cache is not None else {}
+        srt = tree.srt if tree is not None else None
+        self._paths: dict[str, Path | None] = cache.module_paths.setdefault(srt, {}) if cache is not None else {}
         self.names: dict[str, Origin] = {}
         self.stars: list[Origin] = []  # in-tree modules imported with `*`
         self._package = source.rel.split("/")[:-1]
@@ -79,10 +80,9 @@ class ImportTable:
         return table
 
     def _module_path(self, module: str) -> Path | None:
-        key = (self.tree.srt, module) if self.tree is not None else (None, module)
-        if key not in self._paths:
-            self._paths[key] = module_path(self.tree, module)
-        return self._paths[key]
+        if module not in self._paths:  # keyed by the module alone: a Path in a key is hashed in Python
+            self._paths[module] = module_path(self.tree, module)
+        return self._paths[module]
 
     def _bindings(self, statements: list[ast.stmt]) -> list[tuple[str, Origin]]:
         out: list[tuple[str, Origin]] = []

@@ -51,6 +51,24 @@ def _balanced(text: str, start: int) -> str:
     return text[start:]
 
 
+def entry_assignments(text: str) -> list[re.Match]:
+    """`_ENTRY.finditer(text)`, found from the literal `EntryClass` (str.find skips to it): a `^`-anchored
+    pattern is tried at every character of the file, which cost more than the rest of this stage's
+    reading of a file."""
+    found: list[re.Match] = []
+    end = 0  # where the last match ended: finditer goes on from there
+    at = text.find("EntryClass")
+    while at >= 0:
+        start = text.rfind("\n", 0, at) + 1
+        if start >= end:
+            match = _ENTRY.match(text, start)  # `^` holds at a line start
+            if match is not None:
+                found.append(match)
+                end = match.end()
+        at = text.find("EntryClass", max(at + 1, end))
+    return found
+
+
 class Resolver:
     """The class index and the wrapper finder of one run, and which classes the run looks at."""
 
@@ -60,6 +78,14 @@ class Resolver:
         self.index = ClassIndex(tree, cache)
         self.finder = WrapperFinder(self.index)
         self.warnings: list[str] = []
+        self._model_files: list[Path] | None = None
+
+    def model_files(self) -> list[Path]:
+        """one_path_per_file of every `.py` below models/, listed once per run (--all and every hook
+        learned read the same list)."""
+        if self._model_files is None:
+            self._model_files = one_path_per_file(self.tree.models.rglob("*.py"))
+        return list(self._model_files)
 
     # -- the class index and the wrapper finder, as the later stages ask for them ----------
     def require_valid(self, source: SourceFile) -> None:
@@ -75,7 +101,10 @@ class Resolver:
         return self.index.class_info(source, name)
 
     def adopt(self, written: dict[tuple[str, str], dict[str, Signature]]) -> bool:
-        return self.index.adopt(written)
+        adopted = self.index.adopt(written)
+        if adopted:
+            self.finder.forget_inners()
+        return adopted
 
     def wrapper(self, source: SourceFile, name: str, protocol: Protocol) -> Wrapper:
         return self.finder.wrapper(source, name, protocol)
@@ -93,7 +122,7 @@ class Resolver:
         outline = self.cache.outline(source)
         top = outline.module_level("class")
         named: list[str] = []
-        for match in _ENTRY.finditer(outline.joined):  # the lines Python sees: \r and form feeds are gone
+        for match in entry_assignments(outline.joined):  # the lines Python sees: \r and form feeds are gone
             value = _balanced(outline.joined, match.start(1))
             named += [n for n in re.findall(r"\w+", value) if n in top and n not in named]
         if named or entry_only:
@@ -104,7 +133,7 @@ class Resolver:
         """Every class an `EntryClass` names under models/: each gets a verdict, none is left out,
         and none twice (a module symlinked under another name is one file)."""
         files = []
-        for path in one_path_per_file(self.tree.models.rglob("*.py")):
+        for path in self.model_files():
             try:
                 with open(path, "rb") as handle:
                     if b"EntryClass" in handle.read():

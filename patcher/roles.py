@@ -19,6 +19,8 @@ from __future__ import annotations
 import ast
 import os
 import re
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .locate import SourceTree
@@ -86,6 +88,23 @@ def learn_roles(tree: SourceTree) -> RoleBook:
     return book
 
 
+_HOLDS_STATEMENTS = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
+def statement_walk(node: ast.AST) -> Iterator[ast.AST]:
+    """`ast.walk(node)` with only the statements (and the except and case clauses between them) kept,
+    in the same order, without visiting an expression: a statement's ancestors are all statements or
+    clauses, so each keeps its depth, and children are taken in `ast.walk`'s order (fields, then lists)."""
+    todo = deque([node])
+    while todo:
+        node = todo.popleft()
+        yield node
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                todo.extend(item for item in value if isinstance(item, _HOLDS_STATEMENTS))
+
+
 def _mentions(node: ast.AST, word: str) -> bool:
     for sub in ast.walk(node):
         name = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else ""
@@ -106,11 +125,11 @@ def _strings(node: ast.AST) -> list[str]:
 
 def _learn_drafts(module: ast.Module, rel: str, out: dict[str, str]) -> None:
     """`if <draft condition>: ....architectures[0] = "X"` names X as a draft architecture."""
-    for node in ast.walk(module):
+    for node in statement_walk(module):
         if not isinstance(node, ast.If) or not _mentions(node.test, "draft"):
             continue
         for stmt in node.body:
-            for sub in ast.walk(stmt):
+            for sub in statement_walk(stmt):
                 if isinstance(sub, ast.Assign) and any(_assigns_architectures(t) for t in sub.targets):
                     for name in _strings(sub.value):
                         if name.isidentifier():
@@ -119,10 +138,10 @@ def _learn_drafts(module: ast.Module, rel: str, out: dict[str, str]) -> None:
 
 def _learn_non_generation(module: ast.Module, rel: str, out: dict[str, str]) -> None:
     """`def is_generation_model(...)`: the architectures tested with `in` in a branch that returns False."""
-    for func in ast.walk(module):
+    for func in statement_walk(module):
         if not isinstance(func, ast.FunctionDef) or "generation" not in func.name:
             continue
-        for node in ast.walk(func):
+        for node in statement_walk(func):
             if not isinstance(node, ast.If) or not _returns_false(node.body):
                 continue
             for compare in ast.walk(node.test):

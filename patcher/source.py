@@ -41,6 +41,7 @@ _NEWLINES_BYTES = re.compile(rb"\r\n|\r|\n")
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import\b|import[ \t]+\w)")
 _IMPORT_ANYWHERE = re.compile(_IMPORT.pattern, re.MULTILINE)
 _IMPORT_WORD = re.compile(r"import\b")  # a literal: the regex engine skips to it fast
+_OPENS_OR_CONTINUES = re.compile(r"[(\[{\\]")  # a line without these is a whole import statement
 # PEP 263, as the tokenize module reads it: on line 1, or on line 2 below a comment or blank line
 _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 _BLANK_OR_COMMENT = re.compile(rb"^[ \t\f]*(?:[#\r\n]|$)")
@@ -637,7 +638,9 @@ def _block_end_fast(outline: Outline, header: int) -> int:
     own = _indent(lines[header])
     pattern = _DEDENTS.get(own)
     if pattern is None:
-        pattern = _DEDENTS[own] = re.compile(rf"^[ \t]{{0,{own}}}(?=[^ \t\n\x00)\]}}])", re.MULTILINE)
+        # from the newline before the line, not `^`: a pattern that starts with a literal is searched for
+        # by skipping to that character, a `^`-anchored one is tried at every character
+        pattern = _DEDENTS[own] = re.compile(rf"\n[ \t]{{0,{own}}}(?=[^ \t\n\x00)\]}}])")
     count = len(lines)
     size = len(masked)
     counted = starts[header]
@@ -645,14 +648,14 @@ def _block_end_fast(outline: Outline, header: int) -> int:
     position = starts[header + 1] if header + 1 < count else size
     candidate = count
     while position < size:
-        match = pattern.search(masked, position)
+        match = pattern.search(masked, position - 1)  # position is a line start: a newline is before it
         if match is None:
             break
-        at = match.start()  # brackets counted in the masked text, where none is in a string or comment
+        at = match.start() + 1  # the line's start; brackets counted in the masked text, where none is in a string or comment
         depth += sum(masked.count(c, counted, at) for c in "([{") - sum(masked.count(c, counted, at) for c in ")]}")
-        counted = match.start()
-        index = bisect.bisect_right(starts, match.start()) - 1
-        if depth <= 0 and not masked.startswith("\\\n", max(0, match.start() - 2)):  # no backslash continues the line above
+        counted = at
+        index = bisect.bisect_right(starts, at) - 1
+        if depth <= 0 and not masked.startswith("\\\n", max(0, at - 2)):  # no backslash continues the line above
             candidate = index
             break
         position = starts[index + 1] if index + 1 < count else size
@@ -739,6 +742,11 @@ def _import_texts(lines: Sequence[str], joined: str | None = None, masked: str |
         counted = start
         if index < after or (masked is not None and masked.startswith("\x00", start)):
             continue
+        line = lines[index]
+        if not _OPENS_OR_CONTINUES.search(line):  # one line, the common case: what the loop below gives for it
+            statements.append(line[_indent(line) :] + "\n")
+            after = index + 1
+            continue
         depth = 0
         j = index
         while j < len(lines):
@@ -746,7 +754,7 @@ def _import_texts(lines: Sequence[str], joined: str | None = None, masked: str |
             if depth <= 0 and not lines[j].rstrip().endswith("\\"):
                 break
             j += 1
-        statements.append(_dedent(lines[index : j + 1], _indent(lines[index])))
+        statements.append(_dedent(lines[index : j + 1], _indent(line)))
         after = j + 1
     return statements
 
@@ -877,7 +885,7 @@ class SourceCache:
         self.definition_locals: dict[tuple[Path, int, str], frozenset[str]] = {}
         # what later stages derive from a file once per run, kept here because the cache is what
         # every stage of one run shares (filled by imports.py, edits.py and scopes.py)
-        self.module_paths: dict[tuple[Path | None, str], Path | None] = {}  # (srt, module) -> its in-tree file
+        self.module_paths: dict[Path | None, dict[str, Path | None]] = {}  # srt -> module -> its in-tree file
         self.import_tables: dict[str, dict[Path, Any]] = {}  # ImportTable kind -> file -> table
         self.defined_here: dict[Path, set[str]] = {}  # file -> names it defines at top level
         self.module_scopes: dict[tuple[Path, frozenset[str] | None], Any] = {}  # scopes.scope_of

@@ -38,7 +38,7 @@ from .codemods.names import LINE_LENGTH, dotted_name
 from .codemods.retarget import ExplodeLongLiterals, Retarget, body_reads, overlong_lines
 from .errors import EaglepatchError
 from .records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
-from .resolve import Resolver, one_path_per_file
+from .resolve import Resolver
 from .source import SourceCache, block_text
 
 CAPTURE_FLAG = "capture_aux_hidden_states"  # the class's switch its forward reads
@@ -103,6 +103,24 @@ class Synthesis:
         return out
 
 
+# `def <name>(` in a file's bytes, any identifier's UTF-8 bytes: a member's `def <member>(` is in the bytes
+# iff its bytes are among the names found (no match hides another: a name holds no space)
+_DEF_NAME = re.compile(rb"def ([\w\x80-\xff]+)\(")
+
+
+def indented_def(text: str, name: str) -> bool:
+    """Some line of `text` is `def name(` indented (a method): what `^[ \\t]+def name\\(` (multiline)
+    finds, from the literal (str.find skips to it; a `^`-anchored pattern is tried at every character)."""
+    needle = f"def {name}("
+    at = text.find(needle)
+    while at >= 0:
+        start = text.rfind("\n", 0, at) + 1
+        if start < at and not text[start:at].strip(" \t"):
+            return True
+        at = text.find(needle, at + 1)
+    return False
+
+
 def learned_synthesis(entry: MemberPlan) -> Synthesis:
     """The learned body a `synthesize` fix writes: plan.py sets `entry.synthesis` with every such fix."""
     synthesis = entry.synthesis
@@ -141,6 +159,7 @@ class HookLibrary:
     _requirements_of: dict[int, int] = field(default_factory=dict)  # id(reference) -> its requirements' number
     _requirement_ids: dict[tuple, int] = field(default_factory=dict)
     _captures: dict[str, bool] = field(default_factory=dict)  # member -> member_needs_capture
+    _names: list[tuple[Path, frozenset[bytes]]] | None = None  # _defined_names
 
     # -- learning -----------------------------------------------------------------------------
     def references(self, member: str) -> list[Reference]:
@@ -150,20 +169,16 @@ class HookLibrary:
 
     def _learn(self, member: str) -> list[Reference]:
         resolver = self.resolver
-        pattern = re.compile(rf"^[ \t]+def {re.escape(member)}\(", re.MULTILINE)
         found: list[Reference] = []
-        for path in one_path_per_file(resolver.tree.models.rglob("*.py")):
-            try:
-                data = path.read_bytes()
-            except OSError:
-                continue
-            if f"def {member}(".encode() not in data:
+        spelled = member.encode()
+        for path, names in self._defined_names():
+            if spelled not in names:  # no `def <member>(` in the file's bytes
                 continue
             try:
                 source = resolver.cache.read(path)
             except EaglepatchError:
                 continue
-            if not pattern.search(source.text):
+            if not indented_def(source.text, member):
                 continue
             outline = resolver.cache.outline(source)
             owners = {  # the classes whose text holds a `def <member>`: only they can define it
@@ -187,6 +202,8 @@ class HookLibrary:
                     continue
                 if "lm_head" not in info.members:
                     continue  # not the shape: the head lives elsewhere
+                if not self._holds_a_bare_model(source, info):
+                    continue  # nor is a class that holds no bare backbone (`_reference`): its def is not read
                 node = signature_node(resolver.cache, signature)
                 if node is None:
                     continue
@@ -195,13 +212,34 @@ class HookLibrary:
                 reference = self._reference(source, info, signature, read_body(node, module_names_in(lines)))
                 if reference is not None:
                     found.append(reference)
+        keys = [_body_key(resolver.cache, reference) for reference in found]  # each printed once
         bodies: dict[str, int] = {}
-        for reference in found:
-            key = _body_key(resolver.cache, reference)
+        for key in keys:
             bodies[key] = bodies.get(key, 0) + 1
-        for reference in found:
-            reference.shared_by = bodies[_body_key(resolver.cache, reference)]
+        for reference, key in zip(found, keys):
+            reference.shared_by = bodies[key]
         return found
+
+    def _holds_a_bare_model(self, source, info: ClassInfo) -> bool:
+        """Some model the class holds is a bare backbone: else `_reference` finds no backbone in any body."""
+        try:
+            inners = self.resolver.inner_models(source, info.name, self.protocol)
+        except EaglepatchError:
+            return False
+        return any(i.classes and _bare(i) for i in inners)
+
+    def _defined_names(self) -> list[tuple[Path, frozenset[bytes]]]:
+        """Each model file (that can be read) with every `name` that `def name(` spells in its bytes: each
+        file is read once for all the hooks learned, and only the names are kept, not the bytes."""
+        if self._names is None:
+            self._names = []
+            for path in self.resolver.model_files():
+                try:
+                    data = path.read_bytes()
+                except OSError:
+                    continue
+                self._names.append((path, frozenset(_DEF_NAME.findall(data))))
+        return self._names
 
     def _reference(self, source, info: ClassInfo, signature: Signature, body: tuple[list[SelfUse], list[str], str]) -> Reference | None:
         uses, free, unportable = body
@@ -627,14 +665,14 @@ def forward_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _ForwardFacts
     stored: set[int] = set()
     reads: set[tuple[str, ...]] = set()
     unpacks = False
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Assign):
-            stored.update(id(t) for t in sub.targets)
-            unpacks = unpacks or any(isinstance(t, (ast.Tuple, ast.List)) and len(t.elts) == 2 for t in sub.targets)
-        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)):
-            stored.add(id(sub.target))
-        elif isinstance(sub, ast.Delete) and len(sub.targets) == 1:
-            stored.add(id(sub.targets[0]))
+    for statement in _statements(node):  # the targets are statements': no expression holds one
+        if isinstance(statement, ast.Assign):
+            stored.update(id(t) for t in statement.targets)
+            unpacks = unpacks or any(isinstance(t, (ast.Tuple, ast.List)) and len(t.elts) == 2 for t in statement.targets)
+        elif isinstance(statement, (ast.AugAssign, ast.AnnAssign)):
+            stored.add(id(statement.target))
+        elif isinstance(statement, ast.Delete) and len(statement.targets) == 1:
+            stored.add(id(statement.targets[0]))
     pending: list[ast.AST] = list(node.body)
     while pending:
         sub = pending.pop()
@@ -652,6 +690,21 @@ def forward_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _ForwardFacts
                 continue
         pending.extend(ast.iter_child_nodes(sub))
     return _ForwardFacts(frozenset(reads), unpacks)
+
+
+def _statements(node: ast.AST) -> Iterator[ast.stmt]:
+    """Every statement inside `node`, however deep (nested functions and classes included): what
+    `ast.walk` meets of the statements, without walking every expression."""
+    pending: list[ast.stmt] = list(getattr(node, "body", []))
+    while pending:
+        statement = pending.pop()
+        yield statement
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(statement, name, None)
+            if isinstance(block, list):
+                pending.extend(block)
+        for clause in (*getattr(statement, "handlers", ()), *getattr(statement, "cases", ())):
+            pending.extend(clause.body)
 
 
 # --------------------------------------------------------------------------- reading one body

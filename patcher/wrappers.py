@@ -164,6 +164,14 @@ class WrapperFinder:
         self.tree = index.tree
         self.cache = index.cache
         self._helpers: dict[tuple[Path, int, bool], _Built] = {}
+        # per class, once per run: what its `__init__`s assign (read off the text alone), and the
+        # models it holds (these follow `self.<member>` calls: forgotten when members are adopted)
+        self._assignments: dict[tuple[Path, str], list[Assignment]] = {}
+        self._inners: dict[tuple[Path, str], tuple[Protocol, list[InnerModel]]] = {}
+
+    def forget_inners(self) -> None:
+        """Members were adopted (ClassIndex.adopt): the models a class holds are read again."""
+        self._inners.clear()
 
     def wrapper(self, source: SourceFile, name: str, protocol: Protocol) -> Wrapper:
         """The class, the language model(s) it holds, and whether `__getattr__` forwards every name."""
@@ -190,6 +198,16 @@ class WrapperFinder:
         Each comes with the scope its right-hand side is read in: a base's `__init__` sees the
         arguments the subclass passes up, and `self` is always the class asked about (`owner`).
         """
+        if depth == 0 and caller is None and owner is None:
+            key = (source.path, name)
+            if key not in self._assignments:
+                self._assignments[key] = self._init_assignments(source, name, 0, None, None)
+            return list(self._assignments[key])
+        return self._init_assignments(source, name, depth, caller, owner)
+
+    def _init_assignments(
+        self, source: SourceFile, name: str, depth: int, caller: InitScope | None, owner: tuple[SourceFile, str] | None
+    ) -> list[Assignment]:
         text = self.index.class_text(source, name)
         if text is None:
             return []
@@ -205,7 +223,7 @@ class WrapperFinder:
             for index, indent, attribute, _value in found:
                 conditional = indent > body_indent or self._nested(source, init, index)
                 end = statement_end(source.lines, index)
-                value = assigned_value(source.lines, index, f"self.{attribute}") or ""
+                value = assigned_value(source.lines, index, f"self.{attribute}", end) or ""
                 out.append(Assignment(source, index, end, conditional, attribute, value, scope))
             calls_super = any(_SUPER_INIT.search(source.lines[i]) for i in range(init[0], init[1]))
         if calls_super and depth < MAX_BASE_DEPTH:
@@ -228,6 +246,13 @@ class WrapperFinder:
         A construction that cannot be followed to a class is kept as an `Unresolved` record on
         its attribute, so the report can show it rather than lose it.
         """
+        key = (source.path, name)
+        known = self._inners.get(key)
+        if known is None or known[0] is not protocol:
+            known = self._inners[key] = (protocol, self._inner_models(source, name, protocol))
+        return list(known[1])
+
+    def _inner_models(self, source: SourceFile, name: str, protocol: Protocol) -> list[InnerModel]:
         found: dict[str, InnerModel] = {}
         plausible: set[Unresolved] = set()
         for assignment in self.init_assignments(source, name):

@@ -1,0 +1,563 @@
+"""Cheaper readings of what `check --all` derives, each against the reading it replaces.
+
+`class_index._functions` walks statement bodies only; a libcst visitor over the whole tree finds the
+same defs in the same order (tables here, and every file of a release).  The wrapper finder keeps
+what it derives per class (the `__init__` assignments, the models held) once per run, and reads
+again what depends on members once members are adopted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from helpers import write_srt_tree
+
+from eaglepatch.class_index import _functions
+from eaglepatch.locate import locate_tree
+from eaglepatch.resolve import Resolver
+from eaglepatch.source import SourceCache
+
+
+def _visited(module: cst.Module) -> list[cst.FunctionDef]:
+    found: list[cst.FunctionDef] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+            found.append(node)
+
+    module.visit(Collect())
+    return found
+
+
+# (code, the names of its defs in the order a visitor meets them)
+FUNCTION_CASES = [
+    ("def f():\n    pass\n", ["f"]),
+    ("@d\ndef f(x=lambda: 1):\n    def g():\n        def h(): pass\n    return g\n", ["f", "g", "h"]),
+    ("class A:\n    def m(self): ...\n    class B:\n        def n(self): ...\n    def o(self): ...\n", ["m", "n", "o"]),
+    ("if a:\n    def f(): ...\nelif b:\n    def g(): ...\nelse:\n    def h(): ...\ndef i(): ...\n", ["f", "g", "h", "i"]),
+    (
+        "try:\n    def f(): ...\nexcept E:\n    def g(): ...\nexcept F:\n    def h(): ...\nelse:\n    def i(): ...\nfinally:\n    def j(): ...\n",
+        ["f", "g", "h", "i", "j"],
+    ),
+    ("for x in y:\n    def f(): ...\nelse:\n    def g(): ...\nwhile c:\n    def h(): ...\nelse:\n    def i(): ...\n", ["f", "g", "h", "i"]),
+    ("with a as b, c:\n    async def f(): ...\n", ["f"]),
+    ("match x:\n    case 1:\n        def f(): ...\n    case _:\n        def g(): ...\n", ["f", "g"]),
+    ("try:\n    pass\nexcept* E:\n    def f(): ...\n", ["f"]),
+    ("x = 1; y = lambda: 2\nif a: b = 1\nclass A: pass\n", []),
+    ("def f(): return 1\nclass A:\n    if c: x = 1\n    def g(self): return (lambda: 0)\n", ["f", "g"]),
+]
+
+
+@pytest.mark.parametrize("code, names", FUNCTION_CASES)
+def test_functions_are_the_defs_a_visitor_meets_in_its_order(code, names):
+    module = cst.parse_module(code)
+    got = _functions(module)
+    assert [f.name.value for f in got] == names
+    assert [id(f) for f in got] == [id(f) for f in _visited(module)]
+
+
+def test_functions_of_every_file_of_a_release_are_the_visitor_s(sglang_059: Path):
+    """Every file of the oldest release's models/ (where the defs whose signatures are copied are), parsed
+    whole: the same def nodes, in the same order."""
+    compared = 0
+    for path in sorted((sglang_059 / "sglang" / "srt" / "models").rglob("*.py")):
+        try:
+            module = cst.parse_module(path.read_text(encoding="utf-8"))
+        except (cst.ParserSyntaxError, UnicodeDecodeError):
+            continue
+        assert [id(f) for f in _functions(module)] == [id(f) for f in _visited(module)], path
+        compared += 1
+    assert compared > 100
+
+
+# --------------------------------------------------------------------------- once per class and run
+WRAPPER = {
+    "models/llama.py": "from torch import nn\n\nclass LlamaModel(nn.Module):\n    def __init__(self, config):\n        super().__init__()\n        self.embed_tokens = nn.Embedding(1, 1)\n\n",
+    "models/wrap.py": (
+        "from torch import nn\nfrom sglang.srt.models.llama import LlamaModel\n\n"
+        "class Base(nn.Module):\n    def __init__(self, config):\n        super().__init__()\n        self.config = config\n\n"
+        "class Wrap(Base):\n    def __init__(self, config):\n        super().__init__(config)\n        self.model = self.build(config)\n\n"
+        "    def build(self, config):\n        return LlamaModel(config)\n\nEntryClass = Wrap\n"
+    ),
+}
+
+
+def _resolver(tmp_path: Path) -> tuple[Resolver, Path]:
+    tree = locate_tree(write_srt_tree(tmp_path, WRAPPER) / "sglang" / "srt")
+    return Resolver(tree, SourceCache(tree.srt)), tree.models / "wrap.py"
+
+
+def test_init_assignments_are_read_once_per_class_and_handed_out_as_new_lists(tmp_path):
+    resolver, path = _resolver(tmp_path)
+    source = resolver.cache.read(path)
+    first = resolver.init_assignments(source, "Wrap")
+    assert [(a.attribute, a.value) for a in first] == [("model", "self.build(config)"), ("config", "config")]
+    first.clear()
+    again = resolver.init_assignments(source, "Wrap")
+    assert [a.attribute for a in again] == ["model", "config"]
+    assert again[0] is resolver.init_assignments(source, "Wrap")[0]
+
+
+def test_the_models_a_class_holds_are_read_again_once_members_are_adopted(tmp_path):
+    from eaglepatch.records import Protocol, Signature
+
+    resolver, path = _resolver(tmp_path)
+    source = resolver.cache.read(path)
+    protocol = Protocol({}, [], {})
+    inners = resolver.inner_models(source, "Wrap", protocol)
+    assert [(i.attribute, [c.name for c in i.classes]) for i in inners] == [("model", ["LlamaModel"])]
+    assert resolver.inner_models(source, "Wrap", protocol)[0] is inners[0]  # kept for the run
+    assert resolver.inner_models(source, "Wrap", Protocol({}, [], {}))[0] is not inners[0]  # another protocol: read again
+    kept = resolver.inner_models(source, "Wrap", protocol)[0]
+    assert not resolver.adopt({("models/wrap.py", "Base"): {}})  # nothing adopted: still kept
+    assert resolver.inner_models(source, "Wrap", protocol)[0] is kept
+    member = Signature("get_embed_and_head", "method", "Base", "models/wrap.py", 5)
+    assert resolver.adopt({("models/wrap.py", "Base"): {"get_embed_and_head": member}})
+    again = resolver.inner_models(source, "Wrap", protocol)
+    assert again[0] is not kept
+    assert [(i.attribute, [c.name for c in i.classes]) for i in again] == [("model", ["LlamaModel"])]
+
+
+# --------------------------------------------------------------------------- class bodies read by one search
+def _per_line_attributes(lines, text) -> list[tuple[int, str]]:
+    """The reading `_class_attributes` replaces: `_CLASS_ATTR` matched line by line at the body's indent."""
+    from eaglepatch.class_index import _CLASS_ATTR
+    from eaglepatch.source import _indent
+
+    out = []
+    for index, line in enumerate(lines[text.header + 1 : text.end], text.header + 1):
+        match = _CLASS_ATTR.match(line) if _indent(line) == text.body_indent else None
+        if match:
+            out.append((index, match.group(1)))
+    return out
+
+
+def _per_line_compound(lines, text) -> bool:
+    import re
+
+    from eaglepatch.source import _indent
+
+    compound = re.compile(r"^[ \t]*(?:if|elif|else|try|except|finally|with|async[ \t]+with|for|async[ \t]+for|while|match)\b")
+    return any(_indent(line) == text.body_indent and compound.match(line) for line in lines[text.header + 1 : text.end])
+
+
+def _compound_by_search(lines, text) -> bool:
+    """What block_attributes' one search says (its pattern for the body's indent, made on first use)."""
+    from eaglepatch.class_index import _COMPOUND_AT
+
+    text.block_attributes()
+    return bool(_COMPOUND_AT[text.body_indent].search("\n".join(lines[text.header + 1 : text.end])))
+
+
+CLASS_BODIES = [
+    "class A:\n    x = 1\n    y: int = 2\n    z == 3\n    def f(self):\n        w = 1\n    v = 4\n",
+    "class A:\n\tx = 1\n\tif c:\n\t\ty = 2\n\t  z = 3\n",
+    "class A:\n    s = '''\n    not = 1\n    '''\n    iffy = 1\n    async  with_ = 2\n",
+    "if c:\n    class A(B):\n        x = 1\n        with m:\n            y = 2\n        def g(self):\n            pass\n        k = (\n        j = 1)\n",
+    "class A:\n    def f(self):\n        return '''\n    q = 1\n'''\n    r = 2\n    match = 3\n",
+    "class A:\n    pass\n",
+]
+
+
+@pytest.mark.parametrize("code", CLASS_BODIES)
+def test_class_body_lines_found_by_one_search_are_those_found_line_by_line(tmp_path, code):
+    from eaglepatch.class_index import ClassIndex, _class_attributes
+
+    path = tmp_path / "m.py"
+    path.write_text(code)
+    cache = SourceCache(tmp_path)
+    index = ClassIndex(None, cache)  # type: ignore[arg-type]
+    source = cache.read(path)
+    text = index.class_text(source, "A")
+    assert text is not None
+    assert _class_attributes(source.lines, text) == _per_line_attributes(source.lines, text)
+    assert _compound_by_search(source.lines, text) == _per_line_compound(source.lines, text)
+
+
+def test_class_body_lines_of_every_class_of_a_release(sglang_059: Path):
+    """Every class at module level of the oldest release: the attribute lines one search finds are those the
+    line-by-line match finds, and a class the search says has no compound block has none line by line."""
+    from eaglepatch.class_index import _class_attributes
+
+    srt = sglang_059 / "sglang" / "srt"
+    cache = SourceCache(srt)
+    resolver = Resolver(locate_tree(srt), cache)
+    classes = blocks = 0
+    for path in sorted(srt.rglob("*.py")):
+        source = cache.read(path)
+        for name in cache.outline(source).module_level("class"):
+            text = resolver.class_text(source, name)
+            if text is None:
+                continue
+            assert _class_attributes(source.lines, text) == _per_line_attributes(source.lines, text), f"{path}:{name}"
+            found = _compound_by_search(source.lines, text)
+            assert found == _per_line_compound(source.lines, text), f"{path}:{name}"
+            classes += 1
+            blocks += found
+    assert classes > 1000 and blocks > 10
+
+
+def test_self_assignments_are_read_once_and_handed_out_as_new_lists(tmp_path):
+    resolver, path = _resolver(tmp_path)
+    source = resolver.cache.read(path)
+    init = resolver.index.init_range(resolver.class_text(source, "Wrap"))
+    first = resolver.index.self_assignments(source, *init)
+    assert [(attribute, value) for _, _, attribute, value in first] == [("model", "self.build(config)")]
+    first.clear()
+    assert len(resolver.index.self_assignments(source, *init)) == 1
+
+
+# --------------------------------------------------------------------------- dotted names built without the parser
+VALUES = [
+    "a", "LlamaModel", "nn.Linear", "torch.nn.Module", "_x1.y_.__z__", "print", "self.model",
+    "None", "True", "x.None", "match", "a.match", "type", "_", "lambda", "a.if", "a..b", "a.", ".a", "a b", "a .b",
+    "Foo(config)", "A if c else B", "é", "a.é", "1a", "a1", "",
+]
+
+
+@pytest.mark.parametrize("text", VALUES)
+def test_a_dotted_name_is_the_node_libcst_parses(text):
+    from eaglepatch.bindings import parse_value
+
+    try:
+        expected = cst.parse_expression(text if "\n" not in text else f"({text})")
+    except cst.ParserSyntaxError:
+        expected = None
+    got = parse_value(text)
+    assert (got is None) == (expected is None)
+    if got is not None:
+        assert type(got) is type(expected) and got.deep_equals(expected)
+
+
+# --------------------------------------------------------------------------- EntryClass lines found from the literal
+ENTRY_TEXTS = [
+    "EntryClass = A\n",
+    "  EntryClass=[A,\n B]\nEntryClass = C",
+    "x = EntryClass\nEntryClass = EntryClass2\n",
+    "EntryClass\n=\nEntryClass\nEntryClass = D",
+    "EntryClass =\n\nEntryClass = E",
+    "EntryClassX = 1\n# EntryClass = G\n",
+    "if c:\n\tEntryClass = F\n",
+    "",
+]
+
+
+def _matches(found) -> list[tuple[int, int, str]]:
+    return [(m.start(), m.end(), m.group(1)) for m in found]
+
+
+@pytest.mark.parametrize("text", ENTRY_TEXTS)
+def test_entry_assignments_are_the_anchored_pattern_s_matches(text):
+    from eaglepatch.resolve import _ENTRY, entry_assignments
+
+    assert _matches(entry_assignments(text)) == _matches(_ENTRY.finditer(text))
+
+
+def test_entry_assignments_of_every_file_of_a_release(sglang_059: Path):
+    from eaglepatch.resolve import _ENTRY, entry_assignments
+
+    srt = sglang_059 / "sglang" / "srt"
+    cache = SourceCache(srt)
+    with_entry = 0
+    for path in sorted(srt.rglob("*.py")):
+        joined = cache.outline(cache.read(path)).joined
+        expected = _matches(_ENTRY.finditer(joined))
+        assert _matches(entry_assignments(joined)) == expected, path
+        with_entry += bool(expected)
+    assert with_entry > 100
+
+
+# --------------------------------------------------------------------------- block ends searched from the newline
+BLOCKS = [
+    "def f():\n    x = 1\n\n    # tail\n\ny = 2\n",
+    "class A:\n    def m(self,\na=1):\n        return (1,\n2)\n    def n(self): pass\nz = 3\n",
+    "def f():\n    s = '''\nnot_code = 1\n'''\n    t = 1 + \\\n2\n    return s\nq = 1",
+    "if c:\n    def f():\n        pass\n    x = 1\n",
+    "def f(): pass\ndef g():\n\tpass\n",
+    "def f():\n    pass",
+    "def f():\n    x = [\n1,\n]\n    y = (\n  2)\nw = 1\n",
+]
+
+
+@pytest.mark.parametrize("code", BLOCKS)
+def test_fast_block_ends_are_the_exact_scanner_s(tmp_path, code):
+    from eaglepatch.source import _block_end, _block_end_fast
+
+    path = tmp_path / "m.py"
+    path.write_text(code)
+    cache = SourceCache(tmp_path)
+    source = cache.read(path)
+    outline = cache.outline(source)
+    assert outline.headers
+    for index, _indent, _kind, _name in outline.headers:
+        assert _block_end_fast(outline, index) == _block_end(source.lines, index), (code, index)
+
+
+# --------------------------------------------------------------------------- references: no def read for a class holding no bare model
+def test_references_are_those_learned_reading_every_def(sglang_latest: Path, monkeypatch):
+    """`_learn` skips the def of a class that holds no bare backbone (`_reference` finds none): the
+    references of every hook of the newest release are those learned reading every def."""
+    from eaglepatch.protocol import extract_protocol
+    from eaglepatch.synthesize import HookLibrary
+
+    def learned(skip: bool) -> tuple[dict, int]:
+        if not skip:
+            monkeypatch.setattr(HookLibrary, "_holds_a_bare_model", lambda self, source, info: True)
+        tree = locate_tree(sglang_latest)
+        cache = SourceCache(tree.srt)
+        protocol = extract_protocol(tree, cache, [], [])
+        library = HookLibrary(Resolver(tree, cache), protocol)
+        out = {}
+        for member in ("get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture"):
+            references = library.references(member)
+            out[member] = [(r.label, r.shared_by, r.unportable, r.backbone.attribute, r.config_path, r.ties) for r in references]
+        return out, len(cache.definitions)
+
+    fast, parsed_fast = learned(True)
+    slow, parsed_slow = learned(False)
+    assert fast == slow
+    assert all(len(v) > 5 for v in fast.values())
+    assert parsed_fast < parsed_slow
+
+
+# --------------------------------------------------------------------------- `def name(` in a class, from the literal
+DEF_TEXTS = [
+    ("class A:\n    def get_embed_and_head(self):\n", True),
+    ("def get_embed_and_head(self):\n", False),
+    ("x = 1  # def get_embed_and_head(\n", False),
+    ("class A:\n\tdef get_embed_and_head(self): pass\n", True),
+    ("class A:\n    async def get_embed_and_head(self): pass\n", False),
+    ("class A:\n    def get_embed_and_head_x(self): pass\n", False),
+    ("class A:\r\n    def get_embed_and_head(self): pass\r\n", True),
+    ("class A:\r    def get_embed_and_head(self): pass\r", False),  # `^` does not hold after a lone \r
+    ("s = '''\n  def get_embed_and_head(\n'''\n", True),  # text, not code: the caller reads the outline after
+    ("", False),
+]
+
+
+@pytest.mark.parametrize("text, expected", DEF_TEXTS)
+def test_indented_def_is_the_anchored_pattern_s_answer(text, expected):
+    import re
+
+    from eaglepatch.synthesize import indented_def
+
+    pattern = re.compile(r"^[ \t]+def get_embed_and_head\(", re.MULTILINE)
+    assert bool(pattern.search(text)) == expected
+    assert indented_def(text, "get_embed_and_head") == expected
+
+
+def test_indented_def_of_every_model_file_of_a_release(sglang_059: Path):
+    import re
+
+    from eaglepatch.synthesize import indented_def
+
+    members = ("get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture", "forward", "load_weights")
+    found = 0
+    for path in sorted((sglang_059 / "sglang" / "srt" / "models").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for member in members:
+            expected = bool(re.search(rf"^[ \t]+def {re.escape(member)}\(", text, re.MULTILINE))
+            assert indented_def(text, member) == expected, (path, member)
+            found += expected
+    assert found > 200
+
+
+# --------------------------------------------------------------------------- each model file read once for every hook learned
+@pytest.mark.parametrize(
+    "data, member, expected",
+    [
+        (b"class A:\n    def get_embed_and_head(self):\n", "get_embed_and_head", True),
+        (b"undef get_embed_and_head(", "get_embed_and_head", True),  # a substring, as `in` finds it
+        (b"def get_embed_and_head_x(self):", "get_embed_and_head", False),
+        (b"def  get_embed_and_head(self):", "get_embed_and_head", False),
+        (b"def adef get_embed_and_head(", "get_embed_and_head", True),
+        ("def h\u00e9ad(self):".encode(), "h\u00e9ad", True),
+        ("def h\u00e9ad(self):".encode("latin-1"), "h\u00e9ad", False),
+    ],
+)
+def test_the_names_found_in_a_file_s_bytes_are_what_in_finds(data, member, expected):
+    from eaglepatch.synthesize import _DEF_NAME
+
+    assert (f"def {member}(".encode() in data) == expected
+    assert (member.encode() in set(_DEF_NAME.findall(data))) == expected
+
+
+def test_the_names_found_in_every_model_file_of_a_release_are_what_in_finds(sglang_059: Path):
+    from eaglepatch.synthesize import _DEF_NAME
+
+    checked = 0
+    for path in sorted((sglang_059 / "sglang" / "srt" / "models").rglob("*.py")):
+        data = path.read_bytes()
+        names = set(_DEF_NAME.findall(data))
+        for word in set(re_words(data)):
+            assert (word in names) == (b"def " + word + b"(" in data), (path, word)
+            checked += 1
+    assert checked > 10000
+
+
+def re_words(data: bytes) -> list[bytes]:
+    import re
+
+    return re.findall(rb"[\w\x80-\xff]+", data)
+
+
+def test_assigned_value_with_the_statement_s_end_given_is_the_same():
+    from eaglepatch.bindings import assigned_value, statement_end
+
+    lines = ["        self.model = Foo(", "            config,  # the config", "        )", "        self.x = 1"]
+    for index, target in ((0, "self.model"), (3, "self.x"), (0, "self.x")):
+        assert assigned_value(lines, index, target, statement_end(lines, index)) == assigned_value(lines, index, target)
+    assert assigned_value(lines, 0, "self.model") == "Foo(\n            config,\n        )"
+
+
+# --------------------------------------------------------------------------- a forward's stores read off its statements
+def _facts_by_walk(node) -> tuple[frozenset, bool]:
+    """forward_facts as it read the stores before: ast.walk over every node of the function."""
+    import ast
+
+    positional = [*node.args.posonlyargs, *node.args.args]
+    if not positional:
+        return frozenset(), False
+    receiver = positional[0].arg
+    stored: set[int] = set()
+    unpacks = False
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Assign):
+            stored.update(id(t) for t in sub.targets)
+            unpacks = unpacks or any(isinstance(t, (ast.Tuple, ast.List)) and len(t.elts) == 2 for t in sub.targets)
+        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)):
+            stored.add(id(sub.target))
+        elif isinstance(sub, ast.Delete) and len(sub.targets) == 1:
+            stored.add(id(sub.targets[0]))
+    reads = set()
+    pending = list(node.body)
+    while pending:
+        sub = pending.pop()
+        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if isinstance(sub, ast.Attribute):
+            parts, base = [], sub
+            while isinstance(base, ast.Attribute):
+                parts.append(base.attr)
+                base = base.value
+            if isinstance(base, ast.Name) and base.id == receiver:
+                if id(sub) not in stored:
+                    reads.add(tuple(reversed(parts)))
+                continue
+        pending.extend(ast.iter_child_nodes(sub))
+    return frozenset(reads), unpacks
+
+
+FORWARDS = [
+    "def forward(self, x):\n    self.a.b = x\n    return self.c(x)\n",
+    "def forward(self, x):\n    h, aux = self.model(x)\n    del self.cache\n    self.n += 1\n    self.m: int = 2\n    return h\n",
+    "def forward(self, x):\n    if x:\n        try:\n            a, b = x\n        except E:\n            self.e = 1\n        else:\n            y = self.y\n        finally:\n            self.z.w = 2\n",
+    "def forward(self, x):\n    def inner(s):\n        p, q = s\n        self.k = 1\n    for i in x:\n        self.i = i\n    else:\n        self.j\n    while self.w:\n        with self.ctx as c:\n            c, d = 1, 2\n",
+    "def forward(self, x):\n    match x:\n        case 1:\n            self.one = x\n        case _:\n            a, b = self.two\n    class K:\n        u, v = 1, 2\n    return lambda: self.lam\n",
+    "def forward(x):\n    x.a = 1\n",
+]
+
+
+@pytest.mark.parametrize("code", FORWARDS)
+def test_forward_facts_read_off_statements_are_those_of_a_walk(code):
+    import ast
+
+    from eaglepatch.synthesize import forward_facts
+
+    node = ast.parse(code).body[0]
+    facts = forward_facts(node)
+    assert (facts.reads, facts.unpacks) == _facts_by_walk(node)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # a release's invalid escape sequence, parsed
+def test_forward_facts_of_every_function_of_a_release(sglang_059: Path):
+    import ast
+
+    from eaglepatch.synthesize import forward_facts
+
+    compared = 0
+    for path in sorted((sglang_059 / "sglang" / "srt").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                facts = forward_facts(node)
+                assert (facts.reads, facts.unpacks) == _facts_by_walk(node), f"{path}:{node.lineno}"
+                compared += 1
+    assert compared > 10000
+
+
+# --------------------------------------------------------------------------- one-line imports taken whole
+IMPORT_TEXTS = [
+    "import os\nfrom a.b import c as d  # note\n    from . import x\n",
+    "from a import (\n    b,\n    c,\n)\nimport d\n",
+    "from a import b, \\\n    c\nimport e  # (not a bracket that counts)\n",
+    "if x:\n\tfrom m import n\n",
+    "from a import b  # [x\nimport c\n",
+]
+
+
+@pytest.mark.parametrize("text", IMPORT_TEXTS)
+def test_one_line_imports_are_what_the_bracket_loop_gives(text):
+    from eaglepatch.source import _bracket_delta, _dedent, _import_texts, _indent
+
+    lines = text.split("\n")
+    expected = []
+    index = 0
+    while index < len(lines):  # the loop every import went through before, on every line that starts one
+        line = lines[index]
+        if not line.lstrip().startswith(("import ", "from ")):
+            index += 1
+            continue
+        depth, j = 0, index
+        while j < len(lines):
+            depth += _bracket_delta(lines[j])
+            if depth <= 0 and not lines[j].rstrip().endswith("\\"):
+                break
+            j += 1
+        expected.append(_dedent(lines[index : j + 1], _indent(line)))
+        index = j + 1
+    assert _import_texts(lines) == expected
+
+
+# --------------------------------------------------------------------------- statements in ast.walk's order, expressions unvisited
+WALKED = [
+    "if a:\n    if b:\n        x = 1\n    y = 2\nelse:\n    z = 3\nw = 4\n",
+    "try:\n    a = 1\nexcept E:\n    b = 2\nelse:\n    c = 3\nfinally:\n    d = 4\n",
+    "def f():\n    def g():\n        return 1\n    class C:\n        x = 1\n    return g\nmatch v:\n    case 1:\n        q = 1\n",
+    "for i in x:\n    with m as n:\n        while k:\n            pass\nelse:\n    r = 1\nasync def h():\n    async for j in y:\n        pass\n",
+]
+
+
+def _kept_of_walk(tree) -> list[int]:
+    import ast
+
+    from eaglepatch.roles import _HOLDS_STATEMENTS
+
+    return [id(n) for n in ast.walk(tree) if n is tree or isinstance(n, _HOLDS_STATEMENTS)]
+
+
+@pytest.mark.parametrize("code", WALKED)
+def test_statement_walk_is_ast_walk_with_the_statements_kept(code):
+    import ast
+
+    from eaglepatch.roles import statement_walk
+
+    tree = ast.parse(code)
+    assert [id(n) for n in statement_walk(tree)] == _kept_of_walk(tree)
+    for statement in tree.body:
+        assert [id(n) for n in statement_walk(statement)] == _kept_of_walk(statement)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # a release's invalid escape sequence, parsed
+def test_statement_walk_of_every_file_of_a_release(sglang_059: Path):
+    import ast
+
+    from eaglepatch.roles import statement_walk
+
+    compared = 0
+    for path in sorted((sglang_059 / "sglang" / "srt").rglob("*.py")):
+        tree = ast.parse(path.read_bytes())
+        assert [id(n) for n in statement_walk(tree)] == _kept_of_walk(tree), path
+        compared += 1
+    assert compared > 500
