@@ -140,6 +140,34 @@ def test_0_10_1_stub_protocol_needs_the_base_and_both_hooks_for_llama4():
     assert model["inner"][0]["class"] == "Llama4ForCausalLM"  # initialize_model(..., model_class=Llama4ForCausalLM)
 
 
+LLAMA4 = f"{MODELS}.mllama4:Llama4ForConditionalGeneration>language_model={MODELS}.llama4:Llama4ForCausalLM"
+
+
+def test_0_10_1_apply_passes_the_runtime_check_and_the_hooks_reach_the_language_model(tmp_path):
+    """With 0.10.1's own interfaces.py (stub hooks): before apply the wrapper is no SupportsEagle3 and
+    has neither hook; after, it is, and the setter leaves the given layers on the language model's
+    decoder (Llama4ForCausalLM's own `set_aux_hidden_state_layers`), the getter returns its answer."""
+    pristine = vllm_releases.site_packages("0.10.1")
+    site = tmp_path / "site-packages"
+    shutil.copytree(pristine, site)
+    assert cli("apply", "--model", "mllama4", site).exit_code == 0
+
+    before = runtime_check(pristine, LLAMA4)[LLAMA4]
+    after = runtime_check(site, LLAMA4)
+    assert before["isinstance"] is False and before["declares"] is False
+    assert before["forwarded"]["set"] == "AttributeError: set_aux_hidden_state_layers"
+    assert after["interfaces"].startswith(str(site))
+    assert after[LLAMA4]["isinstance"] is True
+    assert after[LLAMA4]["forwarded"] == {"set": True, "get": [2, 24, 45]}  # Llama's (2, n // 2, n - 3), n = 48
+
+    # the base alone passes isinstance but its stub setter reaches nothing: why the hooks are written
+    patched = site / "vllm/model_executor/models/mllama4.py"
+    text = patched.read_text()
+    patched.write_text(text[: text.index("\n    # eaglepatch: forwards")] + "\n")
+    base_only = runtime_check(site, LLAMA4)[LLAMA4]
+    assert base_only["isinstance"] is True and base_only["forwarded"]["set"] is False
+
+
 def test_0_9_2_duck_typed_release_is_refused_with_the_reason():
     result = cli("check", vllm_releases.site_packages("0.9.2"))
     assert result.exit_code == 2 and "duck typing" in result.stderr
