@@ -309,6 +309,34 @@ def test_the_patched_classes_pass_the_runtime_protocol_check(tree):
     }
 
 
+@pytest.mark.parametrize(
+    "signature, unbound",
+    [
+        ("layers: Sequence[int]", "Sequence"),  # an annotation interfaces.py imports and deep_vl.py does not
+        ("layers: tuple[int, ...] = DEFAULT_LAYERS", "DEFAULT_LAYERS"),  # a default defined in interfaces.py only
+    ],
+)
+def test_a_forwarding_method_whose_signature_reads_a_name_the_file_lacks_is_refused(tree, signature, unbound):
+    interfaces = tree / "vllm" / "model_executor" / "models" / "interfaces.py"
+    text = interfaces.read_text()
+    text = text.replace("from typing import", "from typing import Sequence,", 1) + "\nDEFAULT_LAYERS = (1, 2)\n"
+    text = text.replace("def set_aux_hidden_state_layers(self, layers: tuple[int, ...])", f"def set_aux_hidden_state_layers(self, {signature})")
+    interfaces.write_text(text)
+    deep_vl = tree / "vllm" / "model_executor" / "models" / "deep_vl.py"
+    before = deep_vl.read_bytes()
+    result = cli("apply", "--model", "deep_vl", tree)
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("eaglepatch: error: model_executor/models/deep_vl.py: ")
+    assert f"DeepVLForConditionalGeneration.set_aux_hidden_state_layers would read {unbound} " in line and "nothing written" in line
+    assert deep_vl.read_bytes() == before
+    # once the wrapper file binds the name, the same signature is written
+    deep_vl.write_text(f"from .interfaces import Sequence, DEFAULT_LAYERS  # noqa\n{before.decode()}")
+    assert cli("apply", "--model", "deep_vl", tree).exit_code == 0
+    written = " ".join(deep_vl.read_text().split()).replace("( ", "(").replace(" )", ")")
+    assert f"def set_aux_hidden_state_layers(self, {signature}) -> None:" in written
+
+
 def test_revert_and_explain_say_they_do_not_read_vllm_trees_yet(tree):
     for args in (("revert", tree), ("explain", "set_aux_hidden_state_layers", tree)):
         result = cli(*args)
