@@ -62,7 +62,7 @@ def _edit(cache: SourceCache, tree: SourceTree, rel: str, classes: dict[str, Mod
     delegations = {cls: todo for cls, todo in delegations.items() if todo}
     updated = module
     spelling = interfaces_spelling(source, rel)
-    transformer = AddBase(bases, spelling, LINE_LENGTH, module.default_indent, equivalents=_equivalents(rel))
+    transformer = AddBase(bases, spelling, LINE_LENGTH, module.default_indent, equivalents=equivalents(rel), mark=True)
     if bases:
         updated = updated.visit(transformer)
     added: dict[str, list[str]] = {cls: list(names) for cls, names in transformer.added.items()}
@@ -80,8 +80,12 @@ def _edit(cache: SourceCache, tree: SourceTree, rel: str, classes: dict[str, Mod
 def interfaces_spelling(source: SourceFile, rel: str) -> str:
     """How the file imports interfaces.py: as it already does, else `.interfaces` inside
     model_executor/models (upstream's spelling there) and the absolute module elsewhere."""
+    return spelling_in(source.text, rel)
+
+
+def spelling_in(text: str, rel: str) -> str:
     try:
-        tree = ast.parse(source.text)
+        tree = ast.parse(text)
     except SyntaxError:
         tree = ast.Module(body=[], type_ignores=[])
     inside = rel.startswith(VLLM_MODELS + "/") and rel.count("/") == VLLM_MODELS.count("/") + 1
@@ -94,7 +98,7 @@ def interfaces_spelling(source: SourceFile, rel: str) -> str:
     return ".interfaces" if inside else INTERFACES
 
 
-def _equivalents(rel: str) -> tuple[str, ...]:
+def equivalents(rel: str) -> tuple[str, ...]:
     """Both spellings of interfaces.py inside model_executor/models; elsewhere only the absolute one."""
     inside = rel.startswith(VLLM_MODELS + "/") and rel.count("/") == VLLM_MODELS.count("/") + 1
     return (".interfaces", INTERFACES) if inside else (INTERFACES,)

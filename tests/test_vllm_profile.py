@@ -337,7 +337,48 @@ def test_a_forwarding_method_whose_signature_reads_a_name_the_file_lacks_is_refu
     assert f"def set_aux_hidden_state_layers(self, {signature}) -> None:" in written
 
 
-def test_revert_and_explain_say_they_do_not_read_vllm_trees_yet(tree):
-    for args in (("revert", tree), ("explain", "set_aux_hidden_state_layers", tree)):
-        result = cli(*args)
-        assert result.exit_code == 2 and "vLLM" in result.stderr
+def test_explain_says_it_does_not_read_vllm_trees_yet(tree):
+    result = cli("explain", "set_aux_hidden_state_layers", tree)
+    assert result.exit_code == 2 and "vLLM" in result.stderr
+
+
+# --------------------------------------------------------------------------- revert
+
+
+def _snapshot(root: Path) -> dict[Path, bytes]:
+    return {p.relative_to(root): p.read_bytes() for p in root.rglob("*.py")}
+
+
+def test_revert_takes_out_the_bases_hooks_and_imports_apply_wrote_and_only_those(tree):
+    pristine = _snapshot(tree)
+    assert cli("apply", "--all", tree).exit_code == 0
+    models = tree / "vllm" / "model_executor" / "models"
+    assert "    # eaglepatch: added SupportsEagle3 to the bases (before: header on one line)\n" in (models / "deep_vl.py").read_text()
+    ready = models / "ready_vl.py"  # declares the base by hand (no marker): revert leaves it
+    assert "SupportsEagle3" in ready.read_text()
+    result = cli("revert", tree)
+    assert result.exit_code == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "removed from DeepVLForConditionalGeneration (model_executor/models/deep_vl.py): SupportsEagle3, set_aux_hidden_state_layers" in text
+    assert _snapshot(tree) == pristine  # the original bytes, imports and layouts included
+    again = cli("revert", tree)
+    assert again.exit_code == 0 and "Nothing to revert" in again.stdout
+
+
+def test_revert_model_reverts_that_module_only_and_keeps_what_was_edited(tree):
+    assert cli("apply", "--all", tree).exit_code == 0
+    models = tree / "vllm" / "model_executor" / "models"
+    patched = _snapshot(tree)
+    assert cli("revert", "--model", "asr", tree).exit_code == 0
+    now = _snapshot(tree)
+    assert [p.name for p in now if now[p] != patched[p]] == ["asr.py"]
+    assert now[Path("vllm/model_executor/models/asr.py")] == (FIXTURE / "vllm/model_executor/models/asr.py").read_bytes()
+    deep_vl = models / "deep_vl.py"  # the forwarding hook edited by hand: kept, and said so; the base goes
+    deep_vl.write_text(deep_vl.read_text().replace("return inner.set_aux_hidden_state_layers(layers)", "inner.set_aux_hidden_state_layers(layers)"))
+    result = cli("revert", "--model", "deep_vl", tree)
+    assert result.exit_code == 0
+    assert "kept model_executor/models/deep_vl.py:DeepVLForConditionalGeneration: set_aux_hidden_state_layers" in " ".join(result.stdout.split())
+    text = deep_vl.read_text()
+    assert "class DeepVLForConditionalGeneration(Module, SupportsMultiModal, SupportsPP):" in text
+    assert "def set_aux_hidden_state_layers" in text
+    assert cli("revert", "--model", "nope", tree).exit_code == 2

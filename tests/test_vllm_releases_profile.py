@@ -95,6 +95,15 @@ def test_0_18_0_reports_the_later_upstream_fixes_and_apply_passes_the_runtime_ch
     assert {k: v["isinstance"] for k, v in after.items() if k != "interfaces"} == {ASR: True, REALTIME: True, OMNI: False}
     assert after["interfaces"].startswith(str(site))
 
+    # revert gives the original bytes back (the import merged into a parenthesized one, the base one a line)
+    asr_rel = "vllm/model_executor/models/qwen3_asr.py"
+    assert (site / asr_rel).read_bytes() != (pristine / asr_rel).read_bytes()
+    reverted = cli("revert", "--model", "qwen3_asr", site)
+    assert reverted.exit_code == 0 and "removed from Qwen3ASRForConditionalGeneration" in reverted.stdout
+    assert (site / asr_rel).read_bytes() == (pristine / asr_rel).read_bytes()
+    assert cli("revert", "--model", "qwen3_asr", site).exit_code == 0
+    assert (site / asr_rel).read_bytes() == (pristine / asr_rel).read_bytes()
+
 
 SURVEY_GAPS_0_33_0 = {
     "AudioFlamingo3ForConditionalGeneration", "BagelForConditionalGeneration", "Dots3NoteForCausalLM",
@@ -166,6 +175,9 @@ def test_0_10_1_apply_passes_the_runtime_check_and_the_hooks_reach_the_language_
     patched.write_text(text[: text.index("\n    # eaglepatch: forwards")] + "\n")
     base_only = runtime_check(site, LLAMA4)[LLAMA4]
     assert base_only["isinstance"] is True and base_only["forwarded"]["set"] is False
+    patched.write_text(text)
+    assert cli("revert", "--model", "mllama4", site).exit_code == 0  # base, both hooks, the import: the original bytes
+    assert patched.read_bytes() == (pristine / "vllm/model_executor/models/mllama4.py").read_bytes()
 
 
 def test_0_9_2_duck_typed_release_is_refused_with_the_reason():
