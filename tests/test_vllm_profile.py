@@ -193,6 +193,39 @@ def test_every_registered_wrapper_holding_a_language_model_gets_its_status():
     assert "architectures=" in by_class["AnyVLForConditionalGeneration"]["reason"]
 
 
+OVER_VL = """from .interfaces import SupportsEagle3, SupportsMultiModal
+from .llama import Module
+from .omni import OmniMoeLLMForCausalLM
+
+
+class OverVLForConditionalGeneration(Module, SupportsMultiModal, SupportsEagle3):
+    def __init__(self, *, vllm_config=None, prefix=""):
+        super().__init__()
+        self.language_model = OmniMoeLLMForCausalLM(vllm_config=vllm_config, prefix=prefix)
+"""
+
+
+def test_an_over_declared_wrapper_needs_code(tree):
+    """The base is in the MRO (isinstance holds) but the language model's decoder collects nothing."""
+    models = tree / "vllm" / "model_executor" / "models"
+    (models / "over_vl.py").write_text(OVER_VL)
+    registry = models / "registry.py"
+    registry.write_text(registry.read_text().replace(
+        "_MULTIMODAL_MODELS = {\n", '_MULTIMODAL_MODELS = {\n    "OverVLForConditionalGeneration": ("over_vl", "OverVLForConditionalGeneration"),\n'
+    ))
+    result = cli("check", "--all", "--format", "json", tree)
+    data = json.loads(result.stdout)
+    assert _statuses(data) == {**EXPECTED, "OverVLForConditionalGeneration": "needs_code"}  # ready_vl stays compliant
+    over = next(m for m in data["models"] if m["class"] == "OverVLForConditionalGeneration")
+    forward = _line((models / "omni.py").read_text().splitlines(), "def forward")
+    assert over["reason"].startswith("over-declared: SupportsEagle3 is in its MRO, but ")
+    assert f"OmniMoeLLMModel.forward (model_executor/models/omni.py:{forward})" in over["reason"]
+    assert [(m["name"], m["fix"]) for m in over["missing"]] == [("set_aux_hidden_state_layers", None)]
+    before = (models / "over_vl.py").read_bytes()
+    assert cli("apply", "--model", "over_vl", tree).exit_code == 0
+    assert (models / "over_vl.py").read_bytes() == before  # nothing apply could write
+
+
 def test_the_planner_follows_init_model_and_model_cls_to_the_decoder():
     index = VllmTree(FIXTURE / "vllm")
     protocol = read_protocol(index)

@@ -7,7 +7,8 @@ Ground truth from the survey of the releases (notes of issue 13), not from eagle
   states): so on 0.18.0 the first two are fixable by the base and the third needs code.
 * 0.33.0: the survey's 22 wrappers whose language model supports EAGLE-3 but which lack the base;
   Granite4Vision's decoder forward collects nothing (needs_code), MiniCPMO dispatches in `__new__`
-  (dynamic). DotsOCRForCausalLM is a gap the survey's script missed (it assigns its language model
+  (dynamic); CohereCompass, Exaone4_5 and Qwen4Exp declare the base while their language model's decoder
+  collects nothing (over-declared). DotsOCRForCausalLM is a gap the survey's script missed (it assigns its language model
   with an annotation, `self.language_model: Qwen2ForCausalLM = init_vllm_registered_model(...)`).
 """
 
@@ -120,12 +121,17 @@ def test_0_33_0_lists_every_registered_wrapper_with_a_status():
     data, found = statuses(vllm_releases.site_packages("0.33.0"), "--all")
     listed = {(m["file"], m["class"]) for m in data["models"]}  # a class per platform folder: same name, other file
     assert sum(data["summary"]["by_status"].values()) == len(data["models"]) == len(listed)
+    by_reason = {m["class"]: m["reason"] for m in data["models"]}
     fixable = {c for c, s in found.items() if s == "fixable"}
     assert fixable == SURVEY_GAPS_0_33_0 | {"DotsOCRForCausalLM"}
     assert found["Granite4VisionForConditionalGeneration"] == "needs_code"
     assert found["MiniCPMO"] == "dynamic"
     for name in ("Qwen3ASRForConditionalGeneration", "Qwen3OmniMoeThinkerForConditionalGeneration", "Llama4ForConditionalGeneration"):
         assert found[name] == "compliant"  # fixed upstream
+    # over-declared (survey §4): the base in the MRO, the language model's decoder collects nothing
+    over = {c for c, s in found.items() if s == "needs_code" and by_reason[c].startswith("over-declared")}
+    assert over == {"CohereCompassForConditionalGeneration", "Exaone4_5_ForConditionalGeneration", "Qwen4ExpForConditionalGeneration"}
+    assert "CohereCompassTextModel.forward (model_executor/models/cohere_compass.py:" in by_reason["CohereCompassForConditionalGeneration"]
     for dynamic in ("LlavaNextForConditionalGeneration", "InternVLChatModel", "Blip2ForConditionalGeneration"):
         assert found[dynamic] == "dynamic"
     by_class = {m["class"]: m for m in data["models"]}
