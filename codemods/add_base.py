@@ -11,6 +11,11 @@ same kind (relative or absolute).
 
 Idempotent: a class that already lists the base is left alone, and a name already imported from the
 module is not imported again.
+
+With `mark=True` the class also gets a comment line, `# eaglepatch: added SupportsEagle3 to the bases`
+(`base_marker`), above its first statement after the docstring: what `revert` looks for.  Where the
+change relaid what was there, the marker says how it was, so `revert` can give the bytes back:
+`(before: header on one line)`, `(before: bases on a line of their own)`, `(before: import on one line)`.
 """
 
 from __future__ import annotations
@@ -20,6 +25,26 @@ import libcst as cst
 from .add_delegations import LINE_LENGTH
 
 _EMPTY = cst.Module(body=[])
+
+
+HEADER_ON_ONE_LINE = "header on one line"
+BASES_ON_THEIR_LINE = "bases on a line of their own"
+IMPORT_ON_ONE_LINE = "import on one line"
+
+
+def base_marker(base: str, notes: tuple[str, ...] = ()) -> str:
+    text = f"# eaglepatch: added {base} to the bases"
+    return f"{text} (before: {'; '.join(notes)})" if notes else text
+
+
+def header_layout(node: cst.ClassDef) -> str:
+    """How a class header lays out its bases: "lines" (one a line, or over several lines), "hug" (on a
+    line of their own between the parentheses) or "line" (the header on one line)."""
+    if _multiline([item.comma for item in [*node.bases, *node.keywords]]):
+        return "lines"
+    if isinstance(node.lpar, cst.LeftParen) and isinstance(node.lpar.whitespace_after, cst.ParenthesizedWhitespace):
+        return "hug"
+    return "line"
 
 
 def _code(node: cst.CSTNode) -> str:
@@ -61,9 +86,16 @@ def _multiline(commas: list) -> bool:
 
 class AddBase(cst.CSTTransformer):
     def __init__(
-        self, bases: dict[str, str], module: str, line_length: int = LINE_LENGTH, indent: str = "    ", equivalents: tuple[str, ...] = ()
+        self,
+        bases: dict[str, str],
+        module: str,
+        line_length: int = LINE_LENGTH,
+        indent: str = "    ",
+        equivalents: tuple[str, ...] = (),
+        mark: bool = False,
     ):
         super().__init__()
+        self.mark = mark  # a marker comment in each class given the base (for revert)
         self.bases = bases  # class name -> base to add
         self.module = module  # ".interfaces" or an absolute dotted module: how a new import spells it
         self.spellings = (module, *equivalents)  # an existing import of any of these is merged into
@@ -89,7 +121,12 @@ class AddBase(cst.CSTTransformer):
             return updated
         self.added.setdefault(updated.name.value, []).append(base)
         self.needed.add(base)
-        return self._with_base(updated, base)
+        based = self._with_base(updated, base)
+        if not self.mark:
+            return based
+        before, after = header_layout(updated), header_layout(based)
+        notes = () if before == after else ({"line": HEADER_ON_ONE_LINE, "hug": BASES_ON_THEIR_LINE}[before],)
+        return _marked(based, base_marker(base, notes))
 
     def _with_base(self, node: cst.ClassDef, base: str) -> cst.ClassDef:
         args = list(node.bases)
@@ -165,8 +202,18 @@ class AddBase(cst.CSTTransformer):
             assert isinstance(statement, cst.SimpleStatementLine)
             merged = self._merge(found, missing)
             body[index] = statement.with_changes(body=[merged if s is found else s for s in statement.body])
+            if self.mark and found.lpar is None and merged.lpar is not None:
+                body = self._noted(body, IMPORT_ON_ONE_LINE)
             return updated.with_changes(body=body)
         return updated.with_changes(body=self._insert(body, wanted))
+
+    def _noted(self, body: list, note: str) -> list:
+        """The first class given a base here says `note` in its marker."""
+        for index, statement in enumerate(body):
+            if isinstance(statement, cst.ClassDef) and statement.name.value in self.added:
+                body[index] = _renoted(statement, note)
+                break
+        return body
 
     def _import_of(self, statement: cst.CSTNode) -> cst.ImportFrom | None:
         if not isinstance(statement, cst.SimpleStatementLine):
@@ -242,6 +289,41 @@ class AddBase(cst.CSTTransformer):
             statement = statement.with_changes(leading_lines=body[first_after].leading_lines)
             body[first_after] = body[first_after].with_changes(leading_lines=[])
         return [*body[:position], statement, *body[position:]]
+
+
+def _renoted(node: cst.ClassDef, note: str) -> cst.ClassDef:
+    assert isinstance(node.body, cst.IndentedBlock)
+    statements = []
+    for statement in node.body.body:
+        lines = []
+        assert isinstance(statement, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+        for line in statement.leading_lines:
+            if line.comment is not None and line.comment.value.startswith("# eaglepatch: added "):
+                text = line.comment.value
+                text = f"{text[:-1]}; {note})" if text.endswith(")") else f"{text} (before: {note})"
+                line = line.with_changes(comment=cst.Comment(text))
+            lines.append(line)
+        statements.append(statement.with_changes(leading_lines=lines))
+    return node.with_changes(body=node.body.with_changes(body=statements))
+
+
+def _marked(node: cst.ClassDef, marker: str) -> cst.ClassDef:
+    """The marker comment above the class's first statement after its docstring (above the docstring
+    when it is the only one); a one-line body (`class X(A): pass`) has no place for it."""
+    body = node.body
+    if not isinstance(body, cst.IndentedBlock) or not body.body:
+        return node
+    statements = list(body.body)
+    at = 1 if len(statements) > 1 and _is_docstring(statements[0]) else 0
+    first = statements[at]
+    assert isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+    line = cst.EmptyLine(indent=True, whitespace=cst.SimpleWhitespace(""), comment=cst.Comment(marker))
+    leading = list(first.leading_lines)
+    blanks = 0
+    while blanks < len(leading) and leading[blanks].comment is None:
+        blanks += 1
+    statements[at] = first.with_changes(leading_lines=[*leading[:blanks], line, *leading[blanks:]])
+    return node.with_changes(body=body.with_changes(body=statements))
 
 
 def _is_docstring(node: cst.CSTNode) -> bool:

@@ -155,7 +155,8 @@ Examples:
   eaglepatch revert --all /root/sglang
 
 Only members carrying eaglepatch's marker and still exactly as eaglepatch wrote them are removed;
-hand-written or hand-edited methods stay. Exit codes: 0 done or nothing to revert, 2 error.
+hand-written or hand-edited methods stay. On a vLLM tree, also the SupportsEagle3 base of a class
+carrying "# eaglepatch: added SupportsEagle3 to the bases", and its import when nothing else uses it. Exit codes: 0 done or nothing to revert, 2 error.
 """
 EPILOG_EXPLAIN = """\
 Examples:
@@ -575,11 +576,17 @@ def revert(
     from .style import load_style
 
     try:
-        _not_for_vllm(path, installed or bool(python), "revert", "remove the SupportsEagle3 base apply added by hand")
-        tree, selection, _ = resolve_selection(Selection(path, list(model or []), all_models, installed=installed, python=python))
-        cache = SourceCache(tree.srt)
-        style = load_style(tree.models, tree.given)
-        edits, errors, kept = revert_edits(cache, tree, None if selection.all_models else selection.models, style)
+        vllm = _vllm_tree(path, installed or bool(python))
+        if vllm is not None:
+            from .vllm_revert import revert_vllm_edits
+
+            tree = vllm
+            edits, errors, kept = revert_vllm_edits(tree, None if all_models else list(model or []) or None)
+        else:
+            tree, selection, _ = resolve_selection(Selection(path, list(model or []), all_models, installed=installed, python=python))
+            cache = SourceCache(tree.srt)
+            style = load_style(tree.models, tree.given)
+            edits, errors, kept = revert_edits(cache, tree, None if selection.all_models else selection.models, style)
     except EaglepatchError as exc:
         fail(str(exc))
     console = _console()
@@ -595,18 +602,25 @@ def revert(
     _write_all(tree, edits, errors, console, commit, "removed from", lambda e: e.removed)
 
 
-def _not_for_vllm(path: Optional[Path], installed: bool, command: str, instead: str) -> None:
-    """The commands the vLLM profile does not serve yet stop, with exit 2, before reading anything."""
+def _vllm_tree(path: Optional[Path], installed: bool):
+    """The vLLM tree PATH names, or None (an SGLang tree, an installed package, or no tree: the command
+    reports it as it always did)."""
     from .errors import EaglepatchError
     from .locate import locate_tree
 
     if installed:
-        return
+        return None
     try:
         tree = locate_tree(path)
     except EaglepatchError:
-        return  # the command reports it as it always did
-    if tree.engine == "vllm":
+        return None
+    return tree if tree.engine == "vllm" else None
+
+
+def _not_for_vllm(path: Optional[Path], installed: bool, command: str, instead: str) -> None:
+    """The commands the vLLM profile does not serve yet stop, with exit 2, before reading anything."""
+    tree = _vllm_tree(path, installed)
+    if tree is not None:
         fail(f"{tree.given}: {command} does not read vLLM trees yet; {instead}")
 
 

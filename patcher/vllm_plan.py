@@ -154,6 +154,13 @@ class VllmPlanner:
         if nominal and not needed:
             plan.forwarded.append(MemberPlan(base, None, None, required=True, uses=base.uses))
             plan.reason = f"{BASE} is in its MRO" + ("" if not self.protocol.stubs else " and both hooks have a body")
+            over = self.over_declared(held)
+            if over is not None:  # the check passes, but the layers set reach a decoder that collects nothing
+                holder, why = over
+                setter_member = self.records.members[setter.name]
+                plan.status = "needs_code"
+                plan.reason = f"over-declared: {BASE} is in its MRO, but {why}"
+                plan.missing = [MemberPlan(setter_member, None, holder, required=True, blocker=plan.reason, uses=setter_member.uses)]
             return plan
         status, why, attribute, lm, decoder = self.judge(held)
         new = methods(ref.node).get("__new__")
@@ -195,6 +202,25 @@ class VllmPlanner:
         else:
             plan.reason = why
         return plan
+
+    def over_declared(self, held: list[Held]) -> tuple[str, str] | None:
+        """(LM attribute, why) when a language model the wrapper holds has a decoder whose `forward`
+        collects no aux hidden states: EAGLE-3 would get none from it. A dynamic or unresolved language
+        model, or a decoder that could not be followed, says nothing."""
+        for h in held:
+            if h.dynamic or h.unresolved:
+                continue
+            for lm in h.classes:
+                decoder = self.decoder(lm)
+                if decoder.cls is None or decoder.forward is None or decoder.collects:
+                    continue
+                forward = f"{decoder.forward.name}.forward ({decoder.forward.module.rel}:{decoder.forward_line})"
+                return h.attribute, (
+                    f"{forward}, the forward of the decoder self.model of self.{h.attribute} ({lm.name}), collects no aux "
+                    "hidden states (no _maybe_add_hidden_state call, no read of aux_hidden_state_layers): "
+                    "needs hand-written code, or the base removed"
+                )
+        return None
 
     def judge(self, held: list[Held]) -> tuple[Status, str, str | None, ClassRef | None, Decoder | None]:
         """(status, why, LM attribute, LM class, its decoder) of the language model(s) a wrapper holds."""

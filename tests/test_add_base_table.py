@@ -122,3 +122,59 @@ def test_only_the_named_classes_change():
     source = "from .interfaces import SupportsPP\n\n\nclass A(nn.Module):\n    pass\n\n\nclass B(nn.Module):\n    pass\n"
     out = add(source, {"B": "SupportsEagle3"})
     assert "class A(nn.Module):" in out and "class B(nn.Module, SupportsEagle3):" in out
+
+
+# --------------------------------------------------------------------------- revert (patcher/vllm_revert.py)
+
+REL = "model_executor/models/wrapper.py"  # inside models/: `.interfaces` is the spelling of a new import
+
+
+def marked(source: str, classes: dict[str, str] | None = None) -> str:
+    transformer = AddBase(classes or WRAPPERS, ".interfaces", 88, equivalents=(ABSOLUTE,), mark=True)
+    return cst.parse_module(source).visit(transformer).code
+
+
+def revert(source: str) -> tuple[str, dict, dict]:
+    from eaglepatch.vllm_revert import reverted
+
+    module, removed, kept = reverted(cst.parse_module(source), REL)
+    return module.code, removed, kept
+
+
+@pytest.mark.parametrize(("source", "expected", "black_layout"), CASES)
+def test_revert_gives_back_what_apply_started_from(source, expected, black_layout):
+    patched = marked(source)
+    assert "# eaglepatch: added" in patched or patched == source
+    assert ast.dump(ast.parse(patched)) == ast.dump(ast.parse(expected))  # the marker is a comment, nothing else
+    back, removed, kept = revert(patched)
+    assert back == source and not kept
+    assert removed == ({} if patched == source else {"Wrapper" if "class Wrapper(" in source else "AVeryLongWrapperNameForConditionalGeneration": ["SupportsEagle3"]})
+    assert revert(back)[0] == back  # idempotent
+
+
+def test_revert_gives_back_the_yapf_layout():
+    source = "from .interfaces import SupportsPP\n\n\nclass Wrapper(nn.Module, SupportsMultiModal,\n              SupportsPP):\n    pass\n"
+    assert revert(marked(source))[0] == source
+
+
+def test_the_marker_says_what_the_change_relaid():
+    one_line = "from .interfaces import SupportsMultiModal, SupportsPP\n\n\nclass AVeryLongWrapperNameForConditionalGeneration(nn.Module, SupportsMultiModal, SupportsPP):\n    pass\n"
+    assert "    # eaglepatch: added SupportsEagle3 to the bases (before: header on one line)\n    pass\n" in marked(one_line)
+    long_import = CASES[4].values[0]
+    assert "# eaglepatch: added SupportsEagle3 to the bases (before: import on one line)\n" in marked(long_import)
+    documented = 'class Wrapper(nn.Module):\n    """Doc."""\n\n    x = 1\n'
+    assert marked(documented).endswith('    """Doc."""\n\n    # eaglepatch: added SupportsEagle3 to the bases\n    x = 1\n')
+
+
+def test_revert_leaves_a_base_without_marker_an_edited_header_and_a_name_still_used():
+    by_hand = "from .interfaces import SupportsEagle3\n\n\nclass Wrapper(nn.Module, SupportsEagle3):\n    pass\n"
+    assert revert(by_hand) == (by_hand, {}, {})
+    edited = marked("from .interfaces import SupportsPP\n\n\nclass Wrapper(nn.Module, SupportsPP):\n    pass\n").replace(
+        "SupportsPP, SupportsEagle3", "SupportsEagle3, SupportsPP"
+    )  # moved by hand: not what apply wrote
+    back, removed, kept = revert(edited)
+    assert back == edited and kept == {"Wrapper": ["SupportsEagle3"]} and not removed
+    used = marked("from .interfaces import SupportsPP\n\n\nclass Wrapper(nn.Module, SupportsPP):\n    pass\n") + "\n\nassert issubclass(Other, SupportsEagle3)\n"
+    back, removed, kept = revert(used)
+    assert "class Wrapper(nn.Module, SupportsPP):\n    pass\n" in back and "import SupportsEagle3, SupportsPP" in back
+    assert removed == {"Wrapper": ["SupportsEagle3"]}

@@ -193,6 +193,39 @@ def test_every_registered_wrapper_holding_a_language_model_gets_its_status():
     assert "architectures=" in by_class["AnyVLForConditionalGeneration"]["reason"]
 
 
+OVER_VL = """from .interfaces import SupportsEagle3, SupportsMultiModal
+from .llama import Module
+from .omni import OmniMoeLLMForCausalLM
+
+
+class OverVLForConditionalGeneration(Module, SupportsMultiModal, SupportsEagle3):
+    def __init__(self, *, vllm_config=None, prefix=""):
+        super().__init__()
+        self.language_model = OmniMoeLLMForCausalLM(vllm_config=vllm_config, prefix=prefix)
+"""
+
+
+def test_an_over_declared_wrapper_needs_code(tree):
+    """The base is in the MRO (isinstance holds) but the language model's decoder collects nothing."""
+    models = tree / "vllm" / "model_executor" / "models"
+    (models / "over_vl.py").write_text(OVER_VL)
+    registry = models / "registry.py"
+    registry.write_text(registry.read_text().replace(
+        "_MULTIMODAL_MODELS = {\n", '_MULTIMODAL_MODELS = {\n    "OverVLForConditionalGeneration": ("over_vl", "OverVLForConditionalGeneration"),\n'
+    ))
+    result = cli("check", "--all", "--format", "json", tree)
+    data = json.loads(result.stdout)
+    assert _statuses(data) == {**EXPECTED, "OverVLForConditionalGeneration": "needs_code"}  # ready_vl stays compliant
+    over = next(m for m in data["models"] if m["class"] == "OverVLForConditionalGeneration")
+    forward = _line((models / "omni.py").read_text().splitlines(), "def forward")
+    assert over["reason"].startswith("over-declared: SupportsEagle3 is in its MRO, but ")
+    assert f"OmniMoeLLMModel.forward (model_executor/models/omni.py:{forward})" in over["reason"]
+    assert [(m["name"], m["fix"]) for m in over["missing"]] == [("set_aux_hidden_state_layers", None)]
+    before = (models / "over_vl.py").read_bytes()
+    assert cli("apply", "--model", "over_vl", tree).exit_code == 0
+    assert (models / "over_vl.py").read_bytes() == before  # nothing apply could write
+
+
 def test_the_planner_follows_init_model_and_model_cls_to_the_decoder():
     index = VllmTree(FIXTURE / "vllm")
     protocol = read_protocol(index)
@@ -309,7 +342,76 @@ def test_the_patched_classes_pass_the_runtime_protocol_check(tree):
     }
 
 
-def test_revert_and_explain_say_they_do_not_read_vllm_trees_yet(tree):
-    for args in (("revert", tree), ("explain", "set_aux_hidden_state_layers", tree)):
-        result = cli(*args)
-        assert result.exit_code == 2 and "vLLM" in result.stderr
+@pytest.mark.parametrize(
+    "signature, unbound",
+    [
+        ("layers: Sequence[int]", "Sequence"),  # an annotation interfaces.py imports and deep_vl.py does not
+        ("layers: tuple[int, ...] = DEFAULT_LAYERS", "DEFAULT_LAYERS"),  # a default defined in interfaces.py only
+    ],
+)
+def test_a_forwarding_method_whose_signature_reads_a_name_the_file_lacks_is_refused(tree, signature, unbound):
+    interfaces = tree / "vllm" / "model_executor" / "models" / "interfaces.py"
+    text = interfaces.read_text()
+    text = text.replace("from typing import", "from typing import Sequence,", 1) + "\nDEFAULT_LAYERS = (1, 2)\n"
+    text = text.replace("def set_aux_hidden_state_layers(self, layers: tuple[int, ...])", f"def set_aux_hidden_state_layers(self, {signature})")
+    interfaces.write_text(text)
+    deep_vl = tree / "vllm" / "model_executor" / "models" / "deep_vl.py"
+    before = deep_vl.read_bytes()
+    result = cli("apply", "--model", "deep_vl", tree)
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("eaglepatch: error: model_executor/models/deep_vl.py: ")
+    assert f"DeepVLForConditionalGeneration.set_aux_hidden_state_layers would read {unbound} " in line and "nothing written" in line
+    assert deep_vl.read_bytes() == before
+    # once the wrapper file binds the name, the same signature is written
+    deep_vl.write_text(f"from .interfaces import Sequence, DEFAULT_LAYERS  # noqa\n{before.decode()}")
+    assert cli("apply", "--model", "deep_vl", tree).exit_code == 0
+    written = " ".join(deep_vl.read_text().split()).replace("( ", "(").replace(" )", ")")
+    assert f"def set_aux_hidden_state_layers(self, {signature}) -> None:" in written
+
+
+def test_explain_says_it_does_not_read_vllm_trees_yet(tree):
+    result = cli("explain", "set_aux_hidden_state_layers", tree)
+    assert result.exit_code == 2 and "vLLM" in result.stderr
+
+
+# --------------------------------------------------------------------------- revert
+
+
+def _snapshot(root: Path) -> dict[Path, bytes]:
+    return {p.relative_to(root): p.read_bytes() for p in root.rglob("*.py")}
+
+
+def test_revert_takes_out_the_bases_hooks_and_imports_apply_wrote_and_only_those(tree):
+    pristine = _snapshot(tree)
+    assert cli("apply", "--all", tree).exit_code == 0
+    models = tree / "vllm" / "model_executor" / "models"
+    assert "    # eaglepatch: added SupportsEagle3 to the bases (before: header on one line)\n" in (models / "deep_vl.py").read_text()
+    ready = models / "ready_vl.py"  # declares the base by hand (no marker): revert leaves it
+    assert "SupportsEagle3" in ready.read_text()
+    result = cli("revert", tree)
+    assert result.exit_code == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "removed from DeepVLForConditionalGeneration (model_executor/models/deep_vl.py): SupportsEagle3, set_aux_hidden_state_layers" in text
+    assert _snapshot(tree) == pristine  # the original bytes, imports and layouts included
+    again = cli("revert", tree)
+    assert again.exit_code == 0 and "Nothing to revert" in again.stdout
+
+
+def test_revert_model_reverts_that_module_only_and_keeps_what_was_edited(tree):
+    assert cli("apply", "--all", tree).exit_code == 0
+    models = tree / "vllm" / "model_executor" / "models"
+    patched = _snapshot(tree)
+    assert cli("revert", "--model", "asr", tree).exit_code == 0
+    now = _snapshot(tree)
+    assert [p.name for p in now if now[p] != patched[p]] == ["asr.py"]
+    assert now[Path("vllm/model_executor/models/asr.py")] == (FIXTURE / "vllm/model_executor/models/asr.py").read_bytes()
+    deep_vl = models / "deep_vl.py"  # the forwarding hook edited by hand: kept, and said so; the base goes
+    deep_vl.write_text(deep_vl.read_text().replace("return inner.set_aux_hidden_state_layers(layers)", "inner.set_aux_hidden_state_layers(layers)"))
+    result = cli("revert", "--model", "deep_vl", tree)
+    assert result.exit_code == 0
+    assert "kept model_executor/models/deep_vl.py:DeepVLForConditionalGeneration: set_aux_hidden_state_layers" in " ".join(result.stdout.split())
+    text = deep_vl.read_text()
+    assert "class DeepVLForConditionalGeneration(Module, SupportsMultiModal, SupportsPP):" in text
+    assert "def set_aux_hidden_state_layers" in text
+    assert cli("revert", "--model", "nope", tree).exit_code == 2

@@ -7,7 +7,8 @@ Ground truth from the survey of the releases (notes of issue 13), not from eagle
   states): so on 0.18.0 the first two are fixable by the base and the third needs code.
 * 0.33.0: the survey's 22 wrappers whose language model supports EAGLE-3 but which lack the base;
   Granite4Vision's decoder forward collects nothing (needs_code), MiniCPMO dispatches in `__new__`
-  (dynamic). DotsOCRForCausalLM is a gap the survey's script missed (it assigns its language model
+  (dynamic); CohereCompass, Exaone4_5 and Qwen4Exp declare the base while their language model's decoder
+  collects nothing (over-declared). DotsOCRForCausalLM is a gap the survey's script missed (it assigns its language model
   with an annotation, `self.language_model: Qwen2ForCausalLM = init_vllm_registered_model(...)`).
 """
 
@@ -95,6 +96,15 @@ def test_0_18_0_reports_the_later_upstream_fixes_and_apply_passes_the_runtime_ch
     assert {k: v["isinstance"] for k, v in after.items() if k != "interfaces"} == {ASR: True, REALTIME: True, OMNI: False}
     assert after["interfaces"].startswith(str(site))
 
+    # revert gives the original bytes back (the import merged into a parenthesized one, the base one a line)
+    asr_rel = "vllm/model_executor/models/qwen3_asr.py"
+    assert (site / asr_rel).read_bytes() != (pristine / asr_rel).read_bytes()
+    reverted = cli("revert", "--model", "qwen3_asr", site)
+    assert reverted.exit_code == 0 and "removed from Qwen3ASRForConditionalGeneration" in reverted.stdout
+    assert (site / asr_rel).read_bytes() == (pristine / asr_rel).read_bytes()
+    assert cli("revert", "--model", "qwen3_asr", site).exit_code == 0
+    assert (site / asr_rel).read_bytes() == (pristine / asr_rel).read_bytes()
+
 
 SURVEY_GAPS_0_33_0 = {
     "AudioFlamingo3ForConditionalGeneration", "BagelForConditionalGeneration", "Dots3NoteForCausalLM",
@@ -111,12 +121,17 @@ def test_0_33_0_lists_every_registered_wrapper_with_a_status():
     data, found = statuses(vllm_releases.site_packages("0.33.0"), "--all")
     listed = {(m["file"], m["class"]) for m in data["models"]}  # a class per platform folder: same name, other file
     assert sum(data["summary"]["by_status"].values()) == len(data["models"]) == len(listed)
+    by_reason = {m["class"]: m["reason"] for m in data["models"]}
     fixable = {c for c, s in found.items() if s == "fixable"}
     assert fixable == SURVEY_GAPS_0_33_0 | {"DotsOCRForCausalLM"}
     assert found["Granite4VisionForConditionalGeneration"] == "needs_code"
     assert found["MiniCPMO"] == "dynamic"
     for name in ("Qwen3ASRForConditionalGeneration", "Qwen3OmniMoeThinkerForConditionalGeneration", "Llama4ForConditionalGeneration"):
         assert found[name] == "compliant"  # fixed upstream
+    # over-declared (survey §4): the base in the MRO, the language model's decoder collects nothing
+    over = {c for c, s in found.items() if s == "needs_code" and by_reason[c].startswith("over-declared")}
+    assert over == {"CohereCompassForConditionalGeneration", "Exaone4_5_ForConditionalGeneration", "Qwen4ExpForConditionalGeneration"}
+    assert "CohereCompassTextModel.forward (model_executor/models/cohere_compass.py:" in by_reason["CohereCompassForConditionalGeneration"]
     for dynamic in ("LlavaNextForConditionalGeneration", "InternVLChatModel", "Blip2ForConditionalGeneration"):
         assert found[dynamic] == "dynamic"
     by_class = {m["class"]: m for m in data["models"]}
@@ -138,6 +153,37 @@ def test_0_10_1_stub_protocol_needs_the_base_and_both_hooks_for_llama4():
         ("get_eagle3_aux_hidden_state_layers", {"kind": "delegate", "to": "language_model"}),
     ]
     assert model["inner"][0]["class"] == "Llama4ForCausalLM"  # initialize_model(..., model_class=Llama4ForCausalLM)
+
+
+LLAMA4 = f"{MODELS}.mllama4:Llama4ForConditionalGeneration>language_model={MODELS}.llama4:Llama4ForCausalLM"
+
+
+def test_0_10_1_apply_passes_the_runtime_check_and_the_hooks_reach_the_language_model(tmp_path):
+    """With 0.10.1's own interfaces.py (stub hooks): before apply the wrapper is no SupportsEagle3 and
+    has neither hook; after, it is, and the setter leaves the given layers on the language model's
+    decoder (Llama4ForCausalLM's own `set_aux_hidden_state_layers`), the getter returns its answer."""
+    pristine = vllm_releases.site_packages("0.10.1")
+    site = tmp_path / "site-packages"
+    shutil.copytree(pristine, site)
+    assert cli("apply", "--model", "mllama4", site).exit_code == 0
+
+    before = runtime_check(pristine, LLAMA4)[LLAMA4]
+    after = runtime_check(site, LLAMA4)
+    assert before["isinstance"] is False and before["declares"] is False
+    assert before["forwarded"]["set"] == "AttributeError: set_aux_hidden_state_layers"
+    assert after["interfaces"].startswith(str(site))
+    assert after[LLAMA4]["isinstance"] is True
+    assert after[LLAMA4]["forwarded"] == {"set": True, "get": [2, 24, 45]}  # Llama's (2, n // 2, n - 3), n = 48
+
+    # the base alone passes isinstance but its stub setter reaches nothing: why the hooks are written
+    patched = site / "vllm/model_executor/models/mllama4.py"
+    text = patched.read_text()
+    patched.write_text(text[: text.index("\n    # eaglepatch: forwards")] + "\n")
+    base_only = runtime_check(site, LLAMA4)[LLAMA4]
+    assert base_only["isinstance"] is True and base_only["forwarded"]["set"] is False
+    patched.write_text(text)
+    assert cli("revert", "--model", "mllama4", site).exit_code == 0  # base, both hooks, the import: the original bytes
+    assert patched.read_bytes() == (pristine / "vllm/model_executor/models/mllama4.py").read_bytes()
 
 
 def test_0_9_2_duck_typed_release_is_refused_with_the_reason():

@@ -3,11 +3,15 @@
 Run as a script in a fresh interpreter (it installs tests/stub_imports.py's import hook for the whole
 process):
 
-    python tests/vllm_protocol_check.py SITE_PACKAGES MODULE:CLASS ...
+    python tests/vllm_protocol_check.py SITE_PACKAGES MODULE:CLASS[>ATTRIBUTE=MODULE:CLASS] ...
 
-It prints one JSON object: for each MODULE:CLASS, whether `isinstance(instance, SupportsEagle3)`
+It prints one JSON object: for each spec, whether `isinstance(instance, SupportsEagle3)`
 holds, with `SupportsEagle3` from that tree's own interfaces.py and an instance made without running
 `__init__` (the Protocol checks the class's members, not the weights), or the error the import raised.
+With `>ATTRIBUTE=MODULE:CLASS` (the wrapper's language model), it also calls the wrapper's hooks on an
+instance holding that class's instance (its decoder `model` a plain object with 48 `layers`):
+`forwarded.set` is whether `set_aux_hidden_state_layers(layers)` left that very tuple on the decoder,
+`forwarded.get` what the release's getter returned (or the error either raised).
 
 vLLM's Protocols and the stub classes (nn.Module ...) are bases of the same model classes, so the
 stubs' metaclass is made a subclass of typing's Protocol metaclass; and a stub instance does not
@@ -20,6 +24,7 @@ import importlib
 import inspect
 import json
 import sys
+import types
 import typing
 from pathlib import Path
 
@@ -28,8 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import stub_imports
 
 INTERFACES = "vllm.model_executor.models.interfaces"
-# optional packages vLLM probes at import time and falls back without: left missing, not stubbed
-MISSING = {"triton_kernels"}
+# optional packages vLLM probes at import time and falls back without: left missing, not stubbed.
+# The platform probes of vllm/platforms/__init__.py (0.10.1) count each importable one as an active
+# platform and refuse two: a machine without TPU, Neuron, ROCm or XPU has none of them.
+MISSING = {
+    "triton_kernels",
+    "libtpu", "transformers_neuronx", "neuronx_distributed_inference", "amdsmi", "intel_extension_for_pytorch",
+}
 
 
 def _protocol_compatible_stubs() -> None:
@@ -71,15 +81,46 @@ def check(site: str, specs: list[str]) -> dict:
 
     stub_imports.StubBase.__getattr__ = honest  # type: ignore[method-assign]
     report["interfaces"] = str(Path(interfaces.__file__).resolve())
+    getter = next(name for name in sorted(declared) if name.startswith("get_eagle3"))
     for spec in specs:
-        module_name, _, cls_name = spec.partition(":")
+        wrapper, _, inner = spec.partition(">")
         try:
-            cls = getattr(importlib.import_module(module_name), cls_name)
+            cls = _class(wrapper)
             instance = object.__new__(cls)
             report[spec] = {"isinstance": isinstance(instance, protocol), "declares": protocol in cls.__mro__}
         except BaseException as exc:
             report[spec] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+            continue
+        if inner:
+            attribute, _, inner_class = inner.partition("=")
+            report[spec]["forwarded"] = _forwarded(cls, attribute, _class(inner_class), getter)
     return report
+
+
+def _class(spec: str) -> type:
+    module_name, _, cls_name = spec.partition(":")
+    return getattr(importlib.import_module(module_name), cls_name)
+
+
+def _forwarded(cls: type, attribute: str, inner_cls: type, getter: str) -> dict:
+    """The wrapper's hooks called on an instance whose language model is an `inner_cls` (no __init__)."""
+    decoder = types.SimpleNamespace(layers=[None] * 48)
+    inner = object.__new__(inner_cls)
+    inner.model = decoder
+    instance = object.__new__(cls)
+    setattr(instance, attribute, inner)
+    layers = (7, 11, 13)
+    found: dict = {}
+    try:
+        instance.set_aux_hidden_state_layers(layers)
+        found["set"] = getattr(decoder, "aux_hidden_state_layers", None) is layers
+    except BaseException as exc:
+        found["set"] = f"{type(exc).__name__}: {exc}"[:300]
+    try:
+        found["get"] = list(getattr(instance, getter)())
+    except BaseException as exc:
+        found["get"] = f"{type(exc).__name__}: {exc}"[:300]
+    return found
 
 
 if __name__ == "__main__":
