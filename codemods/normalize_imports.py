@@ -50,14 +50,14 @@ class NormalizeAddedImports(cst.CSTTransformer):
             index = next(i for i, s in enumerate(body) if s is statement)
             rest = body[:index] + body[index + 1 :]
             if not _is_stdlib(module):
-                at = _package_place(rest, statement, module, self.force_sort, self.order_by_type)
-                if at is None or at == index:
+                place = _package_place(rest, statement, module, self.force_sort, self.order_by_type)
+                if place is None or place[0] == index:
                     continue
                 moved = statement.with_changes(leading_lines=[])
-                if at < len(rest) and _blank_before(rest[at]):  # the paragraph's first line: it keeps the blank lines
-                    moved = moved.with_changes(leading_lines=rest[at].leading_lines)
-                    rest[at] = rest[at].with_changes(leading_lines=[])
-                rest.insert(at, moved)
+                if place[1] and _blank_before(rest[place[0]]):  # the paragraph's new first line: it takes the blank lines
+                    moved = moved.with_changes(leading_lines=rest[place[0]].leading_lines)
+                    rest[place[0]] = rest[place[0]].with_changes(leading_lines=[])
+                rest.insert(place[0], moved)
                 body = rest
                 continue
             at = _stdlib_place(rest, statement, self.force_sort, self.order_by_type)
@@ -239,10 +239,12 @@ def _blank_before(statement) -> bool:
     return any(line.comment is None for line in statement.leading_lines)
 
 
-def _package_place(body: list, statement, module: str, force_sort: bool = False, order_by_type: bool = True) -> int | None:
-    """Where isort puts the new `from module import ...` line `statement`: among the file's imports from the
+def _package_place(body: list, statement, module: str, force_sort: bool = False, order_by_type: bool = True) -> tuple[int, bool] | None:
+    """(where isort puts the new `from module import ...` line `statement`: among the file's imports from the
     same top-level package and the lines of their paragraph (isort separates sections by a blank line), in
-    isort's order; None when the file has no such import, has them in two paragraphs, or out of order."""
+    isort's order; whether it is then the paragraph's first line), or None when the file has no such
+    import, has them in two paragraphs, or out of order.  Placed after the paragraph's last line, it
+    leaves the blank lines after the paragraph where they are."""
     top = module.split(".")[0]
     same = [i for i, s in enumerate(body) if _top_package(s) == top]
     if not same:
@@ -258,7 +260,8 @@ def _package_place(body: list, statement, module: str, force_sort: bool = False,
     mine = _import_key(statement, force_sort, order_by_type)
     if mine is None or keys != sorted(keys):  # type: ignore[type-var]  # every key is a tuple here
         return None
-    return next((first + offset for offset, key in enumerate(keys) if key > mine), last + 1)  # type: ignore[operator]
+    at = next((first + offset for offset, key in enumerate(keys) if key > mine), last + 1)  # type: ignore[operator]
+    return at, at == first
 
 
 def _alias_text(alias: cst.ImportAlias) -> str:

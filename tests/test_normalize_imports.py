@@ -126,6 +126,27 @@ STYLED = [
         "from typing import TYPE_CHECKING, Any, Optional, cast\n",
         id="order-by-type",
     ),
+    pytest.param(  # the paragraph's last line: the blank line after it stays before the code it belongs to
+        "import os\n\nfrom sglang.srt.a import B\n\nX = 1\n",
+        {"sglang.srt.z": {"Z"}},
+        {"line_length": 88},
+        "import os\n\nfrom sglang.srt.a import B\nfrom sglang.srt.z import Z\n\nX = 1\n",
+        id="package-line-ends-its-paragraph-before-the-code",
+    ),
+    pytest.param(  # ... and before the next paragraph of imports
+        "import os\n\nfrom sglang.srt.a import B\n\nfrom .b import C\n",
+        {"sglang.srt.z": {"Z"}},
+        {"line_length": 88},
+        "import os\n\nfrom sglang.srt.a import B\nfrom sglang.srt.z import Z\n\nfrom .b import C\n",
+        id="package-line-ends-its-paragraph-before-the-next",
+    ),
+    pytest.param(  # the paragraph's first line: the new line opens it, with its blank lines
+        "import os\n\nfrom sglang.srt.m import B\n\nX = 1\n",
+        {"sglang.srt.a": {"A"}},
+        {"line_length": 88},
+        "import os\n\nfrom sglang.srt.a import A\nfrom sglang.srt.m import B\n\nX = 1\n",
+        id="package-line-opens-its-paragraph",
+    ),
 ]
 
 
