@@ -53,11 +53,12 @@ class NormalizeAddedImports(cst.CSTTransformer):
                 place = _package_place(rest, statement, module, self.force_sort, self.order_by_type)
                 if place is None or place[0] == index:
                     continue
+                spot, opens = place
                 moved = statement.with_changes(leading_lines=[])
-                if place[1] and _blank_before(rest[place[0]]):  # the paragraph's new first line: it takes the blank lines
-                    moved = moved.with_changes(leading_lines=rest[place[0]].leading_lines)
-                    rest[place[0]] = rest[place[0]].with_changes(leading_lines=[])
-                rest.insert(place[0], moved)
+                if opens and _blank_before(rest[spot]):  # the paragraph's new first line: it takes the blank lines
+                    moved = moved.with_changes(leading_lines=rest[spot].leading_lines)
+                    rest[spot] = rest[spot].with_changes(leading_lines=[])
+                rest.insert(spot, moved)
                 body = rest
                 continue
             at = _stdlib_place(rest, statement, self.force_sort, self.order_by_type)

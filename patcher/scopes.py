@@ -27,7 +27,7 @@ import libcst as cst
 
 from .codemods.names import dotted_name
 from .imports import PACKAGE, module_path
-from .source import SourceCache, SourceFile, cut_bodies
+from .source import SourceCache, SourceFile
 
 TOP = "top"  # runs whenever the module (or class body) runs
 CONDITIONAL = "conditional"  # under a module-level if/try/for/while/with/match: may not run
@@ -478,21 +478,6 @@ def _future_annotations(module: cst.Module) -> bool:
                     if not isinstance(small.names, cst.ImportStar) and any(dotted_name(a.name) == "annotations" for a in small.names):
                         return True
     return False
-
-
-def parse_cut(text: str, keep: frozenset[tuple[str, str]], classes: frozenset[str] | None = None) -> tuple[cst.Module, str] | None:
-    """(`text` parsed by libcst with the body of every def that starts on a line of its own cut to `...`,
-    but the methods in `keep` ((class, name): a class at module level, a def in its body), and with
-    `classes` the bodies of the other classes at module level; the cut text): what `reduced` keeps of
-    the whole module, for a fraction of a whole parse (source.cut_bodies). None when the text is not
-    that simple."""
-    cut = cut_bodies(text, keep, classes=classes)
-    if cut is None:
-        return None
-    try:
-        return cst.parse_module(cut.text), cut.text
-    except cst.ParserSyntaxError:
-        return None
 
 
 def scope_of(cache: SourceCache, source: SourceFile, classes: frozenset[str] | None = None) -> ModuleScope:

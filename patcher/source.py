@@ -840,6 +840,20 @@ def cut_bodies(
     return CutText("".join(kept), tuple(spans), frozenset(placeholders))
 
 
+def parse_cut(
+    text: str, keep: frozenset[tuple[str, str]] = frozenset(), classes: frozenset[str] | None = None, mark: bool = False
+) -> tuple[cst.Module, CutText] | None:
+    """(`text` cut as `cut_bodies` cuts it, parsed by libcst; the cut text): what the scope analysis and the
+    codemod read, for a fraction of a whole parse. None when the text is not that simple."""
+    cut = cut_bodies(text, keep, mark, classes)
+    if cut is None:
+        return None
+    try:
+        return cst.parse_module(cut.text), cut
+    except cst.ParserSyntaxError:
+        return None
+
+
 def splice_cut(original: str, cut: CutText, printed: str, updated: str) -> str | None:
     """`original` with what a codemod changed in its cut copy: `printed` is libcst's print of the cut
     text, `updated` of the changed copy. None when a change touches a cut body or separates it from the
@@ -945,14 +959,8 @@ class SourceCache:
         key = (source.path, classes)
         found = self._bodiless.get(key)
         if found is None:
-            cut = cut_bodies(source.text, mark=True, classes=classes)
-            module = None
-            if cut is not None:
-                try:
-                    module = cst.parse_module(cut.text)
-                except cst.ParserSyntaxError:
-                    module = None
-            found = Bodiless(module, cut) if module is not None else Bodiless(self.parse_whole(source).module, None)
+            parsed = parse_cut(source.text, classes=classes, mark=True)
+            found = Bodiless(*parsed) if parsed is not None else Bodiless(self.parse_whole(source).module, None)
             self._bodiless[key] = found
         return found
 

@@ -33,8 +33,8 @@ from .codemods.respell import _is_literal_subscript, _parse_string
 from .errors import EaglepatchError
 from .meanings import CLASS_ATTRIBUTE, TYPE_ONLY, UNKNOWN, immutable_literal, inner_meaning, same_literal, wrapper_binding
 from .records import MemberPlan
-from .scopes import Exports, ModuleScope, dotted_module, parse_cut, scope_of
-from .source import Parsed, SourceCache, SourceFile, decode_source
+from .scopes import Exports, ModuleScope, dotted_module, scope_of
+from .source import Parsed, SourceCache, SourceFile, decode_source, parse_cut
 from .synthesize import learned_synthesis
 
 _SKIP_FIELDS = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after", "header", "footer", "equal", "dot")
@@ -66,7 +66,8 @@ def prove_edit(
     # the scope reads the module with the bodies of all defs but the generated ones left out, and of the
     # classes it does not patch: libcst parses it that way (a fraction of a whole parse), or whole when
     # CPython and libcst might not agree on lines
-    module, cut_text = parse_cut(text, keep, frozenset(added)) or (cst.parse_module(text), None)
+    parsed = parse_cut(text, keep, frozenset(added))
+    module, cut_text = (parsed[0], parsed[1].text) if parsed is not None else (cst.parse_module(text), None)
     scope = ModuleScope(module, dotted_module(source.rel), source.rel.endswith("__init__.py"), frozenset(added), keep, text, cut_text)
     proof = _Proof(cache, tree, source, scope, text)
     for cls, names in added.items():

@@ -177,17 +177,17 @@ CUT_BODIES = [
 
 @pytest.mark.parametrize("code, keep, expected", CUT_BODIES)
 def test_function_bodies_but_the_kept_methods_are_cut_to_an_ellipsis(code, keep, expected):
-    from eaglepatch.scopes import parse_cut
+    from eaglepatch.source import parse_cut
 
     found = parse_cut(code, keep)
     assert found is not None
-    module, cut_text = found
-    assert module.code == cut_text == expected
+    module, cut = found
+    assert module.code == cut.text == expected
 
 
 @pytest.mark.parametrize("code", ["def f(:\n", "x = 1\x0c\ndef f():\n    pass\n"])
 def test_what_cannot_be_cut_safely_is_left_to_a_whole_parse(code):
-    from eaglepatch.scopes import parse_cut
+    from eaglepatch.source import parse_cut
 
     assert parse_cut(code, frozenset()) is None
 
@@ -198,7 +198,8 @@ def test_a_file_with_its_bodies_cut_answers_as_the_whole_file_on_a_release(sglan
     same way, and keeps the generated methods as written: every sixth file of models/, each top-level class
     in turn kept with its first method (`global` inside bodies is read from the text; a `:=` inside a cut
     body leaves the reading to the statements, where the whole file's goes to the ScopeProvider)."""
-    from eaglepatch.scopes import dotted_module, parse_cut
+    from eaglepatch.scopes import dotted_module
+    from eaglepatch.source import parse_cut
 
     srt = sglang_latest / "sglang" / "srt"
     compared = 0
@@ -212,7 +213,7 @@ def test_a_file_with_its_bodies_cut_answers_as_the_whole_file_on_a_release(sglan
             classes = frozenset({cls.name.value})
             found = parse_cut(text, keep, classes)  # the other classes' bodies cut whole, as verify.prove_edit cuts them
             assert found is not None, path
-            cut, cut_text = found
+            cut, cut_text = found[0], found[1].text
             answers = _answers(ModuleScope(cut, dotted, False, classes, keep, text, cut_text))
             assert answers == _answers(ModuleScope(whole, dotted, False, classes, keep, text)), (path, cls.name.value)
             if methods:  # the same statement of the same class, in the cut module: the method as written
@@ -237,10 +238,11 @@ def test_a_walrus_in_a_cut_body_binds_nothing_the_module_scope_reads(code, by_st
     text it was parsed from cut (`cut_text`), only a `:=` outside the cut bodies sends it to libcst's
     ScopeProvider, and both readings answer alike."""
     from eaglepatch import scopes
+    from eaglepatch.source import parse_cut
 
-    found = scopes.parse_cut(code, frozenset())
+    found = parse_cut(code, frozenset())
     assert found is not None
-    module, cut_text = found
+    module, cut_text = found[0], found[1].text
     fallbacks = []
     original = scopes.read_with_libcst
 

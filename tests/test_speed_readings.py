@@ -151,6 +151,14 @@ def _compound_by_search(lines, text) -> bool:
     return bool(_COMPOUND_AT[text.body_indent].search("\n".join(lines[text.header + 1 : text.end])))
 
 
+def _read(tmp_path: Path, code: str):
+    """(a SourceCache of tmp_path, the file m.py holding `code`, read through it)."""
+    path = tmp_path / "m.py"
+    path.write_text(code)
+    cache = SourceCache(tmp_path)
+    return cache, cache.read(path)
+
+
 CLASS_BODIES = [
     "class A:\n    x = 1\n    y: int = 2\n    z == 3\n    def f(self):\n        w = 1\n    v = 4\n",
     "class A:\n\tx = 1\n\tif c:\n\t\ty = 2\n\t  z = 3\n",
@@ -165,11 +173,8 @@ CLASS_BODIES = [
 def test_class_body_lines_found_by_one_search_are_those_found_line_by_line(tmp_path, code):
     from eaglepatch.class_index import ClassIndex, _class_attributes
 
-    path = tmp_path / "m.py"
-    path.write_text(code)
-    cache = SourceCache(tmp_path)
+    cache, source = _read(tmp_path, code)
     index = ClassIndex(None, cache)  # type: ignore[arg-type]
-    source = cache.read(path)
     text = index.class_text(source, "A")
     assert text is not None
     assert _class_attributes(source.lines, text) == _per_line_attributes(source.lines, text)
@@ -285,10 +290,7 @@ BLOCKS = [
 def test_fast_block_ends_are_the_exact_scanner_s(tmp_path, code):
     from eaglepatch.source import _block_end, _block_end_fast
 
-    path = tmp_path / "m.py"
-    path.write_text(code)
-    cache = SourceCache(tmp_path)
-    source = cache.read(path)
+    cache, source = _read(tmp_path, code)
     outline = cache.outline(source)
     assert outline.headers
     for index, _indent, _kind, _name in outline.headers:
