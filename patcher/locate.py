@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 from .errors import EaglepatchError
 
-ENGINES = ("sglang", "vllm")
+Engine = Literal["sglang", "vllm"]
+Layout = Literal["checkout", "site-packages", "package", "srt", "venv"]
+ENGINES: tuple[Engine, ...] = get_args(Engine)
 VLLM_MODELS = "model_executor/models"
 VLLM_MARKER = "model_executor/models/interfaces.py"  # below the vllm package folder
 
@@ -23,8 +26,8 @@ class SourceTree:
 
     srt: Path  # .../sglang/srt (for vLLM: the .../vllm package folder)
     given: Path  # the PATH the user named
-    layout: str  # "checkout" | "site-packages" | "package" | "srt" | "venv"
-    engine: str = "sglang"  # "sglang" | "vllm" (patcher/vllm_tree.py)
+    layout: Layout
+    engine: Engine = "sglang"  # vLLM: patcher/vllm_tree.py
 
     @property
     def models(self) -> Path:
@@ -48,10 +51,11 @@ VLLM_HINT = (
 )
 
 
-def _vllm_package(given: Path) -> tuple[Path, str] | None:
+def _vllm_package(given: Path) -> tuple[Path, Layout] | None:
     """The vllm package folder below PATH, when PATH is a vLLM tree: a checkout root or a site-packages
     folder (both hold vllm/), or the vllm folder itself."""
-    for folder, layout in ((given / "vllm", "site-packages"), (given, "package")):
+    shapes: tuple[tuple[Path, Layout], ...] = ((given / "vllm", "site-packages"), (given, "package"))
+    for folder, layout in shapes:
         if (folder / VLLM_MARKER).is_file():
             checkout = layout == "site-packages" and ((given / "pyproject.toml").is_file() or (given / "setup.py").is_file())
             return folder, "checkout" if checkout else layout
@@ -74,7 +78,7 @@ def locate_tree(path: Path | str | None, engine: str | None = None) -> SourceTre
         if found is None:
             raise EaglepatchError(f"no vllm/{VLLM_MARKER} found below it; {VLLM_HINT}", path=str(given))
         return SourceTree(srt=found[0], given=given, layout=found[1], engine="vllm")
-    candidates = [
+    candidates: list[tuple[Path, Layout]] = [
         (given, "srt"),
         (given / "srt", "package"),
         (given / "sglang" / "srt", "site-packages"),

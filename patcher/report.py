@@ -102,7 +102,7 @@ def model_json(plan: ModelPlan) -> dict:
 
 
 def analysis_json(analysis: Analysis, gate: Gate | None = None) -> dict:
-    data = {
+    data: dict[str, object] = {
         "schema": SCHEMA,
         "srt": str(analysis.tree.srt),
         "layout": analysis.tree.layout,
