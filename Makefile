@@ -40,10 +40,12 @@ test: lint typecheck test-fast test-integration
 lint: venv
 	$(BIN)/ruff check patcher codemods tests bench tools
 
-# mypy on the package as installed: build/typecheck/eaglepatch links patcher/*.py, codemods/ inside.
+# mypy on the package as installed: build/typecheck/eaglepatch links patcher's modules and stage
+# folders (patcher/*/), codemods/ inside.
 typecheck: venv
 	rm -rf build/typecheck && mkdir -p build/typecheck/eaglepatch
 	for f in patcher/*.py; do ln -s ../../../$$f build/typecheck/eaglepatch/; done
+	for f in patcher/*/__init__.py; do ln -s ../../../$${f%/__init__.py} build/typecheck/eaglepatch/; done
 	ln -s ../../../codemods build/typecheck/eaglepatch/codemods
 	cd build/typecheck && ../../$(BIN)/python -m mypy -p eaglepatch
 

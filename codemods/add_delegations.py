@@ -402,7 +402,7 @@ class AddDelegations(VisitorBasedCodemodCommand):
     def __init__(self, context: CodemodContext, delegations: dict[str, list[Delegation]], line_length: int = LINE_LENGTH):
         super().__init__(context)
         self.delegations = delegations
-        self.line_length = line_length  # black's, in the target tree (patcher/style.py)
+        self.line_length = line_length  # black's, in the target tree (patcher/read/style.py)
         self.added: dict[str, list[str]] = {}
         self._module: cst.Module | None = None
 

@@ -7,9 +7,9 @@ import libcst as cst
 # What the written code looks like; here rather than in add_delegations so that reading a tree
 # never imports libcst.codemod (a third of a second of start-up, for matchers it does not use).
 MARKER = "# eaglepatch: forwards to self."
-LEARNED = "# eaglepatch: learned from "  # a hook body taken from another class of the tree (patcher/synthesize.py)
+LEARNED = "# eaglepatch: learned from "  # a hook body taken from another class of the tree (patcher/analyze/synthesize.py)
 NOTE = "# eaglepatch: "  # the prefix of the line under the marker saying why a signature is not the inner's
-LINE_LENGTH = 88  # black's default width; the target tree's own (patcher/style.py) is passed to each codemod
+LINE_LENGTH = 88  # black's default width; the target tree's own (patcher/read/style.py) is passed to each codemod
 
 
 def dotted_name(node: cst.CSTNode | None) -> str:

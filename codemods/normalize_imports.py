@@ -4,7 +4,7 @@ AddImportsVisitor puts a new name into an existing `from m import (\\n    a,\\n 
 `X, a,` on one line; black would move it to a line of its own.  Copying a neighbour's comma
 layout keeps the file stable under black.  Only the names this run added are touched.
 
-The target tree's settings (patcher/style.py) come in as plain values: the width at which an import
+The target tree's settings (patcher/read/style.py) come in as plain values: the width at which an import
 wraps (the narrower of black's and isort's), isort's `force_sort_within_sections` (where a new
 standard-library `from` line goes) and `order_by_type` (the order of names within one import).
 """

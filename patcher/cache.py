@@ -74,8 +74,12 @@ def own_files() -> list:
     here = os.path.dirname(os.path.abspath(__file__))
     from . import codemods  # a subpackage, wherever it is installed (its own folder in a checkout)
 
-    for folder in (here, os.path.dirname(os.path.abspath(codemods.__file__))):
-        package = os.path.relpath(folder, os.path.dirname(here))  # patcher, codemods in a checkout
+    try:  # the stage subpackages (read/, analyze/, ...): folders with an __init__.py
+        stages = sorted(e.path for e in os.scandir(here) if e.is_dir() and os.path.isfile(os.path.join(e.path, "__init__.py")))
+    except OSError:
+        stages = []
+    for folder in (here, *stages, os.path.dirname(os.path.abspath(codemods.__file__))):
+        package = os.path.relpath(folder, os.path.dirname(here))  # patcher, patcher/read, codemods in a checkout
         try:
             names = sorted(n for n in os.listdir(folder) if n.endswith(".py"))
         except OSError:

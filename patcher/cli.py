@@ -329,7 +329,7 @@ def _result_cache(path, model, consumer, all_models, ignore, installed, python, 
     from . import __version__
     from .errors import EaglepatchError
     from .pipeline import Selection, resolve_selection
-    from .style import style_files
+    from .read.style import style_files
 
     selection = Selection(
         path, list(model or []), all_models, list(consumer or []), list(ignore or []), installed, python, _engine(engine)
@@ -365,10 +365,10 @@ def _result_cache(path, model, consumer, all_models, ignore, installed, python, 
 
 def _report(analysis, output_format: OutputFormat, baseline: Optional[Path], write_baseline: Optional[Path]) -> NoReturn:
     """`check`'s output and exit code (always raises typer.Exit)."""
-    from . import report
-    from .baseline import load_gate
-    from .baseline import write_baseline as record
     from .errors import EaglepatchError
+    from .output import report
+    from .output.baseline import load_gate
+    from .output.baseline import write_baseline as record
 
     if write_baseline is not None:
         try:
@@ -396,13 +396,13 @@ def _report(analysis, output_format: OutputFormat, baseline: Optional[Path], wri
 
 def _edits(analysis):
     """Edits per file; a file that cannot be edited is reported and the others go on."""
-    from .edits import build_edits
+    from .rewrite.edits import build_edits
 
     for warning in analysis.warnings:
         typer.echo(f"eaglepatch: warning: {warning}", err=True)
 
     if analysis.tree.engine == "vllm":
-        from .vllm_edits import build_vllm_edits
+        from .vllm_profile.edits import build_vllm_edits
 
         edits, errors = build_vllm_edits(analysis.tree, analysis.plans)
     else:
@@ -413,7 +413,7 @@ def _edits(analysis):
 
 
 def _patch_base(tree):
-    from .gitrepo import find_work_tree
+    from .rewrite.gitrepo import find_work_tree
 
     work_tree = find_work_tree(tree.srt)
     return work_tree, (work_tree.root if work_tree else tree.given)
@@ -455,7 +455,7 @@ def diff(
         if not errors:  # after an error, its line is the whole story
             typer.echo("eaglepatch: nothing to change", err=True)
         raise typer.Exit(2 if errors else 0)
-    from .preview import render_patch
+    from .rewrite.preview import render_patch
 
     _, base = _patch_base(analysis.tree)
     _show_patch(render_patch(edits, base))
@@ -465,7 +465,7 @@ def diff(
 def _check_commit(tree, work_tree, edits) -> None:
     """Every reason the commit would fail that git can tell before anything is written."""
     from .errors import EaglepatchError
-    from .write import writable_target
+    from .rewrite.write import writable_target
 
     if work_tree is None:
         fail(f"{tree.given}: is not inside a git work tree, so --commit has nothing to commit to; run git init there, or drop --commit")
@@ -478,7 +478,7 @@ def _check_commit(tree, work_tree, edits) -> None:
 def _writable(edits, tree) -> tuple[list, list]:
     """(edits that can be written, edits that cannot), each refusal reported in one line."""
     from .errors import EaglepatchError
-    from .write import check_writable
+    from .rewrite.write import check_writable
 
     ready, refused = [], []
     for edit in edits:
@@ -497,8 +497,8 @@ def _write_all(tree, edits, errors, console, commit: bool, verb: str, changes_of
     write each edit atomically, report per file, and optionally commit what was written.  With
     --commit a failed precondition writes nothing; without, only that file is left alone."""
     from .errors import EaglepatchError
-    from .preview import render_patch
-    from .write import write_edit
+    from .rewrite.preview import render_patch
+    from .rewrite.write import write_edit
 
     work_tree, base = _patch_base(tree)
     if commit:
@@ -569,16 +569,16 @@ def revert(
     commit: bool = typer.Option(False, "--commit", help="Commit just the reverted files (git work trees only)."),
 ) -> None:
     """Remove exactly the members eaglepatch added (and the imports only they used)."""
-    from .edits import revert_edits
     from .errors import EaglepatchError
     from .pipeline import Selection, resolve_selection
-    from .source import SourceCache
-    from .style import load_style
+    from .read.source import SourceCache
+    from .read.style import load_style
+    from .rewrite.edits import revert_edits
 
     try:
         vllm = _vllm_tree(path, installed or bool(python))
         if vllm is not None:
-            from .vllm_revert import revert_vllm_edits
+            from .vllm_profile.revert import revert_vllm_edits
 
             tree = vllm
             edits, errors, kept = revert_vllm_edits(tree, None if all_models else list(model or []) or None)
@@ -606,7 +606,7 @@ def _vllm_tree(path: Optional[Path], installed: bool):
     """The vLLM tree PATH names, or None (an SGLang tree, an installed package, or no tree: the command
     reports it as it always did)."""
     from .errors import EaglepatchError
-    from .locate import locate_tree
+    from .read.locate import locate_tree
 
     if installed:
         return None
@@ -637,8 +637,8 @@ def explain(
     is learned from, the code apply writes."""
     _not_for_vllm(path, installed or bool(python), "explain", "eaglepatch check shows each wrapper's reasons")
     analysis = run_analysis(path, model, None, False, None, installed, python)
-    from . import report
-    from .explain import explain_json
+    from .output import report
+    from .output.explain import explain_json
 
     if member not in analysis.protocol.members:
         known = ", ".join(analysis.protocol.members)

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import EaglepatchError
-from .locate import SourceTree, locate_tree
-from .style import DEFAULT_STYLE, FormatStyle
+from .read.locate import SourceTree, locate_tree
+from .read.style import DEFAULT_STYLE, FormatStyle
 
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
+    from .read.source import SourceCache
     from .records import ModelPlan, Protocol, Signature
-    from .source import SourceCache
 
 DEFAULT_MODEL = "kimi_k25"
 MAX_ADOPTION_ROUNDS = 3
@@ -60,7 +60,7 @@ def resolve_selection(selection: Selection) -> tuple[SourceTree, Selection, list
     if selection.installed or selection.python:
         if path is not None:
             raise EaglepatchError("PATH and --installed/--python do not go together; pass one of them", path=str(path))
-        from .installed import installed_sglang
+        from .read.installed import installed_sglang
 
         path = installed_sglang(selection.python)
     tree = locate_tree(path, selection.engine)
@@ -97,14 +97,14 @@ def analyze(
 ) -> Analysis:
     """The protocol is extracted once and shared by every wrapper looked at.  `resolved` is what
     resolve_selection already returned for this Selection (the result cache needs it first)."""
-    from .class_index import signature_node
-    from .plan import call_misfit, plan_wrapper
-    from .protocol import extract_protocol
-    from .resolve import Resolver, select_wrappers
-    from .roles import learn_roles
-    from .source import SourceCache
-    from .style import load_style
-    from .synthesize import HookLibrary
+    from .analyze.class_index import signature_node
+    from .analyze.plan import call_misfit, plan_wrapper
+    from .analyze.protocol import extract_protocol
+    from .analyze.resolve import Resolver, select_wrappers
+    from .analyze.roles import learn_roles
+    from .analyze.synthesize import HookLibrary
+    from .read.source import SourceCache
+    from .read.style import load_style
 
     if isinstance(path, Selection):
         tree, selection, consumers = resolved if resolved is not None else resolve_selection(path)
@@ -113,7 +113,7 @@ def analyze(
     else:
         tree, ignore = locate_tree(path), []
     if tree.engine == "vllm":  # the vLLM profile (patcher/vllm_*.py)
-        from .vllm_plan import analyze_vllm
+        from .vllm_profile.plan import analyze_vllm
 
         return analyze_vllm(tree, models or [], all_models, progress)
     cache = SourceCache(tree.srt)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from .synthesize import Synthesis
+    from .analyze.synthesize import Synthesis
 
 # Which model a use is made on, and which part a model class plays when SGLang serves it.
 UseRole = Literal["target", "draft", "unknown"]
@@ -19,7 +19,7 @@ UseKind = Literal["call", "attribute"]
 SignatureKind = Literal["method", "property", "attribute"]
 # "delegate": to an inner model's attribute; "inherit": written into a base class, "file:Class";
 # "synthesize": a body learned from the class `to`, "file:Class"; "base": the interface `to` added to
-# the class's bases, with its import (the vLLM profile: patcher/vllm_plan.py).
+# the class's bases, with its import (the vLLM profile: patcher/vllm_profile/plan.py).
 FixKind = Literal["delegate", "inherit", "synthesize", "base"]
 
 

@@ -152,7 +152,7 @@ def test_each_question_has_its_own_answer(srt, tmp_path, no_analysis):
 
 
 def test_a_formatter_configuration_that_appears_changes_the_answer(srt, tmp_path):
-    """black's width decides which learned bodies fit (patcher/style.py): its files are dependencies."""
+    """black's width decides which learned bodies fit (patcher/read/style.py): its files are dependencies."""
     first = json.loads(run("--format", "json", str(srt)).stdout)
     assert not [w for w in first["warnings"] if "force_single_line" in w]
     (srt / ".isort.cfg").write_text("[settings]\nprofile=black\nforce_single_line=true\n")

@@ -13,9 +13,9 @@ import libcst as cst
 import pytest
 from helpers import write_srt_tree
 
-from eaglepatch.class_index import ClassIndex, signature_node
-from eaglepatch.locate import locate_tree
-from eaglepatch.source import SourceCache
+from eaglepatch.analyze.class_index import ClassIndex, signature_node
+from eaglepatch.read.locate import locate_tree
+from eaglepatch.read.source import SourceCache
 
 DEEPSEEK_V2 = """\
 from torch import nn

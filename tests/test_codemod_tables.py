@@ -3,9 +3,9 @@ assertCodemod and pyupgrade write them.
 
 * add_delegations (run through patcher/edits.apply_codemod, as `apply` runs it);
 * remove_delegations (as patcher/edits.revert_edits runs it: module.visit, no metadata);
-* respell (free_names, Respell), as patcher/forms.py runs them on copied defaults/annotations;
+* respell (free_names, Respell), as patcher/analyze/forms.py runs them on copied defaults/annotations;
 * retarget (Retarget, ExplodeLongLiterals, overlong_lines, body_reads), as patcher/edits.learned_for
-  and patcher/synthesize.py run them.
+  and patcher/analyze/synthesize.py run them.
 
 Expected texts are written by hand from the rules in each module's docstring; every output
 that lands in a file is also checked to compile and to be a fixed point of black, which is
@@ -27,8 +27,8 @@ from eaglepatch.codemods.add_delegations import Delegation, render_delegation
 from eaglepatch.codemods.remove_delegations import RemoveDelegations
 from eaglepatch.codemods.respell import FreeName, Respell, free_names
 from eaglepatch.codemods.retarget import ExplodeLongLiterals, Retarget, body_reads, overlong_lines
-from eaglepatch.edits import apply_codemod
-from eaglepatch.source import decode_source
+from eaglepatch.read.source import decode_source
+from eaglepatch.rewrite.edits import apply_codemod
 
 
 def _params(signature: str) -> cst.Parameters:
@@ -240,7 +240,7 @@ def test_revert_keeps_an_import_code_came_to_use():
 
 
 def test_revert_drops_an_import_a_star_import_binds_anyway():
-    """patcher/star_imports.py passes what the file's star imports bind: such a name may go though code reads it."""
+    """patcher/rewrite/star_imports.py passes what the file's star imports bind: such a name may go though code reads it."""
     source, delegations, _ = IMPORTING
     source = source.replace("from torch import nn\n", "from torch import nn\nfrom sglang.srt.layers import *\n")
     after = apply(source, delegations) + "\n\nX: Optional[int] = None\n"
@@ -436,7 +436,7 @@ def test_overlong_lines():
     assert overlong_lines(func, "\t", 79) == ["\t\t" + line.lstrip()]  # a tab counts 4 columns, as 4 spaces do
 
 
-# --------------------------------------------------------------------------- the tree's line length (patcher/style.py)
+# --------------------------------------------------------------------------- the tree's line length (patcher/read/style.py)
 
 WIDE = Delegation(
     "set_eagle3_layers_to_capture",
@@ -466,7 +466,7 @@ WIDE_DEF = "    def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[
     ids=["fits-100", "hugged-at-88", "exploded-at-60"],
 )
 def test_delegations_are_laid_out_at_the_trees_line_length(width, signature):
-    from eaglepatch.style import FormatStyle
+    from eaglepatch.read.style import FormatStyle
 
     assert len(WIDE_DEF) == 96
     source = "from typing import List, Optional\n\n\nclass Wrapper:\n    def forward(self):\n        pass\n"
@@ -508,7 +508,7 @@ _NARROW = [
 def test_black_keeps_what_is_written_at_every_line_length_from_50_to_120():
     """Black's layout is width-dependent in more ways than fit_call's three (an `if` condition that does
     not fit its own parentheses splits at hasattr's): checked by black itself, width by width."""
-    from eaglepatch.style import FormatStyle
+    from eaglepatch.read.style import FormatStyle
 
     source = decode_source(Path("models/m.py"), "models/m.py", b"class Wrapper:\n    def forward(self):\n        pass\n")
     moved = []

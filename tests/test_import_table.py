@@ -1,4 +1,4 @@
-"""patcher/imports.py on its own: which module (and file) each local name of a file comes from.
+"""patcher/read/imports.py on its own: which module (and file) each local name of a file comes from.
 
 Each test writes a tiny ``sglang/srt`` tree to ``tmp_path`` and reads one file's ImportTable the
 way the resolver does (``ImportTable.of``).  Expected origins follow Python's own import
@@ -13,9 +13,9 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from eaglepatch.imports import ImportTable, Origin, module_path
-from eaglepatch.locate import locate_tree
-from eaglepatch.source import SourceCache
+from eaglepatch.read.imports import ImportTable, Origin, module_path
+from eaglepatch.read.locate import locate_tree
+from eaglepatch.read.source import SourceCache
 
 M = "sglang.srt.models"
 

@@ -79,7 +79,7 @@ def test_isort_key_is_isorts_order(names):
     assert sorted(names, key=isort_key) == sorted_line.split("import ")[1].strip().split(", ")
 
 
-# The tree's own settings (patcher/style.py): the width an import wraps at, isort's
+# The tree's own settings (patcher/read/style.py): the width an import wraps at, isort's
 # force_sort_within_sections and order_by_type.  (source, names added, settings, expected); each
 # expected text is a fixed point of isort and black run with the same settings.
 LONG = {"sglang.srt.layers.quantization.base_config": {"QuantizationConfig", "QuantizeMethodBase"}}

@@ -37,6 +37,12 @@ def test_the_wheel_installs_exactly_one_top_level_package(tmp_path):
     assert {t for t in tops if not t.endswith(".dist-info")} == {"eaglepatch"}
     assert "eaglepatch/cli.py" in names and "eaglepatch/codemods/add_delegations.py" in names
     assert "eaglepatch/__main__.py" in names
+    # every module of the repository, the stage folders (patcher/read/, ...) included: a subpackage
+    # left out of pyproject's list would import in a checkout and fail once installed
+    sources = {f"eaglepatch/{p.relative_to(REPO_ROOT / 'patcher').as_posix()}" for p in (REPO_ROOT / "patcher").rglob("*.py")}
+    sources |= {f"eaglepatch/codemods/{p.name}" for p in (REPO_ROOT / "codemods").glob("*.py")}
+    assert any("/" in s.removeprefix("eaglepatch/").removeprefix("codemods/") for s in sources), sources
+    assert sorted(sources - set(names)) == []
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
     from eaglepatch import __version__
 

@@ -1,4 +1,4 @@
-"""Stage 5 on its own: patcher/plan.py on hand-built records (patcher/records.py), no tree.
+"""Stage 5 on its own: patcher/analyze/plan.py on hand-built records (patcher/records.py), no tree.
 
 Each test builds the smallest Protocol and Wrapper that shows one rule of `plan_wrapper` /
 `_decide_fix` / `_set_status` and asserts on the plan records (status, gaps, fixes, blockers).
@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import libcst as cst
 import pytest
 
-from eaglepatch.plan import call_misfit, plan_wrapper, uses_for_role
+from eaglepatch.analyze.plan import call_misfit, plan_wrapper, uses_for_role
 from eaglepatch.records import (
     CallShape,
     ClassInfo,

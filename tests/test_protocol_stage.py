@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from eaglepatch.locate import locate_tree
-from eaglepatch.protocol import extract_protocol
+from eaglepatch.analyze.protocol import extract_protocol
+from eaglepatch.read.locate import locate_tree
+from eaglepatch.read.source import SourceCache
 from eaglepatch.records import CallShape, Protocol
-from eaglepatch.source import SourceCache
 
 WORKER = "speculative/eagle_worker.py"
 RUNNER = "model_executor/model_runner.py"
@@ -453,13 +453,13 @@ def test_protocol_stage_parses_nothing_with_libcst(tmp_path, monkeypatch):
     """The consumer code is read with CPython's parser: libcst's parser and positions are never asked."""
     import libcst
 
-    import eaglepatch.source
+    import eaglepatch.read.source
 
     def refuse(*args, **kwargs):
         raise AssertionError("the protocol stage called libcst")
 
     monkeypatch.setattr(libcst, "parse_module", refuse)
-    monkeypatch.setattr(eaglepatch.source, "MetadataWrapper", refuse)
+    monkeypatch.setattr(eaglepatch.read.source, "MetadataWrapper", refuse)
     protocol = protocol_of(build_tree(tmp_path, {RUNNER: MULTI_LINE_CONDITION, UTILS: MULTI_LINE_CHAINS}))
     assert {"capture_layers", "embed_tokens", "get_embed_and_head"} <= set(protocol.members)
 

@@ -185,8 +185,8 @@ def assert_bad_input(tmp_path: Path, args: list, *needles: str, commands=("check
 
 def patched_bytes(root: Path) -> bytes:
     """What `apply` writes into the wrapper, computed without writing."""
-    from eaglepatch.edits import build_edits
     from eaglepatch.pipeline import analyze
+    from eaglepatch.rewrite.edits import build_edits
 
     analysis = analyze(root, ["wrapper"])
     edits, errors = build_edits(analysis.cache, analysis.tree, analysis.plans)
@@ -496,7 +496,7 @@ def unprivileged_prefix(cwd: Path) -> list[str]:
             tried.append(f"{prefix[0]}: not installed")
             continue
         probe = subprocess.run(
-            [*prefix, sys.executable, "-c", "import os, eaglepatch.cli, eaglepatch.write, typer, libcst, rich; print(os.geteuid())"],
+            [*prefix, sys.executable, "-c", "import os, eaglepatch.cli, eaglepatch.rewrite.write, typer, libcst, rich; print(os.geteuid())"],
             cwd=cwd, env=subprocess_env(HOME=str(cwd)), capture_output=True, text=True, timeout=60,
         )
         if probe.returncode == 0 and probe.stdout.strip() == str(uid):
@@ -561,10 +561,10 @@ def test_folder_without_write_permission_for_the_temporary_file(world_dir):
 
 
 def test_file_edited_between_planning_and_writing(tmp_path):
-    from eaglepatch.edits import build_edits
     from eaglepatch.errors import EaglepatchError
     from eaglepatch.pipeline import analyze
-    from eaglepatch.write import write_edit
+    from eaglepatch.rewrite.edits import build_edits
+    from eaglepatch.rewrite.write import write_edit
 
     tree = minimal_tree(tmp_path / "tree")
     path = tree / SRT / WRAPPER
@@ -700,8 +700,8 @@ def test_no_git_installed(tmp_path):
 KILL_SERVER = r'''
 import os, sys
 from pathlib import Path
-from eaglepatch.edits import FileEdit
-from eaglepatch.write import write_edit
+from eaglepatch.rewrite.edits import FileEdit
+from eaglepatch.rewrite.write import write_edit
 
 target, srt = Path(sys.argv[1]), Path(sys.argv[2])
 original, patched = Path(sys.argv[3]).read_bytes(), Path(sys.argv[4]).read_bytes()
@@ -809,7 +809,7 @@ import os, runpy, sys, time
 from pathlib import Path
 armed, go = Path(sys.argv[1]), Path(sys.argv[2])
 # the heavy imports first, so both racers reach the start line ready to plan and write
-import eaglepatch.cli, eaglepatch.pipeline, eaglepatch.edits, eaglepatch.write, eaglepatch.preview, eaglepatch.report, eaglepatch.gitrepo
+import eaglepatch.cli, eaglepatch.pipeline, eaglepatch.rewrite.edits, eaglepatch.rewrite.write, eaglepatch.rewrite.preview, eaglepatch.output.report, eaglepatch.rewrite.gitrepo
 import rich.console
 armed.touch()
 while not go.exists():

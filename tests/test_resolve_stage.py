@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from helpers import write_srt_tree
 
-from eaglepatch.locate import locate_tree
+from eaglepatch.analyze.resolve import Resolver
+from eaglepatch.read.locate import locate_tree
+from eaglepatch.read.source import SourceCache
 from eaglepatch.records import Protocol
-from eaglepatch.resolve import Resolver
-from eaglepatch.source import SourceCache
 
 NO_PROTOCOL = Protocol(members={}, consumers=[], general_interface={})
 
@@ -630,7 +630,7 @@ HEADER_CASES = [
 def test_dotted_bases_table(header, bases):
     import libcst as cst
 
-    from eaglepatch.class_index import dotted_bases
+    from eaglepatch.analyze.class_index import dotted_bases
 
     got = dotted_bases(header)
     assert (None if got is None else [cst.Module(body=[]).code_for_node(a.value) for a in got]) == bases
@@ -640,7 +640,7 @@ def test_dotted_bases_agree_with_libcst_on_every_class_of_a_release(sglang_059):
     """Every class header of a real release: where the fast reader answers, libcst gives the same bases."""
     import libcst as cst
 
-    from eaglepatch.class_index import dotted_bases
+    from eaglepatch.analyze.class_index import dotted_bases
 
     srt = sglang_059 / "sglang" / "srt"
     cache = SourceCache(srt)

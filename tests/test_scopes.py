@@ -14,7 +14,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from eaglepatch.scopes import ModuleScope, read_statements, read_with_libcst, reduced
+from eaglepatch.read.scopes import ModuleScope, read_statements, read_with_libcst, reduced
 
 
 def _shape(read) -> dict:
@@ -177,7 +177,7 @@ CUT_BODIES = [
 
 @pytest.mark.parametrize("code, keep, expected", CUT_BODIES)
 def test_function_bodies_but_the_kept_methods_are_cut_to_an_ellipsis(code, keep, expected):
-    from eaglepatch.source import parse_cut
+    from eaglepatch.read.source import parse_cut
 
     found = parse_cut(code, keep)
     assert found is not None
@@ -187,7 +187,7 @@ def test_function_bodies_but_the_kept_methods_are_cut_to_an_ellipsis(code, keep,
 
 @pytest.mark.parametrize("code", ["def f(:\n", "x = 1\x0c\ndef f():\n    pass\n"])
 def test_what_cannot_be_cut_safely_is_left_to_a_whole_parse(code):
-    from eaglepatch.source import parse_cut
+    from eaglepatch.read.source import parse_cut
 
     assert parse_cut(code, frozenset()) is None
 
@@ -198,8 +198,8 @@ def test_a_file_with_its_bodies_cut_answers_as_the_whole_file_on_a_release(sglan
     same way, and keeps the generated methods as written: every sixth file of models/, each top-level class
     in turn kept with its first method (`global` inside bodies is read from the text; a `:=` inside a cut
     body leaves the reading to the statements, where the whole file's goes to the ScopeProvider)."""
-    from eaglepatch.scopes import dotted_module
-    from eaglepatch.source import parse_cut
+    from eaglepatch.read.scopes import dotted_module
+    from eaglepatch.read.source import parse_cut
 
     srt = sglang_latest / "sglang" / "srt"
     compared = 0
@@ -237,8 +237,8 @@ def test_a_walrus_in_a_cut_body_binds_nothing_the_module_scope_reads(code, by_st
     """ModuleScope reads a module off its statements unless the text it reads holds a `:=`: with the
     text it was parsed from cut (`cut_text`), only a `:=` outside the cut bodies sends it to libcst's
     ScopeProvider, and both readings answer alike."""
-    from eaglepatch import scopes
-    from eaglepatch.source import parse_cut
+    from eaglepatch.read import scopes
+    from eaglepatch.read.source import parse_cut
 
     found = parse_cut(code, frozenset())
     assert found is not None

@@ -1,4 +1,4 @@
-"""Stage 2 on its own: patcher/source.py's text outline, checked against CPython's `ast`.
+"""Stage 2 on its own: patcher/read/source.py's text outline, checked against CPython's `ast`.
 
 The outline is a cheap line pass that stands in for a parse: it must find every `def`/`class`
 header ast finds, and each block must end where ast says.  The contract, read off the code:
@@ -25,7 +25,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from eaglepatch.source import SourceCache, _block_end, block_start, decode_source, outline
+from eaglepatch.read.source import SourceCache, _block_end, block_start, decode_source, outline
 
 REPO = Path(__file__).resolve().parent.parent
 DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -137,7 +137,7 @@ def test_outline_agrees_with_ast(text):
 
 
 # Shapes the outline got wrong (found while writing these tables), each a bug that was in
-# patcher/source.py: a too-short block makes the slice fail to parse (whole-file fallback), a
+# patcher/read/source.py: a too-short block makes the slice fail to parse (whole-file fallback), a
 # too-long one makes a class swallow the next class's methods (see the Resolver test below).
 FAST_BUGS = {
     # sglang 0.5.9 disaggregation/kv_events.py:323 has exactly this comment: `# ... b""")`
@@ -170,8 +170,8 @@ def test_block_end_bugs_of_both_scanners(text):
 
 
 def test_triple_quote_comment_does_not_give_a_class_the_next_ones_methods(tmp_path):
-    from eaglepatch.locate import locate_tree
-    from eaglepatch.resolve import Resolver
+    from eaglepatch.analyze.resolve import Resolver
+    from eaglepatch.read.locate import locate_tree
 
     srt = tmp_path / "sglang" / "srt"
     (srt / "models").mkdir(parents=True)
@@ -196,7 +196,7 @@ def test_block_start_with_a_multi_line_decorator(tmp_path):
     cache = SourceCache(tmp_path)
     source = cache.read(path)
     func = cache.parse_block(source, node.lineno - 1).module.body[0]
-    # what delegation_for (patcher/edits.py) reads to tell a staticmethod from a method
+    # what delegation_for (patcher/rewrite/edits.py) reads to tell a staticmethod from a method
     assert [ast.unparse(d) for d in node.decorator_list] == ["staticmethod", "torch.compile(dynamic=True)"]
     assert len(func.decorators) == 2
     assert block_start(source.lines, node.lineno - 1) == node.decorator_list[0].lineno - 1
@@ -414,7 +414,7 @@ def test_release_059_kv_events_outline_like_ast(sglang_059):
 
 @pytest.mark.parametrize("text", ["", "\n", "a", "a\n", "a\nb", "a\nb\n", "\n\n", "x\n\ny\n\n", "  def f():\n\treturn 1"])
 def test_text_lines_read_what_a_list_of_lines_holds(text):
-    from eaglepatch.source import TextLines
+    from eaglepatch.read.source import TextLines
 
     expected = text.split("\n")
     if expected[-1] == "":
@@ -432,7 +432,7 @@ def test_text_lines_read_what_a_list_of_lines_holds(text):
 
 
 def test_a_file_with_only_lf_newlines_keeps_its_lines_as_offsets_and_others_as_a_list():
-    from eaglepatch.source import TextLines, decode_source
+    from eaglepatch.read.source import TextLines, decode_source
 
     plain = decode_source(Path("m.py"), "m.py", b"class A:\n    x = 1\n")
     assert isinstance(plain.lines, TextLines) and list(plain.lines) == ["class A:", "    x = 1"]
@@ -442,7 +442,7 @@ def test_a_file_with_only_lf_newlines_keeps_its_lines_as_offsets_and_others_as_a
 
 
 def test_masks_are_kept_for_the_last_files_only_and_made_again_when_asked():
-    from eaglepatch import source as src
+    from eaglepatch.read import source as src
 
     outlines = [src.outline([f"x = '{i}'  # c", "def f():", "    pass"], f"x = '{i}'  # c\ndef f():\n    pass\n") for i in range(src.MASKS_KEPT + 5)]
     first = outlines[0].masked()

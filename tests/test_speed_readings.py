@@ -14,10 +14,10 @@ import libcst as cst
 import pytest
 from helpers import write_srt_tree
 
-from eaglepatch.class_index import _functions
-from eaglepatch.locate import locate_tree
-from eaglepatch.resolve import Resolver
-from eaglepatch.source import SourceCache
+from eaglepatch.analyze.class_index import _functions
+from eaglepatch.analyze.resolve import Resolver
+from eaglepatch.read.locate import locate_tree
+from eaglepatch.read.source import SourceCache
 
 
 def _visited(module: cst.Module) -> list[cst.FunctionDef]:
@@ -123,8 +123,8 @@ def test_the_models_a_class_holds_are_read_again_once_members_are_adopted(tmp_pa
 # --------------------------------------------------------------------------- class bodies read by one search
 def _per_line_attributes(lines, text) -> list[tuple[int, str]]:
     """The reading `_class_attributes` replaces: `_CLASS_ATTR` matched line by line at the body's indent."""
-    from eaglepatch.class_index import _CLASS_ATTR
-    from eaglepatch.source import _indent
+    from eaglepatch.analyze.class_index import _CLASS_ATTR
+    from eaglepatch.read.source import _indent
 
     out = []
     for index, line in enumerate(lines[text.header + 1 : text.end], text.header + 1):
@@ -137,7 +137,7 @@ def _per_line_attributes(lines, text) -> list[tuple[int, str]]:
 def _per_line_compound(lines, text) -> bool:
     import re
 
-    from eaglepatch.source import _indent
+    from eaglepatch.read.source import _indent
 
     compound = re.compile(r"^[ \t]*(?:if|elif|else|try|except|finally|with|async[ \t]+with|for|async[ \t]+for|while|match)\b")
     return any(_indent(line) == text.body_indent and compound.match(line) for line in lines[text.header + 1 : text.end])
@@ -145,7 +145,7 @@ def _per_line_compound(lines, text) -> bool:
 
 def _compound_by_search(lines, text) -> bool:
     """What block_attributes' one search says (its pattern for the body's indent, made on first use)."""
-    from eaglepatch.class_index import _COMPOUND_AT
+    from eaglepatch.analyze.class_index import _COMPOUND_AT
 
     text.block_attributes()
     return bool(_COMPOUND_AT[text.body_indent].search("\n".join(lines[text.header + 1 : text.end])))
@@ -171,7 +171,7 @@ CLASS_BODIES = [
 
 @pytest.mark.parametrize("code", CLASS_BODIES)
 def test_class_body_lines_found_by_one_search_are_those_found_line_by_line(tmp_path, code):
-    from eaglepatch.class_index import ClassIndex, _class_attributes
+    from eaglepatch.analyze.class_index import ClassIndex, _class_attributes
 
     cache, source = _read(tmp_path, code)
     index = ClassIndex(None, cache)  # type: ignore[arg-type]
@@ -184,7 +184,7 @@ def test_class_body_lines_found_by_one_search_are_those_found_line_by_line(tmp_p
 def test_class_body_lines_of_every_class_of_a_release(sglang_059: Path):
     """Every class at module level of the oldest release: the attribute lines one search finds are those the
     line-by-line match finds, and a class the search says has no compound block has none line by line."""
-    from eaglepatch.class_index import _class_attributes
+    from eaglepatch.analyze.class_index import _class_attributes
 
     srt = sglang_059 / "sglang" / "srt"
     cache = SourceCache(srt)
@@ -224,7 +224,7 @@ VALUES = [
 
 @pytest.mark.parametrize("text", VALUES)
 def test_a_dotted_name_is_the_node_libcst_parses(text):
-    from eaglepatch.bindings import parse_value
+    from eaglepatch.read.bindings import parse_value
 
     try:
         expected = cst.parse_expression(text if "\n" not in text else f"({text})")
@@ -255,13 +255,13 @@ def _matches(found) -> list[tuple[int, int, str]]:
 
 @pytest.mark.parametrize("text", ENTRY_TEXTS)
 def test_entry_assignments_are_the_anchored_pattern_s_matches(text):
-    from eaglepatch.resolve import _ENTRY, entry_assignments
+    from eaglepatch.analyze.resolve import _ENTRY, entry_assignments
 
     assert _matches(entry_assignments(text)) == _matches(_ENTRY.finditer(text))
 
 
 def test_entry_assignments_of_every_file_of_a_release(sglang_059: Path):
-    from eaglepatch.resolve import _ENTRY, entry_assignments
+    from eaglepatch.analyze.resolve import _ENTRY, entry_assignments
 
     srt = sglang_059 / "sglang" / "srt"
     cache = SourceCache(srt)
@@ -288,7 +288,7 @@ BLOCKS = [
 
 @pytest.mark.parametrize("code", BLOCKS)
 def test_fast_block_ends_are_the_exact_scanner_s(tmp_path, code):
-    from eaglepatch.source import _block_end, _block_end_fast
+    from eaglepatch.read.source import _block_end, _block_end_fast
 
     cache, source = _read(tmp_path, code)
     outline = cache.outline(source)
@@ -301,8 +301,8 @@ def test_fast_block_ends_are_the_exact_scanner_s(tmp_path, code):
 def test_references_are_those_learned_reading_every_def(sglang_latest: Path, monkeypatch):
     """`_learn` skips the def of a class that holds no bare backbone (`_reference` finds none): the
     references of every hook of the newest release are those learned reading every def."""
-    from eaglepatch.protocol import extract_protocol
-    from eaglepatch.synthesize import HookLibrary
+    from eaglepatch.analyze.protocol import extract_protocol
+    from eaglepatch.analyze.synthesize import HookLibrary
 
     def learned(skip: bool) -> tuple[dict, int]:
         if not skip:
@@ -343,7 +343,7 @@ DEF_TEXTS = [
 def test_indented_def_is_the_anchored_pattern_s_answer(text, expected):
     import re
 
-    from eaglepatch.synthesize import indented_def
+    from eaglepatch.analyze.synthesize import indented_def
 
     pattern = re.compile(r"^[ \t]+def get_embed_and_head\(", re.MULTILINE)
     assert bool(pattern.search(text)) == expected
@@ -353,7 +353,7 @@ def test_indented_def_is_the_anchored_pattern_s_answer(text, expected):
 def test_indented_def_of_every_model_file_of_a_release(sglang_059: Path):
     import re
 
-    from eaglepatch.synthesize import indented_def
+    from eaglepatch.analyze.synthesize import indented_def
 
     members = ("get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture", "forward", "load_weights")
     found = 0
@@ -380,14 +380,14 @@ def test_indented_def_of_every_model_file_of_a_release(sglang_059: Path):
     ],
 )
 def test_the_names_found_in_a_file_s_bytes_are_what_in_finds(data, member, expected):
-    from eaglepatch.synthesize import _DEF_NAME
+    from eaglepatch.analyze.synthesize import _DEF_NAME
 
     assert (f"def {member}(".encode() in data) == expected
     assert (member.encode() in set(_DEF_NAME.findall(data))) == expected
 
 
 def test_the_names_found_in_every_model_file_of_a_release_are_what_in_finds(sglang_059: Path):
-    from eaglepatch.synthesize import _DEF_NAME
+    from eaglepatch.analyze.synthesize import _DEF_NAME
 
     checked = 0
     for path in sorted((sglang_059 / "sglang" / "srt" / "models").rglob("*.py")):
@@ -406,7 +406,7 @@ def re_words(data: bytes) -> list[bytes]:
 
 
 def test_assigned_value_with_the_statement_s_end_given_is_the_same():
-    from eaglepatch.bindings import assigned_value, statement_end
+    from eaglepatch.read.bindings import assigned_value, statement_end
 
     lines = ["        self.model = Foo(", "            config,  # the config", "        )", "        self.x = 1"]
     for index, target in ((0, "self.model"), (3, "self.x"), (0, "self.x")):
@@ -466,7 +466,7 @@ FORWARDS = [
 def test_forward_facts_read_off_statements_are_those_of_a_walk(code):
     import ast
 
-    from eaglepatch.synthesize import forward_facts
+    from eaglepatch.analyze.synthesize import forward_facts
 
     node = ast.parse(code).body[0]
     facts = forward_facts(node)
@@ -477,7 +477,7 @@ def test_forward_facts_read_off_statements_are_those_of_a_walk(code):
 def test_forward_facts_of_every_function_of_a_release(sglang_059: Path):
     import ast
 
-    from eaglepatch.synthesize import forward_facts
+    from eaglepatch.analyze.synthesize import forward_facts
 
     compared = 0
     for path in sorted((sglang_059 / "sglang" / "srt").rglob("*.py")):
@@ -501,7 +501,7 @@ IMPORT_TEXTS = [
 
 @pytest.mark.parametrize("text", IMPORT_TEXTS)
 def test_one_line_imports_are_what_the_bracket_loop_gives(text):
-    from eaglepatch.source import _bracket_delta, _dedent, _import_texts, _indent
+    from eaglepatch.read.source import _bracket_delta, _dedent, _import_texts, _indent
 
     lines = text.split("\n")
     expected = []
@@ -534,7 +534,7 @@ WALKED = [
 def _kept_of_walk(tree) -> list[int]:
     import ast
 
-    from eaglepatch.roles import _HOLDS_STATEMENTS
+    from eaglepatch.analyze.roles import _HOLDS_STATEMENTS
 
     return [id(n) for n in ast.walk(tree) if n is tree or isinstance(n, _HOLDS_STATEMENTS)]
 
@@ -543,7 +543,7 @@ def _kept_of_walk(tree) -> list[int]:
 def test_statement_walk_is_ast_walk_with_the_statements_kept(code):
     import ast
 
-    from eaglepatch.roles import statement_walk
+    from eaglepatch.analyze.roles import statement_walk
 
     tree = ast.parse(code)
     assert [id(n) for n in statement_walk(tree)] == _kept_of_walk(tree)
@@ -555,7 +555,7 @@ def test_statement_walk_is_ast_walk_with_the_statements_kept(code):
 def test_statement_walk_of_every_file_of_a_release(sglang_059: Path):
     import ast
 
-    from eaglepatch.roles import statement_walk
+    from eaglepatch.analyze.roles import statement_walk
 
     compared = 0
     for path in sorted((sglang_059 / "sglang" / "srt").rglob("*.py")):

@@ -1,4 +1,4 @@
-"""Stage table for patcher/style.py: which formatter settings of the target tree are read, from where, and
+"""Stage table for patcher/read/style.py: which formatter settings of the target tree are read, from where, and
 which wins; the line-based reader of `.pre-commit-config.yaml` checked against a real YAML parser."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eaglepatch.style import DEFAULT_STYLE, FormatStyle, black_cli, isort_cli, load_style, read_hook_args, style_files
+from eaglepatch.read.style import DEFAULT_STYLE, FormatStyle, black_cli, isort_cli, load_style, read_hook_args, style_files
 
 MODELS = Path("python", "sglang", "srt", "models")
 

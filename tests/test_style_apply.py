@@ -1,4 +1,4 @@
-"""`apply` writes what the tree's own formatters accept, at the tree's own settings (patcher/style.py).
+"""`apply` writes what the tree's own formatters accept, at the tree's own settings (patcher/read/style.py).
 
 A git checkout of the fixture tree gets a formatter configuration (black's line length in pyproject.toml,
 isort's in .isort.cfg, or both as the args of the pre-commit hooks), is formatted with real black and

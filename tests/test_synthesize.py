@@ -21,10 +21,10 @@ import libcst as cst
 import pytest
 from typer.testing import CliRunner
 
+from eaglepatch.analyze.synthesize import SelfUse, module_names_in, read_body
 from eaglepatch.cli import app
 from eaglepatch.codemods.retarget import body_reads
-from eaglepatch.source import SourceCache, block_start
-from eaglepatch.synthesize import SelfUse, module_names_in, read_body
+from eaglepatch.read.source import SourceCache, block_start
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHECKOUT = REPO_ROOT / "fixtures" / "checkout"
@@ -404,10 +404,10 @@ def by_class_and_file(data: dict) -> dict[tuple[str, str], dict]:
 def test_references_are_tried_in_rank_order_on_a_release(sglang_latest):
     """`fit` walks the references in `_rank` order without ranking them all for every class; on every
     class of the newest release that walk is the full sort, for each hook."""
-    from eaglepatch.locate import locate_tree
-    from eaglepatch.protocol import extract_protocol
-    from eaglepatch.resolve import Resolver
-    from eaglepatch.synthesize import HookLibrary, _held
+    from eaglepatch.analyze.protocol import extract_protocol
+    from eaglepatch.analyze.resolve import Resolver
+    from eaglepatch.analyze.synthesize import HookLibrary, _held
+    from eaglepatch.read.locate import locate_tree
 
     tree = locate_tree(sglang_latest)
     cache = SourceCache(tree.srt)
@@ -431,8 +431,8 @@ def test_a_class_is_tried_once_per_kind_of_reference_with_the_answer_of_trying_t
     """`fit` does not try a reference whose requirements equal those of one that failed the class
     already; on every class and hook of the newest release its answer is the one of trying every
     reference in rank order (the first that fits, else the first rejection and how many failed)."""
+    from eaglepatch.analyze.synthesize import HookLibrary
     from eaglepatch.pipeline import analyze
-    from eaglepatch.synthesize import HookLibrary
 
     calls: list[tuple] = []
     tries = {"made": 0}

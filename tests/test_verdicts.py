@@ -14,11 +14,11 @@ import libcst as cst
 import pytest
 from typer.testing import CliRunner
 
+from eaglepatch.analyze.plan import call_misfit
+from eaglepatch.analyze.roles import RoleBook, learn_roles
 from eaglepatch.cli import app
-from eaglepatch.locate import locate_tree
-from eaglepatch.plan import call_misfit
+from eaglepatch.read.locate import locate_tree
 from eaglepatch.records import CallShape, ClassInfo
-from eaglepatch.roles import RoleBook, learn_roles
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHECKOUT = REPO_ROOT / "fixtures" / "checkout"

@@ -35,8 +35,8 @@ from test_properties import INNER_CLASS, WRAPPER_CLASS, Example, Layout, tree_im
 from typer.testing import CliRunner
 
 from eaglepatch.cli import app
-from eaglepatch.edits import build_edits
 from eaglepatch.pipeline import analyze
+from eaglepatch.rewrite.edits import build_edits
 
 HOOKS = ("get_embed_and_head", "set_eagle3_layers_to_capture")
 RUNNER = CliRunner()
@@ -699,10 +699,10 @@ def test_imports_planned_for_a_signature_that_falls_back_are_not_counted_on_by_t
 def test_a_patch_that_fails_the_proof_is_an_error_and_nothing_is_written(tmp_path, monkeypatch):
     """The proof does not trust the planner: with signatures copied verbatim (what eaglepatch used to do),
     the file is an error (exit 2, one line naming the name, the file and the line) and stays as it was."""
-    import eaglepatch.edits
-    import eaglepatch.forms
+    import eaglepatch.analyze.forms
+    import eaglepatch.rewrite.edits
 
-    monkeypatch.setattr(eaglepatch.edits, "respelled_signature", eaglepatch.forms.copied_signature)
+    monkeypatch.setattr(eaglepatch.rewrite.edits, "respelled_signature", eaglepatch.analyze.forms.copied_signature)
     path = make_tree(tmp_path, INNER_FOR_SHADOWS, WRAPPER_SHADOWS)
     before = path.read_bytes()
     _, edits, errors = build(tmp_path)
@@ -753,10 +753,10 @@ def test_explain_shows_the_proven_code_apply_writes(tmp_path):
 def test_explain_says_when_the_proof_fails_and_why_in_one_line(tmp_path, monkeypatch):
     """With signatures copied verbatim the patch cannot be proven: explain still answers (exit 0), says the
     code is not proven and gives the same one-line reason diff and apply stop with."""
-    import eaglepatch.edits
-    import eaglepatch.forms
+    import eaglepatch.analyze.forms
+    import eaglepatch.rewrite.edits
 
-    monkeypatch.setattr(eaglepatch.edits, "respelled_signature", eaglepatch.forms.copied_signature)
+    monkeypatch.setattr(eaglepatch.rewrite.edits, "respelled_signature", eaglepatch.analyze.forms.copied_signature)
     make_tree(tmp_path, INNER_FOR_SHADOWS, WRAPPER_SHADOWS)
     model = explain_json(tmp_path, "set_eagle3_layers_to_capture")
     assert model["proven"] is False

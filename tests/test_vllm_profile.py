@@ -28,10 +28,10 @@ from typer.testing import CliRunner
 
 from eaglepatch.cli import app
 from eaglepatch.errors import EaglepatchError
-from eaglepatch.locate import locate_tree
-from eaglepatch.vllm_plan import VllmPlanner
-from eaglepatch.vllm_protocol import read_protocol
-from eaglepatch.vllm_tree import VllmTree
+from eaglepatch.read.locate import locate_tree
+from eaglepatch.vllm_profile.plan import VllmPlanner
+from eaglepatch.vllm_profile.protocol import read_protocol
+from eaglepatch.vllm_profile.tree import VllmTree
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "vllm"

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from helpers import write_srt_tree
 
-from eaglepatch.class_index import ClassIndex
-from eaglepatch.locate import locate_tree
+from eaglepatch.analyze.class_index import ClassIndex
+from eaglepatch.analyze.wrappers import WrapperFinder
+from eaglepatch.read.locate import locate_tree
+from eaglepatch.read.source import SourceCache
 from eaglepatch.records import Protocol, ProtocolMember
-from eaglepatch.source import SourceCache
-from eaglepatch.wrappers import WrapperFinder
 
 NO_PROTOCOL = Protocol(members={}, consumers=[], general_interface={})
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import EaglepatchError
+from ..errors import EaglepatchError
 
 # GitPython refuses to import when no git binary exists; eaglepatch must still work then.
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")

@@ -11,21 +11,21 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
-from .class_index import signature_node, syntax_error
-from .codemods.add_delegations import LINE_LENGTH, AddDelegations, Delegation
-from .codemods.contract import run_command
-from .codemods.normalize_imports import NormalizeAddedImports, space_opened_block
-from .codemods.retarget import ExplodeLongLiterals, Retarget, body_reads
-from .errors import EaglepatchError
-from .forms import Import, WrapperSpelling, _Pending, respelled_signature
-from .imports import ImportTable
-from .meanings import TYPE_ONLY, UNKNOWN, inner_meaning
-from .records import MemberPlan, ModelPlan
-from .resolve import one_path_per_file
-from .scopes import scope_of
-from .source import CutText, SourceCache, SourceFile
-from .style import DEFAULT_STYLE, FormatStyle
-from .synthesize import learned_synthesis
+from ..analyze.class_index import signature_node, syntax_error
+from ..analyze.forms import Import, WrapperSpelling, _Pending, respelled_signature
+from ..analyze.resolve import one_path_per_file
+from ..analyze.synthesize import learned_synthesis
+from ..codemods.add_delegations import LINE_LENGTH, AddDelegations, Delegation
+from ..codemods.contract import run_command
+from ..codemods.normalize_imports import NormalizeAddedImports, space_opened_block
+from ..codemods.retarget import ExplodeLongLiterals, Retarget, body_reads
+from ..errors import EaglepatchError
+from ..read.imports import ImportTable
+from ..read.meanings import TYPE_ONLY, UNKNOWN, inner_meaning
+from ..read.scopes import scope_of
+from ..read.source import CutText, SourceCache, SourceFile
+from ..read.style import DEFAULT_STYLE, FormatStyle
+from ..records import MemberPlan, ModelPlan
 from .verify import prove_edit
 
 _TOP_ASSIGN = re.compile(r"^(\w+)\s*(?::[^=]*)?=", re.MULTILINE)
@@ -61,7 +61,7 @@ def defined_here(cache: SourceCache, source: SourceFile) -> set[str]:
 
 def module_names(cache: SourceCache, source: SourceFile, tree) -> set[str]:
     """Names a module binds at top level: its imports and what it defines itself (a cheap reading, for
-    revert; what a copied signature needs is read with scope analysis, patcher/scopes.py)."""
+    revert; what a copied signature needs is read with scope analysis, patcher/read/scopes.py)."""
     return set(ImportTable.of(cache, source, tree).names) | defined_here(cache, source)
 
 
@@ -103,7 +103,7 @@ def delegation_for(
 def learned_for(
     cache: SourceCache, tree, wrapper: SourceFile, entry: MemberPlan, spelling: WrapperSpelling, cls: str, line_length: int = LINE_LENGTH
 ) -> Delegation:
-    """The hook body the plan learned from another class (patcher/synthesize.py), retargeted to `cls`:
+    """The hook body the plan learned from another class (patcher/analyze/synthesize.py), retargeted to `cls`:
     its backbone attribute and config path, and every module-level name spelled the wrapper's way."""
     synthesis = learned_synthesis(entry)
     reference = synthesis.reference
@@ -157,9 +157,9 @@ def _decorator_name(decorator: cst.Decorator) -> str:
 
 
 def build_edits(cache: SourceCache, tree, plans: list[ModelPlan], style: FormatStyle = DEFAULT_STYLE) -> tuple[list[FileEdit], list[EaglepatchError]]:
-    """One edit per wrapper file that has something missing, proven before it is returned (patcher/verify.py);
+    """One edit per wrapper file that has something missing, proven before it is returned (patcher/rewrite/verify.py);
     a file that fails, or whose patch fails the proof, is an error and does not stop the others.  Written
-    in the tree's own formatter `style` (patcher/style.py)."""
+    in the tree's own formatter `style` (patcher/read/style.py)."""
     by_file: dict[str, dict[str, list[MemberPlan]]] = {}
     for plan in plans:
         if plan.writes:
@@ -246,8 +246,8 @@ def revert_edits(
 ) -> tuple[list[FileEdit], list[EaglepatchError], list[tuple[str, list[str]]]]:
     """Edits that remove eaglepatch's unchanged delegations: from the named model modules, or all of models/
     (a delegation counts as unchanged at the tree's line length, or at black's default)."""
-    from .codemods.add_delegations import LEARNED, MARKER
-    from .codemods.remove_delegations import RemoveDelegations
+    from ..codemods.add_delegations import LEARNED, MARKER
+    from ..codemods.remove_delegations import RemoveDelegations
     from .star_imports import star_imported_names
 
     if models:

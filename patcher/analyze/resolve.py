@@ -13,11 +13,11 @@ from pathlib import Path
 
 import libcst as cst
 
+from ..errors import EaglepatchError
+from ..read.locate import SourceTree
+from ..read.source import SourceCache, SourceFile
+from ..records import ClassInfo, InnerModel, Protocol, Signature, Wrapper
 from .class_index import ClassIndex, ClassText
-from .errors import EaglepatchError
-from .locate import SourceTree
-from .records import ClassInfo, InnerModel, Protocol, Signature, Wrapper
-from .source import SourceCache, SourceFile
 from .wrappers import Assignment, WrapperFinder
 
 _ENTRY = re.compile(r"^[ \t]*EntryClass\s*=\s*(.+)$", re.MULTILINE)  # indented under a module-level `if` too

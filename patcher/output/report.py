@@ -7,14 +7,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .records import MemberPlan, ModelPlan, ProtocolMember
+from ..records import MemberPlan, ModelPlan, ProtocolMember
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ..analyze.synthesize import Synthesis
+    from ..pipeline import Analysis
     from .baseline import Gate
-    from .pipeline import Analysis
-    from .synthesize import Synthesis
 
 
 SCHEMA = 2  # of the JSON report: 2 added roles, fix/blocker per gap and the five statuses
@@ -182,7 +182,7 @@ def _below(path: Path, folder: Path) -> bool:
 
 def _learned(entry: MemberPlan) -> Synthesis:
     """The learned body of a `synthesize` fix (imported here, not above: a cache hit never reaches it)."""
-    from .synthesize import learned_synthesis
+    from ..analyze.synthesize import learned_synthesis
 
     return learned_synthesis(entry)
 
@@ -427,7 +427,7 @@ def write_sarif(analysis: Analysis, out, gate: Gate | None = None) -> None:
                     ],
                 }
             )
-    from . import __version__
+    from .. import __version__
 
     document = {
         "version": "2.1.0",

@@ -11,10 +11,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from .errors import EaglepatchError
-from .records import ClassInfo, Fix, InnerModel, MemberPlan, ModelPlan, Protocol, Signature, Status, Unresolved, Wrapper
-from .vllm_protocol import BASE, MIXIN, VllmProtocol
-from .vllm_tree import INTERFACES, TARGET_DICTS, ClassRef, VllmTree, is_stub, methods, module_of
+from ..errors import EaglepatchError
+from ..records import ClassInfo, Fix, InnerModel, MemberPlan, ModelPlan, Protocol, Signature, Status, Unresolved, Wrapper
+from .protocol import BASE, MIXIN, VllmProtocol
+from .tree import INTERFACES, TARGET_DICTS, ClassRef, VllmTree, is_stub, methods, module_of
 
 LM_ATTRIBUTES = ("language_model", "llm", "decoder", "text_model")
 _BUILDERS = ("init_vllm_registered_model", "initialize_model")
@@ -470,9 +470,9 @@ def _short(node: ast.expr, limit: int = 100) -> str:
 
 def analyze_vllm(tree, models: list[str], all_models: bool, progress=None):
     """The vLLM profile's pipeline: protocol -> wrappers -> plans, as a pipeline.Analysis."""
-    from .pipeline import DEFAULT_MODEL, Analysis
-    from .source import SourceCache
-    from .vllm_protocol import read_protocol
+    from ..pipeline import DEFAULT_MODEL, Analysis
+    from ..read.source import SourceCache
+    from .protocol import read_protocol
 
     index = VllmTree(tree.srt)
     protocol = read_protocol(index)

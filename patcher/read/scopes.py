@@ -25,7 +25,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from .codemods.names import dotted_name
+from ..codemods.names import dotted_name
 from .imports import PACKAGE, module_path
 from .source import SourceCache, SourceFile
 

@@ -14,16 +14,16 @@ import builtins
 import libcst as cst
 from libcst.codemod import CodemodContext
 
-from .codemods.add_base import AddBase
-from .codemods.add_delegations import AddDelegations, Delegation
-from .codemods.contract import run_command
-from .edits import FileEdit
-from .errors import EaglepatchError
-from .locate import VLLM_MODELS, SourceTree
-from .records import ModelPlan
-from .source import SourceCache, SourceFile
-from .vllm_protocol import BASE, ProtocolMethod, read_protocol
-from .vllm_tree import INTERFACES, VllmTree
+from ..codemods.add_base import AddBase
+from ..codemods.add_delegations import AddDelegations, Delegation
+from ..codemods.contract import run_command
+from ..errors import EaglepatchError
+from ..read.locate import VLLM_MODELS, SourceTree
+from ..read.source import SourceCache, SourceFile
+from ..records import ModelPlan
+from ..rewrite.edits import FileEdit
+from .protocol import BASE, ProtocolMethod, read_protocol
+from .tree import INTERFACES, VllmTree
 
 LINE_LENGTH = 88  # vLLM's ruff line-length (pyproject.toml of its checkouts)
 

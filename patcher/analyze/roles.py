@@ -23,8 +23,8 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .locate import SourceTree
-from .records import ClassInfo, ModelRole
+from ..read.locate import SourceTree
+from ..records import ClassInfo, ModelRole
 
 # How SGLang names draft heads and non-generation models when the configuration is silent.
 _DRAFT_NAME = re.compile(r"Eagle|NextN|MTP|Mtp|Medusa|DFlash|DSpark|Draft")

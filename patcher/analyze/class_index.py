@@ -18,12 +18,12 @@ from pathlib import Path
 
 import libcst as cst
 
-from .bindings import assigned_value, assignment_lines, forwards_any_name, one_line, parse_value
-from .errors import EaglepatchError
-from .imports import ImportTable
-from .locate import SourceTree
-from .records import ClassInfo, Signature, SignatureKind
-from .source import SourceCache, SourceFile, _indent, _is_code, _scan
+from ..errors import EaglepatchError
+from ..read.bindings import assigned_value, assignment_lines, forwards_any_name, one_line, parse_value
+from ..read.imports import ImportTable
+from ..read.locate import SourceTree
+from ..read.source import SourceCache, SourceFile, _indent, _is_code, _scan
+from ..records import ClassInfo, Signature, SignatureKind
 
 MAX_BASE_DEPTH = 12
 # a class-body line opening a block whose assignments still bind class attributes: these words at the body's indent

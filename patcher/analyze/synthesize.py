@@ -32,14 +32,14 @@ from pathlib import Path
 
 import libcst as cst
 
-from .bindings import parse_value
+from ..codemods.names import LINE_LENGTH, dotted_name
+from ..codemods.retarget import ExplodeLongLiterals, Retarget, body_reads, overlong_lines
+from ..errors import EaglepatchError
+from ..read.bindings import parse_value
+from ..read.source import SourceCache, block_text
+from ..records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
 from .class_index import signature_node
-from .codemods.names import LINE_LENGTH, dotted_name
-from .codemods.retarget import ExplodeLongLiterals, Retarget, body_reads, overlong_lines
-from .errors import EaglepatchError
-from .records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
 from .resolve import Resolver
-from .source import SourceCache, block_text
 
 CAPTURE_FLAG = "capture_aux_hidden_states"  # the class's switch its forward reads
 CAPTURE_LAYERS = "layers_to_capture"  # the backbone's list its forward collects
@@ -147,7 +147,7 @@ class HookLibrary:
 
     resolver: Resolver
     protocol: Protocol
-    line_length: int = LINE_LENGTH  # black's width in the tree (patcher/style.py): a learned body must fit it
+    line_length: int = LINE_LENGTH  # black's width in the tree (patcher/read/style.py): a learned body must fit it
     _references: dict[str, list[Reference]] = field(default_factory=dict)
     _forwards: dict[tuple[Path, int], _ForwardFacts] = field(default_factory=dict)
     _examples: dict[str, Reference | None] = field(default_factory=dict)

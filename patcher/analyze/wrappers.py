@@ -16,7 +16,8 @@ from pathlib import Path
 
 import libcst as cst
 
-from .bindings import (
+from ..errors import EaglepatchError
+from ..read.bindings import (
     Binding,
     FunctionScope,
     InitScope,
@@ -28,11 +29,10 @@ from .bindings import (
     small_statements,
     statement_end,
 )
+from ..read.imports import ImportTable
+from ..read.source import SourceFile, _indent, _is_code
+from ..records import ClassInfo, InnerModel, Protocol, Signature, Unresolved, Wrapper
 from .class_index import MAX_BASE_DEPTH, ClassIndex, code_of, root_name, signature_node
-from .errors import EaglepatchError
-from .imports import ImportTable
-from .records import ClassInfo, InnerModel, Protocol, Signature, Unresolved, Wrapper
-from .source import SourceFile, _indent, _is_code
 
 # a class name that says "model" (for an inner model class that lives in the wrapper's file)
 _MODEL_NAME = re.compile(r"(Model|ForCausalLM|ForConditionalGeneration|LMHeadModel)$")

@@ -1,6 +1,6 @@
 """Stage 6b: prove each patch on the text that would be written, before anything is written.
 
-The planner (patcher/forms.py) chooses how a copied signature is spelled; this stage does not
+The planner (patcher/analyze/forms.py) chooses how a copied signature is spelled; this stage does not
 trust it.  It parses the patched module and, with LibCST scope analysis of that text, proves for
 every generated member:
 
@@ -27,15 +27,15 @@ from collections.abc import Mapping
 import libcst as cst
 from libcst.metadata import BuiltinAssignment, Scope
 
-from .class_index import signature_node
-from .codemods.names import LEARNED, MARKER, dotted_name
-from .codemods.respell import _is_literal_subscript, _parse_string
-from .errors import EaglepatchError
-from .meanings import CLASS_ATTRIBUTE, TYPE_ONLY, UNKNOWN, immutable_literal, inner_meaning, same_literal, wrapper_binding
-from .records import MemberPlan
-from .scopes import Exports, ModuleScope, dotted_module, scope_of
-from .source import Parsed, SourceCache, SourceFile, decode_source, parse_cut
-from .synthesize import learned_synthesis
+from ..analyze.class_index import signature_node
+from ..analyze.synthesize import learned_synthesis
+from ..codemods.names import LEARNED, MARKER, dotted_name
+from ..codemods.respell import _is_literal_subscript, _parse_string
+from ..errors import EaglepatchError
+from ..read.meanings import CLASS_ATTRIBUTE, TYPE_ONLY, UNKNOWN, immutable_literal, inner_meaning, same_literal, wrapper_binding
+from ..read.scopes import Exports, ModuleScope, dotted_module, scope_of
+from ..read.source import Parsed, SourceCache, SourceFile, decode_source, parse_cut
+from ..records import MemberPlan
 
 _SKIP_FIELDS = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after", "header", "footer", "equal", "dot")
 _NOT_FREE = ("attr", "keyword")  # Name fields that are not looked up: `x.attr`, `f(keyword=...)`
@@ -172,7 +172,7 @@ class _Proof:
     def learned(self, cls: str, index: int, func: cst.FunctionDef, entry: MemberPlan) -> None:
         """The written def is the reference's, statement for statement, with only the plan's `self.`
         renames; each module-level name it reads is, at call time, what the reference's file meant."""
-        from .codemods.retarget import Retarget
+        from ..codemods.retarget import Retarget
 
         synthesis = learned_synthesis(entry)
         reference = synthesis.reference

@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import EaglepatchError
-from .imports import ImportTable
-from .locate import SourceTree
-from .records import CallShape, Protocol, ProtocolMember, Use, UseKind, UseRole
-from .source import SourceCache, SourceFile, _dedent, block_start, block_text
+from ..errors import EaglepatchError
+from ..read.imports import ImportTable
+from ..read.locate import SourceTree
+from ..read.source import SourceCache, SourceFile, _dedent, block_start, block_text
+from ..records import CallShape, Protocol, ProtocolMember, Use, UseKind, UseRole
 
 _EAGLE_SPELLINGS = (b"eagle", b"EAGLE", b"Eagle")
 _EAGLE = re.compile(r"eagle", re.IGNORECASE)

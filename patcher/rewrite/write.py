@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..errors import EaglepatchError
 from .edits import FileEdit
-from .errors import EaglepatchError
 
 TEMP_SUFFIX = ".eaglepatch-tmp"
 LOCK_TIMEOUT_VARIABLE = "EAGLEPATCH_LOCK_TIMEOUT"

@@ -9,9 +9,9 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from .errors import EaglepatchError
-from .records import Protocol, ProtocolMember, Use
-from .vllm_tree import INTERFACES, VllmTree, is_stub, methods
+from ..errors import EaglepatchError
+from ..records import Protocol, ProtocolMember, Use
+from .tree import INTERFACES, VllmTree, is_stub, methods
 
 BASE = "SupportsEagle3"
 MIXIN = "EagleModelMixin"

@@ -7,11 +7,11 @@ import re
 
 import libcst as cst
 
-from .codemods.names import dotted_name
+from ..codemods.names import dotted_name
+from ..errors import EaglepatchError
+from ..read.imports import module_path
+from ..read.source import SourceCache, SourceFile
 from .edits import module_names
-from .errors import EaglepatchError
-from .imports import module_path
-from .source import SourceCache, SourceFile
 
 _ALL = re.compile(r"^__all__\s*[:=+]", re.MULTILINE)
 

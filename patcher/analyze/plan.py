@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Optional
 
 import libcst as cst
 
-from .records import CallShape, Fix, MemberPlan, ModelPlan, ModelRole, Protocol, Signature, Use, Wrapper
+from ..records import CallShape, Fix, MemberPlan, ModelPlan, ModelRole, Protocol, Signature, Use, Wrapper
 
 if TYPE_CHECKING:
     from .synthesize import _Fit as SynthesisFit
@@ -26,7 +26,7 @@ _ROLE_OF_USE = {"target": "target", "unknown": "target", "draft": "draft"}
 
 # (inner definition, call shape) -> why the call cannot bind to it, or None; parsing is the caller's
 ShapeCheck = Callable[[Signature, CallShape], Optional[str]]
-# (gap, class) -> a body learned from the tree (patcher/synthesize.py), or why there is none
+# (gap, class) -> a body learned from the tree (patcher/analyze/synthesize.py), or why there is none
 Synthesizer = Callable[[MemberPlan, Wrapper], "SynthesisFit"]
 
 

@@ -10,7 +10,7 @@ For every free name of a default or annotation, in order of preference:
 
 When none works, an annotation is left out (nothing needs it at run time), and a default makes
 the whole delegation take `*args, **kwargs`, with a one-line comment saying why.  The proof stage
-(patcher/verify.py) checks the result on the written text; this module only chooses.
+(patcher/rewrite/verify.py) checks the result on the written text; this module only chooses.
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .class_index import signature_node
-from .codemods.respell import Respell, free_names
-from .meanings import (
+from ..codemods.respell import Respell, free_names
+from ..read.meanings import (
     BUILTIN,
     CLASS_ATTRIBUTE,
     CONSTANT,
@@ -32,9 +31,10 @@ from .meanings import (
     inner_meaning,
     wrapper_binding,
 )
-from .records import MemberPlan, Signature
-from .scopes import BUILTINS, Exports, ModuleScope, scope_of
-from .source import SourceCache, SourceFile
+from ..read.scopes import BUILTINS, Exports, ModuleScope, scope_of
+from ..read.source import SourceCache, SourceFile
+from ..records import MemberPlan, Signature
+from .class_index import signature_node
 
 Import = tuple[str, str | None, str | None]  # (module, object or None, asname or None)
 

@@ -24,7 +24,7 @@ from typing import Any, TypeAlias, overload
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .errors import EaglepatchError
+from ..errors import EaglepatchError
 
 # What holds a node for line numbers: a statement line, one small statement in it, or a compound one.
 Statement: TypeAlias = "cst.SimpleStatementLine | cst.BaseSmallStatement | cst.BaseCompoundStatement"

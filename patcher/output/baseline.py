@@ -15,8 +15,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import EaglepatchError
-from .records import ModelPlan
+from ..errors import EaglepatchError
+from ..records import ModelPlan
 
 SCHEMA = 1
 Key = tuple[str, str, str]  # (file relative to srt, class, member)

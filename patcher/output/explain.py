@@ -1,7 +1,7 @@
 """What `explain MEMBER` shows, gathered: per model, the inner definition or the learned reference, and the
 code apply would write, built and proven by the codemod and verify stages exactly as `diff` and `apply` run
 them (so it is the same text), or, when the proof stops a file, the member as planned and the reason.
-patcher/report.py renders the result; it builds nothing."""
+patcher/output/report.py renders the result; it builds nothing."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING
 from .report import protocol_json
 
 if TYPE_CHECKING:
-    from .edits import FileEdit
-    from .errors import EaglepatchError
-    from .pipeline import Analysis
+    from ..errors import EaglepatchError
+    from ..pipeline import Analysis
+    from ..rewrite.edits import FileEdit
 
 
 def explain_json(analysis: Analysis, name: str) -> dict:
     import libcst as cst
 
-    from .class_index import signature_node
-    from .synthesize import learned_synthesis
+    from ..analyze.class_index import signature_node
+    from ..analyze.synthesize import learned_synthesis
 
     member = analysis.protocol.members[name]
     data = protocol_json(member)
@@ -65,8 +65,8 @@ def explain_json(analysis: Analysis, name: str) -> dict:
 
 def _proven_edit(analysis: Analysis, rel: str) -> tuple[FileEdit | None, EaglepatchError | None]:
     """(the edit of wrapper file `rel`, None) as diff and apply build it, every class of the file that has
-    something to write included and the patch proven (patcher/verify.py); (None, error) when it fails."""
-    from .edits import build_edits
+    something to write included and the patch proven (patcher/rewrite/verify.py); (None, error) when it fails."""
+    from ..rewrite.edits import build_edits
 
     plans = [plan for plan in analysis.plans if plan.wrapper.path == rel]
     edits, errors = build_edits(analysis.cache, analysis.tree, plans, analysis.style)
@@ -86,8 +86,8 @@ def _would_write(analysis: Analysis, plan, entry, edit, error) -> dict:
         return {"proven": False, "proof": f"{plan.wrapper.path}: apply writes nothing for {name} in {cls}"}
     out = {"proven": False, "proof": str(error)}
     try:
-        from .codemods.add_delegations import render_delegation
-        from .edits import delegation_for
+        from ..codemods.add_delegations import render_delegation
+        from ..rewrite.edits import delegation_for
 
         source = analysis.cache.read(analysis.tree.srt / plan.wrapper.path)
         width = analysis.style.line_length
@@ -104,7 +104,7 @@ def written_text(edit, cls: str, name: str) -> str:
     import ast
     import re
 
-    from .source import decode_source
+    from ..read.source import decode_source
 
     text = decode_source(edit.path, edit.rel, edit.updated).text
     lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", text)  # the newlines Python counts, kept

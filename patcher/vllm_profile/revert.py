@@ -24,15 +24,15 @@ from pathlib import Path
 import libcst as cst
 from libcst.codemod import CodemodContext
 
-from .codemods.add_base import BASES_ON_THEIR_LINE, HEADER_ON_ONE_LINE, IMPORT_ON_ONE_LINE, AddBase, header_layout
-from .codemods.contract import run_command
-from .codemods.names import MARKER
-from .codemods.remove_delegations import RemoveDelegations
-from .edits import FileEdit
-from .errors import EaglepatchError
-from .locate import SourceTree
-from .source import SourceCache, SourceFile
-from .vllm_edits import LINE_LENGTH, equivalents, spelling_in
+from ..codemods.add_base import BASES_ON_THEIR_LINE, HEADER_ON_ONE_LINE, IMPORT_ON_ONE_LINE, AddBase, header_layout
+from ..codemods.contract import run_command
+from ..codemods.names import MARKER
+from ..codemods.remove_delegations import RemoveDelegations
+from ..errors import EaglepatchError
+from ..read.locate import SourceTree
+from ..read.source import SourceCache, SourceFile
+from ..rewrite.edits import FileEdit
+from .edits import LINE_LENGTH, equivalents, spelling_in
 
 _MARKED = re.compile(rb"# eaglepatch: (added \w+ to the bases|forwards to self\.)")
 _BASE_MARKER = re.compile(r"# eaglepatch: added (\w+) to the bases(?: \(before: ([^)]*)\))?")

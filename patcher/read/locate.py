@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
-from .errors import EaglepatchError
+from ..errors import EaglepatchError
 
 Engine = Literal["sglang", "vllm"]
 Layout = Literal["checkout", "site-packages", "package", "srt", "venv"]
@@ -27,7 +27,7 @@ class SourceTree:
     srt: Path  # .../sglang/srt (for vLLM: the .../vllm package folder)
     given: Path  # the PATH the user named
     layout: Layout
-    engine: Engine = "sglang"  # vLLM: patcher/vllm_tree.py
+    engine: Engine = "sglang"  # vLLM: patcher/vllm_profile/tree.py
 
     @property
     def models(self) -> Path:

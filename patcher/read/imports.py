@@ -9,9 +9,9 @@ from pathlib import Path
 
 import libcst as cst
 
+from ..codemods.names import dotted_name
+from ..errors import EaglepatchError
 from .bindings import statement_end
-from .codemods.names import dotted_name
-from .errors import EaglepatchError
 from .locate import SourceTree
 from .source import _IMPORT, SourceCache, SourceFile, _indent
 

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .errors import EaglepatchError
+from ..errors import EaglepatchError
 
 _PROBE = (
     "import importlib.util, json, sys\n"

@@ -1,0 +1,1 @@
+"""What the user reads: the table, JSON, GitHub and SARIF reports, `explain`, the baseline gate."""

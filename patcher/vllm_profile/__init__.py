@@ -1,0 +1,2 @@
+"""The vLLM engine profile: its tree, its `SupportsEagle3` protocol, its wrappers and plans,
+the base-class fix and its revert."""
