@@ -346,3 +346,12 @@ def test_a_cache_hit_imports_neither_libcst_nor_pydantic(srt, tmp_path):
     env = {"EAGLEPATCH_CACHE_DIR": str(tmp_path / "cache"), "EAGLEPATCH_NO_CACHE": ""}
     assert probe("check", "--format", "json", str(srt), env=env).endswith("EXIT=1")
     assert probe("check", "--format", "json", str(srt), env=env) == "HEAVY= EXIT=1"
+
+
+def test_the_fingerprint_covers_every_module_of_eaglepatch():
+    """An edit to any of eaglepatch's modules, in a stage folder (patcher/read/, ...) too, is a miss."""
+    listed = {name for name, *_ in cache.own_files()}
+    on_disk = {p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "patcher").rglob("*.py")}
+    on_disk |= {p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "codemods").glob("*.py")}
+    assert "patcher/read/source.py" in on_disk
+    assert listed == on_disk
