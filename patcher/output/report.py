@@ -359,16 +359,18 @@ def print_table(analysis: Analysis, console: Console, show_protocol: bool = True
 
 def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None) -> None:
     """`--all`: one line per class that is not clean, its gaps in full beneath it (wrapped, never cut)."""
+    from rich.text import Text
+
     plans = sorted(
         analysis.plans,
         key=lambda p: (_STATUS_ORDER.get(p.status, 9), _ROLE_ORDER.get(p.role, 9), p.wrapper.path, p.wrapper.cls.name),
     )
-    console.print(f"[bold]EAGLE-3 readiness of {len(analysis.plans)} model classes[/bold]")
+    lines = [f"[bold]EAGLE-3 readiness of {len(analysis.plans)} model classes[/bold]"]
     for plan in plans:
         if plan.status in ("compliant", "dynamic") and not plan.missing and analysis.tree.engine != "vllm":
             continue
         style = STATUS_STYLE.get(plan.status, "white")
-        console.print(
+        lines.append(
             f"[{style}]{plan.status:<10}[/{style}] {plan.role:<6} [bold]{plan.wrapper.cls.name}[/bold] "
             f"({plan.wrapper.path}:{plan.wrapper.cls.line})"
         )
@@ -377,22 +379,25 @@ def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None
         fixes = [m.member.name + ("" if m.required else " (companion)") for m, _ in forwards]
         if fixes:
             targets = sorted({fix.to for _, fix in forwards})
-            console.print(f"{'':18}forward to self.{'/'.join(targets)}: {', '.join(fixes)}", overflow="fold")
+            lines.append(f"{'':18}forward to self.{'/'.join(targets)}: {', '.join(fixes)}")
         for origin in sorted({fix.to for _, fix in writes if fix.kind == "synthesize"}):
             members = ", ".join(m.member.name for m, fix in writes if fix.kind == "synthesize" and fix.to == origin)
-            console.print(f"{'':18}write {members} after {origin}", overflow="fold")
+            lines.append(f"{'':18}write {members} after {origin}")
         for _, fix in writes:
             if fix.kind == "base":
-                console.print(f"{'':18}add {fix.to} to its bases", overflow="fold")
+                lines.append(f"{'':18}add {fix.to} to its bases")
         if plan.status in ("compliant", "dynamic") and not plan.missing and plan.reason:
-            console.print(f"{'':18}{plan.reason}", overflow="fold")
+            lines.append(f"{'':18}{plan.reason}")
         for base in sorted({m.fix.to for m in plan.fixes if m.fix is not None and m.fix.kind == "inherit"}):
             members = ", ".join(m.member.name for m in plan.fixes if m.fix is not None and m.fix.to == base)
-            console.print(f"{'':18}inherits {members} from {base}, which apply fixes", overflow="fold")
+            lines.append(f"{'':18}inherits {members} from {base}, which apply fixes")
         blocked = [m for m in plan.missing if m.fix is None]
         if blocked:
             names = ", ".join(m.member.name for m in blocked)
-            console.print(f"{'':18}no fix for {names}: {blocked[0].blocker}", overflow="fold")
+            lines.append(f"{'':18}no fix for {names}: {blocked[0].blocker}")
+    # one print: each line's markup parsed alone, as a print of its own would, without a print's
+    # per-call overhead (terminal size, render pipeline) for each of hundreds of lines
+    console.print(Text("\n").join(Text.from_markup(line) for line in lines), overflow="fold")
     _closing(analysis, console, gate)
 
 
