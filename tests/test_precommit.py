@@ -18,10 +18,10 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "checkout"
 KIMI = "python/sglang/srt/models/kimi_k25.py"
 
-# One worker runs them all (pytest-xdist `--dist loadgroup`): the hook environment pre-commit builds
-# (pip, from the package index) is cached in the session's PRE_COMMIT_HOME, so it is built once, not
-# once a worker.
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("pre-commit")]
+# One worker runs them all (pytest-xdist `--dist loadgroup`, the group "pre-commit": tests/conftest.py's
+# MODULE_GROUPS): the hook environment pre-commit builds (pip, from the package index) is cached in the
+# session's PRE_COMMIT_HOME, so it is built once, not once a worker.
+pytestmark = pytest.mark.integration
 
 
 def _git(cwd: Path, *args: str) -> str:
