@@ -392,9 +392,19 @@ def test_apply_all(version, tmp_path, tmp_path_factory, record_property):
     assert git(root, "status", "--porcelain", "--untracked-files=all") == status
 
 
+def _stub_code_cache(tmp_path_factory) -> Path:
+    """The folder the stub imports of every release compile through (stub_imports.share_compiled_code: the
+    releases share most of their files), one for the session: under pytest-xdist the workers' base temp
+    folders are siblings in the session's own."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "stub-code"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_apply_all_keeps_every_module_importing(version, tmp_path, tmp_path_factory):
-    """What `apply --all` wrote into the release (test_apply_all's checkout, copied): every file it changed
+    """What `apply --all` wrote into the release (test_apply_all's checkout, hard-linked): every file it changed
     compiles, gains no undefined name and gains class members only; every patched module that imports with
     stubs (torch and the other packages not installed) before the apply still imports after it, so the
     modules that fail after are among those that failed before; and in every patched module that imports,
@@ -407,8 +417,8 @@ def test_apply_all_keeps_every_module_importing(version, tmp_path, tmp_path_fact
     assert applied.returncode == 0, describe(applied)
     assert "eaglepatch: error" not in applied.stderr, applied.stderr
     site = tmp_path / "site"
-    _copy(root / "python" / "sglang", site / "sglang")
-    report = check_patched(sglang_releases.site_packages(version) / "sglang", site, tmp_path)
+    _copy(root / "python" / "sglang", site / "sglang", link=True)  # links: check_patched writes no file in place
+    report = check_patched(sglang_releases.site_packages(version) / "sglang", site, tmp_path, _stub_code_cache(tmp_path_factory))
     assert report["changed"], f"sglang {version}: apply --all changed nothing: the release no longer needs eaglepatch?"
     assert not report["static"], report["static"]
     assert all(report["added"].values()), f"files changed without a class member added: {report['added']}"
