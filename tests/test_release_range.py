@@ -265,16 +265,45 @@ def test_all_check(version, record_property):
     assert required == (proc.returncode == 1)
 
 
+# One ast read of each models/ file of a release, shared by test_all_check and
+# test_all_finds_every_entryclass_wrapper (the same xdist group): what each asks of it, not the trees.
+_ENTRY_FACTS: dict[Path, dict[str, tuple]] = {}
+
+
+def _entry_facts(srt: Path) -> dict[str, tuple]:
+    """models/ file (relative to srt) -> (the classes it defines that an `EntryClass = ...` names, the
+    names its first `EntryClass` lists, whether that assignment spans lines); a SyntaxError in place of
+    the three for a file ast cannot read."""
+    if srt not in _ENTRY_FACTS:
+        facts: dict[str, tuple] = {}
+        for path in sorted((srt / "models").rglob("*.py")):
+            rel = path.relative_to(srt).as_posix()
+            try:
+                module = ast.parse(path.read_bytes())
+            except SyntaxError as exc:
+                facts[rel] = (exc,)
+                continue
+            defined = {n.name for n in module.body if isinstance(n, ast.ClassDef)}
+            named: set[str] = set()
+            first = None
+            for node in module.body:
+                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
+                    named |= {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name) and n.id in defined}
+                    if first is None:
+                        items = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
+                        first = ([i.id for i in items if isinstance(i, ast.Name)], node.lineno != node.end_lineno)
+            facts[rel] = (named, *(first or ([], False)))
+        _ENTRY_FACTS[srt] = facts
+    return _ENTRY_FACTS[srt]
+
+
 def _every_entry_class(srt: Path) -> set[tuple[str, str]]:
     """(file, class) for every class named in an `EntryClass = ...` under models/, read with ast."""
     found = set()
-    for path in sorted((srt / "models").rglob("*.py")):
-        module = ast.parse(path.read_bytes())
-        defined = {n.name for n in module.body if isinstance(n, ast.ClassDef)}
-        for node in module.body:
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
-                rel = path.relative_to(srt).as_posix()
-                found |= {(rel, n.id) for n in ast.walk(node.value) if isinstance(n, ast.Name) and n.id in defined}
+    for rel, facts in _entry_facts(srt).items():
+        if isinstance(facts[0], SyntaxError):
+            raise facts[0]
+        found |= {(rel, name) for name in facts[0]}
     return found
 
 
@@ -492,18 +521,10 @@ def test_latest_release_learned_hooks_apply_prove_and_revert(version, tmp_path, 
 # --------------------------------------------------------------------------- 4. discovery
 
 
-def _entry_classes(path: Path) -> tuple[list[str], bool]:
+def _entry_classes(srt: Path, path: Path) -> tuple[list[str], bool]:
     """(names in the module's ``EntryClass``, whether the assignment spans lines)."""
-    try:
-        tree = ast.parse(path.read_bytes())
-    except SyntaxError:
-        return [], False
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
-            value = node.value
-            items = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
-            return [i.id for i in items if isinstance(i, ast.Name)], node.lineno != node.end_lineno
-    return [], False
+    facts = _entry_facts(srt)[path.relative_to(srt).as_posix()]
+    return ([], False) if isinstance(facts[0], SyntaxError) else (facts[1], facts[2])
 
 
 @pytest.mark.parametrize("version", _discovery_params())
@@ -519,7 +540,7 @@ def test_all_finds_every_entryclass_wrapper(version):
     entry = {}
     for path in sorted((srt / "models").rglob("*.py")):
         if b"EntryClass" in path.read_bytes():
-            classes, multiline = _entry_classes(path)
+            classes, multiline = _entry_classes(srt, path)
             if multiline:
                 entry[path.relative_to(srt).as_posix()] = classes
     if not entry:
