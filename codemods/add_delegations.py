@@ -18,6 +18,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
 
+from .contract import init_command
 from .names import LEARNED, LINE_LENGTH, MARKER, NOTE
 
 _EMPTY = cst.Module(body=[])
@@ -400,7 +401,7 @@ class AddDelegations(VisitorBasedCodemodCommand):
     DESCRIPTION = "Forward EAGLE-3 members from wrapper classes to the model they hold."
 
     def __init__(self, context: CodemodContext, delegations: dict[str, list[Delegation]], line_length: int = LINE_LENGTH):
-        super().__init__(context)
+        init_command(self, context)  # ContextAwareTransformer.__init__, matcher decorators looked for once a class
         self.delegations = delegations
         self.line_length = line_length  # black's, in the target tree (patcher/read/style.py)
         self.added: dict[str, list[str]] = {}

@@ -21,6 +21,7 @@ from libcst.codemod.visitors import GatherUnusedImportsVisitor
 from libcst.metadata import MetadataWrapper
 
 from .add_delegations import Delegation, _dedent, learned_digest, parse_marker, render_delegation
+from .contract import init_command
 from .names import LINE_LENGTH, dotted_name
 from .normalize_imports import _blank_prefix, _opens_imports
 
@@ -63,7 +64,7 @@ class RemoveDelegations(VisitorBasedCodemodCommand):
     DESCRIPTION = "Remove delegating members that eaglepatch added."
 
     def __init__(self, context: CodemodContext, bound_elsewhere: frozenset[str] = frozenset(), widths: tuple[int, ...] = (LINE_LENGTH,)):
-        super().__init__(context)
+        init_command(self, context)  # ContextAwareTransformer.__init__, matcher decorators looked for once a class
         self.bound_elsewhere = bound_elsewhere  # names the file's star imports provide anyway
         self.widths = widths  # the line lengths apply may have written at: the tree's, black's default
         self.removed: dict[str, list[str]] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import socket
@@ -87,24 +88,95 @@ RELEASE_FIXTURES = {"sglang_059", "sglang_0510", "sglang_latest", "checkout_of"}
 # _RUNS: `check --all` feeds three tests of each release; _APPLIED: one `apply --all` feeds two): under pytest-xdist the tests of one
 # release go to one worker together (`--dist loadgroup`), so the run is made once, not once a worker.
 PER_RELEASE_GROUPS = {"test_release_range.py"}
+# Modules whose tests all go to one worker: the pre-commit hook environment is built once a worker.
+MODULE_GROUPS = {"test_precommit.py": "pre-commit"}
+# The longest work units of the integration tier that are not a release's group (each close to a minute
+# of one worker): handed out first, with the release groups, so that the short tests fill the end.
+START_FIRST = ("test_formatters.py", "test_precommit.py")
+
+
+def group_of(nodeid: str) -> str | None:
+    """The xdist group of a test, read off its node id alone (the scheduler has nothing else): one per
+    release in PER_RELEASE_GROUPS (the tests there take the release as their only parameter), one per
+    module in MODULE_GROUPS."""
+    path, _, rest = nodeid.partition("::")
+    name = path.rpartition("/")[2]
+    if name in MODULE_GROUPS:
+        return MODULE_GROUPS[name]
+    if name in PER_RELEASE_GROUPS and rest.endswith("]") and "[" in rest:
+        return f"{name.removesuffix('.py')}-{rest[rest.index('[') + 1 : -1]}"
+    return None
 
 
 def _under_xdist(config) -> bool:
     return bool(os.environ.get("PYTEST_XDIST_WORKER")) or getattr(config.option, "numprocesses", None) not in (None, 0)
 
 
+def pytest_configure(config):
+    # pytest-xdist's loadgroup scheduler hands the work units (a group, or a test of its own) out in the
+    # order of the collection, unless it reorders them by their number of tests (`--loadscope-reorder`,
+    # its default): that put the release groups (five tests each) first and the long single tests
+    # (tests/test_formatters.py, a minute) last, one worker finishing them alone. The order
+    # pytest_collection_modifyitems makes is the one wanted.
+    if getattr(config.option, "loadscopereorder", None):
+        config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` grouping by `group_of`. pytest-xdist's own groups come from the xdist_group marks:
+    its worker appends "@group" to each node id in the collection it reports, but by setting an attribute
+    pytest 9 no longer reads the node id from, so every test was handed out on its own (a worker that had
+    not run a release's `apply --all` ran it again, and `check --all` once a worker and test). A node id
+    that does carry a group keeps it."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class Groups(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return (group_of(nodeid) or nodeid) if scope == nodeid else scope
+
+    return Groups(config, log)
+
+
+@functools.cache
+def _release_ranks() -> dict[str, int]:
+    """0 for the newest release of tests/releases.txt, 1 for the one before, ..."""
+    return {version: rank for rank, version in enumerate(reversed(sglang_releases.read_releases()))}
+
+
+def _release_rank(item) -> int:
+    version = getattr(getattr(item, "callspec", None), "params", {}).get("version")
+    return _release_ranks().get(version, len(_release_ranks())) if isinstance(version, str) else len(_release_ranks())
+
+
+def _start_order(item) -> tuple:
+    """Longest first: the integration tier (seconds to minutes a test) before the fast tier (milliseconds),
+    and in it the long single tests (START_FIRST), then the groups of test_release_range.py newest release
+    first (the newer, the more files), then the rest as collected. Within a group the tests keep their order."""
+    if item.get_closest_marker("integration") is None:
+        return (1, 0, 0)
+    if item.path.name in START_FIRST:
+        return (0, 0, START_FIRST.index(item.path.name))
+    if item.path.name in PER_RELEASE_GROUPS:
+        return (0, 1, _release_rank(item))
+    return (0, 2, 0)
+
+
+@pytest.hookimpl(tryfirst=True)  # the marks are there when pytest-xdist's own hook reads them
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if RELEASE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
-        version = getattr(getattr(item, "callspec", None), "params", {}).get("version")
-        if version is not None and item.path.name in PER_RELEASE_GROUPS:
-            item.add_marker(pytest.mark.xdist_group(f"{item.path.stem}-{version}"))
+        group = group_of(item.nodeid)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     if _under_xdist(config):
-        # Longest first: the integration tier (seconds to minutes a test) is handed out before the
-        # fast tier (milliseconds), so the fast tests fill the workers' last minutes instead of one
-        # worker finishing a long test alone. Stable, and the same on every worker (xdist checks).
-        items.sort(key=lambda item: item.get_closest_marker("integration") is None)
+        # so the fast tests fill the workers' last minutes instead of one worker finishing a long test
+        # alone. Stable, and the same on every worker (xdist checks).
+        items.sort(key=_start_order)
 
 
 @pytest.fixture(autouse=True)

@@ -35,8 +35,11 @@ def _copy_file(source, dest) -> None:
     os.utime(dest, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
-def _copy(source: Path, dest: Path) -> None:
-    shutil.copytree(source, dest, copy_function=_copy_file)
+def _copy(source: Path, dest: Path, link: bool = False) -> None:
+    """`source` copied to `dest` (bytes and mtimes), or with `link` each file hard-linked (its folders made
+    afresh): nothing here writes into a file of the copy in place (`_restore` replaces the file), so the
+    source stays as it is."""
+    shutil.copytree(source, dest, copy_function=os.link if link else _copy_file)
     # the wheel's .py files only are cached; SGLang's JIT-kernel packages check at import time that
     # their `include/` and `csrc/` data folders exist
     for folder in dest.glob("**/*jit*"):
@@ -82,27 +85,30 @@ def _members(tree: ast.Module) -> dict[str, set[str]]:
     return out
 
 
-def added_members(before: bytes, after: bytes) -> dict[str, list[str]]:
-    """Class -> members the patched text binds that the pristine one does not."""
-    old, new = _members(ast.parse(before)), _members(ast.parse(after))
+def added_members(before: bytes | ast.Module, after: bytes | ast.Module) -> dict[str, list[str]]:
+    """Class -> members the patched text binds that the pristine one does not (either given as its text,
+    or already parsed)."""
+    old, new = (_members(t if isinstance(t, ast.Module) else ast.parse(t)) for t in (before, after))
     return {cls: sorted(names - old.get(cls, set())) for cls, names in new.items() if names - old.get(cls, set())}
 
 
-def undefined_names(data: bytes, filename: str) -> set[str]:
-    """What pyflakes calls an undefined name in `data` (in-process: one interpreter for every file)."""
+def undefined_names(data: bytes | ast.Module, filename: str) -> set[str]:
+    """What pyflakes calls an undefined name in `data` (its text, or its tree: pyflakes reads the tree only
+    and leaves its own marks on the nodes; in-process: one interpreter for every file)."""
     from pyflakes import checker, messages
 
-    tree = ast.parse(data, filename)
+    tree = data if isinstance(data, ast.Module) else ast.parse(data, filename)
     found = checker.Checker(tree, filename=filename)
     return {m.message_args[0] for m in found.messages if isinstance(m, messages.UndefinedName)}
 
 
-def _stub_check(site: Path, spec: dict, workdir: Path, label: str) -> dict:
+def _stub_check(site: Path, spec: dict, workdir: Path, label: str, code_cache: Path | None = None) -> dict:
     spec_file = workdir / f"{label}.json"
     spec_file.write_text(json.dumps(spec), encoding="utf-8")
     env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1"}  # SGLang's own CPU platform: no device probing
+    shared = ["--code-cache", str(code_cache)] if code_cache is not None else []
     done = subprocess.run(
-        [sys.executable, "-I", str(HERE / "stub_imports.py"), str(site), "--check", str(spec_file)],
+        [sys.executable, "-I", str(HERE / "stub_imports.py"), str(site), "--check", str(spec_file), *shared],
         capture_output=True, text=True, env=env, timeout=900,
     )
     if done.returncode != 0:
@@ -137,11 +143,12 @@ def check_release(version: str, workdir: Path) -> dict:
     return report
 
 
-def check_patched(source: Path, site: Path, workdir: Path) -> dict:
+def check_patched(source: Path, site: Path, workdir: Path, code_cache: Path | None = None) -> dict:
     """`site/sglang` is `source` (a release's `sglang/`) after `apply --all`: the files it changed are read
     against the release, the patched modules imported with stubs; then the changed files get the release's
     bytes back and the same modules are imported again.  The second interpreter reuses the bytecode the
-    first wrote for every file apply did not touch.  `site` ends as the release has it."""
+    first wrote for every file apply did not touch.  `site` ends as the release has it.  `code_cache`: a
+    folder both interpreters compile through (stub_imports.share_compiled_code), shared with other checks."""
     started = time.perf_counter()
     seconds = {}
     changed = changed_files(source, site / "sglang")
@@ -151,21 +158,28 @@ def check_patched(source: Path, site: Path, workdir: Path) -> dict:
             outside.append(rel)
         module = "sglang." + rel.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
         released, patched = (source / rel).read_bytes(), (site / "sglang" / rel).read_bytes()
-        try:
-            compile(patched, rel, "exec")
+        try:  # each side parsed once: the tree is compiled (the compiler's own errors too), read and checked
+            patched_tree = ast.parse(patched, rel)
+            compile(patched_tree, rel, "exec")
         except SyntaxError as exc:
             static[rel] = f"does not compile: {exc}"
             continue
-        new_undefined = undefined_names(patched, rel) - undefined_names(released, rel)
+        released_tree = ast.parse(released, rel)
+        spec[module] = added_members(released_tree, patched_tree)
+        # a name undefined in the patched file is new unless the release has it undefined too (only then
+        # is the release's file checked)
+        new_undefined = undefined_names(patched_tree, rel)
+        if new_undefined:
+            new_undefined -= undefined_names(released_tree, rel)
         if new_undefined:
             static[rel] = f"new undefined names: {sorted(new_undefined)}"
-        spec[module] = added_members(released, patched)
-    after = _stub_check(site, spec, workdir, "patched") if spec else {}
+    after = _stub_check(site, spec, workdir, "patched", code_cache) if spec else {}
     seconds["import after"] = round(time.perf_counter() - started, 1)
     for rel in changed:  # the release's own bytes and mtime: the bytecode of the patched text is stale
+        (site / "sglang" / rel).unlink(missing_ok=True)  # a new file, not the old one written over: it may be a hard link
         _copy_file(source / rel, site / "sglang" / rel)
     assert not changed_files(source, site / "sglang")
-    before = _stub_check(site, {m: {} for m in spec}, workdir, "pristine") if spec else {}
+    before = _stub_check(site, {m: {} for m in spec}, workdir, "pristine", code_cache) if spec else {}
     seconds["import before"] = round(time.perf_counter() - started - seconds["import after"], 1)
     return {"changed": changed, "outside_models": outside, "static": static, "added": spec,
             "before": before, "after": after, "seconds": seconds}

@@ -3,7 +3,7 @@
 
 Run as a script in a fresh interpreter (it installs an import hook for the whole process):
 
-    python tests/stub_imports.py SITE_PACKAGES --check SPEC.json
+    python tests/stub_imports.py SITE_PACKAGES --check SPEC.json [--code-cache FOLDER]
 
 SPEC.json maps each module to import to {class: [members eaglepatch wrote]}.  It prints one JSON object:
 for each module, "ok" or the error its import raised, and for each member whether the class has it and
@@ -13,6 +13,9 @@ the inner method's very default objects, the inner class read off `self.<attribu
 
 A stub attribute is a class, cached per name, so `torch.Tensor is torch.Tensor` holds and stub
 types can be subclassed, subscripted (`Tensor[...]`), joined (`Tensor | None`) and called.
+
+`--code-cache FOLDER` compiles through FOLDER, shared with other runs of the same session
+(`share_compiled_code`): what is imported and run is the same, compiling a text again is spared.
 """
 
 from __future__ import annotations
@@ -654,6 +657,40 @@ def _failure(exc: BaseException) -> dict:
     return {"import": f"{type(exc).__name__}: {exc}"[:500], "where": traceback.format_exc(limit=-1).strip().splitlines()[-3:]}
 
 
+def share_compiled_code(folder: str) -> None:
+    """Source files are compiled through `folder`: the code compiled from a text is kept there under the text's
+    hash (and the interpreter's bytecode magic), and a file with the same text, wherever it lies, gets it back
+    with its own file name (`_imp._fix_co_filename`, what importlib does with a `.pyc`).  Compiling is most of
+    an import with stubs, and the releases share most of their files: the release tests pass one folder for
+    the whole session, written by every process at once (each entry is published with one rename)."""
+    import _imp
+    import hashlib
+    import marshal
+    import os
+
+    compile_source = importlib.machinery.SourceFileLoader.source_to_code
+    magic = importlib.util.MAGIC_NUMBER
+
+    def source_to_code(self, data, path, *, _optimize=-1):
+        if _optimize != -1 or not isinstance(data, bytes):
+            return compile_source(self, data, path, _optimize=_optimize)
+        entry = os.path.join(folder, hashlib.sha256(magic + data).hexdigest())
+        try:
+            with open(entry, "rb") as handle:
+                code = marshal.loads(handle.read())
+        except (OSError, EOFError, ValueError, TypeError):
+            code = compile_source(self, data, path)  # a SyntaxError is raised as ever, and nothing is kept
+            partial = f"{entry}.{os.getpid()}.tmp"
+            with open(partial, "wb") as handle:
+                handle.write(marshal.dumps(code))
+            os.replace(partial, entry)
+            return code
+        _imp._fix_co_filename(code, path)
+        return code
+
+    importlib.machinery.SourceFileLoader.source_to_code = source_to_code
+
+
 def check(site: str, spec: dict) -> dict:
     """`spec`: module -> {class: [members written]}.  For each module: "ok" or the error its import raised;
     for each class member: whether the class has it, and what a call on a stub instance forwarded."""
@@ -684,7 +721,9 @@ def check(site: str, spec: dict) -> dict:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[2] != "--check":
-        sys.exit("usage: python tests/stub_imports.py SITE_PACKAGES --check SPEC.json")
+    if len(sys.argv) not in (4, 6) or sys.argv[2] != "--check" or len(sys.argv) == 6 and sys.argv[4] != "--code-cache":
+        sys.exit("usage: python tests/stub_imports.py SITE_PACKAGES --check SPEC.json [--code-cache FOLDER]")
+    if len(sys.argv) == 6:
+        share_compiled_code(sys.argv[5])
     with open(sys.argv[3], encoding="utf-8") as handle:
         json.dump(check(sys.argv[1], json.load(handle)), sys.stdout)

@@ -265,16 +265,45 @@ def test_all_check(version, record_property):
     assert required == (proc.returncode == 1)
 
 
+# One ast read of each models/ file of a release, shared by test_all_check and
+# test_all_finds_every_entryclass_wrapper (the same xdist group): what each asks of it, not the trees.
+_ENTRY_FACTS: dict[Path, dict[str, tuple]] = {}
+
+
+def _entry_facts(srt: Path) -> dict[str, tuple]:
+    """models/ file (relative to srt) -> (the classes it defines that an `EntryClass = ...` names, the
+    names its first `EntryClass` lists, whether that assignment spans lines); a SyntaxError in place of
+    the three for a file ast cannot read."""
+    if srt not in _ENTRY_FACTS:
+        facts: dict[str, tuple] = {}
+        for path in sorted((srt / "models").rglob("*.py")):
+            rel = path.relative_to(srt).as_posix()
+            try:
+                module = ast.parse(path.read_bytes())
+            except SyntaxError as exc:
+                facts[rel] = (exc,)
+                continue
+            defined = {n.name for n in module.body if isinstance(n, ast.ClassDef)}
+            named: set[str] = set()
+            first = None
+            for node in module.body:
+                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
+                    named |= {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name) and n.id in defined}
+                    if first is None:
+                        items = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
+                        first = ([i.id for i in items if isinstance(i, ast.Name)], node.lineno != node.end_lineno)
+            facts[rel] = (named, *(first or ([], False)))
+        _ENTRY_FACTS[srt] = facts
+    return _ENTRY_FACTS[srt]
+
+
 def _every_entry_class(srt: Path) -> set[tuple[str, str]]:
     """(file, class) for every class named in an `EntryClass = ...` under models/, read with ast."""
     found = set()
-    for path in sorted((srt / "models").rglob("*.py")):
-        module = ast.parse(path.read_bytes())
-        defined = {n.name for n in module.body if isinstance(n, ast.ClassDef)}
-        for node in module.body:
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
-                rel = path.relative_to(srt).as_posix()
-                found |= {(rel, n.id) for n in ast.walk(node.value) if isinstance(n, ast.Name) and n.id in defined}
+    for rel, facts in _entry_facts(srt).items():
+        if isinstance(facts[0], SyntaxError):
+            raise facts[0]
+        found |= {(rel, name) for name in facts[0]}
     return found
 
 
@@ -392,9 +421,19 @@ def test_apply_all(version, tmp_path, tmp_path_factory, record_property):
     assert git(root, "status", "--porcelain", "--untracked-files=all") == status
 
 
+def _stub_code_cache(tmp_path_factory) -> Path:
+    """The folder the stub imports of every release compile through (stub_imports.share_compiled_code: the
+    releases share most of their files), one for the session: under pytest-xdist the workers' base temp
+    folders are siblings in the session's own."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "stub-code"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_apply_all_keeps_every_module_importing(version, tmp_path, tmp_path_factory):
-    """What `apply --all` wrote into the release (test_apply_all's checkout, copied): every file it changed
+    """What `apply --all` wrote into the release (test_apply_all's checkout, hard-linked): every file it changed
     compiles, gains no undefined name and gains class members only; every patched module that imports with
     stubs (torch and the other packages not installed) before the apply still imports after it, so the
     modules that fail after are among those that failed before; and in every patched module that imports,
@@ -407,8 +446,8 @@ def test_apply_all_keeps_every_module_importing(version, tmp_path, tmp_path_fact
     assert applied.returncode == 0, describe(applied)
     assert "eaglepatch: error" not in applied.stderr, applied.stderr
     site = tmp_path / "site"
-    _copy(root / "python" / "sglang", site / "sglang")
-    report = check_patched(sglang_releases.site_packages(version) / "sglang", site, tmp_path)
+    _copy(root / "python" / "sglang", site / "sglang", link=True)  # links: check_patched writes no file in place
+    report = check_patched(sglang_releases.site_packages(version) / "sglang", site, tmp_path, _stub_code_cache(tmp_path_factory))
     assert report["changed"], f"sglang {version}: apply --all changed nothing: the release no longer needs eaglepatch?"
     assert not report["static"], report["static"]
     assert all(report["added"].values()), f"files changed without a class member added: {report['added']}"
@@ -482,18 +521,10 @@ def test_latest_release_learned_hooks_apply_prove_and_revert(version, tmp_path, 
 # --------------------------------------------------------------------------- 4. discovery
 
 
-def _entry_classes(path: Path) -> tuple[list[str], bool]:
+def _entry_classes(srt: Path, path: Path) -> tuple[list[str], bool]:
     """(names in the module's ``EntryClass``, whether the assignment spans lines)."""
-    try:
-        tree = ast.parse(path.read_bytes())
-    except SyntaxError:
-        return [], False
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
-            value = node.value
-            items = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
-            return [i.id for i in items if isinstance(i, ast.Name)], node.lineno != node.end_lineno
-    return [], False
+    facts = _entry_facts(srt)[path.relative_to(srt).as_posix()]
+    return ([], False) if isinstance(facts[0], SyntaxError) else (facts[1], facts[2])
 
 
 @pytest.mark.parametrize("version", _discovery_params())
@@ -509,7 +540,7 @@ def test_all_finds_every_entryclass_wrapper(version):
     entry = {}
     for path in sorted((srt / "models").rglob("*.py")):
         if b"EntryClass" in path.read_bytes():
-            classes, multiline = _entry_classes(path)
+            classes, multiline = _entry_classes(srt, path)
             if multiline:
                 entry[path.relative_to(srt).as_posix()] = classes
     if not entry:
