@@ -8,9 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import libcst as cst
+import libcst.matchers as m
 import pytest
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 
+from eaglepatch.codemods import contract
 from eaglepatch.codemods.contract import TopLevelImports, leading_statements, run_command
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -122,3 +124,48 @@ def test_the_pruned_walk_does_not_enter_classes_or_functions():
     TopLevelImports.add_needed_import(context, "typing", "Any")
     Spy(context).transform_module_impl(cst.parse_module("import os\n\n\nclass A:\n    def f(self):\n        inner = 1\n"))
     assert not {"f", "self", "inner"} & set(entered), entered
+
+
+# --------------------------------------------------------------------------- init_command
+
+class RenameX(VisitorBasedCodemodCommand):
+    """No matcher decorator: instances after the first skip libcst's search for them."""
+
+    def __init__(self, context: CodemodContext, to: str):
+        contract.init_command(self, context)
+        self.to = to
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
+        return updated.with_changes(value=self.to) if updated.value == "x" else updated
+
+
+class RenameXByMatcher(VisitorBasedCodemodCommand):
+    """A matcher decorator: every instance must be made libcst's way, or the decorator does nothing."""
+
+    def __init__(self, context: CodemodContext, to: str):
+        contract.init_command(self, context)
+        self.to = to
+
+    @m.leave(m.Name("x"))
+    def rename(self, original: cst.Name, updated: cst.Name) -> cst.Name:
+        return updated.with_changes(value=self.to)
+
+
+@pytest.mark.parametrize("command", [RenameX, RenameXByMatcher])
+def test_init_command_instances_transform_as_libcsts_own(command):
+    source = "x = 1\ny = x + 2\n"
+    codes = [command(CodemodContext(), to).transform_module(cst.parse_module(source)).code for to in ("a", "b", "c")]
+    assert codes == ["a = 1\ny = a + 2\n", "b = 1\ny = b + 2\n", "c = 1\ny = c + 2\n"]
+
+
+def test_init_command_remembers_only_classes_without_matcher_decorators():
+    RenameX(CodemodContext(), "a")
+    RenameXByMatcher(CodemodContext(), "a")
+    assert RenameX in contract._UNDECORATED
+    assert RenameXByMatcher not in contract._UNDECORATED
+    later = RenameX(CodemodContext(), "b")
+    stock = VisitorBasedCodemodCommand.__new__(RenameX)
+    VisitorBasedCodemodCommand.__init__(stock, CodemodContext())
+    stock.to = "b"
+    assert sorted(vars(later)) == sorted(vars(stock))
+    assert (later._extra_visit_funcs, later._extra_leave_funcs, later._matchers) == ({}, {}, {})

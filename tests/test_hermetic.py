@@ -128,3 +128,22 @@ def test_a_held_lock_makes_the_other_worker_wait_then_read_the_cache(tmp_path, m
     wheel = sr.download_wheel("0.5.9")  # blocks on the lock, then finds the holder's wheel
     t.join(10)
     assert published.is_set() and wheel.name == "sglang-0.5.9-py3-none-any.whl"
+
+
+# --------------------------------------------------------------------------- xdist groups (tests/conftest.py)
+@pytest.mark.parametrize(
+    ("nodeid", "group"),
+    [
+        ("tests/test_release_range.py::test_apply_all[0.5.9]", "test_release_range-0.5.9"),
+        ("tests/test_release_range.py::test_kimi_check[0.5.10.post1]", "test_release_range-0.5.10.post1"),
+        ("tests/test_precommit.py::test_check_hook_fails_on_a_broken_wrapper_and_passes_once_fixed", "pre-commit"),
+        ("tests/test_release_range.py::test_all_finds_every_entryclass_wrapper", None),
+        ("tests/test_check.py::test_something[0.5.9]", None),
+    ],
+)
+def test_tests_sharing_a_release_run_share_a_group(nodeid, group):
+    """One group per release of test_release_range.py (its apply --all and check --all are made once, on one
+    worker) and one for the pre-commit tests (one hook environment); every other test on its own."""
+    from conftest import group_of
+
+    assert group_of(nodeid) == group
