@@ -144,11 +144,11 @@ def _per_line_compound(lines, text) -> bool:
 
 
 def _compound_by_search(lines, text) -> bool:
-    """What block_attributes' one search says (its pattern for the body's indent, made on first use)."""
-    from eaglepatch.analyze.class_index import _COMPOUND_AT
+    """What block_attributes' one search says: its pattern for the body's indent over the class's body text."""
+    from eaglepatch.analyze.class_index import _COMPOUND_WORDS, _at_indent
 
-    text.block_attributes()
-    return bool(_COMPOUND_AT[text.body_indent].search("\n".join(lines[text.header + 1 : text.end])))
+    assert text.body_text() == "\n" + "\n".join(lines[text.header + 1 : text.end])
+    return bool(_at_indent(_COMPOUND_WORDS, text.body_indent).search(text.body_text()))
 
 
 def _read(tmp_path: Path, code: str):
@@ -177,7 +177,7 @@ def test_class_body_lines_found_by_one_search_are_those_found_line_by_line(tmp_p
     index = ClassIndex(None, cache)  # type: ignore[arg-type]
     text = index.class_text(source, "A")
     assert text is not None
-    assert _class_attributes(source.lines, text) == _per_line_attributes(source.lines, text)
+    assert _class_attributes(text) == _per_line_attributes(source.lines, text)
     assert _compound_by_search(source.lines, text) == _per_line_compound(source.lines, text)
 
 
@@ -196,7 +196,7 @@ def test_class_body_lines_of_every_class_of_a_release(sglang_059: Path):
             text = resolver.class_text(source, name)
             if text is None:
                 continue
-            assert _class_attributes(source.lines, text) == _per_line_attributes(source.lines, text), f"{path}:{name}"
+            assert _class_attributes(text) == _per_line_attributes(source.lines, text), f"{path}:{name}"
             found = _compound_by_search(source.lines, text)
             assert found == _per_line_compound(source.lines, text), f"{path}:{name}"
             classes += 1

@@ -22,14 +22,16 @@ from ..errors import EaglepatchError
 from ..read.bindings import assigned_value, assignment_lines, forwards_any_name, one_line, parse_value
 from ..read.imports import ImportTable
 from ..read.locate import SourceTree
-from ..read.source import SourceCache, SourceFile, _indent, _is_code, _scan
+from ..read.source import SourceCache, SourceFile, _indent, _is_code, _scan, syntax_error
 from ..records import ClassInfo, Signature, SignatureKind
 
 MAX_BASE_DEPTH = 12
 # a class-body line opening a block whose assignments still bind class attributes: these words at the body's indent
 _COMPOUND_WORDS = r"(?:if|elif|else|try|except|finally|with|async[ \t]+with|for|async[ \t]+for|while|match)\b"
-_COMPOUND_AT: dict[int, re.Pattern] = {}  # body indent -> a newline, then those words at exactly that indent
-_CLASS_ATTR = re.compile(r"^[ \t]*(\w+)[ \t]*(?::[^=\n]*)?=(?!=)")
+# a class-body line assigning a class attribute, after its indent (`name = ...`, `name: T = ...`)
+_CLASS_ATTR_TAIL = r"(\w+)[ \t]*(?::[^=\n]*)?=(?!=)"
+_CLASS_ATTR = re.compile(r"^[ \t]*" + _CLASS_ATTR_TAIL)  # line by line (tests/test_speed_readings.py)
+_AT_INDENT: dict[tuple[str, int], re.Pattern] = {}
 _SELF_ASSIGN = re.compile(r"^([ \t]*)self\.(\w+)[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*(.*)$")
 _DECORATOR = re.compile(r"^[ \t]*@([\w.]+)")
 
@@ -75,16 +77,16 @@ class ClassText:
         around = outline.enclosing(index)  # the def itself first, then the blocks around it
         return len(around) > 1 and around[1][0] == self.header
 
+    def body_text(self) -> str:
+        """The class's lines after its header, each led by its newline: what `_at_indent` patterns search."""
+        return "\n" + "\n".join(self.source.lines[self.header + 1 : self.end])
+
     def block_attributes(self) -> list[tuple[int, str]]:
         """(line index, name) of the names the class body assigns inside an `if`/`try`/`with`/... block
         of its own (`if _is_cuda: get_embed_and_head = ...`): the class has them too.  Parsed (ast) only
         for a class whose body has such a block; the assignments at the body's own indent are not here."""
         lines = self.source.lines
-        at = _COMPOUND_AT.get(self.body_indent)
-        if at is None:  # one search over the body's text, not a match a line; from each newline (a pattern led
-            # by a literal is searched for by skipping to it, a `^`-anchored one is tried at every character)
-            at = _COMPOUND_AT[self.body_indent] = re.compile(rf"\n[ \t]{{{self.body_indent}}}{_COMPOUND_WORDS}")
-        if not at.search("\n" + "\n".join(lines[self.header + 1 : self.end])):
+        if not _at_indent(_COMPOUND_WORDS, self.body_indent).search(self.body_text()):
             return []
         indented = _indent(lines[self.header]) > 0  # under a module-level `if`: parse it in one too
         text = ("if 1:\n" if indented else "") + "\n".join(lines[self.header : self.end]) + "\n"
@@ -116,17 +118,6 @@ class ClassText:
             inner += [s for part in (*getattr(statement, "handlers", []), *getattr(statement, "cases", [])) for s in part.body]
             todo += [(s, True) for s in inner if isinstance(s, ast.stmt)]
         return found
-
-
-def syntax_error(source: SourceFile) -> EaglepatchError | None:
-    """The first syntax error in a file, located by CPython's parser (libcst's line can be one off)."""
-    try:
-        ast.parse(source.text)
-    except SyntaxError as exc:
-        return EaglepatchError(
-            f"is not valid Python ({exc.msg}); fix the syntax error", path=source.rel, line=exc.lineno
-        )
-    return None
 
 
 class ClassIndex:
@@ -291,7 +282,7 @@ class ClassIndex:
             kind: SignatureKind = "property" if {"property", "cached_property", "functools.cached_property"} & set(decorators) else "method"
             members[name] = Signature(name, kind, text.name, source.rel, index + 1, path=source.path, header=index)
         inner = [h for h, _, _, _ in outline.headers if text.header < h < text.end]
-        for index, name in _class_attributes(source.lines, text):
+        for index, name in _class_attributes(text):
             # not a line of a nested def or class (a string's line at the body's indent): only the blocks
             # above it are asked where they end
             if any(outline.ends.get(h, h + 1) > index for h in inner if h <= index):
@@ -431,16 +422,21 @@ def signature_node(cache: SourceCache, signature: Signature) -> cst.FunctionDef 
     return cache.definitions[key]
 
 
-_CLASS_ATTR_AT: dict[int, re.Pattern] = {}  # body indent -> a newline, then _CLASS_ATTR at exactly that indent
+def _at_indent(pattern: str, indent: int) -> re.Pattern:
+    """`pattern` at the start of a line indented exactly `indent` columns, searched from the newline before
+    the line: one search over a block's text, not a match a line (a pattern led by a literal is searched
+    for by skipping to it, a `^`-anchored one is tried at every character)."""
+    compiled = _AT_INDENT.get((pattern, indent))
+    if compiled is None:
+        compiled = _AT_INDENT[(pattern, indent)] = re.compile(rf"\n[ \t]{{{indent}}}{pattern}")
+    return compiled
 
 
-def _class_attributes(lines: Sequence[str], text: ClassText) -> list[tuple[int, str]]:
+def _class_attributes(text: ClassText) -> list[tuple[int, str]]:
     """(line index, name) of each line of the class (header excluded) at the body's indent that
-    `_CLASS_ATTR` matches: one search over the body's text, not a match a line."""
-    pattern = _CLASS_ATTR_AT.get(text.body_indent)
-    if pattern is None:
-        pattern = _CLASS_ATTR_AT[text.body_indent] = re.compile(rf"\n[ \t]{{{text.body_indent}}}(\w+)[ \t]*(?::[^=\n]*)?=(?!=)")
-    body = "\n" + "\n".join(lines[text.header + 1 : text.end])  # each line led by its newline
+    `_CLASS_ATTR` matches."""
+    pattern = _at_indent(_CLASS_ATTR_TAIL, text.body_indent)
+    body = text.body_text()
     found = []
     index, counted = text.header, 0
     for match in pattern.finditer(body):

@@ -42,7 +42,7 @@ from typing import Any
 from ..errors import EaglepatchError
 from ..read.imports import ImportTable
 from ..read.locate import SourceTree
-from ..read.source import SourceCache, SourceFile, _dedent, block_start, block_text
+from ..read.source import SourceCache, SourceFile, _dedent, block_start, block_text, invalid_python
 from ..records import CallShape, Protocol, ProtocolMember, Use, UseKind, UseRole
 
 _EAGLE_SPELLINGS = (b"eagle", b"EAGLE", b"Eagle")
@@ -786,7 +786,7 @@ class ProtocolReader:
             try:
                 module = ast.parse(source.text)
             except SyntaxError as exc:
-                raise EaglepatchError(f"is not valid Python ({exc.msg}); fix the syntax error", path=source.rel, line=exc.lineno) from None
+                raise invalid_python(source, exc) from None
             block = self._blocks[key] = Block(source, module, 0, source.text)
         return block
 

@@ -882,6 +882,31 @@ class Bodiless:
     cut: CutText | None
 
 
+def invalid_python(source: SourceFile, error: SyntaxError) -> EaglepatchError:
+    """The one line a file CPython does not parse gets: the parser's message and line, and the fix."""
+    return EaglepatchError(f"is not valid Python ({error.msg}); fix the syntax error", path=source.rel, line=error.lineno)
+
+
+def syntax_error(source: SourceFile) -> EaglepatchError | None:
+    """The first syntax error in a file, located by CPython's parser (libcst's line can be one off)."""
+    try:
+        ast.parse(source.text)
+    except SyntaxError as exc:
+        return invalid_python(source, exc)
+    return None
+
+
+def parse_module(source: SourceFile) -> cst.Module:
+    """The whole file parsed by libcst; a file it does not parse raises the error CPython's parser places
+    (libcst's own message and line when only libcst refuses it)."""
+    try:
+        return cst.parse_module(source.text)
+    except cst.ParserSyntaxError as exc:
+        raise syntax_error(source) or EaglepatchError(
+            f"is not valid Python ({exc.message}); fix the syntax error", path=source.rel, line=exc.raw_line
+        ) from None
+
+
 class SourceCache:
     """Reads each file once and parses each slice once for a whole run."""
 
@@ -938,16 +963,7 @@ class SourceCache:
         key = (source.path, 0, -1)
         cached = self._parsed.get(key)
         if cached is None:
-            try:
-                module = cst.parse_module(source.text)
-            except cst.ParserSyntaxError as exc:
-                try:  # CPython's parser places the error exactly; libcst's line can be one off
-                    ast.parse(source.text)
-                    line: int | None = exc.raw_line
-                    message = exc.message
-                except SyntaxError as precise:
-                    line, message = precise.lineno, precise.msg
-                raise EaglepatchError(f"is not valid Python ({message}); fix the syntax error", path=source.rel, line=line) from None
+            module = parse_module(source)
             self.lines_parsed += len(source.lines)
             cached = self._parsed[key] = Parsed(source, module, 0, source.text)
         return cached

@@ -11,7 +11,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
-from ..analyze.class_index import signature_node, syntax_error
+from ..analyze.class_index import signature_node
 from ..analyze.forms import Import, WrapperSpelling, _Pending, respelled_signature
 from ..analyze.resolve import one_path_per_file
 from ..analyze.synthesize import learned_synthesis
@@ -23,7 +23,7 @@ from ..errors import EaglepatchError
 from ..read.imports import ImportTable
 from ..read.meanings import TYPE_ONLY, UNKNOWN, inner_meaning
 from ..read.scopes import scope_of
-from ..read.source import CutText, SourceCache, SourceFile
+from ..read.source import CutText, SourceCache, SourceFile, parse_module
 from ..read.style import DEFAULT_STYLE, FormatStyle
 from ..records import MemberPlan, ModelPlan
 from .verify import prove_edit
@@ -207,10 +207,7 @@ def apply_codemod(
     around them, and its changes are spliced back into the file's text; None when a change reaches into
     a cut body."""
     if module is None:
-        try:
-            module = cst.parse_module(source.text)
-        except cst.ParserSyntaxError as exc:
-            raise syntax_error(source) or EaglepatchError(f"is not valid Python ({exc.message})", path=source.rel) from None
+        module = parse_module(source)
     context = CodemodContext(filename=str(source.path))
     command = AddDelegations(context, delegations, style.line_length)
     updated = run_command(command, module)  # the command, then the imports it scheduled (codemods/contract.py)
@@ -268,10 +265,7 @@ def revert_edits(
             source = cache.read(path)
             if MARKER not in source.text and LEARNED not in source.text:
                 continue
-            try:
-                module = cst.parse_module(source.text)
-            except cst.ParserSyntaxError:
-                raise syntax_error(source) or EaglepatchError("is not valid Python; fix the syntax error", path=source.rel) from None
+            module = parse_module(source)
             widths = tuple(dict.fromkeys((style.line_length, LINE_LENGTH)))
             command = RemoveDelegations(CodemodContext(filename=str(path)), star_imported_names(cache, tree, source, module), widths)
             updated = run_command(command, module)

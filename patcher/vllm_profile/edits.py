@@ -19,7 +19,7 @@ from ..codemods.add_delegations import AddDelegations, Delegation
 from ..codemods.contract import run_command
 from ..errors import EaglepatchError
 from ..read.locate import VLLM_MODELS, SourceTree
-from ..read.source import SourceCache, SourceFile
+from ..read.source import SourceCache, SourceFile, parse_module
 from ..records import ModelPlan
 from ..rewrite.edits import FileEdit
 from .protocol import BASE, ProtocolMethod, read_protocol
@@ -50,10 +50,7 @@ def build_vllm_edits(tree: SourceTree, plans: list[ModelPlan], cache: SourceCach
 
 def _edit(cache: SourceCache, tree: SourceTree, rel: str, classes: dict[str, ModelPlan], hooks: dict[str, ProtocolMethod]) -> FileEdit:
     source = cache.read(tree.srt / rel)
-    try:
-        module = cst.parse_module(source.text)
-    except cst.ParserSyntaxError as exc:
-        raise EaglepatchError(f"is not valid Python ({exc.message})", path=rel) from None
+    module = parse_module(source)
     bases = {cls: BASE for cls, plan in classes.items() if any(m.fix is not None and m.fix.kind == "base" for m in plan.writes)}
     delegations = {
         cls: [_delegation(hooks[m.member.name], m.fix.to) for m in plan.writes if m.fix is not None and m.fix.kind == "delegate"]

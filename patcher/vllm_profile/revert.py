@@ -30,7 +30,7 @@ from ..codemods.names import MARKER
 from ..codemods.remove_delegations import RemoveDelegations
 from ..errors import EaglepatchError
 from ..read.locate import SourceTree
-from ..read.source import SourceCache, SourceFile
+from ..read.source import SourceCache, SourceFile, parse_module
 from ..rewrite.edits import FileEdit
 from .edits import LINE_LENGTH, equivalents, spelling_in
 
@@ -77,10 +77,7 @@ def revert_vllm_edits(
 
 def _revert(source: SourceFile) -> tuple[FileEdit | None, list[tuple[str, list[str]]]]:
     rel = source.rel
-    try:
-        module = cst.parse_module(source.text)
-    except cst.ParserSyntaxError as exc:
-        raise EaglepatchError(f"is not valid Python ({exc.message})", path=rel) from None
+    module = parse_module(source)
     updated, removed, kept = reverted(module, rel)
     data = source.rewrite(module, updated)
     kept_list = [(f"{rel}:{cls}", names) for cls, names in kept.items()]
