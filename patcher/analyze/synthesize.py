@@ -40,6 +40,7 @@ from ..read.source import SourceCache, block_text
 from ..records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
 from .class_index import signature_node
 from .resolve import Resolver
+from .roles import statement_walk
 
 CAPTURE_FLAG = "capture_aux_hidden_states"  # the class's switch its forward reads
 CAPTURE_LAYERS = "layers_to_capture"  # the backbone's list its forward collects
@@ -665,7 +666,7 @@ def forward_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _ForwardFacts
     stored: set[int] = set()
     reads: set[tuple[str, ...]] = set()
     unpacks = False
-    for statement in _statements(node):  # the targets are statements': no expression holds one
+    for statement in statement_walk(node):  # the targets are statements': no expression holds one
         if isinstance(statement, ast.Assign):
             stored.update(id(t) for t in statement.targets)
             unpacks = unpacks or any(isinstance(t, (ast.Tuple, ast.List)) and len(t.elts) == 2 for t in statement.targets)
@@ -690,21 +691,6 @@ def forward_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _ForwardFacts
                 continue
         pending.extend(ast.iter_child_nodes(sub))
     return _ForwardFacts(frozenset(reads), unpacks)
-
-
-def _statements(node: ast.AST) -> Iterator[ast.stmt]:
-    """Every statement inside `node`, however deep (nested functions and classes included): what
-    `ast.walk` meets of the statements, without walking every expression."""
-    pending: list[ast.stmt] = list(getattr(node, "body", []))
-    while pending:
-        statement = pending.pop()
-        yield statement
-        for name in ("body", "orelse", "finalbody"):
-            block = getattr(statement, name, None)
-            if isinstance(block, list):
-                pending.extend(block)
-        for clause in (*getattr(statement, "handlers", ()), *getattr(statement, "cases", ())):
-            pending.extend(clause.body)
 
 
 # --------------------------------------------------------------------------- reading one body
