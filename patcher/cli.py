@@ -224,8 +224,14 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
 
 
-def _engine(engine: Optional[Engine]) -> Optional[str]:
-    return engine.value if engine is not None else None
+def _selection(path, models, consumers, all_models, ignore, installed, python, engine: Optional[Engine]):
+    """The command's flags as a pipeline.Selection (the analysis and the result cache's key read the same one)."""
+    from .pipeline import Selection
+
+    return Selection(
+        path, list(models or []), all_models, list(consumers or []), list(ignore or []), installed, python,
+        engine.value if engine is not None else None,
+    )
 
 
 def run_analysis(
@@ -240,11 +246,9 @@ def run_analysis(
     engine: Optional[Engine] = None,
 ):
     from .errors import EaglepatchError
-    from .pipeline import Selection, analyze
+    from .pipeline import analyze
 
-    selection = Selection(
-        path, list(models or []), all_models, list(consumers or []), list(ignore or []), installed, python, _engine(engine)
-    )
+    selection = _selection(path, models, consumers, all_models, ignore, installed, python, engine)
     try:
         if sys.stderr.isatty():
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -328,12 +332,10 @@ def _result_cache(path, model, consumer, all_models, ignore, installed, python, 
 
     from . import __version__
     from .errors import EaglepatchError
-    from .pipeline import Selection, resolve_selection
+    from .pipeline import resolve_selection
     from .read.style import style_files
 
-    selection = Selection(
-        path, list(model or []), all_models, list(consumer or []), list(ignore or []), installed, python, _engine(engine)
-    )
+    selection = _selection(path, model, consumer, all_models, ignore, installed, python, engine)
     try:
         resolved = resolve_selection(selection)
     except EaglepatchError as exc:

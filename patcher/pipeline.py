@@ -112,7 +112,7 @@ def analyze(
         extra_consumers = (extra_consumers or []) + consumers
     else:
         tree, ignore = locate_tree(path), []
-    if tree.engine == "vllm":  # the vLLM profile (patcher/vllm_*.py)
+    if tree.engine == "vllm":  # the vLLM profile (patcher/vllm_profile/)
         from .vllm_profile.plan import analyze_vllm
 
         return analyze_vllm(tree, models or [], all_models, progress)
