@@ -1384,7 +1384,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(versions) < 2:
         parser.error(f"need two releases at least, got {versions}")
     started = time.perf_counter()
-    result = measure(versions, args.eaglepatch.analyze.resolve(), args.jobs, use_cache=not args.no_cache)
+    result = measure(versions, args.eaglepatch.resolve(), args.jobs, use_cache=not args.no_cache)
     timing = result.pop("_timing")
     print(markdown(result))
     args.json.parent.mkdir(parents=True, exist_ok=True)
