@@ -563,3 +563,46 @@ def test_statement_walk_of_every_file_of_a_release(sglang_059: Path):
         assert [id(n) for n in statement_walk(tree)] == _kept_of_walk(tree), path
         compared += 1
     assert compared > 500
+
+
+# --------------------------------------------------------------------------- model uses found from the literal `model`
+# the pattern as first written: its look-behinds first, so the engine tried every position
+_MODEL_USE_FIRST = r"(?:(?<![\w])model|_model)[ \t]*(?:\.[ \t]*\w|[,)\]=])|\.model[ \t]*$"
+MODEL_USE_TEXTS = [
+    "x = self.model.forward(a)\n",
+    "target_model.set_embed(e)\n",
+    "f(model, b)\nf(b, model)\n[model]\nmodel = other\nmodel == other\n",
+    "remodel.x = 1\nmodel2.x = 1\nMyModel.x\ndraft_model .set(1)\n",
+    "runner = self.model\nrunner = self.model  # trailing comment\nrunner = self.model   \n",
+    "__model.x\n_model,\némodel.x\n1model.x\n",
+    "model\nmodel.\nmodel .x\nmodel\t.\ty\n",
+    "",
+]
+
+
+def _model_use_lines(pattern, text: str) -> list[int]:
+    return sorted({text.count("\n", 0, m.start()) for m in pattern.finditer(text)})
+
+
+@pytest.mark.parametrize("text", MODEL_USE_TEXTS)
+def test_model_uses_are_found_on_the_lines_the_first_pattern_found(text):
+    import re
+
+    from eaglepatch.analyze.protocol import _MODEL_USE
+
+    assert _model_use_lines(_MODEL_USE, text) == _model_use_lines(re.compile(_MODEL_USE_FIRST, re.MULTILINE), text)
+
+
+def test_model_uses_of_every_file_of_a_release(sglang_059: Path):
+    import re
+
+    from eaglepatch.analyze.protocol import _MODEL_USE
+
+    first = re.compile(_MODEL_USE_FIRST, re.MULTILINE)
+    with_uses = 0
+    for path in sorted((sglang_059 / "sglang" / "srt").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        expected = _model_use_lines(first, text)
+        assert _model_use_lines(_MODEL_USE, text) == expected, path
+        with_uses += bool(expected)
+    assert with_uses > 200

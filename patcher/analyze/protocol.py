@@ -70,8 +70,11 @@ def _has_eagle_guard(data: bytes) -> bool:
                 return True
             start = data.find(spelling, start + len(spelling))
     return False
-# a model object used on this line: `x.model.y`, `target_model.y`, passed on (`model,`) or aliased
-_MODEL_USE = re.compile(r"(?:(?<![\w])model|_model)[ \t]*(?:\.[ \t]*\w|[,)\]=])|\.model[ \t]*$", re.MULTILINE)
+# a model object used on this line: `x.model.y`, `target_model.y`, passed on (`model,`) or aliased.
+# Every branch starts at the literal `model` and looks behind it (`model` not inside a word, or `_model`;
+# `.model` at a line's end), so the regex engine jumps from one `model` to the next; the same pattern
+# written with its look-behinds first tried every position and took ~60x longer over a whole file.
+_MODEL_USE = re.compile(r"model(?:(?<![^\W_]model)[ \t]*(?:\.[ \t]*\w|[,)\]=])|(?<=\.model)[ \t]*$)", re.MULTILINE)
 # `x.model.member` / `model.member` / `target_model.member` in plain text, for the general interface
 _GENERAL_USE = re.compile(r"(?:(?<![\w])model|\.model|\w_model)\.(\w+)")
 _MODEL_DOT = re.compile(r"model\.")  # a literal first: far faster than _GENERAL_USE over whole files
