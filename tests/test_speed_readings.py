@@ -606,3 +606,75 @@ def test_model_uses_of_every_file_of_a_release(sglang_059: Path):
         assert _model_use_lines(_MODEL_USE, text) == expected, path
         with_uses += bool(expected)
     assert with_uses > 200
+
+
+# --------------------------------------------------------------------------- headers searched from each newline
+_HEADER_FIRST_WRITTEN = r"^([ \t]*)(async[ \t]+def|def|class)[ \t]+(\w+)"  # MULTILINE: tried at every position
+HEADER_TEXTS = [
+    "def f():\n    pass\n",
+    "class A:\n    def m(self): ...\n    async  def n(self): ...\n\tclass B: pass\n",
+    "x = 1\nundef g(): pass\n# def h(): pass\nclasses = 1\n  def   i (): ...\n",
+    "\ndef first_after_blank(): ...\nasync\tdef a(): ...\nasyncdef b(): ...\n",
+    "",
+    "class",
+]
+
+
+def _headers_first_written(text: str) -> list[tuple[int, int, str, str]]:
+    import re
+
+    from eaglepatch.read.source import Outline
+
+    outline = Outline(text.split("\n"), text)
+    return [
+        (outline.line_index(m.start()), len(m.group(1)), "class" if m.group(2) == "class" else "def", m.group(3))
+        for m in re.finditer(_HEADER_FIRST_WRITTEN, text, re.MULTILINE)
+    ]
+
+
+@pytest.mark.parametrize("text", HEADER_TEXTS)
+def test_outline_headers_are_the_multiline_pattern_s(text):
+    from eaglepatch.read.source import Outline
+
+    assert Outline(text.split("\n"), text).headers == _headers_first_written(text)
+
+
+def test_outline_headers_of_every_file_of_a_release(sglang_059: Path):
+    srt = sglang_059 / "sglang" / "srt"
+    cache = SourceCache(srt)
+    headers = 0
+    for path in sorted(srt.rglob("*.py")):
+        outline = cache.outline(cache.read(path))
+        expected = _headers_first_written(outline.joined)
+        assert outline.headers == expected, path
+        headers += len(expected)
+    assert headers > 5000
+
+
+# --------------------------------------------------------------------------- EAGLE found in the lowered text
+EAGLE_TEXTS = [
+    "if spec.is_eagle():\n    EAGLE3 = 1\n# Eagle\n",
+    "eAgLe eaglE EAGLEEAGLE\n",
+    "\u0130 before: eagle moves by one if lowered\u0130EAGLE\n",
+    "no such word: eagl e agle\n",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", EAGLE_TEXTS)
+def test_eagle_offsets_are_the_ignorecase_pattern_s(text):
+    from eaglepatch.analyze.protocol import _EAGLE, _eagle_offsets
+
+    assert list(_eagle_offsets(text)) == [m.start() for m in _EAGLE.finditer(text)]
+
+
+def test_eagle_offsets_of_every_file_of_a_release(sglang_059: Path):
+    from eaglepatch.analyze.protocol import _EAGLE, _eagle_offsets
+
+    mentions = 0
+    for path in sorted((sglang_059 / "sglang" / "srt").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        expected = [m.start() for m in _EAGLE.finditer(text)]
+        assert list(_eagle_offsets(text)) == expected, path
+        mentions += bool(expected)
+    assert mentions > 30

@@ -34,7 +34,7 @@ import io
 import os
 import re
 import tokenize
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,18 @@ from ..records import CallShape, Protocol, ProtocolMember, Use, UseKind, UseRole
 
 _EAGLE_SPELLINGS = (b"eagle", b"EAGLE", b"Eagle")
 _EAGLE = re.compile(r"eagle", re.IGNORECASE)
+_EAGLE_LOWER = re.compile(r"eagle")
+
+
+def _eagle_offsets(text: str) -> Iterator[int]:
+    """Where `_EAGLE` matches `text`: the literal `eagle` in the text lowered, which the regex engine
+    finds by skipping ahead, where IGNORECASE compares every character.  Only `A E G L a e g l` lower to
+    those letters, as they are the only ones IGNORECASE matches; lowering keeps each character's offset
+    unless the text holds U+0130 (which lowers to two), where the regex runs as written."""
+    lowered = text.lower()
+    found = _EAGLE_LOWER.finditer(lowered) if len(lowered) == len(text) else _EAGLE.finditer(text)
+    return (match.start() for match in found)
+
 # an `if`/`elif` whose condition (possibly opened with a parenthesis) mentions EAGLE
 # spelled out rather than IGNORECASE, which makes the scan over every candidate file several times slower
 _EAGLE_GUARD = re.compile(
@@ -744,10 +756,10 @@ class ProtocolReader:
         outline = self.cache.outline(source)
         text = outline.joined
 
-        def functions(pattern: re.Pattern) -> dict[int, None]:
+        def functions(offsets: Iterable[int]) -> dict[int, None]:
             found: dict[int, None] = {}
-            for match in pattern.finditer(text):
-                index = outline.line_index(match.start())
+            for offset in offsets:
+                index = outline.line_index(offset)
                 if index < len(source.lines) and not source.lines[index].lstrip().startswith("#"):
                     # module-level code (imports, constants) makes no calls on a runner's model
                     header = outline.outer_def(index)
@@ -756,10 +768,10 @@ class ProtocolReader:
             return found
 
         if eagle_module:
-            headers = list(functions(_MODEL_USE))
+            headers = list(functions(m.start() for m in _MODEL_USE.finditer(text)))
         else:  # only functions that mention EAGLE, and of those only the ones that use a model
             lines = source.lines
-            headers = [h for h in functions(_EAGLE) if _MODEL_USE.search("\n".join(lines[h : outline.ends[h]]))]
+            headers = [h for h in functions(_eagle_offsets(text)) if _MODEL_USE.search("\n".join(lines[h : outline.ends[h]]))]
         for header in headers:
             block = self.parse_block(source, header)
             if block.first_line == 0 and len(block.module.body) > 1:

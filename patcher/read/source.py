@@ -17,7 +17,7 @@ from array import array
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, chain
 from pathlib import Path
 from typing import Any, TypeAlias, overload
 
@@ -33,7 +33,10 @@ BOM = b"\xef\xbb\xbf"
 MAX_FILE_BYTES = 20 * 1024 * 1024
 
 _LF = re.compile("\n")
-_HEADER_ANYWHERE = re.compile(r"^([ \t]*)(async[ \t]+def|def|class)[ \t]+(\w+)", re.MULTILINE)
+# a header after a newline: the engine jumps from newline to newline, where a MULTILINE `^` made it try every
+# position (the first line is matched with _HEADER_FIRST)
+_HEADER_AFTER_NEWLINE = re.compile(r"\n([ \t]*)(async[ \t]+def|def|class)[ \t]+(\w+)")
+_HEADER_FIRST = re.compile(r"([ \t]*)(async[ \t]+def|def|class)[ \t]+(\w+)")
 _HEADER = re.compile(r"^([ \t]*)(?:async[ \t]+def|def|class)[ \t]+(\w+)")
 # Python (and the ast module) end lines at \r\n, \r or \n only; str.splitlines also splits on \f and others
 _NEWLINES = re.compile(r"\r\n|\r|\n")
@@ -457,9 +460,10 @@ class Outline:
         else:
             self._starts = array("q", [0, *[m.end() for m in _LF.finditer(self.joined)]])  # 8 bytes a line, not 36
         self.headers: list[tuple[int, int, str, str]] = []  # (line index, indent, "def"|"class", name)
-        for match in _HEADER_ANYWHERE.finditer(self.joined):
+        first = _HEADER_FIRST.match(self.joined)
+        for match in chain([first] if first else [], _HEADER_AFTER_NEWLINE.finditer(self.joined)):
             kind = "class" if match.group(2) == "class" else "def"
-            self.headers.append((self.line_index(match.start()), len(match.group(1)), kind, match.group(3)))
+            self.headers.append((self.line_index(match.start(1)), len(match.group(1)), kind, match.group(3)))
         self.ends = _Ends(self)
         self._indices = [h[0] for h in self.headers]
         self._masked: str | None = None
