@@ -102,7 +102,6 @@ def analyze(
     from .analyze.protocol import extract_protocol
     from .analyze.resolve import Resolver, select_wrappers
     from .analyze.roles import learn_roles
-    from .analyze.synthesize import HookLibrary
     from .read.source import SourceCache
     from .read.style import load_style
 
@@ -133,10 +132,14 @@ def analyze(
         return call_misfit(node.params, shape, is_method=not static)
 
     style = load_style(tree.models, tree.given)
-    library = HookLibrary(resolver, protocol, style.line_length)
+    libraries = []  # the hook library, built when a first class needs a body learned (most runs need none)
 
     def synthesize(entry, wrapper):
-        return library.fit(entry, wrapper, shape_misfit)
+        if not libraries:
+            from .analyze.synthesize import HookLibrary
+
+            libraries.append(HookLibrary(resolver, protocol, style.line_length))
+        return libraries[0].fit(entry, wrapper, shape_misfit)
 
     written: dict[tuple[str, str], dict[str, Signature]] = {}
 

@@ -235,6 +235,29 @@ def test_same_shape_gets_bodies_learned_from_the_reference(tree: Path):
     assert "set_embed_and_head" not in missing
 
 
+LIBRARY_PROBE = """\
+import sys
+from pathlib import Path
+from eaglepatch.pipeline import Selection, analyze
+analysis = analyze(Selection(Path(sys.argv[1]), [sys.argv[2]]))
+fixes = sorted({e.fix.kind for p in analysis.plans for e in p.fixes})
+print("eaglepatch.analyze.synthesize" in sys.modules, ",".join(fixes))
+"""
+
+
+@pytest.mark.parametrize(
+    "model, loaded, fixes",
+    [("kimi_k25", "False", "delegate"), ("olmo_like", "True", "synthesize")],
+    ids=["forwards only: no hook library", "a body to learn: the library is loaded"],
+)
+def test_the_hook_library_is_loaded_only_for_a_class_that_needs_a_body(tree: Path, model, loaded, fixes):
+    done = subprocess.run(
+        [sys.executable, "-c", LIBRARY_PROBE, str(tree / SRT), model], capture_output=True, text=True, cwd=REPO_ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [loaded, fixes]
+
+
 def test_no_collecting_backbone_is_needs_code_naming_it(tree: Path):
     _, data = check(tree, "no_collect")
     bare = by_class(data)["BareForCausalLM"]
