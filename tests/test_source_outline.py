@@ -452,3 +452,31 @@ def test_masks_are_kept_for_the_last_files_only_and_made_again_when_asked():
     assert len(held) <= src.MASKS_KEPT and outlines[-1] in held and outlines[0] not in held
     assert outlines[0].masked() == first == src.mask(outlines[0].joined)  # made again, the same
     assert outlines[0].ends[1] == 3  # block ends still answer after the mask was dropped
+
+
+# ----------------------------------------------------------------------------- syntax_error: what would not compile
+# (source, the line of the error, a word of CPython's message) -- None: the file compiles
+SYNTAX_CASES = [
+    ("def f():\n    return 1\n", None),
+    ("x = (1,\n", (1, "never closed")),
+    ("def f():\n    pass\n  y = 2\n", (3, "unindent")),
+    ("class A:\n    pass\nreturn 1\n", (3, "outside function")),  # parses; the compiler refuses it, as import would
+    ("def f():\n    x = 1\n    global x\n", (3, "global")),
+    ("if x is 1:\n    y = '\\d'\n", None),  # compiles with warnings, which are not printed
+]
+
+
+@pytest.mark.parametrize("text, expected", SYNTAX_CASES)
+def test_syntax_error_is_what_keeps_a_file_from_compiling(text, expected, capsys):
+    from eaglepatch.read.source import syntax_error
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning escaping syntax_error fails the test
+        error = syntax_error(_source(text, "models/m.py"))
+    if expected is None:
+        assert error is None
+    else:
+        line, word = expected
+        assert error is not None and error.line == line and word in str(error)
+        assert str(error).startswith("models/m.py:") and str(error).endswith("fix the syntax error")
+    assert capsys.readouterr().err == ""

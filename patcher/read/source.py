@@ -13,6 +13,7 @@ import bisect
 import codecs
 import difflib
 import re
+import warnings
 from array import array
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -892,9 +893,14 @@ def invalid_python(source: SourceFile, error: SyntaxError) -> EaglepatchError:
 
 
 def syntax_error(source: SourceFile) -> EaglepatchError | None:
-    """The first syntax error in a file, located by CPython's parser (libcst's line can be one off)."""
+    """The first error that keeps a file from compiling, located by CPython (libcst's line can be one off).
+    Compiled to bytecode rather than parsed to an ast: the same parser, without the Python objects of a
+    tree nobody reads (about a third less time), and the compiler's own checks (`return` outside a
+    function) count as they would on import.  Its warnings are not eaglepatch's to print."""
     try:
-        ast.parse(source.text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source.text, source.rel, "exec", dont_inherit=True)
     except SyntaxError as exc:
         return invalid_python(source, exc)
     return None
