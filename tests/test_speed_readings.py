@@ -678,3 +678,99 @@ def test_eagle_offsets_of_every_file_of_a_release(sglang_059: Path):
         assert list(_eagle_offsets(text)) == expected, path
         mentions += bool(expected)
     assert mentions > 30
+
+
+# --------------------------------------------------------------------------- dotted names joined, not generated
+DOTTED_EXPRESSIONS = [
+    ("A", "A"),
+    ("nn.Module", "nn.Module"),
+    ("a.b.c.D", "a.b.c.D"),
+    ("a . b", None),
+    ("(A)", None),
+    ("(a).b", None),
+    ("a.\\\nb", None),
+    ("Generic[T]", None),
+    ("f().b", None),
+    ("a[0].b", None),
+]
+
+
+@pytest.mark.parametrize("code, expected", DOTTED_EXPRESSIONS)
+def test_dotted_code_is_libcst_s_code_for_a_plain_dotted_name(code, expected):
+    from eaglepatch.analyze.class_index import code_of, dotted_code
+    from eaglepatch.read.bindings import one_line
+
+    node = cst.parse_expression(code)
+    assert dotted_code(node) == expected
+    if expected is not None:
+        assert expected == cst.Module(body=[]).code_for_node(node)
+    assert code_of(node) == one_line(cst.Module(body=[]).code_for_node(node).split("\n"))  # as before the fast path
+
+
+def test_dotted_code_of_every_base_of_a_release_is_libcst_s(sglang_059: Path):
+    import ast
+
+    from eaglepatch.analyze.class_index import dotted_code
+
+    dotted = 0
+    for path in sorted((sglang_059 / "sglang" / "srt" / "models").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:  # syntax newer than this Python
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                for base in node.bases:
+                    expr = cst.parse_expression(ast.get_source_segment(text, base))
+                    code = dotted_code(expr)
+                    if code is not None:
+                        assert code == cst.Module(body=[]).code_for_node(expr), path
+                        dotted += 1
+    assert dotted > 500
+
+
+# --------------------------------------------------------------------------- words and top-level assignments by find
+WORD_CASES = [
+    ("def __init__(self, config, quant_config=None):", "config"),
+    ("def __init__(self, config_x):", "config"),
+    ("def __init__(self, my_config):", "config"),
+    ("config", "config"),
+    ("(config)", "config"),
+    ("éconfig, configé, config1", "config"),
+    ("a.config.b", "config"),
+    ("", "config"),
+    ("prefix: str = 'config'", "config"),
+]
+
+
+@pytest.mark.parametrize("text, word", WORD_CASES)
+def test_has_word_is_the_word_boundary_search(text, word):
+    import re
+
+    from eaglepatch.read.source import has_word
+
+    assert has_word(text, word) == bool(re.search(rf"\b{re.escape(word)}\b", text))
+
+
+TOP_ASSIGNMENTS = [
+    ("EntryClass = A\n", "EntryClass"),
+    ("x = 1\nModel: type = A\n", "Model"),
+    ("    Model = A\n", "Model"),
+    ("MyModel = A\nModel == A\n", "Model"),
+    ("Model_ = 1\nModel=2", "Model"),
+    ("y = Model = 1\n", "Model"),
+    ("Model\n= 1\n", "Model"),
+    ("a = 1\r\nModel = 2\r\n", "Model"),
+    ("", "Model"),
+]
+
+
+@pytest.mark.parametrize("text, name", TOP_ASSIGNMENTS)
+def test_assigned_at_top_is_the_anchored_search(text, name):
+    import re
+
+    from eaglepatch.read.imports import _assigned_at_top
+
+    expected = re.search(rf"^{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)", text, re.MULTILINE)
+    assert _assigned_at_top(text, name) == bool(expected)

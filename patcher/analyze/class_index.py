@@ -38,7 +38,30 @@ _DECORATOR = re.compile(r"^[ \t]*@([\w.]+)")
 
 def code_of(node: cst.CSTNode) -> str:
     """A node's code on one line, as the report quotes it."""
-    return one_line(cst.Module(body=[]).code_for_node(node).split("\n"))
+    dotted = dotted_code(node)
+    return dotted if dotted is not None else one_line(cst.Module(body=[]).code_for_node(node).split("\n"))
+
+
+def dotted_code(node: cst.CSTNode) -> str | None:
+    """libcst's code for `a.b.c` written without spaces or parentheses (nearly every base and class
+    named), joined from its names without a code generator; None for any other node."""
+    parts: list[str] = []
+    while isinstance(node, cst.Attribute):
+        dot = node.dot
+        if node.lpar or node.rpar or node.attr.lpar or node.attr.rpar or not isinstance(dot, cst.Dot):
+            return None
+        if not (_no_space(dot.whitespace_before) and _no_space(dot.whitespace_after)):
+            return None
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name) or node.lpar or node.rpar:
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+def _no_space(whitespace: cst.BaseParenthesizableWhitespace) -> bool:
+    return isinstance(whitespace, cst.SimpleWhitespace) and not whitespace.value
 
 
 def root_name(expr: cst.BaseExpression) -> cst.Name | None:
@@ -244,7 +267,9 @@ class ClassIndex:
         for arg in self.bases_of(text):
             if arg.keyword is not None:
                 continue
-            label = cst.Module(body=[]).code_for_node(arg.value)
+            label = dotted_code(arg.value)
+            if label is None:
+                label = cst.Module(body=[]).code_for_node(arg.value)
             found = self.find_class(source, arg.value) if depth < MAX_BASE_DEPTH else None
             base = self.class_info(found[0], found[1], depth + 1) if found else None
             if base is None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from .source import SourceFile, _indent, _scan
+from .source import SourceFile, _indent, _scan, has_word
 
 _CONTINUED = re.compile(r"\\[ \t]*$")
 _TARGET = re.compile(r"[ \t]*([A-Za-z_][\w.]*)[ \t]*(?::[^=\n]*)?=(?!=)")  # `name =`, `self.x: T =`
@@ -229,7 +229,7 @@ class InitScope(Scope):
         return self._signature
 
     def bindings(self, name: str) -> list[Binding]:
-        if re.search(rf"\b{re.escape(name)}\b", self.header()):
+        if has_word(self.header(), name):
             signature = self.signature()
             if signature is not None:
                 for param in _parameters(signature.params):

@@ -172,8 +172,7 @@ class ImportTable:
                 continue
             outline = self.cache.outline(other)
             defined = any(indent == 0 and name == local for _, indent, _, name in outline.headers)
-            assigned = re.search(rf"^{re.escape(local)}[ \t]*(?::[^=\n]*)?=(?!=)", other.text, re.MULTILINE)
-            if defined or assigned or ImportTable.of(self.cache, other, self.tree).lookup(local, seen) is not None:
+            if defined or _assigned_at_top(other.text, local) or ImportTable.of(self.cache, other, self.tree).lookup(local, seen) is not None:
                 return Origin(star.module, local, star.path)
         return None
 
@@ -187,3 +186,14 @@ class ImportTable:
             if origin is not None and origin.name is None:
                 return Origin(origin.module, node.attr.value, origin.path)
         return None
+
+
+def _assigned_at_top(text: str, name: str) -> bool:
+    """`re.search(rf"^{name}[ \\t]*(?::[^=\\n]*)?=(?!=)", text, re.MULTILINE)`: a line that starts by
+    assigning `name`.  Searched from the literal name, each match then kept only at a line's start: a
+    `^`-anchored pattern is tried at every position of the file.  No match crosses a line, so none
+    hides one that starts a line."""
+    for match in re.finditer(rf"{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)", text):
+        if match.start() == 0 or text[match.start() - 1] == "\n":
+            return True
+    return False

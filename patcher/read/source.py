@@ -619,6 +619,22 @@ def _mask_token(match: re.Match) -> str:
     return "\n".join(["S" * len(first)] + ["\x00" + "S" * (len(part) - 1) if part else "" for part in rest])
 
 
+def has_word(text: str, word: str) -> bool:
+    """`re.search(rf"\\b{re.escape(word)}\\b", text)` for an identifier `word`, by str.find: no pattern
+    compiled for each name asked about.  A word character is what `\\w` matches: alphanumeric or `_`."""
+    size, at = len(word), text.find(word)
+    while at >= 0:
+        before, after = at - 1, at + size
+        if (before < 0 or not _word_char(text[before])) and (after >= len(text) or not _word_char(text[after])):
+            return True
+        at = text.find(word, at + 1)
+    return False
+
+
+def _word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
 def mask(text: str) -> str:
     """`text` (newlines `\\n` only) with its comments blanked, its strings all `S`, and each non-empty line
     inside a string starting with `\\x00`, by one regex pass in C: same length, same line starts, and
