@@ -774,3 +774,23 @@ def test_assigned_at_top_is_the_anchored_search(text, name):
 
     expected = re.search(rf"^{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)", text, re.MULTILINE)
     assert _assigned_at_top(text, name) == bool(expected)
+
+
+# --------------------------------------------------------------------------- a line's code without its comment
+CODE_OF_LINES = [
+    "x = 1",
+    "x = 1  # one",
+    "s = '# not a comment'  # but this is",
+    's = "a#b"',
+    "# only a comment",
+    "y = '''#'''  # c",
+    "",
+]
+
+
+@pytest.mark.parametrize("line", CODE_OF_LINES)
+def test_code_of_a_line_is_the_comment_pattern_s(line):
+    from eaglepatch.read.bindings import _COMMENT, _code_of
+
+    expected = next((line[: m.start()] for m in _COMMENT.finditer(line) if m.group().startswith("#")), line)
+    assert _code_of(line) == expected

@@ -42,6 +42,8 @@ def statement_end(lines: Sequence[str], index: int) -> int:
 
 def _code_of(line: str) -> str:
     """The line without its comment (a `#` inside a string is not one)."""
+    if "#" not in line:  # most lines: no comment to find
+        return line
     for match in _COMMENT.finditer(line):
         if match.group().startswith("#"):
             return line[: match.start()]

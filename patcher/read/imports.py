@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,10 +37,10 @@ def module_path(tree: SourceTree, module: str) -> Path | None:
     if module != PACKAGE and not module.startswith(PACKAGE + "."):
         return None
     parts = module.split(".")[2:]
-    base = tree.srt.joinpath(*parts) if parts else tree.srt
-    for candidate in (base.with_suffix(".py") if parts else None, base / "__init__.py"):
-        if candidate is not None and candidate.is_file():
-            return candidate
+    base = os.path.join(tree.srt, *parts)  # str paths: a run resolves about a thousand modules, pathlib's objects cost
+    for candidate in (base + ".py" if parts else None, os.path.join(base, "__init__.py")):
+        if candidate is not None and os.path.isfile(candidate):
+            return Path(candidate)
     return None
 
 
