@@ -623,6 +623,16 @@ HEADER_CASES = [
     ("class A(nn . Module):", None),
     ("class A(*bases):", None),
     ("class A(make_base()):", None),
+    ("class A(B,):", ["B"]),
+    ("class A(B,,C):", None),
+    ("class A(None):", None),
+    ("class A(a.if):", None),
+    ("class None(B):", None),
+    ("class A(match, case.type):", ["match", "case.type"]),
+    ("class A(B) :", ["B"]),
+    ("class A(B)\n:", None),
+    ("class A(B): # comment", ["B"]),
+    ("class A(\u00e9.B):", ["\u00e9.B"]),
 ]
 
 
@@ -634,6 +644,31 @@ def test_dotted_bases_table(header, bases):
 
     got = dotted_bases(header)
     assert (None if got is None else [cst.Module(body=[]).code_for_node(a.value) for a in got]) == bases
+
+
+@pytest.mark.parametrize("header", [h for h, _ in HEADER_CASES] + ["class A(B", "class A(B):\n    x = 1", "class\tA\t(\tB\t)\t:"])
+def test_bases_read_off_the_text_are_those_the_parser_reads(header):
+    from eaglepatch.analyze.class_index import _bases_read_by_ast, _plain_bases
+
+    plain = _plain_bases(header)
+    assert plain is None or plain == _bases_read_by_ast(header)
+
+
+def test_bases_read_off_the_text_of_every_class_of_a_release(sglang_059):
+    from eaglepatch.analyze.class_index import _bases_read_by_ast, _plain_bases
+
+    answered = 0
+    for path in sorted((sglang_059 / "sglang" / "srt").rglob("*.py")):
+        lines = path.read_text(encoding="utf-8").split("\n")
+        for index, line in enumerate(lines):
+            if line.lstrip().startswith("class "):
+                header = "\n".join(part.strip() for part in lines[index : index + 4])
+                header = header[: header.index(":") + 1] if ":" in header else header
+                plain = _plain_bases(header)
+                if plain is not None:
+                    assert plain == _bases_read_by_ast(header), f"{path.name}:{index + 1}"
+                    answered += 1
+    assert answered > 500
 
 
 def test_dotted_bases_agree_with_libcst_on_every_class_of_a_release(sglang_059):

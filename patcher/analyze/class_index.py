@@ -11,6 +11,7 @@ Everything is looked up once per run: every wrapper `--all` looks at shares one 
 from __future__ import annotations
 
 import ast
+import keyword
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -402,6 +403,46 @@ def dotted_bases(header: str) -> list[cst.Arg] | None:
     """The bases of a class header read by CPython's parser, as the libcst nodes libcst would give,
     when every base is a dotted name spelled without spaces and there is no keyword (nearly every
     class); None otherwise, and libcst reads the header."""
+    names = _plain_bases(header)
+    if names is None:
+        names = _bases_read_by_ast(header)
+    if names is None:
+        return None
+    out = []
+    for name in names:
+        parts = name.split(".")
+        value: cst.BaseExpression = cst.Name(parts[0])
+        for part in parts[1:]:
+            value = cst.Attribute(value=value, attr=cst.Name(part))
+        out.append(cst.Arg(value=value))
+    return out
+
+
+# `class Name(a.B, C):` and nothing after the colon: ASCII names and dots, commas, spaces, tabs, newlines
+_PLAIN_HEADER = re.compile(r"class[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?:\(([A-Za-z0-9_., \t\n]*)\))?[ \t]*:[ \t]*")
+_PLAIN_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _plain_bases(header: str) -> list[str] | None:
+    """The dotted bases of a header that can only mean them, read off its text (no parser for the
+    few hundred headers of a run); None whenever CPython's parser could read it otherwise."""
+    match = _PLAIN_HEADER.fullmatch(header)
+    if match is None or keyword.iskeyword(match.group(1)):
+        return None
+    if not match.group(2) or not match.group(2).strip(" \t\n"):
+        return []
+    parts = [part.strip(" \t\n") for part in match.group(2).split(",")]
+    if parts[-1] == "":
+        parts.pop()  # a trailing comma
+    if not all(_PLAIN_DOTTED.fullmatch(part) for part in parts):
+        return None  # an empty place (`A,,B`), spaces inside a name, ...
+    if any(keyword.iskeyword(name) for part in parts for name in part.split(".")):
+        return None  # `None`, `a.if`: not names to CPython
+    return parts
+
+
+def _bases_read_by_ast(header: str) -> list[str] | None:
+    """The dotted bases CPython's parser reads in a header, spelled as written; None for anything else."""
     for text in (header + "\n    pass\n", header + "\n"):  # `class B(A): pass` carries its body
         try:
             node = ast.parse(text).body[0]
@@ -424,10 +465,7 @@ def dotted_bases(header: str) -> list[cst.Arg] | None:
         parts.reverse()
         if ast.get_source_segment(text, base) != ".".join(parts):
             return None  # spaces, comments or parentheses inside: libcst keeps them
-        value: cst.BaseExpression = cst.Name(parts[0])
-        for part in parts[1:]:
-            value = cst.Attribute(value=value, attr=cst.Name(part))
-        out.append(cst.Arg(value=value))
+        out.append(".".join(parts))
     return out
 
 
