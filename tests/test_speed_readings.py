@@ -794,3 +794,21 @@ def test_code_of_a_line_is_the_comment_pattern_s(line):
 
     expected = next((line[: m.start()] for m in _COMMENT.finditer(line) if m.group().startswith("#")), line)
     assert _code_of(line) == expected
+
+
+# --------------------------------------------------------------------------- a shared body's key, from the slice's text
+@pytest.mark.parametrize("release", ["sglang_059", "sglang_latest"])
+def test_body_keys_read_off_the_text_are_the_generated_code_s(release, request):
+    """Every hook body learned on a release: the key read off the parsed slice is the one libcst's code
+    generator gives; and some bodies are shared, so the key decides something."""
+    from eaglepatch.analyze.protocol import extract_protocol
+    from eaglepatch.analyze.synthesize import HookLibrary, _body_key, _generated_body_key
+
+    tree = locate_tree(request.getfixturevalue(release))
+    cache = SourceCache(tree.srt)
+    library = HookLibrary(Resolver(tree, cache), extract_protocol(tree, cache, [], []))
+    references = [r for m in ("get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture") for r in library.references(m)]
+    assert len(references) > 15
+    for reference in references:
+        assert _body_key(cache, reference) == _generated_body_key(cache, reference), reference.label
+    assert any(r.shared_by > 1 for r in references)

@@ -639,6 +639,18 @@ def _config_argument(node) -> tuple[str, ...] | None:
 
 
 def _body_key(cache: SourceCache, reference: Reference) -> str:
+    """The def's code, whitespace collapsed: equal for classes that share a body.  A def parsed on its
+    own is its slice's text, decorator first, so the text itself is that code (no code generator);
+    otherwise libcst writes the node out."""
+    signature = reference.signature
+    if signature.path is not None and signature.header is not None:
+        text = cache.block_parsed_alone(cache.read(signature.path), signature.header)
+        if text is not None and text.lstrip().startswith(("@", "def ", "async ")):
+            return " ".join(text.split())
+    return _generated_body_key(cache, reference)
+
+
+def _generated_body_key(cache: SourceCache, reference: Reference) -> str:
     node = signature_node(cache, reference.signature)
     code = cst.Module(body=[]).code_for_node(node.with_changes(leading_lines=[])) if isinstance(node, cst.FunctionDef) else ""
     return " ".join(code.split())

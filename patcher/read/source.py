@@ -1031,6 +1031,13 @@ class SourceCache:
         """Lines [start, end) of the def/class block whose header line index is `header`, decorators included."""
         return block_start(source.lines, header), self.outline(source).ends.get(header, header + 1)
 
+    def block_parsed_alone(self, source: SourceFile, header: int) -> str | None:
+        """The (dedented) text libcst parsed for the block whose header is line index `header`, when it
+        parsed on its own; None when it has not been parsed, or only as part of the whole file."""
+        start, end = self.block_span(source, header)
+        parsed = self._parsed.get((source.path, start, end))
+        return parsed.text if parsed is not None and parsed.first_line == start else None
+
     def parse_block(self, source: SourceFile, header: int) -> Parsed:
         """Parse the def/class block whose header line index is `header`."""
         return self.parse_lines(source, *self.block_span(source, header))
