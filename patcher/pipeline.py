@@ -11,6 +11,7 @@ from .read.locate import SourceTree, locate_tree
 from .read.style import DEFAULT_STYLE, FormatStyle
 
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
+    from .analyze.synthesize import HookLibrary
     from .read.source import SourceCache
     from .records import ModelPlan, Protocol, Signature
 
@@ -132,7 +133,7 @@ def analyze(
         return call_misfit(node.params, shape, is_method=not static)
 
     style = load_style(tree.models, tree.given)
-    libraries = []  # the hook library, built when a first class needs a body learned (most runs need none)
+    libraries: list[HookLibrary] = []  # the hook library, built when a first class needs a body learned (most runs need none)
 
     def synthesize(entry, wrapper):
         if not libraries:
