@@ -304,9 +304,19 @@ def test_references_are_those_learned_reading_every_def(sglang_latest: Path, mon
     from eaglepatch.analyze.protocol import extract_protocol
     from eaglepatch.analyze.synthesize import HookLibrary
 
+    read_bodies = HookLibrary._read_reference_body
+    bodies_read = []
+
+    def counted(self, source, signature):
+        bodies_read.append(signature)
+        return read_bodies(self, source, signature)
+
+    monkeypatch.setattr(HookLibrary, "_read_reference_body", counted)
+
     def learned(skip: bool) -> tuple[dict, int]:
         if not skip:
             monkeypatch.setattr(HookLibrary, "_holds_a_bare_model", lambda self, source, info: True)
+        bodies_read.clear()
         tree = locate_tree(sglang_latest)
         cache = SourceCache(tree.srt)
         protocol = extract_protocol(tree, cache, [], [])
@@ -315,7 +325,7 @@ def test_references_are_those_learned_reading_every_def(sglang_latest: Path, mon
         for member in ("get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture"):
             references = library.references(member)
             out[member] = [(r.label, r.shared_by, r.unportable, r.backbone.attribute, r.config_path, r.ties) for r in references]
-        return out, len(cache.definitions)
+        return out, len(bodies_read)
 
     fast, parsed_fast = learned(True)
     slow, parsed_slow = learned(False)
@@ -812,3 +822,82 @@ def test_body_keys_read_off_the_text_are_the_generated_code_s(release, request):
     for reference in references:
         assert _body_key(cache, reference) == _generated_body_key(cache, reference), reference.label
     assert any(r.shared_by > 1 for r in references)
+
+
+# --------------------------------------------------------------------------- a hook body read by CPython's parser
+BODIES = [
+    "def f(self):\n    return self.model.embed_tokens.weight, self.lm_head.weight\n",
+    "def f(self, e, h):\n    del self.model.embed_tokens.weight\n    self.lm_head.weight = h\n    torch.cuda.empty_cache()\n",
+    "def f(self, ids=None):\n    self.model.capture = True\n    self.model.layers_to_capture = [v + 1 for v in ids or [2, len(self.model.layers) // 2]]\n",
+    "def f(self):\n    return g(k=self.a, *self.b, **self.c)\n",  # a keyword before *args: source order
+    "def f(self):\n    return {self.a: self.b, **self.c, 'k': self.d}\n",
+    "def f(self):\n    return self.a if self.b else self.c\n",
+    "def f(self):\n    self.a, self.b = 1, 2\n    self.c = self.d = 3\n    self.e += 1\n    self.f: int = 1\n    del self.g, self.h\n    del self.i\n",
+    "def f(self):\n    helper(self)\n",
+    "def f(this):\n    return x.this + this.y\n",
+    "def f(self):\n    g(self=1)\n    return self.a\n",
+    "def f(self):\n    def inner():\n        return self.a\n    return self.b\n",
+    "def f(self):\n    try:\n        return self.a\n    except E as self:\n        pass\n",
+    "def f(self):\n    return super().f() + self.layers[0].weight.t() + self.f()(self.g)\n",
+    "def f(self):\n    return f'{self.a!r:>{self.w}}'\n",
+    "@staticmethod\ndef f(x):\n    return x.a\n",
+    "def f():\n    return 1\n",
+    "def f(*args):\n    return args\n",
+    "async def f(self):\n    async with self.lock as l:\n        await self.a(l)\n",
+    "def f(self):\n    return [self.a for self.b in self.c if self.d]\n",
+    "def f(self):\n    return lambda: self.a\n",  # unusual: left to libcst
+    "def f(self):\n    import torch\n    return torch.cat(self.a)\n",
+]
+
+
+def _both_readings(text: str):
+    import ast
+
+    from eaglepatch.analyze.synthesize import module_names_in, read_body, read_body_ast
+
+    free = module_names_in(text.split("\n"))
+    assert free is not None
+    node = cst.parse_module(text).body[0]
+    function = ast.parse(text).body[0]
+    assert isinstance(node, cst.FunctionDef) and isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+    return read_body_ast(function, set(free)), read_body(node, set(free))
+
+
+@pytest.mark.parametrize("text", BODIES)
+def test_a_body_read_by_cpython_is_the_body_libcst_reads(text):
+    fast, slow = _both_readings(text)
+    if "lambda" in text or "import" in text:
+        assert fast is None
+    else:
+        assert fast == slow
+
+
+READ_DEFS = {"__init__", "forward", "get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture", "set_embed", "get_input_embeddings"}
+
+
+def test_every_method_body_of_a_release_reads_the_same(sglang_059: Path):
+    """The hooks, `__init__`s and `forward`s of every class of models/ in 0.5.9: those hold every shape."""
+    import ast
+
+    read = unusual = 0
+    for path in sorted((sglang_059 / "sglang" / "srt" / "models").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        lines = text.split("\n")
+        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+            for function in (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in READ_DEFS):
+                start = min([function.lineno, *(d.lineno for d in function.decorator_list)]) - 1
+                block = "\n".join(line[function.col_offset :] for line in lines[start : function.end_lineno]) + "\n"
+                try:
+                    fast, slow = _both_readings(block)
+                except (AssertionError, cst.ParserSyntaxError, SyntaxError):
+                    continue  # a def that does not stand alone once dedented
+                if fast is None:
+                    unusual += 1
+                    continue
+                assert fast == slow, f"{path.name}:{function.lineno}"
+                read += 1
+    assert read > 500 and unusual < read // 10

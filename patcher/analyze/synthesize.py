@@ -205,12 +205,10 @@ class HookLibrary:
                     continue  # not the shape: the head lives elsewhere
                 if not self._holds_a_bare_model(source, info):
                     continue  # nor is a class that holds no bare backbone (`_reference`): its def is not read
-                node = signature_node(resolver.cache, signature)
-                if node is None:
+                body = self._read_reference_body(source, signature)
+                if body is None:
                     continue
-                assert signature.header is not None, "a method's signature carries its `def` line (class_index.py)"
-                lines = source.lines[slice(*resolver.cache.block_span(source, signature.header))]
-                reference = self._reference(source, info, signature, read_body(node, module_names_in(lines)))
+                reference = self._reference(source, info, signature, body)
                 if reference is not None:
                     found.append(reference)
         keys = [_body_key(resolver.cache, reference) for reference in found]  # each printed once
@@ -220,6 +218,22 @@ class HookLibrary:
         for reference, key in zip(found, keys):
             reference.shared_by = bodies[key]
         return found
+
+    def _read_reference_body(self, source, signature: Signature) -> tuple[list[SelfUse], list[str], str] | None:
+        """read_body of a hook's def: by CPython's parser when the def reads alone and holds nothing
+        unusual (libcst's parse and visit cost several times more), else by libcst; None when the def
+        cannot be read."""
+        cache = self.resolver.cache
+        assert signature.header is not None, "a method's signature carries its `def` line (class_index.py)"
+        lines = source.lines[slice(*cache.block_span(source, signature.header))]
+        free = module_names_in(lines)
+        function = cache.function_ast(source, signature.header) if free is not None else None
+        if free is not None and function is not None and function.name == signature.name:
+            body = read_body_ast(function, free)
+            if body is not None:
+                return body
+        node = signature_node(cache, signature)
+        return read_body(node, free) if node is not None else None
 
     def _holds_a_bare_model(self, source, info: ClassInfo) -> bool:
         """Some model the class holds is a bare backbone: else `_reference` finds no backbone in any body."""
@@ -639,12 +653,12 @@ def _config_argument(node) -> tuple[str, ...] | None:
 
 
 def _body_key(cache: SourceCache, reference: Reference) -> str:
-    """The def's code, whitespace collapsed: equal for classes that share a body.  A def parsed on its
-    own is its slice's text, decorator first, so the text itself is that code (no code generator);
+    """The def's code, whitespace collapsed: equal for classes that share a body.  A def that parses on
+    its own is its slice's text, decorator first, so the text itself is that code (no code generator);
     otherwise libcst writes the node out."""
     signature = reference.signature
     if signature.path is not None and signature.header is not None:
-        text = cache.block_parsed_alone(cache.read(signature.path), signature.header)
+        text = cache.block_read_alone(cache.read(signature.path), signature.header)
         if text is not None and text.lstrip().startswith(("@", "def ", "async ")):
             return " ".join(text.split())
     return _generated_body_key(cache, reference)
@@ -753,6 +767,99 @@ def read_body(node: cst.FunctionDef, free: set[str] | None = None) -> tuple[list
     if not why and "super" in free:
         why = "it calls super()"
     return reader.uses, sorted(free - {receiver}), why
+
+
+# what a hook body may hold for the CPython reading below; anything else (a lambda, a nested class, an
+# import, `global`, `match`, ...) binds or spells names in ways left to libcst's reading
+_UNUSUAL: tuple[type[ast.AST], ...] = (
+    ast.Lambda, ast.ClassDef, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Match,
+) + tuple(getattr(ast, name) for name in ("TypeAlias",) if hasattr(ast, name))  # `type X = ...` (3.12)
+
+
+def read_body_ast(node: ast.FunctionDef | ast.AsyncFunctionDef, free: set[str]) -> tuple[list[SelfUse], list[str], str] | None:
+    """`read_body` by CPython's parser: the same uses in the same order (libcst's, which is the source's),
+    the same first reason it cannot move.  None for a body holding anything `_UNUSUAL`: libcst reads it."""
+    positional = [*node.args.posonlyargs, *node.args.args]
+    if not positional or node.decorator_list:
+        return [], [], "it is not a plain method" if node.decorator_list else "it takes no self"
+    receiver = positional[0].arg
+    if any(isinstance(sub, _UNUSUAL) for statement in node.body for sub in ast.walk(statement)):
+        return None
+    stores: set[int] = set()
+    uses: list[SelfUse] = []
+    why = [""]
+
+    def unportable(reason: str) -> None:
+        why[0] = why[0] or reason
+
+    def visit(sub: ast.AST) -> None:
+        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            unportable("it defines a function of its own")
+            return
+        if isinstance(sub, ast.Assign):
+            stores.update(id(target) for target in sub.targets)
+        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)):
+            stores.add(id(sub.target))
+        elif isinstance(sub, ast.Delete) and len(sub.targets) == 1:  # `del a, b`: libcst's one target is the tuple
+            stores.add(id(sub.targets[0]))
+        if isinstance(sub, ast.Attribute):
+            chain = _ast_dotted(sub)
+            if chain is not None and chain[0] == receiver:
+                uses.append(SelfUse(tuple(chain[1:]), id(sub) in stores))
+                return
+            visit(sub.value)
+            if sub.attr == receiver:  # libcst visits the attribute's name as a Name
+                unportable(f"it passes {receiver} on")
+            return
+        if isinstance(sub, ast.Name):
+            if sub.id == receiver:  # `self` handed on whole: what it needs cannot be read here
+                unportable(f"it passes {receiver} on")
+            return
+        if isinstance(sub, ast.keyword):
+            if sub.arg == receiver:
+                unportable(f"it passes {receiver} on")
+            visit(sub.value)
+            return
+        if isinstance(sub, ast.ExceptHandler):
+            if sub.type is not None:
+                visit(sub.type)
+            if sub.name == receiver:
+                unportable(f"it passes {receiver} on")
+            for statement in sub.body:
+                visit(statement)
+            return
+        for child in _source_order(sub):
+            visit(child)
+
+    for statement in node.body:
+        visit(statement)
+    return uses, sorted(free - {receiver}), why[0] or ("it calls super()" if "super" in free else "")
+
+
+def _ast_dotted(node: ast.expr) -> list[str] | None:
+    """[`a`, `b`, `c`] for `a.b.c`; None when the chain does not start at a name."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return parts[::-1]
+
+
+def _source_order(node: ast.AST) -> list[ast.AST]:
+    """A node's children as the source spells them (libcst's visiting order): ast keeps a call's
+    keywords apart from its positional arguments, a dict's keys apart from its values, and the test of
+    `a if test else b` first."""
+    if isinstance(node, ast.Call):
+        arguments: list[ast.expr | ast.keyword] = [*node.args, *node.keywords]
+        return [node.func, *sorted(arguments, key=lambda a: (a.lineno, a.col_offset))]
+    if isinstance(node, ast.Dict):
+        return [part for key, value in zip(node.keys, node.values) for part in (key, value) if part is not None]
+    if isinstance(node, ast.IfExp):
+        return [node.body, node.test, node.orelse]
+    return list(ast.iter_child_nodes(node))
 
 
 class _SelfReader(cst.CSTVisitor):

@@ -944,6 +944,7 @@ class SourceCache:
         self._outlines: dict[Path, Outline] = {}
         self._ast_imports: dict[tuple[Path, int, int], list] = {}
         self._ast_functions: dict[tuple[Path, int], ast.FunctionDef | ast.AsyncFunctionDef | None] = {}
+        self._ast_alone: dict[tuple[Path, int], str] = {}  # a def's slice text, when CPython parsed it on its own
         # a member's libcst def by (file, line, name): class_index.signature_node parses it once
         self.definitions: dict[tuple[Path, int, str], cst.FunctionDef | None] = {}
         # the names such a def binds itself (verify: a learned body is checked against its reference's)
@@ -1031,12 +1032,14 @@ class SourceCache:
         """Lines [start, end) of the def/class block whose header line index is `header`, decorators included."""
         return block_start(source.lines, header), self.outline(source).ends.get(header, header + 1)
 
-    def block_parsed_alone(self, source: SourceFile, header: int) -> str | None:
-        """The (dedented) text libcst parsed for the block whose header is line index `header`, when it
-        parsed on its own; None when it has not been parsed, or only as part of the whole file."""
+    def block_read_alone(self, source: SourceFile, header: int) -> str | None:
+        """The (dedented) text of the block whose header is line index `header`, when libcst or CPython
+        parsed it on its own; None when neither has read it, or only as part of the whole file."""
         start, end = self.block_span(source, header)
         parsed = self._parsed.get((source.path, start, end))
-        return parsed.text if parsed is not None and parsed.first_line == start else None
+        if parsed is not None and parsed.first_line == start:
+            return parsed.text
+        return self._ast_alone.get((source.path, header))
 
     def parse_block(self, source: SourceFile, header: int) -> Parsed:
         """Parse the def/class block whose header line index is `header`."""
@@ -1050,8 +1053,11 @@ class SourceCache:
             return self._ast_functions[key]
         found = None
         try:
-            body = ast.parse(block_text(source.lines[slice(*self.block_span(source, header))])).body
+            text = block_text(source.lines[slice(*self.block_span(source, header))])
+            body = ast.parse(text).body
             found = body[-1] if body and isinstance(body[-1], (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+            if found is not None and len(body) == 1:
+                self._ast_alone[key] = text
         except (SyntaxError, ValueError):
             try:  # a slice that does not stand alone: the whole file, then the def on that line
                 whole = ast.parse(source.text)
