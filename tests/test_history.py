@@ -347,6 +347,30 @@ def test_real_0_5_9_to_0_5_10_kimi_hooks_are_delegations():
     assert truth.parse_errors == [] and truth.unresolved == []
 
 
+@pytest.mark.integration
+def test_the_command_line_measures_a_pair_and_writes_its_json(tmp_path):
+    """`bench/history.py` as `make history` runs it, on the first pinned pair: a whole run through the
+    command line (the stage move once broke only that), with --eaglepatch naming this checkout."""
+    import json
+    import os
+    import subprocess
+
+    out = tmp_path / "history.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "history.py"), "--low", "0.5.9", "--high", "0.5.10", "--no-cache",
+         "--jobs", "1", "--eaglepatch", str(REPO), "--json", str(out)],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert [(p["old"], p["new"]) for p in data["pairs"]] == [("0.5.9", "0.5.10")]
+    kimi = {f["member"] for f in data["pairs"][0]["fixes"] if f["cls"] == "KimiK25ForConditionalGeneration"}
+    assert set(HOOKS) <= kimi
+    for row in data["table"]:
+        assert row["written"] <= row["reported"] <= row["listed"] <= row["fixes"], row
+    assert f"wrote {out}" in done.stderr
+
+
 # --------------------------------------------------------------------------- hook bodies on a bare backbone
 
 CAPTURE = """
