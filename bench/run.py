@@ -294,7 +294,7 @@ def done_when(start: list[dict], releases: list[dict], scale: dict | None) -> No
         if lib is not None:
             speedup = 1 / lib["ratio_median"]
             row(f"`--all` cold >= 20x faster than libcst's full parse ({rel['version']})",
-                f"{speedup:.1f}x faster (median of {lib['pairs']} pairs; best {1 / lib['ratio_min']:.1f}x)", speedup >= 20)
+                f"{speedup:.2f}x faster (median of {lib['pairs']} pairs; best {1 / lib['ratio_min']:.2f}x)", speedup >= 20)
     for pair in start:
         if pair["a"] == "eaglepatch --help":
             row("`--help` <= 3x bare python", f"{pair['ratio_median']:.2f}x median (min {pair['ratio_min']:.2f}x)",

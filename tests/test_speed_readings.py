@@ -901,3 +901,38 @@ def test_every_method_body_of_a_release_reads_the_same(sglang_059: Path):
                 assert fast == slow, f"{path.name}:{function.lineno}"
                 read += 1
     assert read > 500 and unusual < read // 10
+
+
+# --------------------------------------------------------------------------- the `--all` summary written plain
+SUMMARY_LINES = [
+    "[bold]EAGLE-3 readiness of 3 model classes[/bold]",
+    "[red]needs_code[/red] target [bold]AVeryLongClassNameForConditionalGeneration[/bold] (models/a_long_module_name.py:1234)",
+    "                  no fix for get_embed_and_head, set_eagle3_layers_to_capture: holds a bare backbone (model: LlamaModel) "
+    "beside its own lm_head: the hook needs a body written on the class",
+    "                  forward to self.language_model: get_embed_and_head, set_embed_and_head (companion)",
+    "x" * 60,
+    "x" * 61,
+    "wide \u4e2d\u6587\u5b57 characters " * 6,
+    "averyveryveryveryveryveryveryveryveryveryveryverylongwordwithoutanyspaceatallthatmustbefoldedsomewhere",
+    "",
+]
+
+
+@pytest.mark.parametrize("width", [60, 80, 120, 250])
+def test_the_plain_summary_is_what_rich_prints_without_colour(width):
+    import io
+
+    from rich.console import Console
+    from rich.text import Text
+
+    from eaglepatch.output.report import _print_plain
+
+    def console(buffer):
+        return Console(file=buffer, width=width, highlight=False, soft_wrap=False, color_system=None)
+
+    printed, written = io.StringIO(), io.StringIO()
+    texts = [Text.from_markup(line) for line in SUMMARY_LINES]
+    console(printed).print(Text("\n").join(texts), overflow="fold")
+    _print_plain(console(written), texts)
+    assert written.getvalue() == printed.getvalue()
+    assert max(len(line) for line in printed.getvalue().splitlines()) <= width

@@ -397,8 +397,30 @@ def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None
             lines.append(f"{'':18}no fix for {names}: {blocked[0].blocker}")
     # one print: each line's markup parsed alone, as a print of its own would, without a print's
     # per-call overhead (terminal size, render pipeline) for each of hundreds of lines
-    console.print(Text("\n").join(Text.from_markup(line) for line in lines), overflow="fold")
+    texts = [Text.from_markup(line) for line in lines]
+    if console.color_system is not None or console.record or console.is_jupyter:
+        console.print(Text("\n").join(texts), overflow="fold")
+    else:
+        _print_plain(console, texts)
     _closing(analysis, console, gate)
+
+
+def _print_plain(console: Console, texts: list) -> None:
+    """Without colour (a pipe, a CI log, NO_COLOR) what rich prints of a text is its plain characters
+    as its wrap lays them out, one line after the other: written here in one go, without the render
+    pipeline and per-segment work of a print (a CI log of `--all` on a large tree is hundreds of lines).
+    A line that fits the console's width is its own layout."""
+    from rich.cells import cell_len
+
+    width = console.width
+    out: list[str] = []
+    for text in texts:
+        if cell_len(text.plain) <= width and "\t" not in text.plain:
+            out.append(text.plain + "\n")
+        else:  # what Text.__rich_console__ asks of wrap for a print with overflow="fold"
+            lines = text.wrap(console, width, justify="default", overflow="fold", tab_size=console.tab_size or 8)
+            out += [line.plain + "\n" for line in lines]
+    console.file.write("".join(out))
 
 
 # -- SARIF (code scanning) -------------------------------------------------------------------------
