@@ -400,9 +400,9 @@ class ClassIndex:
 
 
 def dotted_bases(header: str) -> list[cst.Arg] | None:
-    """The bases of a class header read by CPython's parser, as the libcst nodes libcst would give,
-    when every base is a dotted name spelled without spaces and there is no keyword (nearly every
-    class); None otherwise, and libcst reads the header."""
+    """The bases of a class header as the libcst nodes libcst would give, when every base is a dotted
+    name spelled without spaces and there is no keyword (nearly every class): read off the text when
+    the header can mean nothing else, else by CPython's parser; None otherwise, and libcst reads it."""
     names = _plain_bases(header)
     if names is None:
         names = _bases_read_by_ast(header)

@@ -398,7 +398,7 @@ def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None
     # one print: each line's markup parsed alone, as a print of its own would, without a print's
     # per-call overhead (terminal size, render pipeline) for each of hundreds of lines
     texts = [Text.from_markup(line) for line in lines]
-    if console.color_system is not None or console.record or console.is_jupyter:
+    if console.color_system is not None or console.soft_wrap or console.record or console.is_jupyter:
         console.print(Text("\n").join(texts), overflow="fold")
     else:
         _print_plain(console, texts)
