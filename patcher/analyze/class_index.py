@@ -455,18 +455,25 @@ def _bases_read_by_ast(header: str) -> list[str] | None:
         return None
     out = []
     for base in node.bases:
-        parts, expr = [], base
-        while isinstance(expr, ast.Attribute):
-            parts.append(expr.attr)
-            expr = expr.value
-        if not isinstance(expr, ast.Name):
+        parts = ast_dotted(base)
+        if parts is None:
             return None
-        parts.append(expr.id)
-        parts.reverse()
         if ast.get_source_segment(text, base) != ".".join(parts):
             return None  # spaces, comments or parentheses inside: libcst keeps them
         out.append(".".join(parts))
     return out
+
+
+def ast_dotted(node: ast.AST) -> list[str] | None:
+    """[`a`, `b`, `c`] for CPython's `a.b.c`; None when the chain does not start at a name."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return parts[::-1]
 
 
 def signature_node(cache: SourceCache, signature: Signature) -> cst.FunctionDef | None:

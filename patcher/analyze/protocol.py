@@ -42,7 +42,7 @@ from typing import Any
 from ..errors import EaglepatchError
 from ..read.imports import ImportTable
 from ..read.locate import SourceTree
-from ..read.source import SourceCache, SourceFile, _dedent, block_start, block_text, invalid_python
+from ..read.source import SourceCache, SourceFile, _dedent, block_start, block_text, invalid_python, is_word_char
 from ..records import CallShape, Protocol, ProtocolMember, Use, UseKind, UseRole
 
 _EAGLE_SPELLINGS = (b"eagle", b"EAGLE", b"Eagle")
@@ -974,13 +974,10 @@ def _uses_in_blocks(lines: Sequence[str], blocks: list[tuple[int, int, list[int]
 
 def _names_a_model(text: str, start: int) -> bool:
     """`model.` at `start` belongs to `model`, `x.model` or `x_model`, not to `remodel`."""
-    if start == 0 or not _is_word(text[start - 1]):
+    if start == 0 or not is_word_char(text[start - 1]):
         return True
-    return text[start - 1] == "_" and start >= 2 and _is_word(text[start - 2])
+    return text[start - 1] == "_" and start >= 2 and is_word_char(text[start - 2])
 
-
-def _is_word(char: str) -> bool:
-    return char.isalnum() or char == "_"
 
 
 def _parse_lines(lines: Sequence[str], start: int, end: int) -> ast.Module | None:

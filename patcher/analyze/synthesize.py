@@ -38,7 +38,7 @@ from ..errors import EaglepatchError
 from ..read.bindings import parse_value
 from ..read.source import SourceCache, block_text
 from ..records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
-from .class_index import signature_node
+from .class_index import ast_dotted, signature_node
 from .resolve import Resolver
 from .roles import statement_walk
 
@@ -693,27 +693,19 @@ def forward_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _ForwardFacts
     reads: set[tuple[str, ...]] = set()
     unpacks = False
     for statement in statement_walk(node):  # the targets are statements': no expression holds one
+        stored.update(id(target) for target in _whole_targets(statement))
         if isinstance(statement, ast.Assign):
-            stored.update(id(t) for t in statement.targets)
             unpacks = unpacks or any(isinstance(t, (ast.Tuple, ast.List)) and len(t.elts) == 2 for t in statement.targets)
-        elif isinstance(statement, (ast.AugAssign, ast.AnnAssign)):
-            stored.add(id(statement.target))
-        elif isinstance(statement, ast.Delete) and len(statement.targets) == 1:
-            stored.add(id(statement.targets[0]))
     pending: list[ast.AST] = list(node.body)
     while pending:
         sub = pending.pop()
         if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         if isinstance(sub, ast.Attribute):
-            parts: list[str] = []
-            base: ast.expr = sub
-            while isinstance(base, ast.Attribute):
-                parts.append(base.attr)
-                base = base.value
-            if isinstance(base, ast.Name) and base.id == receiver:
+            chain = ast_dotted(sub)
+            if chain is not None and chain[0] == receiver:
                 if id(sub) not in stored:
-                    reads.add(tuple(reversed(parts)))
+                    reads.add(tuple(chain[1:]))
                 continue
         pending.extend(ast.iter_child_nodes(sub))
     return _ForwardFacts(frozenset(reads), unpacks)
@@ -796,14 +788,9 @@ def read_body_ast(node: ast.FunctionDef | ast.AsyncFunctionDef, free: set[str]) 
         if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
             unportable("it defines a function of its own")
             return
-        if isinstance(sub, ast.Assign):
-            stores.update(id(target) for target in sub.targets)
-        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)):
-            stores.add(id(sub.target))
-        elif isinstance(sub, ast.Delete) and len(sub.targets) == 1:  # `del a, b`: libcst's one target is the tuple
-            stores.add(id(sub.targets[0]))
+        stores.update(id(target) for target in _whole_targets(sub))
         if isinstance(sub, ast.Attribute):
-            chain = _ast_dotted(sub)
+            chain = ast_dotted(sub)
             if chain is not None and chain[0] == receiver:
                 uses.append(SelfUse(tuple(chain[1:]), id(sub) in stores))
                 return
@@ -836,16 +823,16 @@ def read_body_ast(node: ast.FunctionDef | ast.AsyncFunctionDef, free: set[str]) 
     return uses, sorted(free - {receiver}), why[0] or ("it calls super()" if "super" in free else "")
 
 
-def _ast_dotted(node: ast.expr) -> list[str] | None:
-    """[`a`, `b`, `c`] for `a.b.c`; None when the chain does not start at a name."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return parts[::-1]
+def _whole_targets(statement: ast.AST) -> list[ast.expr]:
+    """What a statement stores into as a whole, as `_SelfReader` counts stores: each target of an
+    assignment, an augmented or annotated one's, a `del`'s one (`del a, b` is one tuple to libcst)."""
+    if isinstance(statement, ast.Assign):
+        return statement.targets
+    if isinstance(statement, (ast.AugAssign, ast.AnnAssign)):
+        return [statement.target]
+    if isinstance(statement, ast.Delete) and len(statement.targets) == 1:
+        return statement.targets
+    return []
 
 
 def _source_order(node: ast.AST) -> list[ast.AST]:

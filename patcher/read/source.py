@@ -625,13 +625,14 @@ def has_word(text: str, word: str) -> bool:
     size, at = len(word), text.find(word)
     while at >= 0:
         before, after = at - 1, at + size
-        if (before < 0 or not _word_char(text[before])) and (after >= len(text) or not _word_char(text[after])):
+        if (before < 0 or not is_word_char(text[before])) and (after >= len(text) or not is_word_char(text[after])):
             return True
         at = text.find(word, at + 1)
     return False
 
 
-def _word_char(char: str) -> bool:
+def is_word_char(char: str) -> bool:
+    """What `\\w` matches in a str pattern: alphanumeric or `_`."""
     return char.isalnum() or char == "_"
 
 
