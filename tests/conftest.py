@@ -113,6 +113,9 @@ def _under_xdist(config) -> bool:
 
 
 def pytest_configure(config):
+    # registered here as well as in pyproject.toml: a pytest run elsewhere with this conftest as a plugin
+    # (tests/test_hermetic.py) knows the mark too
+    config.addinivalue_line("markers", "integration: runs against real SGLang releases downloaded from PyPI (cached)")
     # pytest-xdist's loadgroup scheduler hands the work units (a group, or a test of its own) out in the
     # order of the collection, unless it reorders them by their number of tests (`--loadscope-reorder`,
     # its default): that put the release groups (five tests each) first and the long single tests
@@ -165,10 +168,18 @@ def _start_order(item) -> tuple:
     return (0, 2, 0)
 
 
+def releases_asked_for(item) -> set[str]:
+    """The release fixtures a test names: as arguments, or as parameter values it hands to
+    `request.getfixturevalue` (the suite's way to run one test on several releases)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    named = {value for value in params.values() if isinstance(value, str)}
+    return RELEASE_FIXTURES.intersection({*getattr(item, "fixturenames", ()), *named})
+
+
 @pytest.hookimpl(tryfirst=True)  # the marks are there when pytest-xdist's own hook reads them
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if RELEASE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        if releases_asked_for(item):
             item.add_marker(pytest.mark.integration)
         group = group_of(item.nodeid)
         if group is not None:
@@ -177,6 +188,30 @@ def pytest_collection_modifyitems(config, items):
         # so the fast tests fill the workers' last minutes instead of one worker finishing a long test
         # alone. Stable, and the same on every worker (xdist checks).
         items.sort(key=_start_order)
+
+
+_RUNNING: list[pytest.Item] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _RUNNING.append(item)
+    try:
+        yield
+    finally:
+        _RUNNING.pop()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_fixture_setup(fixturedef, request):
+    """A release set up for a test outside the integration tier is refused, cached or not: the fast tier
+    must pass on a machine that has no release (CI's clean clone), not only on one whose cache is warm."""
+    if fixturedef.argname in RELEASE_FIXTURES and _RUNNING and _RUNNING[-1].get_closest_marker("integration") is None:
+        pytest.fail(
+            f"{_RUNNING[-1].nodeid} sets up the release fixture {fixturedef.argname!r} but is not marked "
+            "integration: add @pytest.mark.integration (the tier that may fetch releases)",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(autouse=True)

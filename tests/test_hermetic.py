@@ -147,3 +147,42 @@ def test_tests_sharing_a_release_run_share_a_group(nodeid, group):
     from conftest import group_of
 
     assert group_of(nodeid) == group
+
+
+# --------------------------------------------------------------------------- the tiers
+
+# A test module run by a pytest of its own, with this suite's conftest as a plugin: one test names a
+# release as a parameter it hands to getfixturevalue (the conftest marks it integration), one asks for a
+# release by a name it makes up at run time (nothing can mark it before it runs).
+TIER_PROBE = '''
+import pytest
+
+@pytest.mark.parametrize("release", ["sglang_059"])
+def test_named_as_a_parameter(release, request):
+    request.getfixturevalue(release)
+
+def test_asked_for_at_run_time(request):
+    request.getfixturevalue("sglang_" + "059")
+
+def test_without_a_release():
+    assert True
+'''
+
+
+def test_a_fast_tier_test_that_sets_up_a_release_fails_even_when_the_release_is_cached(tmp_path):
+    """CI's fast tier runs on a clean clone, with no release: a test there that reaches a release must
+    fail on a machine whose release cache is warm too, where it would otherwise pass unnoticed."""
+    (tmp_path / "test_probe.py").write_text(TIER_PROBE)
+    env = {**os.environ, "EAGLEPATCH_OFFLINE": "1", "PYTHONPATH": str(TESTS),
+           sr.CACHE_ENV: os.environ.get(sr.CACHE_ENV, str(sr.cache_dir()))}  # warm, if this machine has it
+    env.pop("PYTEST_XDIST_WORKER", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "conftest", "-q", "-m", "not integration", "-p", "no:cacheprovider",
+         "-p", "no:randomly", "--rootdir", str(tmp_path), str(tmp_path / "test_probe.py")],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+    )
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    assert "1 failed, 1 passed, 1 deselected" in out, out
+    assert "test_asked_for_at_run_time sets up the release fixture 'sglang_059' but is not marked integration" in out
+    assert "test_named_as_a_parameter" not in out  # deselected: marked integration at collection

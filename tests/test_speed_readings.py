@@ -807,6 +807,7 @@ def test_code_of_a_line_is_the_comment_pattern_s(line):
 
 
 # --------------------------------------------------------------------------- a shared body's key, from the slice's text
+@pytest.mark.integration
 @pytest.mark.parametrize("release", ["sglang_059", "sglang_latest"])
 def test_body_keys_read_off_the_text_are_the_generated_code_s(release, request):
     """Every hook body learned on a release: the key read off the parsed slice is the one libcst's code
