@@ -47,6 +47,10 @@ def test_the_wheel_installs_exactly_one_top_level_package(tmp_path):
     from eaglepatch import __version__
 
     assert f"Version: {__version__}\n" in zipfile.ZipFile(wheel).read(metadata).decode()
+    # the licence as an SPDX expression (PEP 639; setuptools refuses the old table form from 2027-02-18)
+    # and its text shipped in the wheel
+    assert "License-Expression: Apache-2.0\n" in zipfile.ZipFile(wheel).read(metadata).decode()
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "eaglepatch = eaglepatch.launch:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
