@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -98,7 +99,7 @@ def analyze(
 ) -> Analysis:
     """The protocol is extracted once and shared by every wrapper looked at.  `resolved` is what
     resolve_selection already returned for this Selection (the result cache needs it first)."""
-    from .analyze.class_index import signature_node
+    from .analyze.class_index import definition_ast
     from .analyze.plan import call_misfit, plan_wrapper
     from .analyze.protocol import extract_protocol
     from .analyze.resolve import Resolver, select_wrappers
@@ -126,11 +127,11 @@ def analyze(
     roles = learn_roles(tree)
 
     def shape_misfit(signature, shape):
-        node = signature_node(cache, signature)
+        node = definition_ast(cache, signature)
         if node is None:
             return None
-        static = any(getattr(d.decorator, "value", "") == "staticmethod" for d in node.decorators)
-        return call_misfit(node.params, shape, is_method=not static)
+        static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in node.decorator_list)
+        return call_misfit(node.args, shape, is_method=not static)
 
     style = load_style(tree.models, tree.given)
     libraries: list[HookLibrary] = []  # the hook library, built when a first class needs a body learned (most runs need none)

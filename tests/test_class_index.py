@@ -6,6 +6,7 @@ class is named, and asserts what the index finds for it.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from pathlib import Path
 
@@ -100,7 +101,7 @@ def test_a_module_alias_and_a_module_level_alias_name_the_class(tmp_path):
     )
     index = index_for(root)
     source = index.cache.read(index.tree.srt / "models" / "mimo.py")
-    found = index.find_class(source, cst.Name("Backbone"))
+    found = index.find_class(source, ast.Name("Backbone"))
     assert found is not None and (found[0].rel, found[1]) == ("models/deepseek_v2.py", "DeepseekV2ForCausalLM")
     assert info_of(index, "models/mimo.py", "MiMoForCausalLM").bases == ["DeepseekV2ForCausalLM"]
     assert info_of(index, "models/mimo.py", "MiMoMTP").bases == ["DeepseekV2Model"]
@@ -160,13 +161,13 @@ def test_why_not_found_says_which_link_is_missing(tmp_path):
     index = index_for(root)
     source = index.cache.read(index.tree.srt / "models" / "broken.py")
     for name in ("AutoModel", "GoneForCausalLM", "DeepseekV3ForCausalLM", "NeverSeen"):
-        assert index.find_class(source, cst.Name(name)) is None
-    assert index.why_not_found(source, cst.Name("AutoModel")) == "imported from transformers, outside the SGLang tree"
-    assert index.why_not_found(source, cst.Name("GoneForCausalLM")) == (
+        assert index.find_class(source, ast.Name(name)) is None
+    assert index.why_not_found(source, ast.Name("AutoModel")) == "imported from transformers, outside the SGLang tree"
+    assert index.why_not_found(source, ast.Name("GoneForCausalLM")) == (
         "module sglang.srt.models.gone is not in this tree (fix the import in models/broken.py)"
     )
-    assert index.why_not_found(source, cst.Name("DeepseekV3ForCausalLM")) == "models/deepseek_v2.py has no class DeepseekV3ForCausalLM"
-    assert index.why_not_found(source, cst.Name("NeverSeen")) == "neither defined nor imported in models/broken.py"
+    assert index.why_not_found(source, ast.Name("DeepseekV3ForCausalLM")) == "models/deepseek_v2.py has no class DeepseekV3ForCausalLM"
+    assert index.why_not_found(source, ast.Name("NeverSeen")) == "neither defined nor imported in models/broken.py"
 
 
 def test_a_definition_is_parsed_once_into_the_cache_and_the_record_stays_as_it_was(tmp_path):

@@ -7,15 +7,20 @@ rules (PEP 328 for relative levels), written by hand.
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from pathlib import Path
 
-import libcst as cst
 import pytest
 
 from eaglepatch.read.imports import ImportTable, Origin, module_path
 from eaglepatch.read.locate import locate_tree
 from eaglepatch.read.source import SourceCache
+
+
+def _expression(code: str) -> ast.expr:
+    return ast.parse(code, mode="eval").body
+
 
 M = "sglang.srt.models"
 
@@ -81,11 +86,11 @@ def test_plain_imports_bind_the_top_package_too(tmp_path):
     assert t.names["fast_impl"] == Origin(f"{M}.fast", None, srt / "models" / "fast.py")
     assert "sglang.srt.models.fast" not in t.names  # `as` binds only the alias
     # module.Name and package.module.Name through lookup_expr
-    assert t.lookup_expr(cst.parse_expression("fast_impl.Impl")) == Origin(f"{M}.fast", "Impl", srt / "models" / "fast.py")
-    llama = cst.parse_expression("sglang.srt.models.llama.LlamaModel")
+    assert t.lookup_expr(_expression("fast_impl.Impl")) == Origin(f"{M}.fast", "Impl", srt / "models" / "fast.py")
+    llama = _expression("sglang.srt.models.llama.LlamaModel")
     assert t.lookup_expr(llama) == Origin(f"{M}.llama", "LlamaModel", srt / "models" / "llama.py")
-    assert t.lookup_expr(cst.parse_expression("fast_impl.Impl.attr")) is None  # fast_impl.Impl is not a module
-    assert t.lookup_expr(cst.parse_expression("nothing.X")) is None
+    assert t.lookup_expr(_expression("fast_impl.Impl.attr")) is None  # fast_impl.Impl is not a module
+    assert t.lookup_expr(_expression("nothing.X")) is None
 
 
 def test_package_side_effect_binding_never_replaces_another(tmp_path):

@@ -452,14 +452,13 @@ def test_conditions_and_lines_as_written(tmp_path, row):
 def test_protocol_stage_parses_nothing_with_libcst(tmp_path, monkeypatch):
     """The consumer code is read with CPython's parser: libcst's parser and positions are never asked."""
     import libcst
-
-    import eaglepatch.read.source
+    import libcst.metadata
 
     def refuse(*args, **kwargs):
         raise AssertionError("the protocol stage called libcst")
 
     monkeypatch.setattr(libcst, "parse_module", refuse)
-    monkeypatch.setattr(eaglepatch.read.source, "MetadataWrapper", refuse)
+    monkeypatch.setattr(libcst.metadata, "MetadataWrapper", refuse)
     protocol = protocol_of(build_tree(tmp_path, {RUNNER: MULTI_LINE_CONDITION, UTILS: MULTI_LINE_CHAINS}))
     assert {"capture_layers", "embed_tokens", "get_embed_and_head"} <= set(protocol.members)
 

@@ -214,28 +214,6 @@ def test_self_assignments_are_read_once_and_handed_out_as_new_lists(tmp_path):
     assert len(resolver.index.self_assignments(source, *init)) == 1
 
 
-# --------------------------------------------------------------------------- dotted names built without the parser
-VALUES = [
-    "a", "LlamaModel", "nn.Linear", "torch.nn.Module", "_x1.y_.__z__", "print", "self.model",
-    "None", "True", "x.None", "match", "a.match", "type", "_", "lambda", "a.if", "a..b", "a.", ".a", "a b", "a .b",
-    "Foo(config)", "A if c else B", "é", "a.é", "1a", "a1", "",
-]
-
-
-@pytest.mark.parametrize("text", VALUES)
-def test_a_dotted_name_is_the_node_libcst_parses(text):
-    from eaglepatch.read.bindings import parse_value
-
-    try:
-        expected = cst.parse_expression(text if "\n" not in text else f"({text})")
-    except cst.ParserSyntaxError:
-        expected = None
-    got = parse_value(text)
-    assert (got is None) == (expected is None)
-    if got is not None:
-        assert type(got) is type(expected) and got.deep_equals(expected)
-
-
 # --------------------------------------------------------------------------- EntryClass lines found from the literal
 ENTRY_TEXTS = [
     "EntryClass = A\n",
@@ -688,56 +666,6 @@ def test_eagle_offsets_of_every_file_of_a_release(sglang_059: Path):
         assert list(_eagle_offsets(text)) == expected, path
         mentions += bool(expected)
     assert mentions > 30
-
-
-# --------------------------------------------------------------------------- dotted names joined, not generated
-DOTTED_EXPRESSIONS = [
-    ("A", "A"),
-    ("nn.Module", "nn.Module"),
-    ("a.b.c.D", "a.b.c.D"),
-    ("a . b", None),
-    ("(A)", None),
-    ("(a).b", None),
-    ("a.\\\nb", None),
-    ("Generic[T]", None),
-    ("f().b", None),
-    ("a[0].b", None),
-]
-
-
-@pytest.mark.parametrize("code, expected", DOTTED_EXPRESSIONS)
-def test_dotted_code_is_libcst_s_code_for_a_plain_dotted_name(code, expected):
-    from eaglepatch.analyze.class_index import code_of, dotted_code
-    from eaglepatch.read.bindings import one_line
-
-    node = cst.parse_expression(code)
-    assert dotted_code(node) == expected
-    if expected is not None:
-        assert expected == cst.Module(body=[]).code_for_node(node)
-    assert code_of(node) == one_line(cst.Module(body=[]).code_for_node(node).split("\n"))  # as before the fast path
-
-
-def test_dotted_code_of_every_base_of_a_release_is_libcst_s(sglang_059: Path):
-    import ast
-
-    from eaglepatch.analyze.class_index import dotted_code
-
-    dotted = 0
-    for path in sorted((sglang_059 / "sglang" / "srt" / "models").rglob("*.py")):
-        text = path.read_text(encoding="utf-8")
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:  # syntax newer than this Python
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ClassDef):
-                for base in node.bases:
-                    expr = cst.parse_expression(ast.get_source_segment(text, base))
-                    code = dotted_code(expr)
-                    if code is not None:
-                        assert code == cst.Module(body=[]).code_for_node(expr), path
-                        dotted += 1
-    assert dotted > 500
 
 
 # --------------------------------------------------------------------------- words and top-level assignments by find

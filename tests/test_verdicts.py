@@ -6,11 +6,11 @@ tree, each case a small edit of the tree that mirrors a shape seen in SGLang's r
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 from pathlib import Path
 
-import libcst as cst
 import pytest
 from typer.testing import CliRunner
 
@@ -120,10 +120,10 @@ def test_roles_learned_from_a_real_config_shape_not_a_list(book: RoleBook):
 # --------------------------------------------------------------------------- call shapes, as a table
 
 
-def _params(header: str) -> cst.Parameters:
-    node = cst.parse_statement(f"def {header}:\n    pass\n")
-    assert isinstance(node, cst.FunctionDef)
-    return node.params
+def _params(header: str) -> ast.arguments:
+    node = ast.parse(f"def {header}:\n    pass\n").body[0]
+    assert isinstance(node, ast.FunctionDef)
+    return node.args
 
 
 SHAPE_CASES = [

@@ -4,7 +4,8 @@ A class named in a file is found through the file's own imports (absolute, relat
 module aliases, star imports) and followed through in-tree inheritance; bases outside the tree
 (`nn.Module`) are recorded, not guessed at.  Which members a class has is read off the file's
 outline (the `def` headers, class-level assignments and `self.X = ...` lines of `__init__`);
-libcst parses only class headers (for the bases) and the definitions whose signatures are copied.
+a class header that is not plain dotted names is read by CPython's parser, and libcst parses only
+the definitions whose code is copied (signature_node).
 Everything is looked up once per run: every wrapper `--all` looks at shares one index.
 """
 
@@ -16,15 +17,20 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import libcst as cst
+from typing import TYPE_CHECKING
 
 from ..errors import EaglepatchError
-from ..read.bindings import assigned_value, assignment_lines, forwards_any_name, one_line, parse_value
+from ..read.bindings import assigned_value, assignment_lines, forwards_any_name
+from ..read.expressions import code_of, dotted_node, parse_statement, parse_value, remember, root_name, source_code
 from ..read.imports import ImportTable
 from ..read.locate import SourceTree
 from ..read.source import SourceCache, SourceFile, _indent, _is_code, _scan, syntax_error
 from ..records import ClassInfo, Signature, SignatureKind
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+__all__ = ["code_of", "root_name"]  # the wrapper finder quotes code and roots through the index
 
 MAX_BASE_DEPTH = 12
 # a class-body line opening a block whose assignments still bind class attributes: these words at the body's indent
@@ -37,42 +43,7 @@ _SELF_ASSIGN = re.compile(r"^([ \t]*)self\.(\w+)[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*(
 _DECORATOR = re.compile(r"^[ \t]*@([\w.]+)")
 
 
-def code_of(node: cst.CSTNode) -> str:
-    """A node's code on one line, as the report quotes it."""
-    dotted = dotted_code(node)
-    return dotted if dotted is not None else one_line(cst.Module(body=[]).code_for_node(node).split("\n"))
-
-
-def dotted_code(node: cst.CSTNode) -> str | None:
-    """libcst's code for `a.b.c` written without spaces or parentheses (nearly every base and class
-    named), joined from its names without a code generator; None for any other node."""
-    parts: list[str] = []
-    while isinstance(node, cst.Attribute):
-        dot = node.dot
-        if node.lpar or node.rpar or node.attr.lpar or node.attr.rpar or not isinstance(dot, cst.Dot):
-            return None
-        if not (_no_space(dot.whitespace_before) and _no_space(dot.whitespace_after)):
-            return None
-        parts.append(node.attr.value)
-        node = node.value
-    if not isinstance(node, cst.Name) or node.lpar or node.rpar:
-        return None
-    parts.append(node.value)
-    return ".".join(reversed(parts))
-
-
-def _no_space(whitespace: cst.BaseParenthesizableWhitespace) -> bool:
-    return isinstance(whitespace, cst.SimpleWhitespace) and not whitespace.value
-
-
-def root_name(expr: cst.BaseExpression) -> cst.Name | None:
-    """`a` of `a.b.c`: the name an attribute chain starts from (None for `f().b`)."""
-    while isinstance(expr, cst.Attribute):
-        expr = expr.value
-    return expr if isinstance(expr, cst.Name) else None
-
-
-def _same_name(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
+def _same_name(a: ast.expr, b: ast.expr) -> bool:
     return code_of(a) == code_of(b)
 
 
@@ -155,7 +126,7 @@ class ClassIndex:
         self._checked: set[Path] = set()
         self._named: dict[tuple[Path, str], tuple[SourceFile, str] | None] = {}
         self._module_assignments: dict[Path, dict[str, int]] = {}  # module-level `name = ...` lines
-        self._bases: dict[tuple[Path, int], list[cst.Arg]] = {}  # class headers, parsed once
+        self._bases: dict[tuple[Path, int], list[ast.expr]] = {}  # class headers, read once
         self._self_assignments: dict[tuple[Path, int, int], list[tuple[int, int, str, str]]] = {}
 
     def require_valid(self, source: SourceFile) -> None:
@@ -180,21 +151,21 @@ class ClassIndex:
             self._texts[key] = found
         return self._texts[key]
 
-    def find_class(self, source: SourceFile, expr: cst.BaseExpression, depth: int = 0) -> tuple[SourceFile, str] | None:
+    def find_class(self, source: SourceFile, expr: ast.expr, depth: int = 0) -> tuple[SourceFile, str] | None:
         """Where the class named by `expr` in `source` is defined, through imports, re-exports,
         star imports and module-level aliases (`B = A`)."""
         if depth > 4:
             return None
-        if isinstance(expr, cst.Name) and depth == 0:
-            key = (source.path, expr.value)
+        if isinstance(expr, ast.Name) and depth == 0:
+            key = (source.path, expr.id)
             if key not in self._named:
                 self._named[key] = self._find_class(source, expr, depth)
             return self._named[key]
         return self._find_class(source, expr, depth)
 
-    def _find_class(self, source: SourceFile, expr: cst.BaseExpression, depth: int) -> tuple[SourceFile, str] | None:
-        if isinstance(expr, cst.Name) and self.cache.outline(source).find(expr.value, "class") is not None:
-            return source, expr.value
+    def _find_class(self, source: SourceFile, expr: ast.expr, depth: int) -> tuple[SourceFile, str] | None:
+        if isinstance(expr, ast.Name) and self.cache.outline(source).find(expr.id, "class") is not None:
+            return source, expr.id
         origin = ImportTable.of(self.cache, source, self.tree).lookup_expr(expr)
         if origin is None:
             alias = self._module_alias(source, expr)
@@ -205,33 +176,34 @@ class ClassIndex:
             other = self.cache.read(origin.path)
         except EaglepatchError:
             return None
-        return self.find_class(other, cst.Name(origin.name), depth + 1)
+        return self.find_class(other, dotted_node([origin.name]), depth + 1)
 
-    def _module_alias(self, source: SourceFile, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    def _module_alias(self, source: SourceFile, expr: ast.expr) -> ast.expr | None:
         """`B = A` (or `B = module.A`) at module level: the expression `B` names."""
-        if not isinstance(expr, cst.Name):
+        if not isinstance(expr, ast.Name):
             return None
-        if "\n" + expr.value not in source.text and not source.text.startswith(expr.value):
+        if "\n" + expr.id not in source.text and not source.text.startswith(expr.id):
             return None
         if source.path not in self._module_assignments:
             found = assignment_lines(source.lines, 0, len(source.lines))
             at_top = {name: [i for i in lines if _indent(source.lines[i]) == 0] for name, lines in found.items()}
             self._module_assignments[source.path] = {name: lines[-1] for name, lines in at_top.items() if lines}
-        index = self._module_assignments[source.path].get(expr.value)
+        index = self._module_assignments[source.path].get(expr.id)
         if index is None:
             return None
-        value = parse_value(assigned_value(source.lines, index, expr.value) or "")
-        return value if isinstance(value, (cst.Name, cst.Attribute)) and not _same_name(value, expr) else None
+        value = parse_value(assigned_value(source.lines, index, expr.id) or "")
+        return value if isinstance(value, (ast.Name, ast.Attribute)) and not _same_name(value, expr) else None
 
-    def bases_of(self, text: ClassText) -> list[cst.Arg]:
-        """The class header, parsed on its own, once: every `__init__` that calls super() reads it."""
+    def bases_of(self, text: ClassText) -> list[ast.expr]:
+        """The bases in the class header (not its keywords: `metaclass=...`), read on its own, once:
+        every `__init__` that calls super() reads it.  `*bases` gives `bases`."""
         key = (text.source.path, text.header)
         if key not in self._bases:
             self._bases[key] = self._parse_bases(text)
         return list(self._bases[key])
 
     @staticmethod
-    def _parse_bases(text: ClassText) -> list[cst.Arg]:
+    def _parse_bases(text: ClassText) -> list[ast.expr]:
         lines = text.source.lines
         outline_end = text.header
         depth, in_string = 0, None
@@ -244,14 +216,12 @@ class ClassIndex:
         simple = dotted_bases(header)
         if simple is not None:
             return simple
-        try:
-            node = cst.parse_statement(header + "\n    pass\n")
-        except cst.ParserSyntaxError:
-            try:  # `class B(A): pass` carries its body on the header line
-                node = cst.parse_statement(header + "\n")
-            except cst.ParserSyntaxError:
-                return []
-        return list(node.bases) if isinstance(node, cst.ClassDef) else []
+        node = parse_statement(header + "\n    pass\n")
+        if node is None:  # `class B(A): pass` carries its body on the header line
+            node = parse_statement(header + "\n")
+        if not isinstance(node, ast.ClassDef):
+            return []
+        return [base.value if isinstance(base, ast.Starred) else base for base in node.bases]
 
     # -- class members -------------------------------------------------------------------
     def class_info(self, source: SourceFile, name: str, depth: int = 0) -> ClassInfo | None:
@@ -265,13 +235,9 @@ class ClassIndex:
         members = dict(self._own_members(text))
         bases: list[str] = []
         external: list[str] = []
-        for arg in self.bases_of(text):
-            if arg.keyword is not None:
-                continue
-            label = dotted_code(arg.value)
-            if label is None:
-                label = cst.Module(body=[]).code_for_node(arg.value)
-            found = self.find_class(source, arg.value) if depth < MAX_BASE_DEPTH else None
+        for value in self.bases_of(text):
+            label = source_code(value)
+            found = self.find_class(source, value) if depth < MAX_BASE_DEPTH else None
             base = self.class_info(found[0], found[1], depth + 1) if found else None
             if base is None:
                 external.append(label)
@@ -295,7 +261,7 @@ class ClassIndex:
 
     def _forwards_any_name(self, getattr_: Signature | None) -> bool:
         """A `__getattr__` that can hand any name on: one that forwards a few names is not dynamic."""
-        node = signature_node(self.cache, getattr_) if getattr_ is not None and getattr_.kind == "method" else None
+        node = definition_ast(self.cache, getattr_) if getattr_ is not None and getattr_.kind == "method" else None
         return node is not None and forwards_any_name(node)
 
     def _own_members(self, text: ClassText) -> dict[str, Signature]:
@@ -367,19 +333,19 @@ class ClassIndex:
         return changed
 
     # -- the report's clause when a class is not found -----------------------------------------
-    def why_not_found(self, source: SourceFile, expr: cst.BaseExpression) -> str:
+    def why_not_found(self, source: SourceFile, expr: ast.expr) -> str:
         """One clause saying why `find_class` found nothing, for the report and for errors."""
-        name = cst.Module(body=[]).code_for_node(expr)
+        name = source_code(expr)
         table = ImportTable.of(self.cache, source, self.tree)
         origin = table.lookup_expr(expr)
-        if origin is None and isinstance(expr, cst.Attribute):
+        if origin is None and isinstance(expr, ast.Attribute):
             root = root_name(expr)
-            origin = table.lookup(root.value) if root is not None else None
+            origin = table.lookup(root.id) if root is not None else None
             if root is not None and origin is not None and origin.name is not None and origin.path is None:
-                return f"{root.value} is imported from {origin.module}, outside the SGLang tree"
+                return f"{root.id} is imported from {origin.module}, outside the SGLang tree"
             found = self.find_class(source, root) if root is not None else None
             if root is not None and found is not None:
-                return f"a method of class {root.value} ({found[0].rel}), whose result is not followed"
+                return f"a method of class {root.id} ({found[0].rel}), whose result is not followed"
             origin = None
         if origin is None:
             alias = self._module_alias(source, expr)
@@ -399,23 +365,16 @@ class ClassIndex:
         return f"{other.rel}: class {origin.name or name} could not be read"
 
 
-def dotted_bases(header: str) -> list[cst.Arg] | None:
-    """The bases of a class header as the libcst nodes libcst would give, when every base is a dotted
-    name spelled without spaces and there is no keyword (nearly every class): read off the text when
-    the header can mean nothing else, else by CPython's parser; None otherwise, and libcst reads it."""
+def dotted_bases(header: str) -> list[ast.expr] | None:
+    """The bases of a class header when every base is a dotted name spelled without spaces and there
+    is no keyword (nearly every class): read off the text when the header can mean nothing else, else
+    by CPython's parser; None otherwise (the header is read whole, _parse_bases)."""
     names = _plain_bases(header)
     if names is None:
         names = _bases_read_by_ast(header)
     if names is None:
         return None
-    out = []
-    for name in names:
-        parts = name.split(".")
-        value: cst.BaseExpression = cst.Name(parts[0])
-        for part in parts[1:]:
-            value = cst.Attribute(value=value, attr=cst.Name(part))
-        out.append(cst.Arg(value=value))
-    return out
+    return [dotted_node(name.split(".")) for name in names]
 
 
 # `class Name(a.B, C):` and nothing after the colon: ASCII names and dots, commas, spaces, tabs, newlines
@@ -459,7 +418,7 @@ def _bases_read_by_ast(header: str) -> list[str] | None:
         if parts is None:
             return None
         if ast.get_source_segment(text, base) != ".".join(parts):
-            return None  # spaces, comments or parentheses inside: libcst keeps them
+            return None  # spaces, comments or parentheses inside: the label keeps them (read whole)
         out.append(".".join(parts))
     return out
 
@@ -474,6 +433,20 @@ def ast_dotted(node: ast.AST) -> list[str] | None:
         return None
     parts.append(node.id)
     return parts[::-1]
+
+
+def definition_ast(cache: SourceCache, signature: Signature) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """A member's definition read by CPython's parser, its nodes tagged with the text they were read
+    from (read/expressions.py quotes them): what the analysis follows (a method's returns and locals,
+    its parameters) without libcst."""
+    if signature.path is None or signature.header is None:
+        return None
+    source = cache.read(signature.path)
+    node = cache.function_ast(source, signature.header)
+    if node is None or node.name != signature.name:
+        return None
+    remember(node, cache.function_text(source, signature.header))
+    return node
 
 
 def signature_node(cache: SourceCache, signature: Signature) -> cst.FunctionDef | None:
@@ -532,6 +505,8 @@ def _functions(module: cst.Module) -> list[cst.FunctionDef]:
     """Every `def` in the module, in the order a visitor meets them.  A def stands only where a
     statement does, so the walk goes through statement bodies and never into an expression (a
     visitor over the whole tree spent most of its time in the signatures' and bodies' expressions)."""
+    import libcst as cst  # only where code is copied: `check` reads with CPython's parser
+
     found: list[cst.FunctionDef] = []
     todo: list[cst.CSTNode] = list(reversed(module.body))
     while todo:
@@ -546,6 +521,7 @@ def _functions(module: cst.Module) -> list[cst.FunctionDef]:
 
 def _statement_children(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The statements and clauses directly under a compound statement or clause, in source order."""
+    import libcst as cst
     out: list[cst.CSTNode] = []
     body = getattr(node, "body", None)
     if isinstance(body, cst.IndentedBlock):

@@ -11,10 +11,9 @@ accepts every way EAGLE-3 code calls it.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Optional
-
-import libcst as cst
 
 from ..records import CallShape, Fix, MemberPlan, ModelPlan, ModelRole, Protocol, Signature, Use, Wrapper
 
@@ -171,26 +170,27 @@ def _set_status(plan: ModelPlan) -> None:
         plan.reason = f"has every EAGLE-3 member a {plan.role} model needs"
 
 
-def call_misfit(params, shape: CallShape, is_method: bool = True) -> str | None:
-    """Why a call of `shape` cannot bind to libcst `params`, or None when it can (as Python binds)."""
+def call_misfit(params: ast.arguments, shape: CallShape, is_method: bool = True) -> str | None:
+    """Why a call of `shape` cannot bind to a def's parameters (CPython's `ast.arguments`), or None
+    when it can (as Python binds)."""
     if shape.star:
         return None
-    positional = list(params.posonly_params) + list(params.params)
-    if is_method and positional:
-        positional = positional[1:]
-    posonly = len(params.posonly_params) - (1 if is_method and params.posonly_params else 0)
-    star_arg = params.star_arg if isinstance(params.star_arg, cst.Param) else None  # not a bare `*`
-    if shape.positional > len(positional) and star_arg is None:
+    every = [*params.posonlyargs, *params.args]
+    has_default = {p.arg for p in every[len(every) - len(params.defaults) :]} if params.defaults else set()
+    has_default |= {p.arg for p, d in zip(params.kwonlyargs, params.kw_defaults) if d is not None}
+    positional = every[1:] if is_method and every else every
+    posonly = len(params.posonlyargs) - (1 if is_method and params.posonlyargs else 0)
+    if shape.positional > len(positional) and params.vararg is None:
         return f"it takes {len(positional)} positional argument(s)"
-    bound = {p.name.value for p in positional[: shape.positional]}
-    by_keyword = {p.name.value for p in positional[max(posonly, 0) :]} | {p.name.value for p in params.kwonly_params}
+    bound = {p.arg for p in positional[: shape.positional]}
+    by_keyword = {p.arg for p in positional[max(posonly, 0) :]} | {p.arg for p in params.kwonlyargs}
     for keyword in shape.keywords:
         if keyword in bound:
             return f"{keyword} given twice"
-        if keyword not in by_keyword and params.star_kwarg is None:
+        if keyword not in by_keyword and params.kwarg is None:
             return f"it has no parameter {keyword}"
     given = bound | set(shape.keywords)
-    for param in positional[shape.positional :] + list(params.kwonly_params):
-        if param.default is None and param.name.value not in given:
-            return f"its parameter {param.name.value} has no default"
+    for param in positional[shape.positional :] + list(params.kwonlyargs):
+        if param.arg not in has_default and param.arg not in given:
+            return f"its parameter {param.arg} has no default"
     return None

@@ -8,10 +8,9 @@ finder (wrappers.py: which attribute holds the inner language model, and its cla
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
-
-import libcst as cst
 
 from ..errors import EaglepatchError
 from ..read.locate import SourceTree
@@ -94,7 +93,7 @@ class Resolver:
     def class_text(self, source: SourceFile, name: str) -> ClassText | None:
         return self.index.class_text(source, name)
 
-    def find_class(self, source: SourceFile, expr: cst.BaseExpression) -> tuple[SourceFile, str] | None:
+    def find_class(self, source: SourceFile, expr: ast.expr) -> tuple[SourceFile, str] | None:
         return self.index.find_class(source, expr)
 
     def class_info(self, source: SourceFile, name: str) -> ClassInfo | None:

@@ -35,7 +35,8 @@ import libcst as cst
 from ..codemods.names import LINE_LENGTH, dotted_name
 from ..codemods.retarget import ExplodeLongLiterals, Retarget, body_reads, overlong_lines
 from ..errors import EaglepatchError
-from ..read.bindings import parse_value
+from ..read.expressions import dotted_name as dotted_expression
+from ..read.expressions import parse_value
 from ..read.source import SourceCache, block_text
 from ..records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
 from .class_index import ast_dotted, signature_node
@@ -515,7 +516,7 @@ class HookLibrary:
             if assignment.attribute != attribute:
                 continue
             for value in _branches(parse_value(assignment.value)):
-                name = dotted_name(value.func)
+                name = dotted_expression(value.func)
                 if not name:
                     continue
                 lineage = [name.rsplit(".", 1)[-1]]
@@ -629,27 +630,27 @@ def _bare(inner: InnerModel) -> bool:
     return all("lm_head" not in c.members for c in inner.classes)
 
 
-def _dotted(node) -> tuple[str, ...] | None:
-    text = dotted_name(node) if node is not None else ""
+def _dotted(node: ast.expr | None) -> tuple[str, ...] | None:
+    text = dotted_expression(node) if node is not None else ""
     return tuple(text.split(".")) if text else None
 
 
-def _branches(value) -> list[cst.Call]:
+def _branches(value: ast.expr | None) -> list[ast.Call]:
     """The calls an assigned value may be: `A(...)`, either side of `A(...) if c else B(...)`."""
-    if isinstance(value, cst.IfExp):
+    if isinstance(value, ast.IfExp):
         return _branches(value.body) + _branches(value.orelse)
-    return [value] if isinstance(value, cst.Call) else []
+    return [value] if isinstance(value, ast.Call) else []
 
 
-def _config_argument(node) -> tuple[str, ...] | None:
+def _config_argument(node: ast.expr | None) -> tuple[str, ...] | None:
     """The config a backbone construction passes: `Foo(config.text_config, ...)` or `Foo(config=...)`."""
-    if not isinstance(node, cst.Call):
+    if not isinstance(node, ast.Call):
         return None
-    for arg in node.args:
-        if arg.keyword is not None and arg.keyword.value == "config":
-            return _dotted(arg.value)
-    positional = [a for a in node.args if a.keyword is None and not a.star]
-    return _dotted(positional[0].value) if positional else None
+    for keyword in node.keywords:
+        if keyword.arg == "config":
+            return _dotted(keyword.value)
+    positional = [a for a in node.args if not isinstance(a, ast.Starred)]
+    return _dotted(positional[0]) if positional else None
 
 
 def _body_key(cache: SourceCache, reference: Reference) -> str:

@@ -10,15 +10,15 @@ towers, projectors and encoders are not what EAGLE-3 calls.
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import libcst as cst
-
 from ..errors import EaglepatchError
 from ..read.bindings import (
     Binding,
+    Function,
     FunctionScope,
     InitScope,
     Scope,
@@ -26,13 +26,14 @@ from ..read.bindings import (
     on_self,
     one_line,
     parse_value,
-    small_statements,
     statement_end,
+    statements,
 )
+from ..read.expressions import remember
 from ..read.imports import ImportTable
 from ..read.source import SourceFile, _indent, _is_code
 from ..records import ClassInfo, InnerModel, Protocol, Signature, Unresolved, Wrapper
-from .class_index import MAX_BASE_DEPTH, ClassIndex, code_of, root_name, signature_node
+from .class_index import MAX_BASE_DEPTH, ClassIndex, code_of, definition_ast, root_name
 
 # a class name that says "model" (for an inner model class that lives in the wrapper's file)
 _MODEL_NAME = re.compile(r"(Model|ForCausalLM|ForConditionalGeneration|LMHeadModel)$")
@@ -89,7 +90,7 @@ class _Built:
     def dead(cls, why: str, plausible: bool) -> _Built:
         return cls(dead_ends=[_DeadEnd(why, plausible)])
 
-    def said_of(self, expr: cst.BaseExpression, prefix: str) -> _Built:
+    def said_of(self, expr: ast.expr, prefix: str) -> _Built:
         """Name the step that led to a dead end at `expr`: `minicpmv = _REGISTRY.get(v): chosen at run time`."""
         code = code_of(expr) + ":"
         self.dead_ends = [_DeadEnd(prefix + d.why if d.why.startswith(code) else d.why, d.plausible) for d in self.dead_ends]
@@ -114,7 +115,7 @@ class Assignment:
     scope: InitScope
 
 
-def _construction(value: str) -> cst.BaseExpression | None:
+def _construction(value: str) -> ast.expr | None:
     """The part of a right-hand side that says what is built, parsed as little as possible:
     `Foo(...)` (or `Foo(...).to(dtype)`) -> the callee alone; a bare name; `A(...) if c else
     B(...)` or `REGISTRY[arch](config)` whole.  Anything else (`None`, `config.x`,
@@ -127,15 +128,25 @@ def _construction(value: str) -> cst.BaseExpression | None:
         if not (re.fullmatch(r"[\s)]*", rest) or re.match(r"\s*\.\s*\w+\s*\(", rest)):
             return None  # `get_group().rank`, `Foo(...)[0]`: a part of what is built, not it
         func = parse_value(callee.group(1))
-        return cst.Call(func=func) if func is not None else None
+        return ast.Call(func=func, args=[], keywords=[]) if func is not None else None
     if re.fullmatch(r"[A-Za-z_]\w*", text):
-        return cst.Name(text)
+        return parse_value(text)
     if re.search(r"\bif\b", text) and re.search(r"\belse\b", text):
         return parse_value(text)
     if text.endswith(")"):  # `REGISTRY[arch](config)`: a call of something that is not a name
         whole = parse_value(text)
-        return whole if isinstance(whole, cst.Call) else None
+        return whole if isinstance(whole, ast.Call) else None
     return None
+
+
+def _as_name(constant: ast.Constant) -> ast.Name:
+    """`True`/`False` where a class is expected, as a name at the same place of the same text: looked up,
+    and reported as a name that names no class (the clause the report has always given)."""
+    name = ast.Name(id=repr(constant.value), ctx=ast.Load())
+    ast.copy_location(name, constant)
+    if hasattr(constant, "_source"):
+        name._source = constant._source  # type: ignore[attr-defined]
+    return name
 
 
 def _after_brackets(text: str, start: int) -> str:
@@ -151,9 +162,9 @@ def _after_brackets(text: str, start: int) -> str:
     return ""
 
 
-def _returns(function: cst.FunctionDef) -> list[cst.BaseExpression]:
+def _returns(function: Function) -> list[ast.expr]:
     """What a function's own `return X` statements return (not those of functions nested in it)."""
-    return [s.value for s in small_statements(function) if isinstance(s, cst.Return) and s.value is not None]
+    return [s.value for s in statements(function) if isinstance(s, ast.Return) and s.value is not None]
 
 
 class WrapperFinder:
@@ -227,11 +238,10 @@ class WrapperFinder:
                 out.append(Assignment(source, index, end, conditional, attribute, value, scope))
             calls_super = any(_SUPER_INIT.search(source.lines[i]) for i in range(init[0], init[1]))
         if calls_super and depth < MAX_BASE_DEPTH:
-            for arg in self.index.bases_of(text):
-                if arg.keyword is None:
-                    found_base = self.index.find_class(source, arg.value)
-                    if found_base is not None:
-                        out += self.init_assignments(found_base[0], found_base[1], depth + 1, scope, owner)
+            for base in self.index.bases_of(text):
+                found_base = self.index.find_class(source, base)
+                if found_base is not None:
+                    out += self.init_assignments(found_base[0], found_base[1], depth + 1, scope, owner)
         return out
 
     @staticmethod
@@ -280,30 +290,30 @@ class WrapperFinder:
         return _language_models(list(found.values()), protocol, source.rel, plausible)
 
     # -- following a construction to the class(es) it builds ----------------------------------
-    def _built_by(self, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> _Built:
+    def _built_by(self, expr: ast.expr, scope: Scope, depth: int = 0) -> _Built:
         """The classes an expression builds an instance of: `Foo(...)`, `cls(...)`,
         `self._init_model(...)`, a local holding one, either side of `A(...) if c else B(...)`."""
         if depth > MAX_FOLLOW:
             return _Built.dead(f"{code_of(expr)}: followed too many steps", False)
-        if isinstance(expr, cst.IfExp):
+        if isinstance(expr, ast.IfExp):
             return self._built_by(expr.body, scope, depth + 1).merge(self._built_by(expr.orelse, scope, depth + 1))
-        if isinstance(expr, cst.Name):
+        if isinstance(expr, ast.Name):
             built = _Built()
-            for binding in scope.locals(expr.value):
+            for binding in scope.locals(expr.id):
                 assert binding.expr is not None, "a local is bound to the value assigned"
                 built.merge(self._built_by(binding.expr, binding.scope, depth + 1))
             return built  # a parameter or a global is handed in, not built here
-        if isinstance(expr, cst.Call):
+        if isinstance(expr, ast.Call):
             return self._called(expr.func, scope, depth)
         return _Built()
 
-    def _called(self, func: cst.BaseExpression, scope: Scope, depth: int) -> _Built:
+    def _called(self, func: ast.expr, scope: Scope, depth: int) -> _Built:
         """What calling `func` builds: a class, or whatever the method or helper returns."""
         member = self._self_member(func, scope)
         if member is not None:
             if member.kind == "attribute":
                 return self._attribute_class(member, scope, depth)
-            function = signature_node(self.cache, member)
+            function = definition_ast(self.cache, member)
             if function is None:
                 return _Built.dead(f"{code_of(func)}: its definition could not be read", False)
             assert member.path is not None, "a definition that was read has its file"
@@ -311,36 +321,38 @@ class WrapperFinder:
             return self._returned(function, FunctionScope(source, scope.owner, node=function), member.kind == "method", depth)
         if on_self(func):
             return _Built()  # `self.x.to(...)`, a method of an out-of-tree base: not a construction
-        if isinstance(func, cst.Name) and not scope.bindings(func.value) and self.index.find_class(scope.source, func) is None:
-            helper = self._helper_function(scope.source, func.value)
+        if isinstance(func, ast.Name) and not scope.bindings(func.id) and self.index.find_class(scope.source, func) is None:
+            helper = self._helper_function(scope.source, func.id)
             if helper is not None:
                 return self._built_by_helper(helper, scope.owner, depth)
         return self._class_named_by(func, scope, depth)
 
-    def _class_named_by(self, expr: cst.BaseExpression, scope: Scope, depth: int = 0) -> _Built:
+    def _class_named_by(self, expr: ast.expr, scope: Scope, depth: int = 0) -> _Built:
         """The class(es) an expression evaluates to: a class name, a parameter's default or what a
         subclass passes for it, a class attribute, a factory method's return."""
         if depth > MAX_FOLLOW:
             return _Built.dead(f"{code_of(expr)}: followed too many steps", False)
-        if isinstance(expr, cst.IfExp):
+        if isinstance(expr, ast.IfExp):
             return self._class_named_by(expr.body, scope, depth + 1).merge(self._class_named_by(expr.orelse, scope, depth + 1))
-        if isinstance(expr, cst.Name) and expr.value == "None":
+        if isinstance(expr, ast.Constant) and expr.value is None:
             return _Built()
-        bindings = scope.bindings(expr.value) if isinstance(expr, cst.Name) else []
+        if isinstance(expr, ast.Constant) and isinstance(expr.value, bool):
+            expr = _as_name(expr)  # `True`, `False`: looked up (and not found) as a name
+        bindings = scope.bindings(expr.id) if isinstance(expr, ast.Name) else []
         if bindings:
             return self._bound_class(bindings, depth)
         member = self._self_member(expr, scope)
         if member is not None and member.kind == "attribute":
             return self._attribute_class(member, scope, depth)
-        if isinstance(expr, cst.Call):
+        if isinstance(expr, ast.Call):
             return self._returned_class(expr, scope, depth)
-        if isinstance(expr, (cst.Name, cst.Attribute)) and not on_self(expr):
+        if isinstance(expr, (ast.Name, ast.Attribute)) and not on_self(expr):
             target = self.index.find_class(scope.source, expr)
             if target is not None:
                 return _Built([target])
             name = code_of(expr)
             root = root_name(expr)  # `AutoModel` of `AutoModel.from_config`: what the name says it is
-            looks_like_model = bool(_MODEL_WORD.search(name)) and not (root and _NOT_LANGUAGE.search(root.value))
+            looks_like_model = bool(_MODEL_WORD.search(name)) and not (root and _NOT_LANGUAGE.search(root.id))
             return _Built.dead(f"{name}: {self.index.why_not_found(scope.source, expr)}", looks_like_model)
         return _Built.dead(f"{code_of(expr)}: chosen at run time", True)
 
@@ -354,30 +366,30 @@ class WrapperFinder:
                 built.merge(found.said_of(binding.expr, f"{binding.name} = "))
         return built
 
-    def _returned_class(self, call: cst.Call, scope: Scope, depth: int) -> _Built:
+    def _returned_class(self, call: ast.Call, scope: Scope, depth: int) -> _Built:
         """`self.get_model_cls(config)`, `pick_class(config)`: the classes the function returns;
         a registry lookup (`REGISTRY.get(arch)`) is chosen at run time."""
         member = self._self_member(call.func, scope)
         if member is not None and member.kind != "attribute":
-            function = signature_node(self.cache, member)
+            function = definition_ast(self.cache, member)
             if function is not None:
                 assert member.path is not None, "a definition that was read has its file"
                 source = self.cache.read(member.path)
                 return self._returned(function, FunctionScope(source, scope.owner, node=function), False, depth)
-        if isinstance(call.func, cst.Name) and not scope.bindings(call.func.value):
-            helper = self._helper_function(scope.source, call.func.value)
+        if isinstance(call.func, ast.Name) and not scope.bindings(call.func.id):
+            helper = self._helper_function(scope.source, call.func.id)
             if helper is not None:
                 return self._built_by_helper(helper, scope.owner, depth, instances=False)
         return _Built.dead(f"{code_of(call)}: chosen at run time", True)
 
-    def _returned(self, function: cst.FunctionDef, scope: FunctionScope, instances: bool, depth: int) -> _Built:
+    def _returned(self, function: Function, scope: FunctionScope, instances: bool, depth: int) -> _Built:
         """Every `return` of a method or helper: instances built (or classes returned) there."""
         built = _Built()
         follow = self._built_by if instances else self._class_named_by
         for value in _returns(function):
-            built.merge(follow(value, scope, depth + 1).said_of(value, f"{function.name.value} returns "))
+            built.merge(follow(value, scope, depth + 1).said_of(value, f"{function.name} returns "))
         if not built.classes and not built.dead_ends:
-            return _Built.dead(f"{function.name.value}: returns no model class that can be read", False)
+            return _Built.dead(f"{function.name}: returns no model class that can be read", False)
         return built
 
     def _built_by_helper(self, helper: tuple[SourceFile, int], owner, depth: int, instances: bool = True) -> _Built:
@@ -391,8 +403,9 @@ class WrapperFinder:
 
     def _helper_returns(self, helper: tuple[SourceFile, int], owner, depth: int, instances: bool) -> _Built:
         source, header = helper
-        parsed = self.cache.parse_block(source, header)
-        function = next((f for f in parsed.module.body if isinstance(f, cst.FunctionDef)), None)
+        function = self.cache.function_ast(source, header)
+        if function is not None:
+            remember(function, self.cache.function_text(source, header))
         if function is None:
             return _Built.dead(f"{source.lines[header].strip()}: could not be read", False)
         return self._returned(function, FunctionScope(source, owner, node=function), instances, depth)
@@ -415,12 +428,12 @@ class WrapperFinder:
         except EaglepatchError:
             return None
 
-    def _self_member(self, expr: cst.BaseExpression, scope: Scope) -> Signature | None:
+    def _self_member(self, expr: ast.expr, scope: Scope) -> Signature | None:
         """`self.name`: the member the most derived class has (methods resolve virtually)."""
-        if not (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self"):
+        if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self"):
             return None
         info = self.index.class_info(*scope.owner) if scope.owner is not None else None
-        return info.members.get(expr.attr.value) if info is not None else None
+        return info.members.get(expr.attr) if info is not None else None
 
     def _attribute_class(self, member: Signature, scope: Scope, depth: int) -> _Built:
         """`model_cls = Foo` at class level (or `self.model_cls = Foo` in __init__): the class."""

@@ -7,21 +7,23 @@ answers "which expression is this name bound to, and where is that expression ev
 
 `__init__` bodies are long, so an `InitScope` reads them as text and parses only the lines
 that answer a question (the signature, one assignment, the `super().__init__` call).  Short
-methods and helper functions are parsed whole (`FunctionScope`).  The same kind of reading
-tells whether a `__getattr__` forwards any name it is asked for, or only a few.
+methods and helper functions are read whole (`FunctionScope`).  The same kind of reading
+tells whether a `__getattr__` forwards any name it is asked for, or only a few.  Everything is
+read by CPython's parser (read/expressions.py): nothing here writes code.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
-import keyword
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-import libcst as cst
-
+from .expressions import on_self, parse_statement, parse_value
 from .source import SourceFile, _indent, _scan, has_word
+
+__all__ = ["on_self", "parse_value"]  # read here by the stages that follow names
 
 _CONTINUED = re.compile(r"\\[ \t]*$")
 _TARGET = re.compile(r"[ \t]*([A-Za-z_][\w.]*)[ \t]*(?::[^=\n]*)?=(?!=)")  # `name =`, `self.x: T =`
@@ -69,28 +71,6 @@ def assigned_value(lines: Sequence[str], start: int, target: str, end: int | Non
     return "\n".join(_code_of(line).rstrip().rstrip("\\") for line in rest).strip()
 
 
-_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-_NOT_PLAIN_NAMES = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
-
-
-@functools.lru_cache(maxsize=4096)
-def parse_value(text: str) -> cst.BaseExpression | None:
-    """An expression parsed on its own (libcst nodes are immutable: one parse serves every
-    class that builds `ParallelLMHead(`...).  A dotted name spelled without spaces (most callees:
-    `LlamaModel`, `nn.Linear`) is built as the nodes libcst's parser gives, without it."""
-    if _DOTTED.fullmatch(text):
-        parts = text.split(".")
-        if not _NOT_PLAIN_NAMES.intersection(parts):
-            value: cst.BaseExpression = cst.Name(parts[0])
-            for part in parts[1:]:
-                value = cst.Attribute(value=value, attr=cst.Name(part))
-            return value
-    try:
-        return cst.parse_expression(text if "\n" not in text else f"({text})")
-    except cst.ParserSyntaxError:
-        return None
-
-
 def assignment_lines(lines: Sequence[str], start: int, end: int) -> dict[str, list[int]]:
     """name -> line indices of `name = ...` (or `name: T = ...`) in lines [start, end)."""
     found: dict[str, list[int]] = {}
@@ -108,7 +88,7 @@ class Binding:
 
     name: str
     kind: str  # "parameter" | "local"
-    expr: cst.BaseExpression | None
+    expr: ast.expr | None
     scope: Scope
 
 
@@ -132,30 +112,36 @@ class Scope:
         return Scope(self.source, self.owner)
 
 
-def _parameters(params: cst.Parameters) -> list[cst.Param]:
-    return [*params.posonly_params, *params.params, *params.kwonly_params]
+Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
-def _positional(params: cst.Parameters) -> list[cst.Param]:
+def _parameters(params: ast.arguments) -> list[tuple[ast.arg, ast.expr | None]]:
+    """Each parameter a name can be bound to (not `*args`, `**kwargs`), with its default."""
+    positional = [*params.posonlyargs, *params.args]
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(params.defaults)) + list(params.defaults)
+    return [*zip(positional, defaults), *zip(params.kwonlyargs, params.kw_defaults)]
+
+
+def _positional(params: ast.arguments) -> list[ast.arg]:
     """Parameters an argument can fill by position, `self` left out."""
-    return [*params.posonly_params, *params.params][1:]
+    return [*params.posonlyargs, *params.args][1:]
 
 
 @dataclass
 class FunctionScope(Scope):
-    """A method or helper function, parsed whole: its parameters, then its locals."""
+    """A method or helper function, read whole: its parameters, then its locals."""
 
-    node: cst.FunctionDef | None = None  # always given: a default only because Scope's fields have them
-    _locals: dict[str, list[cst.BaseExpression]] | None = field(default=None, repr=False)
+    node: Function | None = None  # always given: a default only because Scope's fields have them
+    _locals: dict[str, list[ast.expr]] | None = field(default=None, repr=False)
 
-    def function(self) -> cst.FunctionDef:
+    def function(self) -> Function:
         assert self.node is not None, "a FunctionScope is made with the def it reads"
         return self.node
 
     def bindings(self, name: str) -> list[Binding]:
-        for param in _parameters(self.function().params):
-            if param.name.value == name:
-                return [Binding(name, "parameter", param.default, self.module())]
+        for param, default in _parameters(self.function().args):
+            if param.arg == name:
+                return [Binding(name, "parameter", default, self.module())]
         return self.locals(name)
 
     def locals(self, name: str) -> list[Binding]:
@@ -164,40 +150,34 @@ class FunctionScope(Scope):
         return [Binding(name, "local", value, self) for value in self._locals.get(name, [])]
 
 
-def small_statements(function: cst.FunctionDef) -> Iterator[cst.BaseSmallStatement]:
-    """Every simple statement of a function, however deep in if/for/while/with/try blocks it
-    sits, but not those of functions or classes defined inside it.  A plain walk: libcst's
-    visitor would go through every expression too, which costs far more."""
-    pending: list[cst.CSTNode] = [function.body]
+def statements(function: Function) -> Iterator[ast.stmt]:
+    """Every statement of a function, however deep in if/for/while/with/try/match blocks it sits, but
+    not those of functions or classes defined inside it (nor those defs).  A compound statement's
+    blocks come last one first (`else` before the `if` body, `finally` before the handlers), each in
+    source order: the order this stage has always reported values in."""
+    pending: list[ast.AST] = list(reversed(function.body))
     while pending:
-        block = pending.pop()
-        if isinstance(block, cst.SimpleStatementLine):
-            yield from block.body
-        elif isinstance(block, (cst.FunctionDef, cst.ClassDef)):
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
-        elif isinstance(block, (cst.IndentedBlock, cst.SimpleStatementSuite)):
-            pending.extend(reversed(block.body))
-        elif isinstance(block, cst.BaseSmallStatement):
-            yield block
-        else:  # a compound statement: its blocks and clauses
-            for part in ("body", "orelse", "handlers", "finalbody", "cases"):
-                child = getattr(block, part, None)
-                if isinstance(child, (list, tuple)):
-                    pending.extend(reversed(child))
-                elif child is not None:
-                    pending.append(child)
+        if isinstance(node, ast.stmt):
+            yield node
+        for part in ("body", "orelse", "handlers", "finalbody", "cases"):
+            child = getattr(node, part, None)
+            if isinstance(child, list):
+                pending.extend(reversed(child))  # the part pushed last is taken first
 
 
-def _assignments(function: cst.FunctionDef) -> dict[str, list[cst.BaseExpression]]:
+def _assignments(function: Function) -> dict[str, list[ast.expr]]:
     """name -> every value `name = ...` receives in the function."""
-    out: dict[str, list[cst.BaseExpression]] = {}
-    for small in small_statements(function):
-        if isinstance(small, cst.Assign):
-            for target in small.targets:
-                if isinstance(target.target, cst.Name):
-                    out.setdefault(target.target.value, []).append(small.value)
-        elif isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None:
-            out.setdefault(small.target.value, []).append(small.value)
+    out: dict[str, list[ast.expr]] = {}
+    for statement in statements(function):
+        if isinstance(statement, ast.Assign):
+            for target in statement.targets:
+                if isinstance(target, ast.Name):
+                    out.setdefault(target.id, []).append(statement.value)
+        elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) and statement.value is not None:
+            out.setdefault(statement.target.id, []).append(statement.value)
     return out
 
 
@@ -213,7 +193,7 @@ class InitScope(Scope):
     end: int = 0
     class_name: str = ""
     caller: InitScope | None = None
-    _signature: cst.FunctionDef | None = field(default=None, repr=False)
+    _signature: Function | None = field(default=None, repr=False)
     _calls: dict | None = field(default=None, repr=False)
     _header: str | None = field(default=None, repr=False)
     _assigned: dict | None = field(default=None, repr=False)
@@ -224,7 +204,7 @@ class InitScope(Scope):
             self._header = "\n".join(lines[self.start : statement_end(lines, self.start)])
         return self._header
 
-    def signature(self) -> cst.FunctionDef | None:
+    def signature(self) -> Function | None:
         """The `def __init__(...)` line(s) parsed on their own."""
         if self._signature is None:
             self._signature = _parse_signature("\n".join(line.strip() for line in self.header().split("\n")))
@@ -234,17 +214,17 @@ class InitScope(Scope):
         if has_word(self.header(), name):
             signature = self.signature()
             if signature is not None:
-                for param in _parameters(signature.params):
-                    if param.name.value == name:
-                        return [self._parameter(signature, param)]
+                for param, default in _parameters(signature.args):
+                    if param.arg == name:
+                        return [self._parameter(signature, name, default)]
         return self.locals(name)
 
-    def _parameter(self, signature: cst.FunctionDef, param: cst.Param) -> Binding:
+    def _parameter(self, signature: Function, name: str, default: ast.expr | None) -> Binding:
         if self.caller is not None:
-            passed = self.caller.argument_to(self.class_name, signature, param.name.value)
+            passed = self.caller.argument_to(self.class_name, signature, name)
             if passed is not None:
-                return Binding(param.name.value, "parameter", passed, self.caller)
-        return Binding(param.name.value, "parameter", param.default, self.module())
+                return Binding(name, "parameter", passed, self.caller)
+        return Binding(name, "parameter", default, self.module())
 
     def locals(self, name: str) -> list[Binding]:
         if self._assigned is None:  # one pass over the body, however many names are asked about
@@ -257,7 +237,7 @@ class InitScope(Scope):
         return out
 
     # -- what this __init__ passes to the base's --------------------------------------
-    def super_calls(self) -> dict[str, tuple[cst.Call, bool]]:
+    def super_calls(self) -> dict[str, tuple[ast.Call, bool]]:
         """`super().__init__(...)` (key "") and `Base.__init__(self, ...)` (key "Base") calls,
         with whether `self` is passed explicitly."""
         if self._calls is None:
@@ -273,157 +253,121 @@ class InitScope(Scope):
                     self._calls.setdefault(key, (call, bool(match.group(1))))
         return self._calls
 
-    def argument_to(self, base: str, signature: cst.FunctionDef, name: str) -> cst.BaseExpression | None:
+    def argument_to(self, base: str, signature: Function, name: str) -> ast.expr | None:
         """The expression this `__init__` passes as parameter `name` of `base.__init__`."""
         calls = self.super_calls()
         found = calls.get(base) or calls.get("")
         if found is None:
             return None
         call, explicit_self = found
-        args = list(call.args)[1:] if explicit_self else list(call.args)
-        positional = _positional(signature.params)
+        args = call.args[1:] if explicit_self else call.args
+        positional = _positional(signature.args)
         for position, arg in enumerate(args):
-            if arg.keyword is not None or arg.star:
-                break  # keywords from here on; after `*args` positions are unknown
-            if position < len(positional) and positional[position].name.value == name:
-                return arg.value
-        return next((a.value for a in args if a.keyword is not None and a.keyword.value == name), None)
+            if isinstance(arg, ast.Starred):
+                break  # after `*args` positions are unknown
+            if position < len(positional) and positional[position].arg == name:
+                return arg
+        return next((k.value for k in call.keywords if k.arg == name), None)
 
 
 @functools.lru_cache(maxsize=2048)
-def _parse_signature(header: str) -> cst.FunctionDef | None:
+def _parse_signature(header: str) -> Function | None:
     """A `def` header parsed with a stand-in body; the same base `__init__` is asked about once
     per subclass, so the parse is shared."""
-    try:
-        node = cst.parse_statement(header.rstrip() + "\n    pass\n")
-    except cst.ParserSyntaxError:
-        return None
-    return node if isinstance(node, cst.FunctionDef) else None
+    node = parse_statement(header.rstrip() + "\n    pass\n")
+    return node if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
 
 
-def _init_call(lines: Sequence[str], indent: int) -> cst.Call | None:
+def _init_call(lines: Sequence[str], indent: int) -> ast.Call | None:
     """The `....__init__(...)` call in a statement (`super().__init__(...)`, possibly wrapped)."""
     return _parse_init_call("\n".join(line[indent:] if _indent(line) >= indent else line.lstrip() for line in lines))
 
 
 @functools.lru_cache(maxsize=2048)
-def _parse_init_call(text: str) -> cst.Call | None:
-    try:
-        module = cst.parse_module(text + "\n")
-    except cst.ParserSyntaxError:
-        return None
-    found: list[cst.Call] = []
-
-    class Collect(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "__init__":
-                found.append(node)
-
-    module.visit(Collect())
-    return found[0] if found else None
-
-
-def on_self(node) -> bool:
-    """`self.x`, `self.x.y`: an expression reached through `self`."""
-    while isinstance(node, cst.Attribute):
-        node = node.value
-        if isinstance(node, cst.Name) and node.value == "self":
-            return True
-    return False
-
+def _parse_init_call(text: str) -> ast.Call | None:
+    """The first `X.__init__(...)` call of the statement, the outermost first (a walk in source order)."""
+    statement = parse_statement(text + "\n")
+    pending: list[ast.AST] = [statement] if statement is not None else []
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "__init__":
+            return node
+        pending.extend(reversed(list(ast.iter_child_nodes(node))))
+    return None
 
 
 # -- __getattr__ ----------------------------------------------------------------------------
-def forwards_any_name(function: cst.FunctionDef) -> bool:
+def forwards_any_name(function: Function) -> bool:
     """True when `__getattr__` hands any name it is asked for on to another object: a
     `return getattr(self.X, name)` that no test on the name in front of it narrows down to a
     few names (`if name == "x": raise` only keeps one name out; `if name in (...)` lets only
     those through)."""
-    params = _positional(function.params)
-    return bool(params) and _reaches_forward(_body(function), params[0].name.value)
+    params = _positional(function.args)
+    return bool(params) and _reaches_forward(function.body, params[0].arg)
 
 
-def _body(node) -> list:
-    body = getattr(node, "body", None)
-    if isinstance(body, (cst.IndentedBlock, cst.SimpleStatementSuite)):
-        return list(body.body)
-    return []
-
-
-def _reaches_forward(statements: list, name: str) -> bool:
+def _reaches_forward(statements: list[ast.stmt], name: str) -> bool:
     for statement in statements:
         if _is_forward(statement, name):
             return True
-        if isinstance(statement, cst.If):
+        if isinstance(statement, ast.If):
             narrows = _narrowing(statement.test, name)
-            if narrows != "only" and _reaches_forward(_body(statement), name):
+            if narrows != "only" and _reaches_forward(statement.body, name):
                 return True
-            orelse = statement.orelse
-            rest = [orelse] if isinstance(orelse, cst.If) else _body(orelse) if orelse is not None else []
-            if narrows != "except" and _reaches_forward(rest, name):
+            if narrows != "except" and _reaches_forward(statement.orelse, name):  # `elif`: an If alone in it
                 return True
-            if narrows == "except" and _ends(_body(statement)):
+            if narrows == "except" and _ends(statement.body):
                 return False  # `if name not in (...): raise`: only those names go on
-        elif isinstance(statement, (cst.Try, cst.With)):
-            blocks = [statement] + list(getattr(statement, "handlers", ()))
-            if any(_reaches_forward(_body(block), name) for block in blocks):
+        elif isinstance(statement, (ast.Try, ast.With, ast.AsyncWith)):
+            blocks = [statement.body] + [h.body for h in getattr(statement, "handlers", ())]
+            if any(_reaches_forward(block, name) for block in blocks):
                 return True
     return False
 
 
-def _is_forward(statement, name: str) -> bool:
+def _is_forward(statement: ast.stmt, name: str) -> bool:
     """`return getattr(self.X, name)` (with or without a default)."""
-    if not isinstance(statement, cst.SimpleStatementLine):
+    value = statement.value if isinstance(statement, ast.Return) else None
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id == "getattr"
+        and len(value.args) >= 2
+        and on_self(value.args[0])
+        and isinstance(value.args[1], ast.Name)
+        and value.args[1].id == name
+    )
+
+
+def _ends(statements: list[ast.stmt]) -> bool:
+    """The block ends by leaving: its last line raises or returns (`x = 1; return` counts, as on one line)."""
+    if not statements:
         return False
-    for small in statement.body:
-        value = small.value if isinstance(small, cst.Return) else None
-        if (
-            isinstance(value, cst.Call)
-            and isinstance(value.func, cst.Name)
-            and value.func.value == "getattr"
-            and len(value.args) >= 2
-            and on_self(value.args[0].value)
-            and isinstance(value.args[1].value, cst.Name)
-            and value.args[1].value.value == name
-        ):
-            return True
-    return False
+    last_line = statements[-1].lineno
+    return any(isinstance(s, (ast.Raise, ast.Return)) for s in statements if s.lineno == last_line)
 
 
-def _ends(statements: list) -> bool:
-    last = statements[-1] if statements else None
-    return isinstance(last, cst.SimpleStatementLine) and any(isinstance(s, (cst.Raise, cst.Return)) for s in last.body)
+def _mentions(node: ast.AST, name: str) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
 
 
-def _mentions(node, name: str) -> bool:
-    found = []
-
-    class Find(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            if n.value == name:
-                found.append(n)
-
-    node.visit(Find())
-    return bool(found)
+_EXCLUDING = (ast.NotIn, ast.NotEq, ast.IsNot)
 
 
-_EXCLUDING = (cst.NotIn, cst.NotEqual, cst.IsNot)
-
-
-def _narrowing(test, name: str) -> str | None:
+def _narrowing(test: ast.expr, name: str) -> str | None:
     """How a condition on `name` splits names: "only" (true for a few: `name in (...)`,
     `name == "x"`, `name.startswith("x")`), "except" (true for all but a few: `not in`, `!=`), or
     None (it does not test the name, e.g. `hasattr(self.inner, name)`)."""
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = _narrowing(test.expression, name)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _narrowing(test.operand, name)
         return {"only": "except", "except": "only"}.get(inner or "")
-    if isinstance(test, cst.BooleanOperation):
-        sides = {_narrowing(test.left, name), _narrowing(test.right, name)} - {None}
-        prefer = "only" if isinstance(test.operator, cst.And) else "except"
+    if isinstance(test, ast.BoolOp):
+        sides = {_narrowing(value, name) for value in test.values} - {None}
+        prefer = "only" if isinstance(test.op, ast.And) else "except"
         return prefer if prefer in sides else next(iter(sides), None)
-    if isinstance(test, cst.Comparison) and _mentions(test, name):
-        excluding = all(isinstance(c.operator, _EXCLUDING) for c in test.comparisons)
+    if isinstance(test, ast.Compare) and _mentions(test, name):
+        excluding = all(isinstance(op, _EXCLUDING) for op in test.ops)
         return "except" if excluding else "only"
-    if isinstance(test, cst.Call) and isinstance(test.func, cst.Attribute) and _mentions(test.func.value, name):
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and _mentions(test.func.value, name):
         return "only"
     return None

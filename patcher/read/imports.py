@@ -8,11 +8,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import libcst as cst
-
-from ..codemods.names import dotted_name
 from ..errors import EaglepatchError
 from .bindings import statement_end
+from .expressions import dotted_name
 from .locate import SourceTree
 from .source import _IMPORT, SourceCache, SourceFile, _indent
 
@@ -177,15 +175,15 @@ class ImportTable:
                 return Origin(star.module, local, star.path)
         return None
 
-    def lookup_expr(self, node: cst.BaseExpression) -> Origin | None:
+    def lookup_expr(self, node: ast.expr) -> Origin | None:
         """`Name` or `module_alias.Name` or `sglang.srt.models.x.Name`."""
-        if isinstance(node, cst.Name):
-            return self.lookup(node.value)
-        if isinstance(node, cst.Attribute):
+        if isinstance(node, ast.Name):
+            return self.lookup(node.id)
+        if isinstance(node, ast.Attribute):
             dotted = dotted_name(node.value)
             origin = self.names.get(dotted)
             if origin is not None and origin.name is None:
-                return Origin(origin.module, node.attr.value, origin.path)
+                return Origin(origin.module, node.attr, origin.path)
         return None
 
 

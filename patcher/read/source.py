@@ -20,12 +20,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any, TypeAlias, overload
-
-import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
 from ..errors import EaglepatchError
+
+if TYPE_CHECKING:  # libcst is imported where code is parsed with it: `check` reads with CPython's parser
+    import libcst as cst
 
 # What holds a node for line numbers: a statement line, one small statement in it, or a compound one.
 Statement: TypeAlias = "cst.SimpleStatementLine | cst.BaseSmallStatement | cst.BaseCompoundStatement"
@@ -319,6 +319,9 @@ class Parsed:
 
     def line_of(self, node: cst.CSTNode, statement: Statement | None = None) -> int:
         """File line of `node`; `statement` is the statement that contains it."""
+        import libcst as cst
+        from libcst.metadata import MetadataWrapper, PositionProvider
+
         own = self.statement_span(node)
         if own is not None:
             return own[0]
@@ -349,6 +352,8 @@ class Parsed:
 
 
 def _suite(node: cst.CSTNode | None) -> Sequence[cst.CSTNode]:
+    import libcst as cst
+
     if node is None:
         return []
     body = getattr(node, "body", None)
@@ -363,6 +368,8 @@ def _align(cst_body: Sequence[cst.CSTNode], ast_body: Sequence[Any], out: dict[i
     """Pair libcst statements with CPython's, in order; returns how many ast statements were used.
 
     `ast_body` holds ast.stmt nodes, each read as the kind its libcst twin is (ast.If for cst.If, ...)."""
+    import libcst as cst
+
     used = 0
     for node in cst_body:
         if isinstance(node, cst.SimpleStatementLine) or isinstance(node, cst.BaseSmallStatement):
@@ -867,6 +874,8 @@ def parse_cut(
 ) -> tuple[cst.Module, CutText] | None:
     """(`text` cut as `cut_bodies` cuts it, parsed by libcst; the cut text): what the scope analysis and the
     codemod read, for a fraction of a whole parse. None when the text is not that simple."""
+    import libcst as cst
+
     cut = cut_bodies(text, keep, mark, classes)
     if cut is None:
         return None
@@ -926,6 +935,8 @@ def syntax_error(source: SourceFile) -> EaglepatchError | None:
 def parse_module(source: SourceFile) -> cst.Module:
     """The whole file parsed by libcst; a file it does not parse raises the error CPython's parser places
     (libcst's own message and line when only libcst refuses it)."""
+    import libcst as cst
+
     try:
         return cst.parse_module(source.text)
     except cst.ParserSyntaxError as exc:
@@ -945,6 +956,7 @@ class SourceCache:
         self._outlines: dict[Path, Outline] = {}
         self._ast_imports: dict[tuple[Path, int, int], list] = {}
         self._ast_functions: dict[tuple[Path, int], ast.FunctionDef | ast.AsyncFunctionDef | None] = {}
+        self._ast_texts: dict[tuple[Path, int], str] = {}  # the text each function_ast was read from
         self._ast_alone: dict[tuple[Path, int], str] = {}  # a def's slice text, when CPython parsed it on its own
         # a member's libcst def by (file, line, name): class_index.signature_node parses it once
         self.definitions: dict[tuple[Path, int, str], cst.FunctionDef | None] = {}
@@ -1010,6 +1022,8 @@ class SourceCache:
 
     def parse_lines(self, source: SourceFile, start: int, end: int) -> Parsed:
         """Parse lines [start, end) on their own; fall back to the whole file."""
+        import libcst as cst
+
         key = (source.path, start, end)
         cached = self._parsed.get(key)
         if cached is not None:
@@ -1068,8 +1082,16 @@ class SourceCache:
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno - 1 == header:
                     found = node
                     break
+            text = source.text
         self._ast_functions[key] = found
+        self._ast_texts[key] = text
         return found
+
+    def function_text(self, source: SourceFile, header: int) -> str:
+        """The text function_ast read the def at `header` from (its positions are in it)."""
+        if (source.path, header) not in self._ast_texts:
+            self.function_ast(source, header)
+        return self._ast_texts[(source.path, header)]
 
     def _import_lines(self, source: SourceFile) -> list[str]:
         """_import_texts, for a file: with strings masked when it has a triple-quoted one."""
@@ -1101,6 +1123,8 @@ class SourceCache:
 
     def parse_imports(self, source: SourceFile) -> list[cst.CSTNode]:
         """Every import statement in the file, wherever it stands (module, try, TYPE_CHECKING)."""
+        import libcst as cst
+
         key = (source.path, -1, -1)
         cached = self._parsed.get(key)
         if cached is None:

@@ -1,0 +1,188 @@
+"""Expressions read by CPython's parser that remember the text they were read from.
+
+The analysis stages follow what a name or a call stands for (the wrapper finder, the bindings of a
+scope) and quote the code they could not follow in the report.  CPython's `ast` reads those
+expressions exactly and costs a fraction of libcst, whose import alone is a third of a one-model
+`check`; libcst is kept for what is written.  A report quotes code as written, so every node read
+here carries its text (`_source`), and `source_code` cuts a node's code out of it, parentheses
+included as libcst's code generator would give them: a node owns the grouping parentheses around it.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import keyword
+import re
+
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_NOT_PLAIN_NAMES = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
+# a node's text: set on every node of a tree read here (ast nodes take attributes)
+_SOURCE = "_source"
+# the constants that libcst reads as names (`None`, `True`, `False`): dotted_name spells them
+_NAMED_CONSTANTS = (None, True, False)
+
+
+def remember(tree: ast.AST, text: str) -> ast.AST:
+    """Tag every node of `tree` with the text it was parsed from (once: a tree already tagged is kept)."""
+    if getattr(tree, _SOURCE, None) is None:
+        for node in ast.walk(tree):
+            node._source = text  # type: ignore[attr-defined]
+    return tree
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_value(text: str) -> ast.expr | None:
+    """An expression parsed on its own (one parse serves every class that builds `ParallelLMHead(`...;
+    nothing here changes a node).  A dotted name spelled without spaces (most callees: `LlamaModel`,
+    `nn.Linear`) is built without the parser.  A value over several lines is read in parentheses, as
+    the statement holding it does."""
+    if _DOTTED.fullmatch(text):
+        parts = text.split(".")
+        if not _NOT_PLAIN_NAMES.intersection(parts):
+            return dotted_node(parts)
+    wrapped = text if "\n" not in text else f"({text})"
+    try:
+        tree = ast.parse(wrapped, mode="eval")
+    except (SyntaxError, ValueError):
+        return None
+    remember(tree, wrapped)
+    return tree.body
+
+
+def parse_statement(text: str) -> ast.stmt | None:
+    """The first statement of `text`, tagged with it; None when it does not parse."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    if not tree.body:
+        return None
+    remember(tree, text)
+    return tree.body[0]
+
+
+def dotted_node(parts: list[str]) -> ast.expr:
+    """`a.b.c` as CPython's parser reads it (positions left out: its code is its names)."""
+    node: ast.expr = ast.Name(id=parts[0], ctx=ast.Load())
+    for part in parts[1:]:
+        node = ast.Attribute(value=node, attr=part, ctx=ast.Load())
+    return node
+
+
+def dotted_name(node: ast.AST | None) -> str:
+    """`a.b.c` for a Name/Attribute chain; "" for anything else.  `None`, `True` and `False` count as
+    names, as they do to libcst (codemods.names.dotted_name)."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    elif isinstance(node, ast.Constant) and node.value in _NAMED_CONSTANTS and type(node.value) in (bool, type(None)):
+        parts.append(repr(node.value))
+    else:
+        return ""
+    return ".".join(reversed(parts))
+
+
+def root_name(expr: ast.AST) -> ast.Name | None:
+    """`a` of `a.b.c`: the name an attribute chain starts from (None for `f().b`)."""
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    return expr if isinstance(expr, ast.Name) else None
+
+
+def on_self(node: ast.AST) -> bool:
+    """`self.x`, `self.x.y`: an expression reached through `self`."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+        if isinstance(node, ast.Name) and node.id == "self":
+            return True
+    return False
+
+
+def source_code(node: ast.AST) -> str:
+    """The node's code as written, with the grouping parentheses around it (libcst's code for it); a
+    node built here, with no text, is spelled by `ast.unparse`."""
+    text = getattr(node, _SOURCE, None)
+    line, column = getattr(node, "lineno", None), getattr(node, "col_offset", None)
+    end_line, end_column = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+    if text is None or line is None or column is None or end_line is None or end_column is None:
+        return ast.unparse(node)
+    start, end = _offset(text, line, column), _offset(text, end_line, end_column)
+    if isinstance(node, ast.GeneratorExp) and text[start] == "(" and not _groups(text, start):
+        # `f(x for x in y)`: CPython places the generator on the call's parentheses, libcst inside them
+        start, end = _skip_space(text, start + 1), _skip_space_back(text, end - 1)
+    while True:
+        before, after = _skip_space_back(text, start), _skip_space(text, end)
+        if before == 0 or text[before - 1] != "(" or after >= len(text) or text[after] != ")":
+            break
+        if not _groups(text, before - 1):
+            break
+        start, end = before - 1, after + 1
+    return text[start:end]
+
+
+def code_of(node: ast.AST) -> str:
+    """A node's code on one line, as the report quotes it: `self.model = (\\n Foo(\\n x,\\n)\\n)`
+    reads `self.model = (Foo(x))`."""
+    from .bindings import one_line  # bindings reads values through this module
+
+    return one_line(source_code(node).split("\n"))
+
+
+def _offset(text: str, line: int, column: int) -> int:
+    """The index in `text` of a position CPython gives: a 1-based line and a UTF-8 byte column."""
+    at = 0
+    for _ in range(line - 1):
+        at = text.index("\n", at) + 1
+    end = text.find("\n", at)
+    row = text[at : len(text) if end < 0 else end]
+    return at + len(row.encode("utf-8")[:column].decode("utf-8", errors="ignore"))
+
+
+def _skip_space_back(text: str, index: int) -> int:
+    """Back over whitespace, line continuations and comments (a comment ends the line before a newline)."""
+    from .bindings import _code_of
+
+    while index > 0:
+        if text[index - 1] in " \t\\":
+            index -= 1
+        elif text[index - 1] == "\n":
+            line_start = text.rfind("\n", 0, index - 1) + 1
+            index = line_start + len(_code_of(text[line_start : index - 1]))
+        else:
+            break
+    return index
+
+
+def _skip_space(text: str, index: int) -> int:
+    """On over whitespace, line continuations and comments."""
+    while index < len(text):
+        if text[index] in " \t\n\\":
+            index += 1
+        elif text[index] == "#":
+            end = text.find("\n", index)
+            index = len(text) if end < 0 else end
+        else:
+            break
+    return index
+
+
+def _groups(text: str, paren: int) -> bool:
+    """The `(` at `paren` groups (rather than opening a call's arguments, a def's parameters or a class's
+    bases): what comes before it cannot be called."""
+    before = _skip_space_back(text, paren)
+    if before == 0:
+        return True
+    last = text[before - 1]
+    if last in ")]\"'":
+        return False
+    if last.isalnum() or last == "_" or ord(last) > 127:
+        start = before
+        while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_" or ord(text[start - 1]) > 127):
+            start -= 1
+        word = text[start:before]
+        return keyword.iskeyword(word) and word not in ("None", "True", "False")
+    return True
