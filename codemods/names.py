@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import libcst as cst
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the constants below are read by `check`, which does not load libcst
+    import libcst as cst
 
 # What the written code looks like; here rather than in add_delegations so that reading a tree
 # never imports libcst.codemod (a third of a second of start-up, for matchers it does not use).
@@ -14,6 +17,8 @@ LINE_LENGTH = 88  # black's default width; the target tree's own (patcher/read/s
 
 def dotted_name(node: cst.CSTNode | None) -> str:
     """`a.b.c` for a Name/Attribute chain; "" for anything else."""
+    import libcst as cst
+
     if isinstance(node, cst.Name):
         return node.value
     if isinstance(node, cst.Attribute):

@@ -782,7 +782,8 @@ BODIES = [
 def _both_readings(text: str):
     import ast
 
-    from eaglepatch.analyze.synthesize import module_names_in, read_body, read_body_ast
+    from eaglepatch.analyze.body_reader import read_body
+    from eaglepatch.analyze.synthesize import module_names_in, read_body_ast
 
     free = module_names_in(text.split("\n"))
     assert free is not None

@@ -21,7 +21,8 @@ import libcst as cst
 import pytest
 from typer.testing import CliRunner
 
-from eaglepatch.analyze.synthesize import SelfUse, module_names_in, read_body
+from eaglepatch.analyze.body_reader import read_body
+from eaglepatch.analyze.synthesize import SelfUse, module_names_in
 from eaglepatch.cli import app
 from eaglepatch.codemods.retarget import body_reads
 from eaglepatch.read.source import SourceCache, block_start

@@ -29,11 +29,9 @@ import symtable
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import libcst as cst
-
-from ..codemods.names import LINE_LENGTH, dotted_name
-from ..codemods.retarget import ExplodeLongLiterals, Retarget, body_reads, overlong_lines
+from ..codemods.names import LINE_LENGTH
 from ..errors import EaglepatchError
 from ..read.expressions import dotted_name as dotted_expression
 from ..read.expressions import parse_value
@@ -42,6 +40,9 @@ from ..records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wr
 from .class_index import ast_dotted, signature_node
 from .resolve import Resolver
 from .roles import statement_walk
+
+if TYPE_CHECKING:
+    import libcst as cst
 
 CAPTURE_FLAG = "capture_aux_hidden_states"  # the class's switch its forward reads
 CAPTURE_LAYERS = "layers_to_capture"  # the backbone's list its forward collects
@@ -133,7 +134,7 @@ def learned_synthesis(entry: MemberPlan) -> Synthesis:
 def _node_of(cache: SourceCache, signature: Signature) -> cst.FunctionDef:
     """A reference's libcst def: `_learn` keeps only signatures whose node signature_node has parsed."""
     node = signature_node(cache, signature)
-    assert isinstance(node, cst.FunctionDef), "a reference's def is parsed when it is learned"
+    assert node is not None, "a reference's def is parsed when it is learned"
     return node
 
 
@@ -234,7 +235,11 @@ class HookLibrary:
             if body is not None:
                 return body
         node = signature_node(cache, signature)
-        return read_body(node, free) if node is not None else None
+        if node is None:
+            return None
+        from .body_reader import read_body  # libcst's reading, for the bodies CPython's leaves to it
+
+        return read_body(node, free)
 
     def _holds_a_bare_model(self, source, info: ClassInfo) -> bool:
         """Some model the class holds is a bare backbone: else `_reference` finds no backbone in any body."""
@@ -449,8 +454,13 @@ class HookLibrary:
         renames = synthesis.renames()
         if all(old == new for old, new in renames.items()):
             return ""  # nothing changes length: the reference's own layout stands
+        import libcst as cst
+
+        from ..codemods.retarget import ExplodeLongLiterals, Retarget, overlong_lines
+        from .body_reader import receiver_of
+
         node = _node_of(self.resolver.cache, synthesis.reference.signature)
-        receiver = _receiver(node)
+        receiver = receiver_of(node)
         assert receiver is not None, "a reference is a method (read_body refuses anything else)"
         moved = cst.Module(body=[node]).visit(Retarget(receiver, renames)).visit(ExplodeLongLiterals("    ", self.line_length))
         func = moved.body[0]
@@ -666,6 +676,8 @@ def _body_key(cache: SourceCache, reference: Reference) -> str:
 
 
 def _generated_body_key(cache: SourceCache, reference: Reference) -> str:
+    import libcst as cst
+
     node = signature_node(cache, reference.signature)
     code = cst.Module(body=[]).code_for_node(node.with_changes(leading_lines=[])) if isinstance(node, cst.FunctionDef) else ""
     return " ".join(code.split())
@@ -737,29 +749,6 @@ def module_names_in(lines: Sequence[str]) -> set[str] | None:
         if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, bool)):
             names.add(repr(node.value))
     return names
-
-
-def _receiver(node: cst.FunctionDef) -> str | None:
-    """The name a method calls its instance (`self`), None when it takes no positional parameter."""
-    positional = [*node.params.posonly_params, *node.params.params]
-    return positional[0].name.value if positional else None
-
-
-def read_body(node: cst.FunctionDef, free: set[str] | None = None) -> tuple[list[SelfUse], list[str], str]:
-    """(the `self.` chains the function uses, the module-level names it reads, why it cannot be
-    moved to another class or "").  `free`: those names when already read (`module_names_in`);
-    else libcst's scope analysis reads them."""
-    receiver = _receiver(node)
-    if receiver is None or node.decorators:
-        return [], [], "it is not a plain method" if node.decorators else "it takes no self"
-    reader = _SelfReader(receiver)
-    node.body.visit(reader)
-    if free is None:
-        free = set(body_reads(node, signature=True)[1])
-    why = reader.unportable
-    if not why and "super" in free:
-        why = "it calls super()"
-    return reader.uses, sorted(free - {receiver}), why
 
 
 # what a hook body may hold for the CPython reading below; anything else (a lambda, a nested class, an
@@ -848,44 +837,3 @@ def _source_order(node: ast.AST) -> list[ast.AST]:
     if isinstance(node, ast.IfExp):
         return [node.body, node.test, node.orelse]
     return list(ast.iter_child_nodes(node))
-
-
-class _SelfReader(cst.CSTVisitor):
-    def __init__(self, receiver: str):
-        super().__init__()
-        self.receiver = receiver
-        self.uses: list[SelfUse] = []
-        self.unportable = ""
-        self._stores: set[int] = set()
-
-    def _mark_stores(self, targets) -> None:
-        for target in targets:
-            self._stores.add(id(target))
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        self._mark_stores(t.target for t in node.targets)
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._mark_stores([node.target])
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._mark_stores([node.target])
-
-    def visit_Del(self, node: cst.Del) -> None:
-        self._mark_stores([node.target])
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        self.unportable = self.unportable or "it defines a function of its own"
-        return False
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        chain = dotted_name(node)
-        if chain.startswith(self.receiver + "."):
-            parts = tuple(chain.split(".")[1:])
-            self.uses.append(SelfUse(parts, id(node) in self._stores))
-            return False
-        return True
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value == self.receiver:  # `self` handed on whole: what it needs cannot be read here
-            self.unportable = self.unportable or f"it passes {self.receiver} on"
