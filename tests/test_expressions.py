@@ -223,9 +223,7 @@ def test_statements_come_in_libcst_s_order(code):
 
 
 # --------------------------------------------------------------------------- check does not load libcst
-def test_a_one_model_check_does_not_import_libcst(tmp_path):
-    """libcst's import is a third of a one-model `check`; it is imported where code is parsed with it
-    (learned bodies, diff, apply), and a check of a wrapper that forwards needs neither."""
+def _libcst_loaded_by(*args: str, home: Path) -> tuple[int, bool]:
     probe = (
         "import sys\n"
         "from eaglepatch.cli import main\n"
@@ -235,16 +233,25 @@ def test_a_one_model_check_does_not_import_libcst(tmp_path):
         "    code = exit.code\n"
         "print(code, 'libcst._nodes' in sys.modules)\n"
     )
-    fixture = REPO / "fixtures" / "checkout"
-    env = {"EAGLEPATCH_NO_CACHE": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = {"EAGLEPATCH_NO_CACHE": "1", "PATH": "/usr/bin:/bin", "HOME": str(home)}
+    done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    code, loaded = done.stdout.split("\n")[-2].split()
+    return int(code), loaded == "True"
 
-    def run(*args: str) -> str:
-        done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, env=env, timeout=300)
-        assert done.returncode == 0, done.stderr
-        return done.stdout.split("\n")[-2]
 
-    assert run("check", "--model", "kimi_k25", str(fixture)) == "1 False"  # findings, read without libcst
-    assert run("diff", "--model", "kimi_k25", str(fixture)).endswith(" True")  # the patch is written with it
+def test_a_one_model_check_does_not_import_libcst(tmp_path):
+    """libcst's import is a third of a one-model `check`; it is imported where code is parsed with it
+    (a body laid out anew, diff, apply), and a check of a wrapper that forwards needs none."""
+    fixture = str(REPO / "fixtures" / "checkout")
+    assert _libcst_loaded_by("check", "--model", "kimi_k25", fixture, home=tmp_path) == (1, False)  # findings
+    assert _libcst_loaded_by("diff", "--model", "kimi_k25", fixture, home=tmp_path)[1]  # the patch is written with it
+
+
+def test_check_all_of_a_release_does_not_import_libcst(sglang_059: Path, tmp_path):
+    """Every class of 0.5.9 resolved, planned and its hooks learned, without libcst (the bench's
+    `check --all` line counts on it)."""
+    assert _libcst_loaded_by("check", "--all", str(sglang_059), home=tmp_path) == (1, False)
 
 
 # --------------------------------------------------------------------------- a real release

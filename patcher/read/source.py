@@ -1,9 +1,11 @@
-"""Stage 2: read each file once, and hand libcst only the slices an answer needs.
+"""Stage 2: read each file once, and hand a parser only the slices an answer needs.
 
 SGLang's model runner and DeepSeek model are ~3,000 lines each; parsing them whole with
 libcst (and computing positions) costs most of a second.  A cheap text pass finds the
-`def`/`class` blocks that can matter, and only those are parsed.  A slice that does not
-parse on its own (a multi-line string at column 0, say) falls back to the whole file.
+`def`/`class` blocks that can matter, and only those are parsed: by CPython's parser for what
+is only read (`function_ast`), by libcst for what is copied or rewritten (`parse_block`), whose
+import (a third of a one-model `check`) happens there.  A slice that does not parse on its own
+(a multi-line string at column 0, say) falls back to the whole file.
 """
 
 from __future__ import annotations
