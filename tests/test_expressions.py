@@ -18,7 +18,16 @@ import libcst as cst
 import pytest
 
 from eaglepatch.read.bindings import assigned_value, one_line, statements
-from eaglepatch.read.expressions import code_of, dotted_name, on_self, parse_value, remember, root_name, source_code
+from eaglepatch.read.expressions import (
+    code_of,
+    constant_as_name,
+    dotted_name,
+    on_self,
+    parse_value,
+    remember,
+    root_name,
+    source_code,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 _CODE = cst.Module(body=[]).code_for_node
@@ -124,6 +133,16 @@ def test_the_code_quoted_is_libcst_s(text):
     for a, c in pairs:
         assert source_code(a) == _CODE(c), (text, ast.dump(a))
         assert code_of(a) == one_line(_CODE(c).split("\n"))
+
+
+@pytest.mark.parametrize("text", ["True", "(False)", "f(None)"])
+def test_a_keyword_constant_read_as_a_name_keeps_its_place_and_code(text):
+    node = parse_value(text)
+    constant = next(n for n in ast.walk(node) if isinstance(n, ast.Constant))
+    name = constant_as_name(constant)
+    assert isinstance(name, ast.Name) and name.id == repr(constant.value)
+    assert (name.lineno, name.col_offset, name.end_col_offset) == (constant.lineno, constant.col_offset, constant.end_col_offset)
+    assert source_code(name) == source_code(constant)
 
 
 def test_a_node_built_without_text_is_spelled_by_unparse():

@@ -30,8 +30,6 @@ from ..records import ClassInfo, Signature, SignatureKind
 if TYPE_CHECKING:
     import libcst as cst
 
-__all__ = ["code_of", "root_name"]  # the wrapper finder quotes code and roots through the index
-
 MAX_BASE_DEPTH = 12
 # a class-body line opening a block whose assignments still bind class attributes: these words at the body's indent
 _COMPOUND_WORDS = r"(?:if|elif|else|try|except|finally|with|async[ \t]+with|for|async[ \t]+for|while|match)\b"

@@ -15,6 +15,7 @@ import ast
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Optional
 
+from ..read.bindings import parameters
 from ..records import CallShape, Fix, MemberPlan, ModelPlan, ModelRole, Protocol, Signature, Use, Wrapper
 
 if TYPE_CHECKING:
@@ -176,8 +177,7 @@ def call_misfit(params: ast.arguments, shape: CallShape, is_method: bool = True)
     if shape.star:
         return None
     every = [*params.posonlyargs, *params.args]
-    has_default = {p.arg for p in every[len(every) - len(params.defaults) :]} if params.defaults else set()
-    has_default |= {p.arg for p, d in zip(params.kwonlyargs, params.kw_defaults) if d is not None}
+    has_default = {p.arg for p, default in parameters(params) if default is not None}
     positional = every[1:] if is_method and every else every
     posonly = len(params.posonlyargs) - (1 if is_method and params.posonlyargs else 0)
     if shape.positional > len(positional) and params.vararg is None:

@@ -23,17 +23,15 @@ from ..read.bindings import (
     InitScope,
     Scope,
     assigned_value,
-    on_self,
     one_line,
-    parse_value,
     statement_end,
     statements,
 )
-from ..read.expressions import remember
+from ..read.expressions import code_of, constant_as_name, on_self, parse_value, remember, root_name
 from ..read.imports import ImportTable
 from ..read.source import SourceFile, _indent, _is_code
 from ..records import ClassInfo, InnerModel, Protocol, Signature, Unresolved, Wrapper
-from .class_index import MAX_BASE_DEPTH, ClassIndex, code_of, definition_ast, root_name
+from .class_index import MAX_BASE_DEPTH, ClassIndex, definition_ast
 
 # a class name that says "model" (for an inner model class that lives in the wrapper's file)
 _MODEL_NAME = re.compile(r"(Model|ForCausalLM|ForConditionalGeneration|LMHeadModel)$")
@@ -137,16 +135,6 @@ def _construction(value: str) -> ast.expr | None:
         whole = parse_value(text)
         return whole if isinstance(whole, ast.Call) else None
     return None
-
-
-def _as_name(constant: ast.Constant) -> ast.Name:
-    """`True`/`False` where a class is expected, as a name at the same place of the same text: looked up,
-    and reported as a name that names no class (the clause the report has always given)."""
-    name = ast.Name(id=repr(constant.value), ctx=ast.Load())
-    ast.copy_location(name, constant)
-    if hasattr(constant, "_source"):
-        name._source = constant._source  # type: ignore[attr-defined]
-    return name
 
 
 def _after_brackets(text: str, start: int) -> str:
@@ -337,7 +325,9 @@ class WrapperFinder:
         if isinstance(expr, ast.Constant) and expr.value is None:
             return _Built()
         if isinstance(expr, ast.Constant) and isinstance(expr.value, bool):
-            expr = _as_name(expr)  # `True`, `False`: looked up (and not found) as a name
+            # `True`/`False` where a class is expected: looked up as a name, and reported as one that
+            # names no class (the clause the report has always given)
+            expr = constant_as_name(expr)
         bindings = scope.bindings(expr.id) if isinstance(expr, ast.Name) else []
         if bindings:
             return self._bound_class(bindings, depth)
@@ -404,10 +394,9 @@ class WrapperFinder:
     def _helper_returns(self, helper: tuple[SourceFile, int], owner, depth: int, instances: bool) -> _Built:
         source, header = helper
         function = self.cache.function_ast(source, header)
-        if function is not None:
-            remember(function, self.cache.function_text(source, header))
         if function is None:
             return _Built.dead(f"{source.lines[header].strip()}: could not be read", False)
+        remember(function, self.cache.function_text(source, header))
         return self._returned(function, FunctionScope(source, owner, node=function), instances, depth)
 
     def _helper_function(self, source: SourceFile, name: str, depth: int = 0) -> tuple[SourceFile, int] | None:

@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from .expressions import on_self, parse_statement, parse_value
 from .source import SourceFile, _indent, _scan, has_word
 
-__all__ = ["on_self", "parse_value"]  # read here by the stages that follow names
-
 _CONTINUED = re.compile(r"\\[ \t]*$")
 _TARGET = re.compile(r"[ \t]*([A-Za-z_][\w.]*)[ \t]*(?::[^=\n]*)?=(?!=)")  # `name =`, `self.x: T =`
 _COMMENT = re.compile(r"""\"\"\"|'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|\#.*""")
@@ -115,7 +113,7 @@ class Scope:
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
-def _parameters(params: ast.arguments) -> list[tuple[ast.arg, ast.expr | None]]:
+def parameters(params: ast.arguments) -> list[tuple[ast.arg, ast.expr | None]]:
     """Each parameter a name can be bound to (not `*args`, `**kwargs`), with its default."""
     positional = [*params.posonlyargs, *params.args]
     defaults: list[ast.expr | None] = [None] * (len(positional) - len(params.defaults)) + list(params.defaults)
@@ -139,7 +137,7 @@ class FunctionScope(Scope):
         return self.node
 
     def bindings(self, name: str) -> list[Binding]:
-        for param, default in _parameters(self.function().args):
+        for param, default in parameters(self.function().args):
             if param.arg == name:
                 return [Binding(name, "parameter", default, self.module())]
         return self.locals(name)
@@ -214,7 +212,7 @@ class InitScope(Scope):
         if has_word(self.header(), name):
             signature = self.signature()
             if signature is not None:
-                for param, default in _parameters(signature.args):
+                for param, default in parameters(signature.args):
                     if param.arg == name:
                         return [self._parameter(signature, name, default)]
         return self.locals(name)

@@ -86,6 +86,15 @@ def dotted_name(node: ast.AST | None) -> str:
     return ".".join(reversed(parts))
 
 
+def constant_as_name(constant: ast.Constant) -> ast.Name:
+    """`True`, `False`, `None` as the name libcst reads them as, at the same place of the same text."""
+    name = ast.copy_location(ast.Name(id=repr(constant.value), ctx=ast.Load()), constant)
+    text = getattr(constant, _SOURCE, None)
+    if text is not None:
+        name._source = text  # type: ignore[attr-defined]
+    return name
+
+
 def root_name(expr: ast.AST) -> ast.Name | None:
     """`a` of `a.b.c`: the name an attribute chain starts from (None for `f().b`)."""
     while isinstance(expr, ast.Attribute):
