@@ -15,7 +15,7 @@ from typing import NoReturn, Optional
 import typer
 
 from . import __version__
-from .startup import fast_coercion, tune_gc
+from .startup import fast_coercion, quiet_parsing, tune_gc
 
 fast_coercion()  # typer's pydantic layer costs more than answering from the cache
 
@@ -663,6 +663,7 @@ def main(argv: list[str] | None = None) -> None:
     import os
 
     tune_gc()
+    quiet_parsing()
     try:
         app(args=argv)
     except KeyboardInterrupt:

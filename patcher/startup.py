@@ -15,6 +15,17 @@ from enum import Enum
 from pathlib import Path
 
 
+def quiet_parsing() -> None:
+    """What CPython's parser says of the code eaglepatch reads (an invalid escape sequence in a
+    string: a SyntaxWarning from Python 3.12, a DeprecationWarning before) is about someone else's
+    file, and its `<unknown>:11` names none: not eaglepatch's to print.  The code it writes is proven
+    by importing it (rewrite/verify.py), not by these warnings."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=SyntaxWarning)
+    warnings.filterwarnings("ignore", message="invalid escape sequence", category=DeprecationWarning)
+
+
 def tune_gc() -> None:
     """The objects alive now (modules, the CLI) live as long as the process: keep the collector off
     them, and collect the young generation less often (a run allocates millions of small nodes and

@@ -422,6 +422,26 @@ def test_syntax_error_elsewhere_in_a_consumer_does_not_hide_its_uses(tmp_path):
     assert set(HOOKS) <= set(method_names((tree / SRT / WRAPPER).read_bytes()))
 
 
+def test_the_parser_s_warnings_about_the_code_read_are_not_printed(tmp_path):
+    """A consumer holding `"\\d"` (an invalid escape: a SyntaxWarning on Python 3.12+, printed by
+    default; a DeprecationWarning before): CPython's parser warns, as `<unknown>:3`, about a file that is
+    not eaglepatch's.  Forced on here, so that this interpreter would print it."""
+    tree = minimal_tree(tmp_path / "tree")
+    with open(tree / SRT / WORKER, "a", encoding="utf-8") as fh:
+        fh.write('\n\ndef layers_of(target_model):\n    pattern = "\\d+"\n    return target_model.get_embed_and_head(), pattern\n')
+    done = subprocess.run(
+        [sys.executable, "-W", "always::DeprecationWarning", "-W", "always::SyntaxWarning", "-m", "eaglepatch",
+         "check", str(tree), "--model", "wrapper"],
+        capture_output=True, text=True, env=subprocess_env(EAGLEPATCH_NO_CACHE="1"), timeout=300,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "get_embed_and_head" in done.stdout
+    assert "escape" not in done.stderr and "Warning" not in done.stderr, done.stderr
+    probe = 'import ast, warnings\nwarnings.simplefilter("always")\nast.parse(open(__import__("sys").argv[1]).read())\n'
+    bare = subprocess.run([sys.executable, "-c", probe, str(tree / SRT / WORKER)], capture_output=True, text=True, timeout=60)
+    assert "invalid escape sequence" in bare.stderr  # the parser does warn about this file
+
+
 # --------------------------------------------------------------------------- symlinks
 
 
