@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import EaglepatchError
 from ..read.bindings import assigned_value, assignment_lines, forwards_any_name
-from ..read.expressions import code_of, dotted_node, parse_statement, parse_value, remember, root_name, source_code
+from ..read.expressions import code_of, dotted_node, dotted_parts, parse_statement, parse_value, remember, root_name, source_code
 from ..read.imports import ImportTable
 from ..read.locate import SourceTree
 from ..read.source import SourceCache, SourceFile, _indent, _is_code, _scan, syntax_error
@@ -412,7 +412,7 @@ def _bases_read_by_ast(header: str) -> list[str] | None:
         return None
     out = []
     for base in node.bases:
-        parts = ast_dotted(base)
+        parts = dotted_parts(base)
         if parts is None:
             return None
         if ast.get_source_segment(text, base) != ".".join(parts):
@@ -421,29 +421,21 @@ def _bases_read_by_ast(header: str) -> list[str] | None:
     return out
 
 
-def ast_dotted(node: ast.AST) -> list[str] | None:
-    """[`a`, `b`, `c`] for CPython's `a.b.c`; None when the chain does not start at a name."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return parts[::-1]
-
-
 def definition_ast(cache: SourceCache, signature: Signature) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """A member's definition read by CPython's parser, its nodes tagged with the text they were read
     from (read/expressions.py quotes them): what the analysis follows (a method's returns and locals,
     its parameters) without libcst."""
     if signature.path is None or signature.header is None:
         return None
-    source = cache.read(signature.path)
-    node = cache.function_ast(source, signature.header)
-    if node is None or node.name != signature.name:
-        return None
-    remember(node, cache.function_text(source, signature.header))
+    node = function_read(cache, cache.read(signature.path), signature.header)
+    return node if node is not None and node.name == signature.name else None
+
+
+def function_read(cache: SourceCache, source: SourceFile, header: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The def at line index `header`, read by CPython's parser, its nodes tagged with their text."""
+    node = cache.function_ast(source, header)
+    if node is not None:
+        remember(node, cache.function_text(source, header))
     return node
 
 

@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING
 
 from ..codemods.names import LINE_LENGTH
 from ..errors import EaglepatchError
-from ..read.expressions import dotted_name as dotted_expression
-from ..read.expressions import parse_value
+from ..read.expressions import dotted_name, dotted_parts, parse_value
 from ..read.source import SourceCache, block_text
 from ..records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
-from .class_index import ast_dotted, signature_node
+from .class_index import signature_node
 from .resolve import Resolver
 from .roles import statement_walk
 
@@ -526,7 +525,7 @@ class HookLibrary:
             if assignment.attribute != attribute:
                 continue
             for value in _branches(parse_value(assignment.value)):
-                name = dotted_expression(value.func)
+                name = dotted_name(value.func)
                 if not name:
                     continue
                 lineage = [name.rsplit(".", 1)[-1]]
@@ -641,7 +640,7 @@ def _bare(inner: InnerModel) -> bool:
 
 
 def _dotted(node: ast.expr | None) -> tuple[str, ...] | None:
-    text = dotted_expression(node) if node is not None else ""
+    text = dotted_name(node) if node is not None else ""
     return tuple(text.split(".")) if text else None
 
 
@@ -715,7 +714,7 @@ def forward_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _ForwardFacts
         if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         if isinstance(sub, ast.Attribute):
-            chain = ast_dotted(sub)
+            chain = dotted_parts(sub)
             if chain is not None and chain[0] == receiver:
                 if id(sub) not in stored:
                     reads.add(tuple(chain[1:]))
@@ -780,7 +779,7 @@ def read_body_ast(node: ast.FunctionDef | ast.AsyncFunctionDef, free: set[str]) 
             return
         stores.update(id(target) for target in _whole_targets(sub))
         if isinstance(sub, ast.Attribute):
-            chain = ast_dotted(sub)
+            chain = dotted_parts(sub)
             if chain is not None and chain[0] == receiver:
                 uses.append(SelfUse(tuple(chain[1:]), id(sub) in stores))
                 return

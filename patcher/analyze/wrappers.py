@@ -27,11 +27,11 @@ from ..read.bindings import (
     statement_end,
     statements,
 )
-from ..read.expressions import code_of, constant_as_name, on_self, parse_value, remember, root_name
+from ..read.expressions import code_of, constant_as_name, on_self, parse_value, root_name
 from ..read.imports import ImportTable
 from ..read.source import SourceFile, _indent, _is_code
 from ..records import ClassInfo, InnerModel, Protocol, Signature, Unresolved, Wrapper
-from .class_index import MAX_BASE_DEPTH, ClassIndex, definition_ast
+from .class_index import MAX_BASE_DEPTH, ClassIndex, definition_ast, function_read
 
 # a class name that says "model" (for an inner model class that lives in the wrapper's file)
 _MODEL_NAME = re.compile(r"(Model|ForCausalLM|ForConditionalGeneration|LMHeadModel)$")
@@ -393,10 +393,9 @@ class WrapperFinder:
 
     def _helper_returns(self, helper: tuple[SourceFile, int], owner, depth: int, instances: bool) -> _Built:
         source, header = helper
-        function = self.cache.function_ast(source, header)
+        function = function_read(self.cache, source, header)
         if function is None:
             return _Built.dead(f"{source.lines[header].strip()}: could not be read", False)
-        remember(function, self.cache.function_text(source, header))
         return self._returned(function, FunctionScope(source, owner, node=function), instances, depth)
 
     def _helper_function(self, source: SourceFile, name: str, depth: int = 0) -> tuple[SourceFile, int] | None:

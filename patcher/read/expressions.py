@@ -19,8 +19,6 @@ _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 _NOT_PLAIN_NAMES = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
 # a node's text: set on every node of a tree read here (ast nodes take attributes)
 _SOURCE = "_source"
-# the constants that libcst reads as names (`None`, `True`, `False`): dotted_name spells them
-_NAMED_CONSTANTS = (None, True, False)
 
 
 def remember(tree: ast.AST, text: str) -> ast.AST:
@@ -70,20 +68,26 @@ def dotted_node(parts: list[str]) -> ast.expr:
     return node
 
 
-def dotted_name(node: ast.AST | None) -> str:
-    """`a.b.c` for a Name/Attribute chain; "" for anything else.  `None`, `True` and `False` count as
-    names, as they do to libcst (codemods.names.dotted_name)."""
+def dotted_parts(node: ast.AST | None, named_constants: bool = False) -> list[str] | None:
+    """[`a`, `b`, `c`] for `a.b.c`; None when the chain does not start at a name (with `named_constants`,
+    `None`, `True` and `False` start one too, as they do to libcst)."""
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
         node = node.value
     if isinstance(node, ast.Name):
         parts.append(node.id)
-    elif isinstance(node, ast.Constant) and node.value in _NAMED_CONSTANTS and type(node.value) in (bool, type(None)):
+    elif named_constants and isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, bool)):
         parts.append(repr(node.value))
     else:
-        return ""
-    return ".".join(reversed(parts))
+        return None
+    return parts[::-1]
+
+
+def dotted_name(node: ast.AST | None) -> str:
+    """`a.b.c` for a Name/Attribute chain; "" for anything else.  `None`, `True` and `False` count as
+    names, as they do to libcst (codemods.names.dotted_name)."""
+    return ".".join(dotted_parts(node, named_constants=True) or [])
 
 
 def constant_as_name(constant: ast.Constant) -> ast.Name:

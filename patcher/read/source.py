@@ -55,6 +55,12 @@ _BLANK_OR_COMMENT = re.compile(rb"^[ \t\f]*(?:[#\r\n]|$)")
 _FORMFEED_INDENT = re.compile(r"^[ \t\f]*\f")
 
 
+def line_starts(text: str) -> array:
+    """Where each line of `text` starts: one past each "\n", found by the regex engine (no line is cut
+    out), 8 bytes a line in an array rather than an int object each."""
+    return array("q", [0, *[match.end() for match in _LF.finditer(text)]])
+
+
 class TextLines(Sequence[str]):
     """A file's lines (no line endings), read off its text on demand: a run over a large tree keeps each
     file's text and 8 bytes a line, not a second copy of the file cut into one string object a line
@@ -64,8 +70,7 @@ class TextLines(Sequence[str]):
 
     def __init__(self, text: str):
         self.text = text
-        # where each line starts: one past each "\n" (the regex engine finds them; no line is cut out)
-        self.starts = array("q", [0, *[match.end() for match in _LF.finditer(text)]])
+        self.starts = line_starts(text)
         self._count = len(self.starts) - (1 if not text or text.endswith("\n") else 0)
 
     def __len__(self) -> int:
@@ -468,7 +473,7 @@ class Outline:
         if isinstance(lines, TextLines) and lines.text is self.joined:
             self._starts = lines.starts  # the same text: the same line starts
         else:
-            self._starts = array("q", [0, *[m.end() for m in _LF.finditer(self.joined)]])  # 8 bytes a line, not 36
+            self._starts = line_starts(self.joined)
         self.headers: list[tuple[int, int, str, str]] = []  # (line index, indent, "def"|"class", name)
         first = _HEADER_FIRST.match(self.joined)
         for match in chain([first] if first else [], _HEADER_AFTER_NEWLINE.finditer(self.joined)):
@@ -959,7 +964,7 @@ class SourceCache:
         self._ast_imports: dict[tuple[Path, int, int], list] = {}
         self._ast_functions: dict[tuple[Path, int], ast.FunctionDef | ast.AsyncFunctionDef | None] = {}
         self._ast_texts: dict[tuple[Path, int], str] = {}  # the text each function_ast was read from
-        self._ast_alone: dict[tuple[Path, int], str] = {}  # a def's slice text, when CPython parsed it on its own
+        self._ast_alone: set[tuple[Path, int]] = set()  # the defs CPython parsed on their own (their _ast_texts are the slice)
         # a member's libcst def by (file, line, name): class_index.signature_node parses it once
         self.definitions: dict[tuple[Path, int, str], cst.FunctionDef | None] = {}
         # the names such a def binds itself (verify: a learned body is checked against its reference's)
@@ -1056,7 +1061,8 @@ class SourceCache:
         parsed = self._parsed.get((source.path, start, end))
         if parsed is not None and parsed.first_line == start:
             return parsed.text
-        return self._ast_alone.get((source.path, header))
+        key = (source.path, header)
+        return self._ast_texts[key] if key in self._ast_alone else None
 
     def parse_block(self, source: SourceFile, header: int) -> Parsed:
         """Parse the def/class block whose header line index is `header`."""
@@ -1074,7 +1080,7 @@ class SourceCache:
             body = ast.parse(text).body
             found = body[-1] if body and isinstance(body[-1], (ast.FunctionDef, ast.AsyncFunctionDef)) else None
             if found is not None and len(body) == 1:
-                self._ast_alone[key] = text
+                self._ast_alone.add(key)
         except (SyntaxError, ValueError):
             try:  # a slice that does not stand alone: the whole file, then the def on that line
                 whole = ast.parse(source.text)
