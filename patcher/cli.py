@@ -87,6 +87,13 @@ ConsumerOpt = typer.Option(
     help="Extra file or glob (relative to srt) whose calls on models all count as EAGLE-3 code. Repeatable.",
 )
 IgnoreOpt = typer.Option(None, "--ignore", metavar="MEMBER", help="Protocol member never to report or write. Repeatable.")
+ExcludeOpt = typer.Option(
+    None,
+    "--exclude",
+    metavar="GLOB",
+    help="File or glob (relative to srt) never to read: a file that does not parse stops every command (exit 2) "
+    "until it is fixed or left out here (or in [tool.eaglepatch] exclude). Repeatable.",
+)
 InstalledOpt = typer.Option(
     False, "--installed", help="Target the sglang that `python` on PATH would import (found without importing it)."
 )
@@ -208,8 +215,10 @@ def main_options(
 
 
 def fail(message: str) -> NoReturn:
-    """One line on stderr, exit 2: the contract for every bad input."""
-    typer.echo(f"eaglepatch: error: {message}", err=True)
+    """One line on stderr per problem (a message of several lines names several files), exit 2: the
+    contract for every bad input."""
+    for line in message.splitlines() or [message]:
+        typer.echo(f"eaglepatch: error: {line}", err=True)
     raise typer.Exit(2)
 
 
@@ -224,13 +233,13 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
 
 
-def _selection(path, models, consumers, all_models, ignore, installed, python, engine: Optional[Engine]):
+def _selection(path, models, consumers, all_models, ignore, installed, python, engine: Optional[Engine], exclude=None):
     """The command's flags as a pipeline.Selection (the analysis and the result cache's key read the same one)."""
     from .pipeline import Selection
 
     return Selection(
         path, list(models or []), all_models, list(consumers or []), list(ignore or []), installed, python,
-        engine.value if engine is not None else None,
+        engine.value if engine is not None else None, list(exclude or []),
     )
 
 
@@ -244,11 +253,12 @@ def run_analysis(
     python: Optional[str] = None,
     resolved=None,
     engine: Optional[Engine] = None,
+    exclude: Optional[list[str]] = None,
 ):
     from .errors import EaglepatchError
     from .pipeline import analyze
 
-    selection = _selection(path, models, consumers, all_models, ignore, installed, python, engine)
+    selection = _selection(path, models, consumers, all_models, ignore, installed, python, engine, exclude)
     try:
         if sys.stderr.isatty():
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -292,6 +302,7 @@ def check(
         False, "--no-cache", help="Neither read nor write the result cache (also EAGLEPATCH_NO_CACHE=1)."
     ),
     engine: Optional[Engine] = EngineOpt,
+    exclude: Optional[list[str]] = ExcludeOpt,
 ) -> None:
     """Report every EAGLE-3 member a model class lacks (a CI gate: exit 1 when a required one is missing)."""
     if baseline is not None and write_baseline is not None:
@@ -299,14 +310,14 @@ def check(
     results, resolved = None, None
     if write_baseline is None:
         results, resolved = _result_cache(
-            path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache, engine
+            path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache, engine, exclude
         )
     if results is not None:
         hit = results.lookup()
         if hit is not None:
             sys.stdout.write(hit[1])
             raise typer.Exit(hit[0])
-    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, resolved, engine)
+    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, resolved, engine, exclude)
     if results is None:
         _report(analysis, output_format, baseline, write_baseline)
     from .cache import Tee
@@ -322,7 +333,7 @@ def check(
         sys.stdout = stdout
 
 
-def _result_cache(path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache, engine=None):
+def _result_cache(path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache, engine=None, exclude=None):
     """(the cache entry for this question, the resolved selection), or (None, None) when bypassed."""
     from . import cache
 
@@ -335,7 +346,7 @@ def _result_cache(path, model, consumer, all_models, ignore, installed, python, 
     from .pipeline import resolve_selection
     from .read.style import style_files
 
-    selection = _selection(path, model, consumer, all_models, ignore, installed, python, engine)
+    selection = _selection(path, model, consumer, all_models, ignore, installed, python, engine, exclude)
     try:
         resolved = resolve_selection(selection)
     except EaglepatchError as exc:
@@ -352,6 +363,7 @@ def _result_cache(path, model, consumer, all_models, ignore, installed, python, 
         "all": merged.all_models,
         "consumers": [str(c) for c in consumers],
         "ignore": merged.ignore,
+        "exclude": merged.exclude,
         "format": output_format.value,
         "baseline": [str(baseline), baseline_file] if baseline is not None else None,
         "cwd": os.getcwd(),
@@ -449,9 +461,10 @@ def diff(
     installed: bool = InstalledOpt,
     python: Optional[str] = PythonOpt,
     engine: Optional[Engine] = EngineOpt,
+    exclude: Optional[list[str]] = ExcludeOpt,
 ) -> None:
     """Print what `apply` would write (delegations, learned hook bodies), as a unified diff with git headers (dry run)."""
-    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, engine=engine)
+    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, engine=engine, exclude=exclude)
     edits, errors = _edits(analysis)
     if not edits:
         if not errors:  # after an error, its line is the whole story
@@ -549,9 +562,10 @@ def apply(
     python: Optional[str] = PythonOpt,
     commit: bool = typer.Option(False, "--commit", help="Commit just the patched files (git work trees only)."),
     engine: Optional[Engine] = EngineOpt,
+    exclude: Optional[list[str]] = ExcludeOpt,
 ) -> None:
     """Write the missing members (delegations, learned hook bodies) into the model files, then show what was done."""
-    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, engine=engine)
+    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, engine=engine, exclude=exclude)
     edits, errors = _edits(analysis)
     console = _console()
     if not edits:

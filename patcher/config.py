@@ -4,6 +4,7 @@
     models = ["kimi_k25"]            # what `check` looks at without --model (or all = true)
     consumers = ["speculative/my_worker.py", "speculative/extra_*.py"]   # globs, relative to srt
     ignore = ["set_embed"]           # protocol members never reported or written
+    exclude = ["models/broken.py"]   # files never read (globs, relative to srt): the gate does not ask them to parse
 
 Command-line flags win over the file.
 """
@@ -21,7 +22,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]  # a 3.10 dependency; mypy may run on 3.11 without it
 
-KNOWN_KEYS = {"models", "all", "consumers", "ignore"}
+KNOWN_KEYS = {"models", "all", "consumers", "ignore", "exclude"}
 
 
 @dataclass
@@ -30,6 +31,7 @@ class Settings:
     all_models: bool = False
     consumers: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
     source: Path | None = None  # the pyproject.toml it came from
 
 
@@ -79,4 +81,4 @@ def load_settings(srt: Path, stop: Path | None = None) -> Settings:
     all_models = table.get("all", False)
     if not isinstance(all_models, bool):
         raise EaglepatchError("[tool.eaglepatch] all must be true or false", path=str(path))
-    return Settings(strings("models"), all_models, strings("consumers"), strings("ignore"), path)
+    return Settings(strings("models"), all_models, strings("consumers"), strings("ignore"), strings("exclude"), path)

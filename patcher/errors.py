@@ -13,3 +13,13 @@ class EaglepatchError(Exception):
         if path:
             where = f"{path}:{line}: " if line else f"{path}: "
         super().__init__(where + message)
+
+
+class UnreadableFiles(EaglepatchError):
+    """Files an answer depends on that could not be decoded or parsed: every one is named, since an
+    answer read around a file it could not read is no answer (the gate never passes on one)."""
+
+    def __init__(self, errors: list[EaglepatchError], rels: list[str]):
+        self.errors = tuple(errors)
+        lines = [f"{error}, or leave it out with --exclude {rel}" for error, rel in zip(errors, rels)]
+        super().__init__("\n".join(lines))

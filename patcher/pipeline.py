@@ -53,6 +53,7 @@ class Selection:
     installed: bool = False
     python: str | None = None
     engine: str | None = None  # "sglang" | "vllm"; None: what the tree's shape says
+    exclude: list[str] = field(default_factory=list)  # paths or globs never read, relative to srt or absolute
 
 
 def resolve_selection(selection: Selection) -> tuple[SourceTree, Selection, list[Path]]:
@@ -76,17 +77,32 @@ def resolve_selection(selection: Selection) -> tuple[SourceTree, Selection, list
         consumers=selection.consumers or settings.consumers,
         ignore=sorted(set(selection.ignore) | set(settings.ignore)),
         engine=selection.engine,
+        exclude=list(dict.fromkeys([*selection.exclude, *settings.exclude])),
     )
+    for pattern in merged.exclude:
+        if not _matches(tree, pattern):
+            where = str(settings.source) if pattern in settings.exclude and pattern not in selection.exclude else "--exclude"
+            raise EaglepatchError(f"exclude {pattern!r} names no file (relative paths are read from {tree.srt})", path=where)
     consumers: list[Path] = []
     for pattern in merged.consumers:
-        base = Path(pattern)
-        matches = sorted(tree.srt.glob(pattern)) if not base.is_absolute() else ([base] if base.is_file() else [])
-        matches = [m for m in matches if m.is_file()]
+        matches = _matches(tree, pattern)
         if not matches:
             where = str(settings.source) if pattern in settings.consumers and not selection.consumers else "--consumer"
             raise EaglepatchError(f"consumer {pattern!r} names no file (relative paths are read from {tree.srt})", path=where)
         consumers += [m.resolve() for m in matches if m.resolve() not in consumers]
     return tree, merged, consumers
+
+
+def _matches(tree: SourceTree, pattern: str) -> list[Path]:
+    """The files a --consumer or --exclude pattern names: a glob relative to srt, or an absolute path."""
+    base = Path(pattern)
+    matches = sorted(tree.srt.glob(pattern)) if not base.is_absolute() else ([base] if base.is_file() else [])
+    return [m for m in matches if m.is_file()]
+
+
+def excluded_files(tree: SourceTree, patterns: list[str]) -> frozenset[Path]:
+    """The resolved paths the user left out: no stage reads them, and the gate does not ask them to parse."""
+    return frozenset(m.resolve() for pattern in patterns for m in _matches(tree, pattern))
 
 
 def analyze(
@@ -107,10 +123,12 @@ def analyze(
     from .read.source import SourceCache
     from .read.style import load_style
 
+    excluded: frozenset[Path] = frozenset()
     if isinstance(path, Selection):
         tree, selection, consumers = resolved if resolved is not None else resolve_selection(path)
         models, all_models, ignore = selection.models, selection.all_models, selection.ignore
         extra_consumers = (extra_consumers or []) + consumers
+        excluded = excluded_files(tree, selection.exclude)
     else:
         tree, ignore = locate_tree(path), []
     if tree.engine == "vllm":  # the vLLM profile (patcher/vllm_profile/)
@@ -118,8 +136,8 @@ def analyze(
 
         return analyze_vllm(tree, models or [], all_models, progress)
     cache = SourceCache(tree.srt)
-    protocol = extract_protocol(tree, cache, extra_consumers, ignore)
-    resolver = Resolver(tree, cache)
+    protocol = extract_protocol(tree, cache, extra_consumers, ignore, excluded)
+    resolver = Resolver(tree, cache, excluded)
     if all_models:
         wrappers = resolver.all_wrappers(protocol, progress)
     else:
@@ -158,8 +176,46 @@ def analyze(
             break
         written = now
         plans = plan_all()
+    _require_read(tree, cache, plans, excluded)
     warnings = list(protocol.warnings) + resolver.warnings + [_not_followed(style, note) for note in style.not_followed]
+    warnings += [f"{cache.rel(path)}: left out by --exclude: not read, and not checked" for path in sorted(excluded)]
     return Analysis(tree, cache, protocol, plans, warnings, all_models, style)
+
+
+def depended_on(plans: list[ModelPlan]) -> list[str]:
+    """The files (relative to srt) the verdicts were read from: each class's module and those of its
+    bases, inner models and members, and each learned body's reference."""
+    files: dict[str, None] = {}
+    for plan in plans:
+        wrapper = plan.wrapper
+        files.update(dict.fromkeys([wrapper.path, wrapper.cls.file]))
+        files.update(dict.fromkeys(s.file for s in wrapper.cls.members.values()))
+        for inner in wrapper.inners:
+            files.update(dict.fromkeys([inner.file, *(c.file for c in inner.classes)]))
+        for entry in (*plan.missing, *plan.forwarded):
+            if entry.defined is not None:
+                files[entry.defined.file] = None
+            if entry.synthesis is not None:
+                reference = entry.synthesis.reference
+                files.update(dict.fromkeys([reference.signature.file, reference.owner.file]))
+    return [f for f in files if f]
+
+
+def _require_read(tree: SourceTree, cache: SourceCache, plans: list[ModelPlan], excluded: frozenset[Path]) -> None:
+    """Every file a verdict depends on parses, or the run stops naming each one that does not (exit 2):
+    a gate that passed over an unreadable file would pass on a guess."""
+    from .errors import UnreadableFiles
+
+    unread = []
+    for rel in depended_on(plans):
+        path = Path(rel) if Path(rel).is_absolute() else tree.srt / rel
+        if not path.is_file() or (excluded and path.resolve() in excluded):
+            continue
+        error = cache.unreadable(path)
+        if error is not None:
+            unread.append((rel, error))
+    if unread:
+        raise UnreadableFiles([error for _, error in unread], [rel for rel, _ in unread])
 
 
 def _not_followed(style: FormatStyle, note: str) -> str:

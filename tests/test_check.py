@@ -847,12 +847,15 @@ def test_successful_check_touches_nothing(tree, tmp_path):
     assert snapshot(tmp_path) == before
 
 
-def test_non_utf8_consumer_is_a_warning_not_an_error(tree):
+def test_non_utf8_consumer_is_an_error_until_left_out(tree):
     path = tree.path("speculative/eagle_utils.py")
     path.write_bytes(path.read_bytes().replace(b"Helpers shared", b"Helpers sh\xe4red"))
-    code, data = check_json(tree.root)
+    result = run(tree.root)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("eaglepatch: error: speculative/eagle_utils.py:") and "UTF-8" in result.stderr
+    code, data = check_json(tree.root, "--exclude", "speculative/eagle_utils.py")
     assert code == 1
-    assert any("speculative/eagle_utils.py" in w for w in data["warnings"])
+    assert any("speculative/eagle_utils.py" in w and "--exclude" in w for w in data["warnings"])
 
 
 def test_syntax_error_names_the_offending_line(tree):
@@ -960,3 +963,50 @@ def test_end_to_end_error(tmp_path):
     assert proc.stdout == ""
     assert proc.stderr.splitlines() == [proc.stderr.strip()]
     assert proc.stderr.startswith(f"eaglepatch: error: {tmp_path / 'missing'}: does not exist")
+
+
+# --------------------------------------------------------------------------- nothing unread passes the gate
+
+
+@pytest.mark.parametrize("output_format", ["table", "json", "github", "sarif"])
+def test_all_stops_on_a_listed_module_that_does_not_parse(tree, output_format):
+    """`check --all` once listed the broken file's class as fixable and exited 1, as if it had read it."""
+    tree.append("models/gemma_like.py", "\n\ndef broken(:\n    pass\n")
+    result = run(tree.root, "--all", "--format", output_format)
+    assert result.exit_code == 2
+    line = tree.line("models/gemma_like.py", "def broken(:")
+    assert f"models/gemma_like.py:{line}: is not valid Python" in result.stderr
+    assert "--exclude models/gemma_like.py" in result.stderr
+
+
+def test_all_names_every_module_that_does_not_parse(tree):
+    tree.append("models/gemma_like.py", "\n\ndef broken(:\n    pass\n")
+    tree.append("models/olmo_like.py", "\n\nclass Broken(\n")
+    result = run(tree.root, "--all")
+    assert result.exit_code == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("eaglepatch: error: ")]
+    assert [e.split(": ")[2].split(":")[0] for e in errors] == ["models/gemma_like.py", "models/olmo_like.py"], result.stderr
+
+
+def test_an_excluded_module_is_not_listed(tree):
+    tree.append("models/gemma_like.py", "\n\ndef broken(:\n    pass\n")
+    code, data = check_json(tree.root, "--all", "--exclude", "models/gemma_like.py")
+    assert code == 1
+    assert "GemmaLikeForConditionalGeneration" not in {m["class"] for m in data["models"]}
+    assert "LlavaLikeForConditionalGeneration" in {m["class"] for m in data["models"]}
+    assert any("models/gemma_like.py" in w and "--exclude" in w for w in data["warnings"])
+
+
+def test_a_base_module_that_does_not_parse_stops_the_gate(tree):
+    """A module no EntryClass names, read only for the base class a listed wrapper inherits from."""
+    tree.path("models/base_only.py").write_text(
+        "class BaseOnly:\n    def get_embed_and_head(self):\n        return None\n\n\ndef broken(:\n    pass\n", encoding="utf-8"
+    )
+    tree.path("models/sub_wrapper.py").write_text(
+        "from sglang.srt.models.base_only import BaseOnly\n\n\nclass SubWrapper(BaseOnly):\n    pass\n\n\nEntryClass = [SubWrapper]\n",
+        encoding="utf-8",
+    )
+    for args in (["--all"], ["--model", "sub_wrapper"]):
+        result = run(tree.root, *args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "models/base_only.py:6: is not valid Python" in result.stderr, (args, result.stderr)

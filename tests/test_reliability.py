@@ -383,43 +383,64 @@ def test_only_consumer_unreadable_exits_2_naming_it(tmp_path, fault):
 
 
 @pytest.mark.parametrize("fault", CONSUMER_FAULTS)
-def test_only_consumer_unreadable_exits_2(tmp_path, fault):
-    """The part of the contract that holds today: exit 2, one line, nothing touched."""
+def test_only_consumer_unreadable_says_how_to_leave_it_out(tmp_path, fault):
     tree = minimal_tree(tmp_path / "tree")
     _break_consumer(tree, fault)
-    assert_bad_input(tmp_path, [tree, "--model", "wrapper"], "no EAGLE-3 consumer code found")
+    assert_bad_input(tmp_path, [tree, "--model", "wrapper"], f"{WORKER}", f"--exclude {WORKER}")
 
 
 @pytest.mark.parametrize("fault", CONSUMER_FAULTS)
-@pytest.mark.parametrize(
-    "command,code",
-    [
-        ("check", 1),
-        ("diff", 1),
-        ("apply", 0),
-    ],
-)
-def test_unreadable_consumer_is_skipped_with_a_warning(tmp_path, fault, command, code):
+@pytest.mark.parametrize("command", ["check", "diff", "apply"])
+def test_an_unreadable_consumer_stops_every_command(tmp_path, fault, command):
+    """A second consumer still holds every hook, yet the gate does not pass around the first: the protocol
+    read without it may be smaller than the tree's (it once dropped 83 required gaps of 0.5.23)."""
+    tree = minimal_tree(tmp_path / "tree", utils=True)
+    _break_consumer(tree, fault)
+    before = state(tmp_path)
+    line = error_line(eaglepatch(command, tree, "--model", "wrapper"))
+    assert line.startswith(f"eaglepatch: error: {WORKER}:") and f"--exclude {WORKER}" in line, line
+    assert state(tmp_path) == before
+
+
+@pytest.mark.parametrize("fault", CONSUMER_FAULTS)
+@pytest.mark.parametrize("command,code", [("check", 1), ("diff", 1), ("apply", 0)])
+def test_an_excluded_consumer_is_not_read_and_is_named(tmp_path, fault, command, code):
     tree = minimal_tree(tmp_path / "tree", utils=True)
     _break_consumer(tree, fault)
     consumer = (tree / SRT / WORKER).read_bytes()
-    result = eaglepatch(command, tree, "--model", "wrapper")
+    result = eaglepatch(command, tree, "--model", "wrapper", "--exclude", WORKER)
     assert result.exit_code == code, result.output
     assert (tree / SRT / WORKER).read_bytes() == consumer
     if command == "apply":
         assert set(HOOKS) <= set(method_names((tree / SRT / WRAPPER).read_bytes()))
-    warnings = [line for line in result.output.splitlines() if "skipped consumer" in line]
+    warnings = [line for line in result.output.splitlines() if "left out by --exclude" in line]
     assert warnings and WORKER in warnings[0], result.output
 
 
-def test_syntax_error_elsewhere_in_a_consumer_does_not_hide_its_uses(tmp_path):
-    """Only the functions that use a model are parsed: a broken unrelated function costs nothing."""
+def test_exclude_in_pyproject_leaves_a_consumer_out(tmp_path):
+    tree = minimal_tree(tmp_path / "tree", utils=True)
+    _break_consumer(tree, "syntax")
+    (tree / "pyproject.toml").write_text(f'[tool.eaglepatch]\nexclude = ["{WORKER}"]\n', encoding="utf-8")
+    (tree / ".git").mkdir()  # the settings search stops at the work tree root
+    assert eaglepatch("check", tree, "--model", "wrapper").exit_code == 1
+
+
+def test_an_exclude_that_names_no_file_is_an_error(tmp_path):
+    tree = minimal_tree(tmp_path / "tree")
+    line = error_line(eaglepatch("check", tree, "--model", "wrapper", "--exclude", "speculative/gone.py"))
+    assert "--exclude" in line and "speculative/gone.py" in line and "names no file" in line, line
+
+
+def test_syntax_error_elsewhere_in_a_consumer_stops_the_gate(tmp_path):
+    """Even a function that uses no model: the module does not import, and the slices read around the
+    error are no reading of the file."""
     tree = minimal_tree(tmp_path / "tree")
     with open(tree / SRT / WORKER, "a", encoding="utf-8") as fh:
         fh.write("\n    def broken(self:\n        pass\n")
-    assert eaglepatch("check", tree, "--model", "wrapper").exit_code == 1
-    assert eaglepatch("apply", tree, "--model", "wrapper").exit_code == 0
-    assert set(HOOKS) <= set(method_names((tree / SRT / WRAPPER).read_bytes()))
+    line_no = (tree / SRT / WORKER).read_text(encoding="utf-8").splitlines().index("    def broken(self:") + 1
+    for command in ("check", "diff", "apply"):
+        assert f"{WORKER}:{line_no}: is not valid Python" in error_line(eaglepatch(command, tree, "--model", "wrapper"))
+    assert WRAPPER_CLASS not in str(method_names((tree / SRT / WRAPPER).read_bytes()))  # nothing written
 
 
 def test_the_parser_s_warnings_about_the_code_read_are_not_printed(tmp_path):

@@ -24,7 +24,7 @@ from ..read.bindings import assigned_value, assignment_lines, forwards_any_name
 from ..read.expressions import code_of, dotted_node, dotted_parts, parse_statement, parse_value, remember, root_name, source_code
 from ..read.imports import ImportTable
 from ..read.locate import SourceTree
-from ..read.source import SourceCache, SourceFile, _indent, _is_code, _scan, syntax_error
+from ..read.source import SourceCache, SourceFile, _indent, _is_code, _scan
 from ..records import ClassInfo, Signature, SignatureKind
 
 if TYPE_CHECKING:
@@ -121,18 +121,15 @@ class ClassIndex:
         self.cache = cache
         self._classes: dict[tuple[Path, str], ClassInfo | None] = {}
         self._texts: dict[tuple[Path, str], ClassText | None] = {}
-        self._checked: set[Path] = set()
         self._named: dict[tuple[Path, str], tuple[SourceFile, str] | None] = {}
         self._module_assignments: dict[Path, dict[str, int]] = {}  # module-level `name = ...` lines
         self._bases: dict[tuple[Path, int], list[ast.expr]] = {}  # class headers, read once
         self._self_assignments: dict[tuple[Path, int, int], list[tuple[int, int, str, str]]] = {}
 
     def require_valid(self, source: SourceFile) -> None:
-        if source.path not in self._checked:
-            error = syntax_error(source)
-            if error is not None:
-                raise error
-            self._checked.add(source.path)
+        error = self.cache.unreadable(source.path)
+        if error is not None:
+            raise error
 
     # -- finding a class ---------------------------------------------------------------
     def class_text(self, source: SourceFile, name: str) -> ClassText | None:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import EaglepatchError
+from ..errors import EaglepatchError, UnreadableFiles
 from ..read.imports import ImportTable
 from ..read.locate import SourceTree
 from ..read.source import SourceCache, SourceFile, _dedent, block_start, block_text, invalid_python, is_word_char
@@ -286,7 +286,7 @@ class Extraction:
     consumers: set[str] = field(default_factory=set)
     eagle_lines: dict[str, set[int]] = field(default_factory=dict)  # file -> lines inside EAGLE scope
     warnings: list[str] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, why) consumers that could not be read
+    unread: list[tuple[Path, EaglepatchError]] = field(default_factory=list)  # consumers that could not be read
     followed: set[tuple[str, int, tuple]] = field(default_factory=set)
     assigned: list[tuple[str, str]] = field(default_factory=list)  # (member, "path:line") of `model.member = ...`
 
@@ -695,11 +695,18 @@ def _positive_hasattr(test: ast.AST, block: Block) -> frozenset[str]:
 class ProtocolReader:
     """Finds the consumers, walks the slices that matter and follows helpers."""
 
-    def __init__(self, tree: SourceTree, cache: SourceCache, extra_consumers: list[Path] | None = None):
+    def __init__(
+        self,
+        tree: SourceTree,
+        cache: SourceCache,
+        extra_consumers: list[Path] | None = None,
+        excluded: frozenset[Path] = frozenset(),
+    ):
         self.tree = tree
         self.cache = cache
         self.extraction = Extraction()
         self.extra = extra_consumers or []
+        self.excluded = excluded  # resolved paths the user left out (--exclude): never read
         self._blocks: dict[tuple[Path, int, int], Block] = {}  # (file, start, end) -> the slice read
 
     # -- discovery -------------------------------------------------------------------
@@ -741,14 +748,18 @@ class ProtocolReader:
     # -- reading -----------------------------------------------------------------------
     def read(self) -> Extraction:
         for path, eagle_module in self.candidate_files():
+            if self.excluded and path.resolve() in self.excluded:
+                continue
             try:
                 source = self.cache.read(path)
                 if not eagle_module and not _EAGLE_GUARD.search(source.text):
                     continue  # no EAGLE branch anywhere in the file: nothing can count here
+                error = self.cache.unreadable(path)  # a slice that parses alone is no reading of a file that does not
+                if error is not None:
+                    raise error
                 self._read_file(source, eagle_module)
             except EaglepatchError as exc:
-                self.extraction.warnings.append(f"skipped consumer {exc}")
-                self.extraction.skipped.append((exc.path or self.cache.rel(path), str(exc).split(": ", 1)[-1]))
+                self.extraction.unread.append((path, exc))
         return self.extraction
 
     def _read_file(self, source: SourceFile, eagle_module: bool) -> None:
@@ -902,10 +913,14 @@ class ProtocolReader:
         origin = imports.lookup(name)
         if origin is None or origin.path is None:
             return None
-        try:
-            other = self.cache.read(origin.path)
-        except EaglepatchError:
+        if self.excluded and origin.path.resolve() in self.excluded:
             return None
+        error = self.cache.unreadable(origin.path)
+        if error is not None:  # a helper the consumer calls is part of the consumer
+            if all(path != origin.path for path, _ in self.extraction.unread):
+                self.extraction.unread.append((origin.path, error))
+            return None
+        other = self.cache.read(origin.path)
         other_outline = self.cache.outline(other)
         for index, indent, kind, header_name in other_outline.headers:
             if indent == 0 and kind == "def" and header_name == origin.name:
@@ -920,9 +935,12 @@ class ProtocolReader:
         if not executor.is_dir():
             return found
         for path in sorted(executor.rglob("*.py")):
+            if self.excluded and path.resolve() in self.excluded:
+                continue
             try:
                 source = self.cache.read(path)
-            except EaglepatchError:
+            except EaglepatchError as exc:  # what the runner uses on every model decides what is set aside
+                self.extraction.unread.append((path, exc))
                 continue
             for line, member in self._general_uses(source):
                 found.setdefault(member, f"{source.rel}:{line}")
@@ -1076,11 +1094,17 @@ def _find_def(module: ast.Module, header_line: str) -> ast.FunctionDef | ast.Asy
 
 
 def extract_protocol(
-    tree: SourceTree, cache: SourceCache, extra_consumers: list[Path] | None = None, ignore: list[str] | None = None
+    tree: SourceTree,
+    cache: SourceCache,
+    extra_consumers: list[Path] | None = None,
+    ignore: list[str] | None = None,
+    excluded: frozenset[Path] = frozenset(),
 ) -> Protocol:
-    reader = ProtocolReader(tree, cache, extra_consumers)
+    reader = ProtocolReader(tree, cache, extra_consumers, excluded)
     extraction = reader.read()
     general = reader.general_interface()
+    if extraction.unread:  # the protocol read around a consumer is not the tree's protocol
+        raise UnreadableFiles([error for _, error in extraction.unread], [cache.rel(path) for path, _ in extraction.unread])
     members: dict[str, ProtocolMember] = {}
     set_aside: dict[str, str] = {}
     ignored = set(ignore or [])
@@ -1095,13 +1119,6 @@ def extract_protocol(
         if name in members and at not in members[name].assigned_at:
             members[name].assigned_at.append(at)
     if not members:
-        if extraction.skipped:
-            path, why = extraction.skipped[0]
-            raise EaglepatchError(
-                f"could not be read as an EAGLE-3 consumer ({why}), and no EAGLE-3 consumer code found "
-                "elsewhere; fix that file",
-                path=path,
-            )
         raise EaglepatchError(
             "no EAGLE-3 consumer code found (no model member used in speculative/*eagle* files or EAGLE-guarded "
             "branches); is this an SGLang tree with EAGLE support?",

@@ -12,7 +12,7 @@ import ast
 import re
 from pathlib import Path
 
-from ..errors import EaglepatchError
+from ..errors import EaglepatchError, UnreadableFiles
 from ..read.locate import SourceTree
 from ..read.source import SourceCache, SourceFile
 from ..records import ClassInfo, InnerModel, Protocol, Signature, Wrapper
@@ -71,12 +71,13 @@ def entry_assignments(text: str) -> list[re.Match]:
 class Resolver:
     """The class index and the wrapper finder of one run, and which classes the run looks at."""
 
-    def __init__(self, tree: SourceTree, cache: SourceCache):
+    def __init__(self, tree: SourceTree, cache: SourceCache, excluded: frozenset[Path] = frozenset()):
         self.tree = tree
         self.cache = cache
         self.index = ClassIndex(tree, cache)
         self.finder = WrapperFinder(self.index)
         self.warnings: list[str] = []
+        self.excluded = excluded  # resolved paths the user left out (--exclude): never listed
         self._model_files: list[Path] | None = None
 
     def model_files(self) -> list[Path]:
@@ -132,23 +133,29 @@ class Resolver:
         """Every class an `EntryClass` names under models/: each gets a verdict, none is left out,
         and none twice (a module symlinked under another name is one file)."""
         files = []
+        unread: list[tuple[Path, EaglepatchError]] = []
         for path in self.model_files():
+            if self.excluded and path.resolve() in self.excluded:
+                continue
             try:
                 with open(path, "rb") as handle:
                     if b"EntryClass" in handle.read():
                         files.append(path)
-            except OSError:
-                continue
+            except OSError as exc:
+                unread.append((path, EaglepatchError(f"cannot be read ({exc.strerror}); check its permissions", path=self.cache.rel(path))))
         found: list[Wrapper] = []
         for path in files:
             if progress is not None:
                 progress(self.tree.rel(path), len(files))
-            try:
-                source = self.cache.read(path)
-                for name in self.wrapper_candidates(source, entry_only=True):
-                    found.append(self.wrapper(source, name, protocol))
-            except EaglepatchError as exc:
-                self.warnings.append(f"skipped {exc}")
+            error = self.cache.unreadable(path)  # its classes read off a file Python refuses would be a guess
+            if error is not None:
+                unread.append((path, error))
+                continue
+            source = self.cache.read(path)
+            for name in self.wrapper_candidates(source, entry_only=True):
+                found.append(self.wrapper(source, name, protocol))
+        if unread:
+            raise UnreadableFiles([error for _, error in unread], [self.cache.rel(path) for path, _ in unread])
         return found
 
 
@@ -177,6 +184,8 @@ def select_wrappers(tree: SourceTree, cache: SourceCache, resolver: Resolver, se
             "(e.g. kimi_k25 or kimi_k25:KimiK25ForConditionalGeneration)",
             path=rel,
         )
+    if resolver.excluded and path.resolve() in resolver.excluded:
+        raise EaglepatchError("is left out by --exclude (or [tool.eaglepatch] exclude); drop it there to check it", path=rel)
     source = cache.read(path)
     resolver.require_valid(source)
     if class_name:

@@ -976,6 +976,7 @@ class SourceCache:
         self.defined_here: dict[Path, set[str]] = {}  # file -> names it defines at top level
         self.module_scopes: dict[tuple[Path, frozenset[str] | None], Any] = {}  # scopes.scope_of
         self.exports: Any = None  # scopes.Exports of the tree, made on first use
+        self._validity: dict[Path, EaglepatchError | None] = {}  # unreadable(): each file compiled once per run
         self.bytes_read = 0
         self.lines_parsed = 0
 
@@ -1005,6 +1006,17 @@ class SourceCache:
         source = decode_source(path, rel, data)
         self._files[path] = source
         return source
+
+    def unreadable(self, path: Path) -> EaglepatchError | None:
+        """Why `path` cannot be read as Python (not decodable, not compilable), or None; once per run.
+        An answer that depends on a file is only as good as the whole file's reading, so the gate asks this
+        of every file it reads, not just of the slices it parsed."""
+        if path not in self._validity:
+            try:
+                self._validity[path] = syntax_error(self.read(path))
+            except EaglepatchError as exc:
+                self._validity[path] = exc
+        return self._validity[path]
 
     def parse_whole(self, source: SourceFile) -> Parsed:
         key = (source.path, 0, -1)
