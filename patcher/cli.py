@@ -147,12 +147,14 @@ Examples:
   eaglepatch apply /root/sglang --commit      # commit just the patched files
 
 Writes delegations, and hook bodies learned from a class of the tree on the same shape (only
-where the plumbing for aux hidden states exists; every patch is proven first). Writes are
-atomic; a file that changed since it was read is left alone. Every file (and, with
---commit, the commit) is checked before any is written. A file another process keeps locked is
-waited for EAGLEPATCH_LOCK_TIMEOUT seconds (default 10).
-Exit codes: 0 written or nothing to do, 2 error (that file untouched; other files still written,
-unless --commit, which then writes nothing).
+where the plumbing for aux hidden states exists; every patch is proven first). All or nothing:
+every file (and, with --commit, the commit) is checked and staged before the first is replaced;
+one refusal, a file changed since it was read, or a refused commit leaves every file as it was.
+Ctrl-C (or SIGTERM) while files are replaced waits until all are. A file another process keeps
+locked is waited for EAGLEPATCH_LOCK_TIMEOUT seconds (default 10).
+Exit codes: 0 written and no required member left missing (or nothing was missing),
+1 required members still missing that apply cannot write (listed, with why),
+2 error (nothing written), 130 interrupted (by then every file was written, or none).
 """
 EPILOG_REVERT = """\
 Examples:
@@ -163,7 +165,8 @@ Examples:
 
 Only members carrying eaglepatch's marker and still exactly as eaglepatch wrote them are removed;
 hand-written or hand-edited methods stay. On a vLLM tree, also the SupportsEagle3 base of a class
-carrying "# eaglepatch: added SupportsEagle3 to the bases", and its import when nothing else uses it. Exit codes: 0 done or nothing to revert, 2 error.
+carrying "# eaglepatch: added SupportsEagle3 to the bases", and its import when nothing else uses it. All or nothing, as apply. Exit codes: 0 done or nothing to revert, 2 error (nothing
+written), 130 interrupted.
 """
 EPILOG_EXPLAIN = """\
 Examples:
@@ -408,7 +411,7 @@ def _report(analysis, output_format: OutputFormat, baseline: Optional[Path], wri
     raise typer.Exit(1 if gate.new_gaps(analysis.plans) else 0)
 
 
-def _edits(analysis):
+def _edits(analysis, suffix: str = ""):
     """Edits per file; a file that cannot be edited is reported and the others go on."""
     from .rewrite.edits import build_edits
 
@@ -422,7 +425,7 @@ def _edits(analysis):
     else:
         edits, errors = build_edits(analysis.cache, analysis.tree, analysis.plans, analysis.style)
     for error in errors:
-        typer.echo(f"eaglepatch: error: {error}", err=True)
+        typer.echo(f"eaglepatch: error: {error}{suffix}", err=True)
     return [e for e in edits if e.changed], errors
 
 
@@ -490,65 +493,118 @@ def _check_commit(tree, work_tree, edits) -> None:
         fail(str(exc))
 
 
-def _writable(edits, tree) -> tuple[list, list]:
-    """(edits that can be written, edits that cannot), each refusal reported in one line."""
+def _writable(edits, tree) -> list:
+    """The edits that cannot be written, each refusal reported in one line."""
     from .errors import EaglepatchError
     from .rewrite.write import check_writable
 
-    ready, refused = [], []
+    refused = []
     for edit in edits:
         try:
             check_writable(edit, tree.srt)
         except EaglepatchError as exc:
-            typer.echo(f"eaglepatch: error: {exc}", err=True)
+            typer.echo(f"eaglepatch: error: {exc}{NOTHING_WRITTEN}", err=True)
             refused.append(edit)
-            continue
-        ready.append(edit)
-    return ready, refused
+    return refused
 
 
-def _write_all(tree, edits, errors, console, commit: bool, verb: str, changes_of) -> None:
-    """Check every precondition (of each write, and of the commit) before touching any file; then
-    write each edit atomically, report per file, and optionally commit what was written.  With
-    --commit a failed precondition writes nothing; without, only that file is left alone."""
+NOTHING_WRITTEN = "; no file was written (writes are all or nothing)"
+
+
+def commit_message(verb: str, changes: dict[str, dict[str, list[str]]]) -> str:
+    """A subject that fits 72 columns, the classes and members in the body.  `changes` is file -> class -> members."""
+    classes = sorted({cls for by_class in changes.values() for cls in by_class})
+    if verb == "added to":
+        subject = f"Add EAGLE-3 hooks to {classes[0]}" if len(classes) == 1 else f"Add EAGLE-3 hooks to {len(classes)} model classes"
+    else:
+        subject = f"Remove eaglepatch's hooks from {classes[0]}" if len(classes) == 1 else f"Remove eaglepatch's hooks from {len(classes)} model classes"
+    if len(subject) > 72:
+        subject = "Add EAGLE-3 hooks to 1 model class" if verb == "added to" else "Remove eaglepatch's hooks from 1 model class"
+    doing = "Written by eaglepatch apply" if verb == "added to" else "Removed by eaglepatch revert"
+    lines = [subject, "", f"{doing}:", ""]
+    for rel in sorted(changes):
+        for cls, members in sorted(changes[rel].items()):
+            lines.append(f"- {cls} ({rel}): {', '.join(members)}")
+    return "\n".join(lines) + "\n"
+
+
+def _write_all(tree, edits, errors, console, commit: bool, verb: str, changes_of, command: str = "apply") -> int:
+    """Every precondition (of each write, and of the commit) checked before any file is touched; then
+    every file written, or none (rewrite.write.write_all), and committed with --commit.  Returns the
+    exit code: 0 written, 2 nothing written (an error), 130/143 written, then stopped by SIGINT/SIGTERM."""
+    import signal
+
     from .errors import EaglepatchError
     from .rewrite.preview import render_patch
-    from .rewrite.write import write_edit
+    from .rewrite.write import Interrupted, write_all
 
     work_tree, base = _patch_base(tree)
     if commit:
         _check_commit(tree, work_tree, edits)
-    ready, failed = _writable(edits, tree)
-    failed += list(errors)
-    if commit and len(ready) < len(edits):
-        raise typer.Exit(2)
-    written = []
-    for edit in ready:
+    if _writable(edits, tree) or errors:
+        return 2
+    for edit in edits:
         if work_tree is not None and work_tree.dirty(edit.path):
             console.print(f"[yellow]note:[/yellow] {edit.rel} already had uncommitted changes")
-        try:
-            write_edit(edit, tree.srt)
-        except EaglepatchError as exc:
-            typer.echo(f"eaglepatch: error: {exc}", err=True)
-            failed.append(edit)
-            continue
-        written.append(edit)
-    if written:
-        _show_patch(render_patch(written, base))
-        for edit in written:
-            for cls, members in changes_of(edit).items():
-                console.print(f"[green]{verb}[/green] {cls} ({edit.rel}): {', '.join(members)}")
-    if commit and written:
-        names = sorted({m for e in written for ms in changes_of(e).values() for m in ms})
-        classes = sorted({c for e in written for c in changes_of(e)})
-        title = "Forward EAGLE-3 members from" if verb == "added to" else "Remove eaglepatch delegations from"
-        message = f"{title} {', '.join(classes)}\n\n{verb.capitalize()} by eaglepatch: {', '.join(names)}.\n"
-        try:
-            sha = work_tree.commit([e.path for e in written], message)
-        except EaglepatchError as exc:
-            fail(str(exc))
-        console.print(f"committed {sha}")
-    raise typer.Exit(2 if failed else 0)
+    changes = {edit.rel: changes_of(edit) for edit in edits}
+    do_commit = None
+    if commit:
+        message = commit_message(verb, changes)
+
+        def do_commit() -> str:
+            return work_tree.commit([e.path for e in edits], message)
+
+    try:
+        with _write_progress(len(edits)) as progress:
+            written = write_all(edits, tree.srt, do_commit, progress, command)
+    except Interrupted as stop:
+        typer.echo(f"eaglepatch: interrupted ({signal.Signals(stop.signum).name}) before any file was written: nothing written", err=True)
+        return 128 + stop.signum
+    except EaglepatchError as exc:
+        typer.echo(f"eaglepatch: error: {exc}{NOTHING_WRITTEN}", err=True)
+        return 2
+    _show_patch(render_patch(list(written.edits), base))
+    for edit in written.edits:
+        for cls, members in changes[edit.rel].items():
+            console.print(f"[green]{verb}[/green] {cls} ({edit.rel}): {', '.join(members)}")
+    if written.commit is not None:
+        console.print(f"committed {written.commit}")
+    if written.interrupted is not None:
+        name = signal.Signals(written.interrupted).name
+        done = f"wrote all {len(written.edits)} file(s)" + (" and committed them" if written.commit else "")
+        typer.echo(f"eaglepatch: interrupted ({name}) while writing: {done} first, so no file is left half done", err=True)
+        return 128 + written.interrupted
+    return 0
+
+
+def _write_progress(total: int):
+    """A bar on a terminal's stderr while the files are renamed (apply --all writes dozens); else nothing."""
+    import contextlib
+
+    if total < 2 or not sys.stderr.isatty():
+        return contextlib.nullcontext(None)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    @contextlib.contextmanager
+    def bar():
+        with Progress(TextColumn("writing"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                      console=_console(stderr=True), transient=True) as shown:
+            task = shown.add_task("", total=total)
+            yield lambda edit: shown.update(task, advance=1, description=edit.rel)
+
+    return bar()
+
+
+def _leftover_journal(tree, clear: bool) -> None:
+    """An earlier write on this tree that was killed mid-way is named, once, before anything else."""
+    from .rewrite.journal import forget, leftover
+
+    found = leftover(tree.srt)
+    if found is None:
+        return
+    typer.echo(f"eaglepatch: warning: {found.describe()}", err=True)
+    if clear:
+        forget(found)
 
 
 @app.command(epilog=EPILOG_APPLY)
@@ -566,13 +622,39 @@ def apply(
 ) -> None:
     """Write the missing members (delegations, learned hook bodies) into the model files, then show what was done."""
     analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, engine=engine, exclude=exclude)
-    edits, errors = _edits(analysis)
+    _leftover_journal(analysis.tree, clear=True)
+    edits, errors = _edits(analysis, NOTHING_WRITTEN)
     console = _console()
-    if not edits:
-        if not errors:
-            console.print("Nothing to do: every EAGLE-3 member eaglepatch can forward is already present.")
-        raise typer.Exit(2 if errors else 0)
-    _write_all(analysis.tree, edits, errors, console, commit, "added to", lambda e: e.added)
+    if errors and not edits:
+        raise typer.Exit(2)
+    code = _write_all(analysis.tree, edits, errors, console, commit, "added to", lambda e: e.added) if edits else 0
+    if code == 2:
+        raise typer.Exit(2)
+    remaining = still_missing(analysis.plans, edits)
+    if remaining:
+        from .output.report import print_still_missing
+
+        print_still_missing(remaining, console, wrote=bool(edits))
+    elif not edits:
+        console.print("Nothing to do: no EAGLE-3 member a class requires is missing.")
+    raise typer.Exit(code or (1 if remaining else 0))
+
+
+def still_missing(plans, written) -> list:
+    """(plan, member plan) for each required member no written edit adds: what apply leaves for people."""
+    added = {(e.rel, cls, m) for e in written for cls, members in e.added.items() for m in members}
+    left = []
+    for plan in plans:
+        for entry in plan.required_gaps:
+            fix = entry.fix
+            if fix is not None and fix.kind == "inherit":
+                file, _, cls = fix.to.rpartition(":")
+                where = (file, cls, entry.member.name)
+            else:
+                where = (plan.wrapper.cls.file, plan.wrapper.cls.name, entry.member.name)
+            if fix is None or where not in added:
+                left.append((plan, entry))
+    return left
 
 
 @app.command(epilog=EPILOG_REVERT)
@@ -605,6 +687,7 @@ def revert(
             edits, errors, kept = revert_edits(cache, tree, None if selection.all_models else selection.models, style)
     except EaglepatchError as exc:
         fail(str(exc))
+    _leftover_journal(tree, clear=True)
     console = _console()
     for rel, members in kept:
         console.print(f"[yellow]kept[/yellow] {rel}: {', '.join(members)} (edited since eaglepatch wrote them)")
@@ -614,8 +697,7 @@ def revert(
         if not errors:
             console.print("Nothing to revert: no unchanged eaglepatch delegations found.")
         raise typer.Exit(2 if errors else 0)
-
-    _write_all(tree, edits, errors, console, commit, "removed from", lambda e: e.removed)
+    raise typer.Exit(_write_all(tree, edits, errors, console, commit, "removed from", lambda e: e.removed, "revert"))
 
 
 def _vllm_tree(path: Optional[Path], installed: bool):

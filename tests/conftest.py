@@ -220,6 +220,7 @@ def _no_result_cache(monkeypatch, tmp_path_factory):
     the user's own cache folder."""
     monkeypatch.setenv("EAGLEPATCH_NO_CACHE", "1")
     monkeypatch.setenv("EAGLEPATCH_CACHE_DIR", str(tmp_path_factory.mktemp("eaglepatch-cache")))
+    monkeypatch.setenv("EAGLEPATCH_STATE_DIR", str(tmp_path_factory.mktemp("eaglepatch-state")))  # write journals
 
 
 @pytest.fixture(scope="session")

@@ -182,15 +182,19 @@ def test_commit_without_git_installed_writes_nothing(tmp_path):
 
 
 def test_commit_refused_by_a_hook_keeps_gits_reason(tmp_path):
-    """A hook cannot be asked first: the files are written, and the line says what the hook said."""
+    """A hook cannot be asked first: the files are put back, the index is as it was, and the line says
+    what the hook said (before, the files stayed written and uncommitted)."""
     root = repo(tmp_path / "repo")
     hook = root / ".git" / "hooks" / "pre-commit"
     hook.write_text("#!/bin/sh\necho 'policy: no Friday commits' >&2\nexit 1\n", encoding="utf-8")
     hook.chmod(0o755)
+    before = (root / SRT / WRAPPER).read_bytes()
+    head = git(root, "rev-parse", "HEAD")
     result = eaglepatch("apply", root, "--model", "wrapper", "--commit")
     line = one_error(result, str(root))
-    assert "policy: no Friday commits" in line and "written" in line, line
-    assert set(HOOKS) <= set(method_names((root / SRT / WRAPPER).read_bytes()))
+    assert "policy: no Friday commits" in line and "no file was written" in line, line
+    assert (root / SRT / WRAPPER).read_bytes() == before
+    assert git(root, "status", "--porcelain") == "" and git(root, "rev-parse", "HEAD") == head
 
 
 def test_commit_with_one_file_refused_writes_none(tmp_path):
@@ -205,10 +209,8 @@ def test_commit_with_one_file_refused_writes_none(tmp_path):
     git(root, "commit", "-q", "-m", "a linked wrapper")
     untouched(tmp_path, lambda: eaglepatch("apply", root, "--all", "--commit"), "models/second.py", "outside")
 
-    # without --commit the other file is still written
-    result = eaglepatch("apply", root, "--all")
-    one_error(result, "models/second.py")
-    assert set(HOOKS) <= set(method_names((root / SRT / WRAPPER).read_bytes()))
+    # without --commit too: writes are all or nothing
+    untouched(tmp_path, lambda: eaglepatch("apply", root, "--all"), "models/second.py", "no file was written")
 
 
 # --------------------------------------------------------------------------- encodings

@@ -444,13 +444,16 @@ def test_fixes_into_a_base_class_serve_its_subclasses_in_the_same_run(root: Path
     assert {m["fix"]["from"] for m in lite["missing"]} == {f"models/kimi_k25.py:{KIMI_CLASS}"}
     before_lite = (root / SRT / "models" / "omni_like.py").read_text(encoding="utf-8")
 
-    assert invoke("apply", root, "--all").exit_code == 0
+    applied = invoke("apply", root, "--all")
     _, after = check_json(root, "--all")
     assert after["summary"]["fixes"] == 0
+    assert after["summary"]["missing"] > 0  # the fixture's needs_code classes: apply says so, exit 1
+    assert applied.exit_code == 1 and f"{after['summary']['missing']} required member(s) still missing" in applied.stdout
     assert model(after, "OmniLikeForConditionalGeneration")["status"] == "compliant"
     assert model(after, "KimiLiteForConditionalGeneration")["status"] == "compliant"
     written = (root / SRT / "models" / "omni_like.py").read_text(encoding="utf-8")
     assert "class KimiLiteForConditionalGeneration(KimiK25ForConditionalGeneration):\n    pass\n" in written
     assert written.count("def ") == before_lite.count("def ") + 3  # the three forwards, all into OmniLike
     again = invoke("apply", root, "--all")
-    assert again.exit_code == 0 and "Nothing to do" in again.stdout
+    assert again.exit_code == 1 and "Nothing to do" not in again.stdout
+    assert f"Nothing eaglepatch can write; {after['summary']['missing']} required member(s) missing" in again.stdout

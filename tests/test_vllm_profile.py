@@ -222,7 +222,9 @@ def test_an_over_declared_wrapper_needs_code(tree):
     assert f"OmniMoeLLMModel.forward (model_executor/models/omni.py:{forward})" in over["reason"]
     assert [(m["name"], m["fix"]) for m in over["missing"]] == [("set_aux_hidden_state_layers", None)]
     before = (models / "over_vl.py").read_bytes()
-    assert cli("apply", "--model", "over_vl", tree).exit_code == 0
+    applied = cli("apply", "--model", "over_vl", tree)
+    assert applied.exit_code == 1 and "Nothing eaglepatch can write; 1 required member(s) missing" in applied.stdout
+    assert "set_aux_hidden_state_layers" in applied.stdout
     assert (models / "over_vl.py").read_bytes() == before  # nothing apply could write
 
 
@@ -275,7 +277,8 @@ def test_a_model_that_is_not_registered_is_an_error():
 def test_apply_writes_the_bases_and_a_second_apply_changes_nothing(tree):
     before = {p: p.read_bytes() for p in tree.rglob("*.py")}
     result = cli("apply", "--all", tree)
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # written; OmniThinker's hook is left, and named
+    assert "OmniThinkerForConditionalGeneration" in " ".join(result.stdout.split("still missing", 1)[1].split())
     changed = sorted(p.relative_to(tree).as_posix() for p in before if p.read_bytes() != before[p])
     models = "vllm/model_executor/models"
     assert changed == [f"{models}/asr.py", f"{models}/deep_vl.py", f"{models}/plain_vl.py"]
@@ -286,7 +289,7 @@ def test_apply_writes_the_bases_and_a_second_apply_changes_nothing(tree):
     assert "\nfrom .interfaces import SupportsEagle3\nfrom .llama import" in plain
     after = {p: p.read_bytes() for p in tree.rglob("*.py")}
     again = cli("apply", "--all", tree)
-    assert again.exit_code == 0 and "Nothing to do" in again.stdout
+    assert again.exit_code == 1 and "Nothing eaglepatch can write" in again.stdout
     assert {p: p.read_bytes() for p in tree.rglob("*.py")} == after
     data = json.loads(cli("check", "--all", "--format", "json", tree).stdout)
     assert _statuses(data) == {**EXPECTED, **{c: "compliant" for c, s in EXPECTED.items() if s == "fixable"}}
@@ -329,7 +332,7 @@ def _runtime(site: Path) -> dict:
 def test_the_patched_classes_pass_the_runtime_protocol_check(tree):
     before = subprocess.run([sys.executable, "-c", RUNTIME, str(tree)], capture_output=True, text=True, timeout=60)
     assert before.returncode != 0 and "set_aux_hidden_state_layers" in before.stderr  # unpatched: no hook at all
-    assert cli("apply", "--all", tree).exit_code == 0
+    assert cli("apply", "--all", tree).exit_code == 1  # OmniThinker needs code: apply says so
     assert _runtime(tree) == {
         "AsrForConditionalGeneration": True,
         "AsrRealtimeGeneration": True,
@@ -384,7 +387,7 @@ def _snapshot(root: Path) -> dict[Path, bytes]:
 
 def test_revert_takes_out_the_bases_hooks_and_imports_apply_wrote_and_only_those(tree):
     pristine = _snapshot(tree)
-    assert cli("apply", "--all", tree).exit_code == 0
+    assert cli("apply", "--all", tree).exit_code == 1  # OmniThinker needs code: apply says so
     models = tree / "vllm" / "model_executor" / "models"
     assert "    # eaglepatch: added SupportsEagle3 to the bases (before: header on one line)\n" in (models / "deep_vl.py").read_text()
     ready = models / "ready_vl.py"  # declares the base by hand (no marker): revert leaves it
@@ -399,7 +402,7 @@ def test_revert_takes_out_the_bases_hooks_and_imports_apply_wrote_and_only_those
 
 
 def test_revert_model_reverts_that_module_only_and_keeps_what_was_edited(tree):
-    assert cli("apply", "--all", tree).exit_code == 0
+    assert cli("apply", "--all", tree).exit_code == 1  # OmniThinker needs code: apply says so
     models = tree / "vllm" / "model_executor" / "models"
     patched = _snapshot(tree)
     assert cli("revert", "--model", "asr", tree).exit_code == 0

@@ -525,3 +525,12 @@ def print_explain(data: dict, console: Console) -> None:
             console.print(Syntax(model["would_write"], "python", theme="ansi_dark", background_color="default"))
         if model.get("imports"):
             console.print(f"and the file gains: {'; '.join(model['imports'])}")
+
+
+def print_still_missing(remaining: list[tuple[ModelPlan, MemberPlan]], console: Console, wrote: bool) -> None:
+    """After apply: each required member it could not write, with its blocker, as `check` words it."""
+    count = len(remaining)
+    head = f"{count} required member(s) still missing" if wrote else f"Nothing eaglepatch can write; {count} required member(s) missing"
+    console.print(f"\n[red]{head}[/red] (apply cannot write them; `eaglepatch explain MEMBER` says why):")
+    for plan, entry in remaining:
+        console.print(f"  [red]✗[/red] {plan.wrapper.path}:{plan.wrapper.cls.line}: {gap_message(plan, entry)}")

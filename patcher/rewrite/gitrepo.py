@@ -35,16 +35,27 @@ class WorkTree:
             return False
 
     def commit(self, paths: list[Path], message: str) -> str:
-        """Commit just `paths`; a refusal (a hook, most likely) is raised with git's own words."""
+        """Commit just `paths`, or leave the index as it was: a refusal (a hook, most likely) is raised
+        with git's own words.  git runs in a session of its own, so a Ctrl-C meant for eaglepatch (which
+        defers it until the commit is done) does not kill it half way."""
         rels = [self.rel(p) for p in paths]
-        for step in (("add", "--", *rels), ("commit", "-m", message, "--only", "--", *rels)):
-            status, _, err = self._git(*step)
+        _, staged, _ = self._git("ls-files", "--stage", "-z", "--", *rels)
+        for step in (("add", "--", *rels), ("commit", "-q", "-F", "-", "--only", "--", *rels)):
+            status, _, err = self._git(*step, istream_text=message if step[0] == "commit" else None)
             if status != 0:
-                raise EaglepatchError(
-                    f"git {step[0]} failed ({git_reason(err)}); the files are written, commit them by hand",
-                    path=str(self.root),
-                )
+                self._restore_index(rels, staged)
+                raise EaglepatchError(f"git {step[0]} failed ({git_reason(err)})", path=str(self.root))
         return self.repo.head.commit.hexsha[:12]
+
+    def _restore_index(self, rels: list[str], staged: str) -> None:
+        """The index entries of `rels` as `git ls-files --stage -z` listed them before the commit tried."""
+        known = {entry.split("\t", 1)[1] for entry in staged.split("\0") if "\t" in entry}
+        gone = [rel for rel in rels if rel not in known]
+        if gone:
+            self._git("rm", "-q", "--cached", "--ignore-unmatch", "--", *gone)
+        if staged.strip("\0"):
+            lines = "".join(f"{entry}\n" for entry in staged.split("\0") if entry)
+            self._git("update-index", "--index-info", istream_text=lines)
 
     def check_can_commit(self, files: list[tuple[Path, str]]) -> None:
         """Raise for the first reason `commit` would fail, before any file is written.
@@ -65,10 +76,22 @@ class WorkTree:
         self._check_no_operation_in_progress()
         self._check_identity()
 
-    def _git(self, command: str, *args: str) -> tuple[int, str, str]:
-        """(exit status, stdout, stderr) of a git command run in the work tree, never raising for its status."""
-        run = getattr(self.repo.git, command.replace("-", "_"))
-        return run(*args, with_extended_output=True, with_exceptions=False)
+    def _git(self, command: str, *args: str, istream_text: str | None = None) -> tuple[int, str, str]:
+        """(exit status, stdout, stderr) of a git command run in the work tree, never raising for its
+        status; `istream_text` is its standard input.  A session of its own: the terminal's Ctrl-C is not its."""
+        import subprocess
+
+        import git
+
+        done = subprocess.run(
+            [git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git", command, *args],
+            cwd=self.root,
+            input=istream_text.encode("utf-8") if istream_text is not None else None,
+            stdin=subprocess.DEVNULL if istream_text is None else None,
+            capture_output=True,
+            start_new_session=True,
+        )
+        return done.returncode, done.stdout.decode("utf-8", "replace").rstrip("\n"), done.stderr.decode("utf-8", "replace")
 
     def _check_git_runs(self) -> None:
         try:

@@ -1,25 +1,33 @@
-"""Stage 7b: write edits atomically, and never over a file that changed since it was read.
+"""Write edits all or nothing across files, and never over a file that changed since it was read.
 
 `check_writable` looks for every reason a write would be refused, so the CLI can check all
-files before it touches any.  Then, per file, a temporary file beside the target gets the
-new bytes, the target's mode, and an fsync; under an exclusive lock on the target (waited
-for at most EAGLEPATCH_LOCK_TIMEOUT seconds) and after checking its bytes are still the ones
-the plan was made from, it is renamed over the target.  A writer killed at any point leaves
-the original or the new file, never a mix; leftovers are removed by the next write.
+files before it touches any.  `write_all` then stages every file (a temporary file beside the
+target with the new bytes, the target's mode, and an fsync), takes an exclusive lock on every
+target (waited for at most EAGLEPATCH_LOCK_TIMEOUT seconds), checks each still holds the bytes
+the plan was made from, records a journal, and only then renames the staged files over the
+targets; a failed rename or a refused commit puts back what was renamed.  SIGINT and SIGTERM
+wait until the renames (and the commit) are done.  A writer killed with SIGKILL mid-way leaves
+its journal, which the next run reads to name the files it left half done (`rewrite.journal`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
+import signal
 import stat
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EaglepatchError
 from .edits import FileEdit
+from .journal import Journal
 
 TEMP_SUFFIX = ".eaglepatch-tmp"
 LOCK_TIMEOUT_VARIABLE = "EAGLEPATCH_LOCK_TIMEOUT"
@@ -50,11 +58,26 @@ def writable_target(edit: FileEdit, tree_root: Path) -> Path:
 
 
 def _remove_leftovers(target: Path) -> None:
+    """Temporary files a killed writer left beside `target`; those of a writer still running (another
+    apply staging its files before it takes the locks, or this one) are its own."""
     for stale in target.parent.glob(f".{target.name}.*{TEMP_SUFFIX}"):
+        pid = stale.name[len(target.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and (int(pid) == os.getpid() or _running(int(pid))):
+            continue
         try:
             stale.unlink()
         except OSError:
             pass
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _read_only(edit: FileEdit) -> EaglepatchError:
@@ -70,9 +93,9 @@ def _no_temporary_file(edit: FileEdit, folder: Path, reason: str | None) -> Eagl
 
 
 def check_writable(edit: FileEdit, tree_root: Path) -> Path:
-    """The real file to replace, once every reason `write_edit` would refuse it has been ruled out.
+    """The real file to replace, once every reason `write_all` would refuse it has been ruled out.
 
-    Nothing is written here; `write_edit` checks again under the lock, since time passes between.
+    Nothing is written here; `write_all` checks again under the lock, since time passes between.
     """
     target = writable_target(edit, tree_root)
     try:
@@ -129,52 +152,8 @@ def _conflict(edit: FileEdit) -> EaglepatchError:
 
 
 def write_edit(edit: FileEdit, tree_root: Path) -> None:
-    target = writable_target(edit, tree_root)
-    try:
-        handle = open(target, "rb")
-    except OSError as exc:
-        raise EaglepatchError(f"cannot be opened ({exc.strerror}); check that it exists and is readable", path=edit.rel) from None
-    with handle:
-        _lock(handle, edit)
-        try:
-            current = target.read_bytes()
-            if current != edit.original:
-                raise _conflict(edit)
-            info = os.stat(target)
-            if not os.access(target, os.W_OK):
-                raise _read_only(edit)
-            _remove_leftovers(target)
-            try:
-                fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
-            except OSError as exc:
-                raise _no_temporary_file(edit, target.parent, exc.strerror) from None
-            temp = Path(temp_name)
-            try:
-                with os.fdopen(fd, "wb") as out:
-                    out.write(edit.updated)
-                    out.flush()
-                    os.fsync(out.fileno())
-                os.chmod(temp, stat.S_IMODE(info.st_mode))
-                try:
-                    os.chown(temp, info.st_uid, info.st_gid)
-                except OSError:
-                    pass
-                if target.read_bytes() != edit.original:  # one last look, under the lock
-                    raise _conflict(edit)
-                os.replace(temp, target)
-            except BaseException:
-                try:
-                    temp.unlink()
-                except OSError:
-                    pass
-                raise
-            _fsync_folder(target.parent)
-        except OSError as exc:
-            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-                raise EaglepatchError(f"cannot be written ({exc.strerror}); check its permissions", path=edit.rel) from None
-            raise EaglepatchError(f"cannot be written ({exc.strerror}); free the disk or fix the folder, then run again", path=edit.rel) from None
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    """One file, the way `write_all` writes many."""
+    write_all([edit], tree_root)
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -188,3 +167,165 @@ def _fsync_folder(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+# -- all or nothing across files ------------------------------------------------------------------
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM arrived while files were being staged: nothing was written."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+@dataclass(frozen=True)
+class Written:
+    """What `write_all` did: every edit written (it writes all or none), the commit if one was asked for,
+    and the signal that arrived while the renames ran (deferred until they were done), if any."""
+
+    edits: tuple[FileEdit, ...]
+    commit: str | None = None
+    interrupted: int | None = None
+
+
+@dataclass(frozen=True)
+class _Staged:
+    edit: FileEdit
+    target: Path
+    temp: Path
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM are noted, not acted on, until the block ends: the list holds the ones that came.
+    Only the main thread can set handlers; elsewhere (a test's worker thread) nothing is deferred."""
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    previous = {}
+
+    def note(signum, _frame) -> None:
+        caught.append(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous[signum] = signal.signal(signum, note)
+    try:
+        yield caught
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _stage(edit: FileEdit, target: Path) -> _Staged:
+    info = os.stat(target)
+    _remove_leftovers(target)
+    try:
+        fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=TEMP_SUFFIX, dir=target.parent)
+    except OSError as exc:
+        raise _no_temporary_file(edit, target.parent, exc.strerror) from None
+    temp = Path(temp_name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(edit.updated)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temp, stat.S_IMODE(info.st_mode))
+        try:
+            os.chown(temp, info.st_uid, info.st_gid)
+        except OSError:
+            pass
+    except BaseException:
+        _unlink(temp)
+        raise
+    return _Staged(edit, target, temp)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def _put_back(staged: list[_Staged]) -> list[str]:
+    """The original bytes of each renamed file, written back the same atomic way; the files that could not be."""
+    failed = []
+    for item in reversed(staged):
+        try:
+            back = _stage(FileEdit(item.target, item.edit.rel, item.edit.updated, item.edit.original), item.target)
+            os.replace(back.temp, item.target)
+        except (OSError, EaglepatchError):
+            failed.append(item.edit.rel)
+    return failed
+
+
+def _write_error(edit: FileEdit, exc: OSError) -> EaglepatchError:
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return EaglepatchError(f"cannot be written ({exc.strerror}); check its permissions", path=edit.rel)
+    return EaglepatchError(f"cannot be written ({exc.strerror}); free the disk or fix the folder, then run again", path=edit.rel)
+
+
+def write_all(
+    edits: list[FileEdit],
+    tree_root: Path,
+    commit: Callable[[], str] | None = None,
+    progress: Callable[[FileEdit], None] | None = None,
+    journal_command: str = "apply",
+) -> Written:
+    """Every edit written, or none: raises EaglepatchError (or Interrupted) with every file as it was.
+
+    `commit` runs once every file is renamed; when it raises, the files are put back.  A signal that
+    arrives during the renames or the commit is deferred until both are done and returned in
+    `Written.interrupted`; one that arrives while files are staged stops the run before any rename.
+    """
+    with deferred_signals() as caught:
+        staged: list[_Staged] = []
+        try:
+            for edit in edits:
+                if caught:
+                    raise Interrupted(caught[0])
+                target = check_writable(edit, tree_root)
+                try:
+                    staged.append(_stage(edit, target))
+                except OSError as exc:
+                    raise _write_error(edit, exc) from None
+            if caught:
+                raise Interrupted(caught[0])
+            with contextlib.ExitStack() as locks:
+                for item in sorted(staged, key=lambda s: str(s.target)):  # one order: two runs never deadlock
+                    handle = locks.enter_context(open(item.target, "rb"))
+                    _lock(handle, item.edit)
+                    locks.callback(fcntl.flock, handle.fileno(), fcntl.LOCK_UN)
+                for item in staged:
+                    if item.target.read_bytes() != item.edit.original:  # one last look, under the locks
+                        raise _conflict(item.edit)
+                journal = Journal.begin(tree_root, journal_command, [(i.target, i.edit) for i in staged], commit is not None)
+                renamed: list[_Staged] = []
+                sha = None
+                try:
+                    for item in staged:
+                        try:
+                            os.replace(item.temp, item.target)
+                        except OSError as exc:
+                            raise _write_error(item.edit, exc) from None
+                        renamed.append(item)
+                        if progress is not None:
+                            progress(item.edit)
+                    for folder in dict.fromkeys(item.target.parent for item in staged):
+                        _fsync_folder(folder)
+                    if commit is not None:
+                        sha = commit()
+                except BaseException:
+                    failed = _put_back(renamed)
+                    if not failed:
+                        journal.end()
+                    raise
+                journal.end()
+        finally:
+            for item in staged:
+                if item.temp.exists():
+                    _unlink(item.temp)
+    return Written(tuple(edits), sha, caught[0] if caught else None)
