@@ -137,7 +137,9 @@ def leftover(tree_root: Path) -> Leftover | None:
         files = list(record["files"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    written, untouched, changed = [], [], []
+    written: list[str] = []
+    untouched: list[str] = []
+    changed: list[str] = []
     for entry in files:
         try:
             now = _digest(Path(entry["path"]).read_bytes())
