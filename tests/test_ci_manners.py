@@ -1,0 +1,99 @@
+"""CI manners (issue 24, part 6): the closing hint repeats the selection, GitHub annotations name
+paths from the repository root, the baseline's table tells new gaps from accepted ones, an unknown
+--ignore member is an error, the baseline file gets the user's umask, errors come out in the
+machine format asked for, and --quiet leaves only errors and the machine output.
+
+The CLI runs in-process (typer's CliRunner) on copies of fixtures/checkout; the GitHub path tests
+use real git repositories in tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import git, isolate_git
+from typer.testing import CliRunner
+
+from eaglepatch.cli import app
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CHECKOUT = REPO_ROOT / "fixtures" / "checkout"
+SITE_PACKAGES = REPO_ROOT / "fixtures" / "site-packages"
+SRT = Path("python", "sglang", "srt")
+KIMI_CLASS = "KimiK25ForConditionalGeneration"
+KIMI_FILE = "models/kimi_k25.py"
+LLAVA_CLASS = "LlavaLikeForConditionalGeneration"
+
+
+@pytest.fixture(autouse=True)
+def wide(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # no line of rich's wraps: hints are compared whole
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    target = tmp_path / "my tree"  # a space: the hint must quote it
+    shutil.copytree(CHECKOUT, target, ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+def invoke(*args):
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def hint_of(stdout: str) -> str:
+    (line,) = [line for line in stdout.splitlines() if line.startswith("Review the fixes with ")]
+    return line
+
+
+def class_line(root: Path, rel: str, cls: str) -> int:
+    lines = (root / SRT / rel).read_text(encoding="utf-8").splitlines()
+    (line,) = [i for i, text in enumerate(lines, start=1) if text.startswith(f"class {cls}(")]
+    return line
+
+
+def annotation_files(stdout: str) -> set[str]:
+    files = set()
+    for line in stdout.splitlines():
+        if line.startswith(("::error file=", "::notice file=")):
+            props = line.split(" ", 1)[1].split("::", 1)[0]
+            files.add(dict(p.split("=", 1) for p in props.split(","))["file"])
+    return files
+
+
+# --------------------------------------------------------------------------- the baseline file's mode
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX modes")
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_baseline_file_is_created_with_the_umask(root: Path, tmp_path: Path, umask: int, mode: int):
+    baseline = tmp_path / "eagle3-baseline.json"
+    old = os.umask(umask)
+    try:
+        result = invoke("check", root, "--all", "--write-baseline", baseline)
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0, result.stderr
+    assert stat.S_IMODE(baseline.stat().st_mode) == mode
+    assert json.loads(baseline.read_text(encoding="utf-8"))["schema"] == 1
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".eagle3-baseline")] == []  # no temporary left
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX modes")
+def test_rewritten_baseline_keeps_its_mode(root: Path, tmp_path: Path):
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text("{}", encoding="utf-8")
+    baseline.chmod(0o640)
+    assert invoke("check", root, "--all", "--write-baseline", baseline).exit_code == 0
+    assert stat.S_IMODE(baseline.stat().st_mode) == 0o640
+    assert json.loads(baseline.read_text(encoding="utf-8"))["entries"]
