@@ -71,6 +71,45 @@ def annotation_files(stdout: str) -> set[str]:
     return files
 
 
+# --------------------------------------------------------------------------- --ignore
+
+
+def _protocol_names(root: Path) -> list[str]:
+    data = json.loads(invoke("check", root, "--format", "json").stdout)
+    return [m["name"] for m in data["protocol"]]
+
+
+def test_unknown_ignore_member_is_exit_2_naming_the_members(root: Path):
+    members = _protocol_names(root)
+    result = invoke("check", root, "--ignore", "get_embed_and_head", "--ignore", "set_emebd_and_head")
+    assert result.exit_code == 2, result.stdout
+    (line,) = result.stderr.splitlines()
+    assert line == (
+        "eaglepatch: error: --ignore: set_emebd_and_head is not an EAGLE-3 protocol member of this tree; "
+        f"its members: {', '.join(members)}"
+    )
+    assert result.stdout == ""
+    for command in ("diff", "apply"):
+        other = invoke(command, root, "--ignore", "set_emebd_and_head")
+        assert other.exit_code == 2 and other.stderr == line + "\n", other.stderr
+    # a known member is still taken
+    ignored = json.loads(invoke("check", root, "--format", "json", "--ignore", "get_embed_and_head").stdout)
+    assert "get_embed_and_head" not in [m["name"] for m in ignored["protocol"]]
+
+
+def test_unknown_ignore_member_in_pyproject_names_the_file(root: Path):
+    members = _protocol_names(root)
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text('[tool.eaglepatch]\nignore = ["set_embed", "nosuch_hook"]\n', encoding="utf-8")
+    result = invoke("check", root)
+    assert result.exit_code == 2, result.stdout
+    (line,) = result.stderr.splitlines()
+    assert line == (
+        f"eaglepatch: error: {pyproject}: [tool.eaglepatch] ignore names nosuch_hook, which is not an EAGLE-3 "
+        f"protocol member of this tree; its members: {', '.join(members)}"
+    )
+
+
 # --------------------------------------------------------------------------- the baseline file's mode
 
 
