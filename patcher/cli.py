@@ -97,7 +97,9 @@ ExcludeOpt = typer.Option(
 InstalledOpt = typer.Option(
     False, "--installed", help="Target the sglang that `python` on PATH would import (found without importing it)."
 )
-PythonOpt = typer.Option(None, "--python", metavar="PYTHON", help="With --installed: the interpreter whose sglang to target.")
+PythonOpt = typer.Option(
+    None, "--python", metavar="PYTHON", help="The interpreter whose sglang to target (implies --installed)."
+)
 
 
 class Engine(str, enum.Enum):

@@ -136,3 +136,15 @@ def test_rewritten_baseline_keeps_its_mode(root: Path, tmp_path: Path):
     assert invoke("check", root, "--all", "--write-baseline", baseline).exit_code == 0
     assert stat.S_IMODE(baseline.stat().st_mode) == 0o640
     assert json.loads(baseline.read_text(encoding="utf-8"))["entries"]
+
+
+# --------------------------------------------------------------------------- --python's help
+
+
+@pytest.mark.parametrize("command", ["check", "diff", "apply", "revert", "explain"])
+def test_python_help_does_not_ask_for_installed(command):
+    result = invoke(command, "--help")
+    assert result.exit_code == 0
+    text = " ".join(result.stdout.split("--python", 1)[1].split())
+    assert not text.startswith("PYTHON With --installed"), text
+    assert text.startswith("PYTHON The interpreter whose sglang to target (implies --installed)"), text
