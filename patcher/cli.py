@@ -371,12 +371,23 @@ def _result_cache(path, model, consumer, all_models, ignore, installed, python, 
         "cwd": os.getcwd(),
         "output": cache.output_environment(sys.stdout),
     }
+    if output_format in (OutputFormat.github, OutputFormat.sarif):
+        key["repository"] = _git_folder(tree.srt)  # paths are relative to it
     if tree.engine != "sglang":
         key["engine"] = tree.engine
     outside = [c for c in consumers if tree.srt not in c.parents]
     outside += style_files(tree.models, tree.given)  # black's width decides whether a learned body fits
     deps = cache.dependencies(tree.srt, outside + ([Path(baseline_file)] if baseline_file else []))
     return cache.ResultCache(key, deps), resolved
+
+
+def _git_folder(folder: Path) -> Optional[str]:
+    """The nearest folder at or above `folder` holding a .git (a cheap stand-in, for the result
+    cache's key, for the work tree root GitPython finds)."""
+    for candidate in (folder, *folder.parents):
+        if (candidate / ".git").exists():
+            return str(candidate)
+    return None
 
 
 def _report(analysis, output_format: OutputFormat, baseline: Optional[Path], write_baseline: Optional[Path]) -> NoReturn:
@@ -400,9 +411,9 @@ def _report(analysis, output_format: OutputFormat, baseline: Optional[Path], wri
     if output_format is OutputFormat.json:
         report.write_json(analysis, sys.stdout, gate)
     elif output_format is OutputFormat.github:
-        report.write_github(analysis, sys.stdout, gate)
+        report.write_github(analysis, sys.stdout, gate, _patch_base(analysis.tree)[1])
     elif output_format is OutputFormat.sarif:
-        report.write_sarif(analysis, sys.stdout, gate)
+        report.write_sarif(analysis, sys.stdout, gate, _patch_base(analysis.tree)[1])
     elif analysis.all_models:
         report.print_summary(analysis, _console(), gate)
     else:

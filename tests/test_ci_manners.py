@@ -71,6 +71,54 @@ def annotation_files(stdout: str) -> set[str]:
     return files
 
 
+# --------------------------------------------------------------------------- GitHub annotation paths
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch) -> Path:
+    """A real git repository whose root holds the checkout under vendor/sglang."""
+    isolate_git(monkeypatch)
+    top = tmp_path / "repo"
+    shutil.copytree(CHECKOUT, top / "vendor" / "sglang", ignore=shutil.ignore_patterns("__pycache__"))
+    git(top, "init", "-q")
+    git(top, "add", "-A")
+    git(top, "commit", "-q", "-m", "vendored sglang")
+    return top
+
+
+@pytest.mark.parametrize("where", ["subfolder", "outside"])
+def test_github_paths_are_relative_to_the_repository_root(repo: Path, tmp_path: Path, monkeypatch, where):
+    tree = repo / "vendor" / "sglang"
+    cwd = tree / "python" if where == "subfolder" else tmp_path
+    monkeypatch.chdir(cwd)
+    result = invoke("check", os.path.relpath(tree, cwd), "--format", "github")
+    assert result.exit_code == 1, result.stderr
+    assert annotation_files(result.stdout) == {f"vendor/sglang/python/sglang/srt/{KIMI_FILE}"}
+    line = class_line(tree, KIMI_FILE, KIMI_CLASS)
+    assert f"::error file=vendor/sglang/python/sglang/srt/{KIMI_FILE},line={line}," in result.stdout
+
+
+def test_sarif_uris_are_relative_to_the_repository_root(repo: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("check", repo / "vendor" / "sglang", "--format", "sarif")
+    assert result.exit_code == 1, result.stderr
+    uris = {
+        loc["physicalLocation"]["artifactLocation"]["uri"]
+        for res in json.loads(result.stdout)["runs"][0]["results"]
+        for loc in res["locations"]
+    }
+    assert uris == {f"vendor/sglang/python/sglang/srt/{KIMI_FILE}"}
+
+
+def test_github_paths_outside_git_are_relative_to_the_tree_root(root: Path, tmp_path: Path, monkeypatch):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    result = invoke("check", root, "--format", "github")
+    assert result.exit_code == 1, result.stderr
+    assert annotation_files(result.stdout) == {f"python/sglang/srt/{KIMI_FILE}"}
+
+
 # --------------------------------------------------------------------------- --ignore
 
 

@@ -163,12 +163,13 @@ def _escape(value: str, property_value: bool = False) -> str:
     return value
 
 
-def display_path(analysis: Analysis, rel: str) -> str:
-    """A path the CI job can open: relative to the working directory when the file is below it."""
+def display_path(analysis: Analysis, rel: str, base: Path) -> str:
+    """A path as GitHub reads it: relative to `base` (the repository root, else the tree's root) when
+    the file is below it, where the working directory does not matter; else absolute."""
     absolute = analysis.tree.srt / rel
     try:
-        return Path(os.path.relpath(absolute, Path.cwd())).as_posix() if _below(absolute, Path.cwd()) else str(absolute)
-    except ValueError:
+        return Path(os.path.relpath(absolute.resolve(), base.resolve())).as_posix() if _below(absolute, base) else str(absolute)
+    except (ValueError, OSError):
         return str(absolute)
 
 
@@ -176,7 +177,7 @@ def _below(path: Path, folder: Path) -> bool:
     try:
         path.resolve().relative_to(folder.resolve())
         return True
-    except ValueError:
+    except (ValueError, OSError):
         return False
 
 
@@ -210,10 +211,12 @@ def gap_message(plan: ModelPlan, entry: MemberPlan) -> str:
     return f"{cls} ({plan.role}) lacks {member.name}; {used}. {entry.blocker}"
 
 
-def write_github(analysis: Analysis, out, gate: Gate | None = None) -> None:
+def write_github(analysis: Analysis, out, gate: Gate | None = None, base: Path | None = None) -> None:
+    """Workflow commands; `base` is the folder paths are relative to (default: the working directory)."""
+    base = base if base is not None else Path.cwd()
     for plan in analysis.plans:
         wrapper = plan.wrapper
-        file = _escape(display_path(analysis, wrapper.path), True)
+        file = _escape(display_path(analysis, wrapper.path, base), True)
         for entry in plan.missing:
             if entry.required and gate is not None and not gate.is_new(plan, entry.member.name):
                 continue  # accepted in the baseline
@@ -433,7 +436,9 @@ def _uri(path: str) -> str:
     return Path(path).as_uri() if Path(path).is_absolute() else quote(path)
 
 
-def write_sarif(analysis: Analysis, out, gate: Gate | None = None) -> None:
+def write_sarif(analysis: Analysis, out, gate: Gate | None = None, base: Path | None = None) -> None:
+    """A SARIF log; `base` is the folder URIs are relative to (default: the working directory)."""
+    base = base if base is not None else Path.cwd()
     results = []
     for plan in analysis.plans:
         for entry in plan.missing:
@@ -447,7 +452,7 @@ def write_sarif(analysis: Analysis, out, gate: Gate | None = None) -> None:
                     "locations": [
                         {
                             "physicalLocation": {
-                                "artifactLocation": {"uri": _uri(display_path(analysis, plan.wrapper.path))},
+                                "artifactLocation": {"uri": _uri(display_path(analysis, plan.wrapper.path, base))},
                                 "region": {"startLine": plan.wrapper.cls.line},
                             }
                         }
