@@ -119,6 +119,45 @@ def test_github_paths_outside_git_are_relative_to_the_tree_root(root: Path, tmp_
     assert annotation_files(result.stdout) == {f"python/sglang/srt/{KIMI_FILE}"}
 
 
+# --------------------------------------------------------------------------- the baseline's table
+
+
+def _drop_llava_hook(root: Path) -> None:
+    llava = root / SRT / "models" / "llava_like.py"
+    text = llava.read_text(encoding="utf-8")
+    start = text.index("    def get_embed_and_head(")
+    end = text.index("    def ", start + 1)
+    llava.write_text(text[:start] + text[end:], encoding="utf-8")
+
+
+def test_baseline_table_marks_new_gaps_and_counts_them(root: Path, tmp_path: Path):
+    baseline = tmp_path / "baseline.json"
+    assert invoke("check", root, "--all", "--write-baseline", baseline).exit_code == 0
+    accepted = len(json.loads(baseline.read_text(encoding="utf-8"))["entries"])
+    assert accepted > 0
+    _drop_llava_hook(root)
+    result = invoke("check", root, "--all", "--baseline", baseline)
+    assert result.exit_code == 1, result.stderr
+    lines = result.stdout.splitlines()
+    marked = [line.strip() for line in lines if line.strip().startswith("new, not in the baseline:")]
+    assert marked == ["new, not in the baseline: get_embed_and_head"]
+    at = [i for i, line in enumerate(lines) if line.strip() == marked[0]][0]
+    header = [line for line in lines[:at] if not line.startswith(" ")][-1]
+    assert LLAVA_CLASS in header  # under the class it belongs to
+    accepted_lines = [line.strip() for line in lines if line.strip().startswith("accepted by the baseline:")]
+    assert "accepted by the baseline: get_embed_and_head, set_eagle3_layers_to_capture" in accepted_lines
+    assert f"1 new, {accepted} accepted by the baseline" in result.stdout
+    # one class's table: the new gap is labelled new, the accepted ones baselined
+    one = invoke("check", root, "--model", "llava_like", "--baseline", baseline)
+    assert one.exit_code == 1, one.stderr
+    assert "✗ new        get_embed_and_head" in one.stdout
+    assert "1 new, 0 accepted by the baseline" in one.stdout
+    kimi = invoke("check", root, "--baseline", baseline)
+    assert kimi.exit_code == 0, kimi.stderr
+    assert "✗ baselined  get_embed_and_head" in kimi.stdout
+    assert "0 new, 2 accepted by the baseline" in kimi.stdout
+
+
 # --------------------------------------------------------------------------- --ignore
 
 

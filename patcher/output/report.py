@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..records import MemberPlan, ModelPlan, ProtocolMember
+from .baseline import gap_keys
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -244,7 +245,8 @@ def totals_line(analysis: Analysis, gate: Gate | None = None) -> str:
         parts.append(f"{role}: {counts}")
     head = f"{analysis.missing_count} required member(s) missing, {analysis.fix_count} apply can write"
     if gate is not None and gate.source is not None:
-        head += f", {len(gate.new_gaps(analysis.plans))} not in the baseline"
+        new = len(gate.new_gaps(analysis.plans))
+        head += f" ({new} new, {len(gap_keys(analysis.plans)) - new} accepted by the baseline)"
     return f"{head} · {len(analysis.plans)} class(es) · " + " · ".join(parts)
 
 
@@ -314,9 +316,11 @@ def print_model(plan: ModelPlan, console: Console, gate: Gate | None = None) -> 
             console.print(f"  [magenta]? unresolved[/magenta]  {pending}")
     for entry in plan.missing:
         member = entry.member
-        if entry.required:
-            accepted = gate is not None and not gate.is_new(plan, member.name)
-            label = "[dim]✗ baselined [/dim]" if accepted else "[red]✗ missing   [/red]"
+        if entry.required and gate is not None and gate.source is not None:
+            accepted = not gate.is_new(plan, member.name)
+            label = "[dim]✗ baselined [/dim]" if accepted else "[red]✗ new       [/red]"
+        elif entry.required:
+            label = "[red]✗ missing   [/red]"
         else:
             label = "[yellow]+ companion [/yellow]"
         if entry.fix is not None and entry.fix.kind == "inherit":
@@ -361,7 +365,8 @@ def print_table(analysis: Analysis, console: Console, show_protocol: bool = True
 
 
 def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None) -> None:
-    """`--all`: one line per class that is not clean, its gaps in full beneath it (wrapped, never cut)."""
+    """`--all`: one line per class that is not clean, its gaps in full beneath it (wrapped, never cut);
+    under a baseline, which of a class's required gaps are new and which accepted."""
     from rich.text import Text
 
     plans = sorted(
@@ -369,6 +374,7 @@ def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None
         key=lambda p: (_STATUS_ORDER.get(p.status, 9), _ROLE_ORDER.get(p.role, 9), p.wrapper.path, p.wrapper.cls.name),
     )
     lines = [f"[bold]EAGLE-3 readiness of {len(analysis.plans)} model classes[/bold]"]
+    baselined = gate is not None and gate.source is not None
     for plan in plans:
         if plan.status in ("compliant", "dynamic") and not plan.missing and analysis.tree.engine != "vllm":
             continue
@@ -398,6 +404,14 @@ def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None
         if blocked:
             names = ", ".join(m.member.name for m in blocked)
             lines.append(f"{'':18}no fix for {names}: {blocked[0].blocker}")
+        if baselined:
+            assert gate is not None
+            gaps = [m.member.name for m in plan.required_gaps]
+            new = [name for name in gaps if gate.is_new(plan, name)]
+            if new:
+                lines.append(f"{'':18}[red]new, not in the baseline: {', '.join(new)}[/red]")
+            if len(new) < len(gaps):
+                lines.append(f"{'':18}[dim]accepted by the baseline: {', '.join(n for n in gaps if n not in new)}[/dim]")
     # one print: each line's markup parsed alone, as a print of its own would, without a print's
     # per-call overhead (terminal size, render pipeline) for each of hundreds of lines
     texts = [Text.from_markup(line) for line in lines]
