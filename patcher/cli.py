@@ -245,6 +245,24 @@ def _selection(path, models, consumers, all_models, ignore, installed, python, e
     )
 
 
+def _again(path, models, all_models, consumers, ignore, installed, python, engine: Optional[Engine], exclude=None) -> str:
+    """The selection's flags as given, quoted for a POSIX shell: the hint after `check` names
+    `diff` and `apply` with them, so copying it looks at what this check looked at."""
+    import shlex
+
+    words = ["--all"] if all_models else []
+    words += [w for m in models or [] for w in ("--model", m)]
+    words += [w for c in consumers or [] for w in ("--consumer", c)]
+    words += [w for i in ignore or [] for w in ("--ignore", i)]
+    words += [w for e in exclude or [] for w in ("--exclude", e)]
+    words += ["--installed"] if installed else []
+    words += ["--python", python] if python else []
+    words += ["--engine", engine.value] if engine is not None else []
+    if path is not None:
+        words += ["--", str(path)] if str(path).startswith("-") else [str(path)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
 def run_analysis(
     path: Optional[Path],
     models: Optional[list[str]],
@@ -309,10 +327,12 @@ def check(
     """Report every EAGLE-3 member a model class lacks (a CI gate: exit 1 when a required one is missing)."""
     if baseline is not None and write_baseline is not None:
         fail("--baseline and --write-baseline do not go together; pass one of them")
+    again = _again(path, model, all_models, consumer, ignore, installed, python, engine, exclude)
     results, resolved = None, None
     if write_baseline is None:
         results, resolved = _result_cache(
-            path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache, engine, exclude
+            path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache, engine, exclude,
+            {"again": again},
         )
     if results is not None:
         hit = results.lookup()
@@ -321,13 +341,13 @@ def check(
             raise typer.Exit(hit[0])
     analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, resolved, engine, exclude)
     if results is None:
-        _report(analysis, output_format, baseline, write_baseline)
+        _report(analysis, output_format, baseline, write_baseline, again)
     from .cache import Tee
 
     stdout = sys.stdout
     sys.stdout = tee = Tee(stdout)
     try:
-        _report(analysis, output_format, baseline, write_baseline)
+        _report(analysis, output_format, baseline, write_baseline, again)
     except typer.Exit as done:
         results.store(done.exit_code, tee.text())
         raise
@@ -335,8 +355,12 @@ def check(
         sys.stdout = stdout
 
 
-def _result_cache(path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache, engine=None, exclude=None):
-    """(the cache entry for this question, the resolved selection), or (None, None) when bypassed."""
+def _result_cache(
+    path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache, engine=None, exclude=None,
+    extra=None,
+):
+    """(the cache entry for this question, the resolved selection), or (None, None) when bypassed.
+    `extra`: more of what the output depends on (the hint's flags)."""
     from . import cache
 
     if cache.disabled(no_cache):
@@ -370,6 +394,7 @@ def _result_cache(path, model, consumer, all_models, ignore, installed, python, 
         "baseline": [str(baseline), baseline_file] if baseline is not None else None,
         "cwd": os.getcwd(),
         "output": cache.output_environment(sys.stdout),
+        **(extra or {}),
     }
     if output_format in (OutputFormat.github, OutputFormat.sarif):
         key["repository"] = _git_folder(tree.srt)  # paths are relative to it
@@ -390,7 +415,9 @@ def _git_folder(folder: Path) -> Optional[str]:
     return None
 
 
-def _report(analysis, output_format: OutputFormat, baseline: Optional[Path], write_baseline: Optional[Path]) -> NoReturn:
+def _report(
+    analysis, output_format: OutputFormat, baseline: Optional[Path], write_baseline: Optional[Path], again: str = ""
+) -> NoReturn:
     """`check`'s output and exit code (always raises typer.Exit)."""
     from .errors import EaglepatchError
     from .output import report
@@ -415,9 +442,9 @@ def _report(analysis, output_format: OutputFormat, baseline: Optional[Path], wri
     elif output_format is OutputFormat.sarif:
         report.write_sarif(analysis, sys.stdout, gate, _patch_base(analysis.tree)[1])
     elif analysis.all_models:
-        report.print_summary(analysis, _console(), gate)
+        report.print_summary(analysis, _console(), gate, again)
     else:
-        report.print_table(analysis, _console(), gate=gate)
+        report.print_table(analysis, _console(), gate=gate, again=again)
     raise typer.Exit(1 if gate.new_gaps(analysis.plans) else 0)
 
 

@@ -71,6 +71,76 @@ def annotation_files(stdout: str) -> set[str]:
     return files
 
 
+# --------------------------------------------------------------------------- the closing hint
+
+
+def test_hint_after_check_all_repeats_all_and_the_quoted_path(root: Path, monkeypatch, tmp_path: Path):
+    result = invoke("check", "--all", root)
+    assert result.exit_code == 1, result.stderr
+    quoted = shlex.quote(str(root))
+    assert quoted != str(root)  # the space made it need quoting
+    assert hint_of(result.stdout) == (
+        f"Review the fixes with `eaglepatch diff --all {quoted}`, write them with `eaglepatch apply --all {quoted}`"
+    )
+    # following it does what it says: apply --all writes every fix check --all listed
+    before = json.loads(invoke("check", "--all", root, "--format", "json").stdout)["summary"]["fixes"]
+    assert before > 3  # more than the default kimi_k25's three
+    command = shlex.split(hint_of(result.stdout).split("`")[3])
+    assert command[:2] == ["eaglepatch", "apply"]
+    monkeypatch.chdir(tmp_path)
+    assert invoke(*command[1:]).exit_code == 0
+    after = json.loads(invoke("check", "--all", root, "--format", "json").stdout)["summary"]
+    assert after["fixes"] == 0
+
+
+def test_hint_repeats_models_consumers_ignore_and_exclude(root: Path):
+    result = invoke(
+        "check", root, "--model", "kimi_k25", "--ignore", "set_embed_and_head", "--consumer", "speculative/*.py",
+        "--exclude", "models/tabs_wrapper.py",
+    )
+    assert result.exit_code == 1, result.stderr
+    selection = (
+        "--model kimi_k25 --consumer 'speculative/*.py' --ignore set_embed_and_head --exclude models/tabs_wrapper.py "
+        + shlex.quote(str(root))
+    )
+    assert hint_of(result.stdout) == (
+        f"Review the fixes with `eaglepatch diff {selection}`, write them with `eaglepatch apply {selection}`"
+    )
+
+
+def test_hint_without_a_selection_is_the_bare_commands(root: Path, monkeypatch):
+    monkeypatch.chdir(root)
+    result = invoke("check")
+    assert result.exit_code == 1, result.stderr
+    assert hint_of(result.stdout) == "Review the fixes with `eaglepatch diff`, write them with `eaglepatch apply`"
+
+
+@pytest.mark.parametrize(
+    "flags, again",
+    [
+        (["--installed"], "--installed"),
+        (["--python", "/opt/my env/bin/python"], "--python '/opt/my env/bin/python'"),
+        (["--installed", "--python", "/opt/py/bin/python3"], "--installed --python /opt/py/bin/python3"),
+    ],
+)
+def test_hint_repeats_installed_and_python(tmp_path: Path, monkeypatch, flags, again):
+    site = tmp_path / "site-packages"
+    shutil.copytree(SITE_PACKAGES, site, ignore=shutil.ignore_patterns("__pycache__"))
+    asked = []
+
+    def installed_sglang(python=None):
+        asked.append(python)
+        return site / "sglang"
+
+    monkeypatch.setattr("eaglepatch.read.installed.installed_sglang", installed_sglang)
+    result = invoke("check", *flags, "--all")
+    assert result.exit_code == 1, result.stderr
+    assert asked and asked[0] == (flags[-1] if "--python" in flags else None)
+    assert hint_of(result.stdout) == (
+        f"Review the fixes with `eaglepatch diff --all {again}`, write them with `eaglepatch apply --all {again}`"
+    )
+
+
 # --------------------------------------------------------------------------- GitHub annotation paths
 
 

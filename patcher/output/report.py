@@ -345,7 +345,11 @@ def print_model(plan: ModelPlan, console: Console, gate: Gate | None = None) -> 
         console.print(f"  [green]✓ present   [/green] [bold]{entry.member.name}[/bold]")
 
 
-def _closing(analysis: Analysis, console: Console, gate: Gate | None) -> None:
+def _closing(analysis: Analysis, console: Console, gate: Gate | None, again: str = "") -> None:
+    """Warnings, stale baseline entries, the totals and the hint; `again` is the selection's flags
+    (shell-quoted), so the commands the hint names look at what this check looked at."""
+    from rich.markup import escape
+
     for warning in analysis.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
     if gate is not None:
@@ -353,18 +357,23 @@ def _closing(analysis: Analysis, console: Console, gate: Gate | None) -> None:
             console.print(f"[yellow]stale:[/yellow] {_stale_text(key)}")
     console.print(f"\n{totals_line(analysis, gate)}")
     if analysis.fix_count:
-        console.print("Review the fixes with [bold]eaglepatch diff[/bold], write them with [bold]eaglepatch apply[/bold].")
+        tail = escape(f" {again}") if again else ""  # quoted for the shell; between backticks, no stop after a path
+        console.print(
+            f"Review the fixes with [bold]`eaglepatch diff{tail}`[/bold], write them with [bold]`eaglepatch apply{tail}`[/bold]"
+        )
 
 
-def print_table(analysis: Analysis, console: Console, show_protocol: bool = True, gate: Gate | None = None) -> None:
+def print_table(
+    analysis: Analysis, console: Console, show_protocol: bool = True, gate: Gate | None = None, again: str = ""
+) -> None:
     if show_protocol:
         print_protocol(analysis, console)
     for plan in analysis.plans:
         print_model(plan, console, gate)
-    _closing(analysis, console, gate)
+    _closing(analysis, console, gate, again)
 
 
-def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None) -> None:
+def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None, again: str = "") -> None:
     """`--all`: one line per class that is not clean, its gaps in full beneath it (wrapped, never cut);
     under a baseline, which of a class's required gaps are new and which accepted."""
     from rich.text import Text
@@ -419,7 +428,7 @@ def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None
         console.print(Text("\n").join(texts), overflow="fold")
     else:
         _print_plain(console, texts)
-    _closing(analysis, console, gate)
+    _closing(analysis, console, gate, again)
 
 
 def _print_plain(console: Console, texts: list) -> None:
