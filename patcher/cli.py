@@ -214,13 +214,40 @@ def main_options(
 ) -> None:
     """Global options."""
     tolerant_output()
+    errors_as(None)
+
+
+class _Errors:
+    """How the running command reports a failure besides the line on stderr: `--format json|sarif`
+    also puts it on stdout as a document of that format (set by the command; reset before each)."""
+
+    output_format: str | None = None
+
+
+def errors_as(output_format: Optional[str]) -> None:
+    _Errors.output_format = output_format if output_format in ("json", "sarif") else None
+
+
+def report_error(message: str, internal: bool = False) -> None:
+    """`eaglepatch: error: LINE` on stderr for each line of MESSAGE (a message of several lines names
+    several files), and with --format json|sarif the message as a document on stdout too (an
+    internal error's says it is one)."""
+    label = "internal error" if internal else "error"
+    lines = message.splitlines() or [message]
+    if _Errors.output_format is not None:
+        from .output.report import write_error
+
+        sys.stdout.flush()
+        write_error(_Errors.output_format, f"{label}: {message}" if internal else message, sys.stdout)
+        sys.stdout.flush()
+    for line in lines:
+        typer.echo(f"eaglepatch: {label}: {line}", err=True)
 
 
 def fail(message: str) -> NoReturn:
     """One line on stderr per problem (a message of several lines names several files), exit 2: the
     contract for every bad input."""
-    for line in message.splitlines() or [message]:
-        typer.echo(f"eaglepatch: error: {line}", err=True)
+    report_error(message)
     raise typer.Exit(2)
 
 
@@ -325,6 +352,7 @@ def check(
     exclude: Optional[list[str]] = ExcludeOpt,
 ) -> None:
     """Report every EAGLE-3 member a model class lacks (a CI gate: exit 1 when a required one is missing)."""
+    errors_as(output_format.value)
     if baseline is not None and write_baseline is not None:
         fail("--baseline and --write-baseline do not go together; pass one of them")
     again = _again(path, model, all_models, consumer, ignore, installed, python, engine, exclude)
@@ -691,6 +719,7 @@ def explain(
 ) -> None:
     """Why a member is in the protocol: every call site, its guard, the inner definition or the reference a body
     is learned from, the code apply writes."""
+    errors_as(output_format.value)
     _not_for_vllm(path, installed or bool(python), "explain", "eaglepatch check shows each wrapper's reasons")
     analysis = run_analysis(path, model, None, False, None, installed, python)
     from .output import report
@@ -726,8 +755,5 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         if os.environ.get("EAGLEPATCH_DEBUG"):
             raise
-        typer.echo(
-            f"eaglepatch: internal error: {type(exc).__name__}: {exc} (set EAGLEPATCH_DEBUG=1 for the traceback)",
-            err=True,
-        )
+        report_error(f"{type(exc).__name__}: {exc} (set EAGLEPATCH_DEBUG=1 for the traceback)", internal=True)
         sys.exit(2)

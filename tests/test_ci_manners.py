@@ -295,6 +295,90 @@ def test_rewritten_baseline_keeps_its_mode(root: Path, tmp_path: Path):
     assert json.loads(baseline.read_text(encoding="utf-8"))["entries"]
 
 
+# --------------------------------------------------------------------------- errors in the format asked for
+
+
+ERRORS = {
+    "no-tree": lambda root, tmp: ([tmp / "nowhere"], str(tmp / "nowhere")),
+    "bad-model": lambda root, tmp: ([root, "--model", "nosuch"], "models/nosuch.py"),
+    "bad-baseline": lambda root, tmp: ([root, "--baseline", tmp / "nope.json"], "--write-baseline"),
+    "bad-ignore": lambda root, tmp: ([root, "--ignore", "nosuch"], "--ignore"),
+}
+
+
+@pytest.mark.parametrize("case", list(ERRORS))
+def test_json_errors_are_a_json_object(root: Path, tmp_path: Path, case):
+    args, words = ERRORS[case](root, tmp_path)
+    result = invoke("check", *args, "--format", "json")
+    assert result.exit_code == 2, result.stdout
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("eaglepatch: error: ") and words in line
+    data = json.loads(result.stdout)
+    assert data == {"schema": 2, "error": line.removeprefix("eaglepatch: error: "), "exit_code": 2}
+
+
+@pytest.mark.parametrize("case", list(ERRORS))
+def test_sarif_errors_are_a_tool_execution_notification(root: Path, tmp_path: Path, case):
+    args, words = ERRORS[case](root, tmp_path)
+    result = invoke("check", *args, "--format", "sarif")
+    assert result.exit_code == 2, result.stdout
+    (line,) = result.stderr.splitlines()
+    assert words in line
+    log = json.loads(result.stdout)
+    assert log["version"] == "2.1.0"
+    (run,) = log["runs"]
+    assert run["tool"]["driver"]["name"] == "eaglepatch"
+    assert run["results"] == []
+    (invocation,) = run["invocations"]
+    assert invocation["executionSuccessful"] is False
+    assert invocation["exitCode"] == 2
+    (note,) = invocation["toolExecutionNotifications"]
+    assert note["level"] == "error"
+    assert note["message"]["text"] == line.removeprefix("eaglepatch: error: ")
+
+
+def test_errors_naming_several_files_keep_each_line(root: Path):
+    for rel, broken in (("models/gemma_like.py", "\n\ndef broken(:\n    pass\n"), ("models/olmo_like.py", "\n\nclass Broken(\n")):
+        with (root / SRT / rel).open("a", encoding="utf-8") as handle:
+            handle.write(broken)
+    as_json = invoke("check", root, "--all", "--format", "json")
+    assert as_json.exit_code == 2
+    lines = [line.removeprefix("eaglepatch: error: ") for line in as_json.stderr.splitlines()]
+    assert [line.split(":")[0] for line in lines] == ["models/gemma_like.py", "models/olmo_like.py"]
+    assert json.loads(as_json.stdout) == {"schema": 2, "error": "\n".join(lines), "exit_code": 2}
+    as_sarif = invoke("check", root, "--all", "--format", "sarif")
+    assert as_sarif.exit_code == 2
+    (invocation,) = json.loads(as_sarif.stdout)["runs"][0]["invocations"]
+    assert [n["message"]["text"] for n in invocation["toolExecutionNotifications"]] == lines
+
+
+def test_explain_json_error_is_a_json_object(root: Path):
+    result = invoke("explain", "nosuch_member", root, "--format", "json")
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    data = json.loads(result.stdout)
+    assert data["error"] == line.removeprefix("eaglepatch: error: ") and "nosuch_member" in data["error"]
+    assert data["exit_code"] == 2
+
+
+def test_internal_error_with_json_is_a_json_object(root: Path, monkeypatch, capsys):
+    from eaglepatch import cli
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("eaglepatch.pipeline.analyze", broken)
+    monkeypatch.setenv("EAGLEPATCH_NO_CACHE", "1")
+    monkeypatch.delenv("EAGLEPATCH_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["check", str(root), "--format", "json"])
+    assert done.value.code == 2
+    out, err = capsys.readouterr()
+    (line,) = err.splitlines()
+    assert line.startswith("eaglepatch: internal error: RuntimeError: boom")
+    assert json.loads(out) == {"schema": 2, "error": line.removeprefix("eaglepatch: "), "exit_code": 2}
+
+
 # --------------------------------------------------------------------------- --python's help
 
 

@@ -482,33 +482,61 @@ def write_sarif(analysis: Analysis, out, gate: Gate | None = None, base: Path | 
                     ],
                 }
             )
+    document = _sarif_log(results)
+    json.dump(document, out, indent=2)
+    out.write("\n")
+
+
+def _sarif_log(results: list, invocation: dict | None = None) -> dict:
     from .. import __version__
 
-    document = {
-        "version": "2.1.0",
-        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
-        "runs": [
-            {
-                "tool": {
-                    "driver": {
-                        "name": "eaglepatch",
-                        "version": __version__,
-                        "rules": [
-                            {
-                                "id": "eaglepatch/missing-delegation",
-                                "shortDescription": {"text": "A wrapper model does not forward an EAGLE-3 member"},
-                            },
-                            {
-                                "id": "eaglepatch/missing-member",
-                                "shortDescription": {"text": "A model class lacks an EAGLE-3 member and no delegation can provide it"},
-                            },
-                        ],
-                    }
-                },
-                "results": results,
+    run: dict[str, object] = {
+        "tool": {
+            "driver": {
+                "name": "eaglepatch",
+                "version": __version__,
+                "rules": [
+                    {
+                        "id": "eaglepatch/missing-delegation",
+                        "shortDescription": {"text": "A wrapper model does not forward an EAGLE-3 member"},
+                    },
+                    {
+                        "id": "eaglepatch/missing-member",
+                        "shortDescription": {"text": "A model class lacks an EAGLE-3 member and no delegation can provide it"},
+                    },
+                ],
             }
-        ],
+        },
+        "results": results,
     }
+    if invocation is not None:
+        run["invocations"] = [invocation]
+    return {"version": "2.1.0", "$schema": "https://json.schemastore.org/sarif-2.1.0.json", "runs": [run]}
+
+
+# -- errors, in the format asked for ---------------------------------------------------------------
+
+
+def error_json(message: str, exit_code: int = 2) -> dict:
+    """What `--format json` prints instead of a report when the run fails (the line on stderr says the same)."""
+    return {"schema": SCHEMA, "error": message, "exit_code": exit_code}
+
+
+def write_error(output_format: str, message: str, out, exit_code: int = 2) -> None:
+    """The error as a JSON object (json; a message of several lines, one a file, kept whole) or a
+    SARIF log whose one invocation failed with a toolExecutionNotification per line (sarif): a
+    script or a code-scanning upload reads a document either way."""
+    if output_format == "sarif":
+        invocation = {
+            "executionSuccessful": False,
+            "exitCode": exit_code,
+            "toolExecutionNotifications": [
+                {"level": "error", "message": {"text": line}} for line in message.splitlines() or [message]
+            ],
+        }
+        document = _sarif_log([], invocation)
+    else:
+        document = error_json(message, exit_code)
     json.dump(document, out, indent=2)
     out.write("\n")
 
