@@ -100,6 +100,9 @@ InstalledOpt = typer.Option(
 PythonOpt = typer.Option(
     None, "--python", metavar="PYTHON", help="The interpreter whose sglang to target (implies --installed)."
 )
+QuietOpt = typer.Option(
+    False, "--quiet", "-q", help="Only errors and the output proper (findings, patch, JSON): no notes, warnings, hints or totals."
+)
 
 
 class Engine(str, enum.Enum):
@@ -251,15 +254,16 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def _console(stderr: bool = False):
-    """Colour only on a terminal (rich also honours NO_COLOR); logs get 120 columns, not 80."""
+def _console(stderr: bool = False, quiet: bool = False):
+    """Colour only on a terminal (rich also honours NO_COLOR); logs get 120 columns, not 80.
+    `quiet` (--quiet): a console that prints nothing, for notes and summaries."""
     import os
 
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() or os.environ.get("COLUMNS") else 120
-    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, quiet=quiet)
 
 
 def _selection(path, models, consumers, all_models, ignore, installed, python, engine: Optional[Engine], exclude=None):
@@ -301,13 +305,14 @@ def run_analysis(
     resolved=None,
     engine: Optional[Engine] = None,
     exclude: Optional[list[str]] = None,
+    quiet: bool = False,
 ):
     from .errors import EaglepatchError
     from .pipeline import analyze
 
     selection = _selection(path, models, consumers, all_models, ignore, installed, python, engine, exclude)
     try:
-        if sys.stderr.isatty():
+        if sys.stderr.isatty() and not quiet:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
             with Progress(
@@ -350,6 +355,7 @@ def check(
     ),
     engine: Optional[Engine] = EngineOpt,
     exclude: Optional[list[str]] = ExcludeOpt,
+    quiet: bool = QuietOpt,
 ) -> None:
     """Report every EAGLE-3 member a model class lacks (a CI gate: exit 1 when a required one is missing)."""
     errors_as(output_format.value)
@@ -360,22 +366,22 @@ def check(
     if write_baseline is None:
         results, resolved = _result_cache(
             path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache, engine, exclude,
-            {"again": again},
+            {"again": again, "quiet": quiet},
         )
     if results is not None:
         hit = results.lookup()
         if hit is not None:
             sys.stdout.write(hit[1])
             raise typer.Exit(hit[0])
-    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, resolved, engine, exclude)
+    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, resolved, engine, exclude, quiet)
     if results is None:
-        _report(analysis, output_format, baseline, write_baseline, again)
+        _report(analysis, output_format, baseline, write_baseline, again, quiet)
     from .cache import Tee
 
     stdout = sys.stdout
     sys.stdout = tee = Tee(stdout)
     try:
-        _report(analysis, output_format, baseline, write_baseline, again)
+        _report(analysis, output_format, baseline, write_baseline, again, quiet)
     except typer.Exit as done:
         results.store(done.exit_code, tee.text())
         raise
@@ -388,7 +394,7 @@ def _result_cache(
     extra=None,
 ):
     """(the cache entry for this question, the resolved selection), or (None, None) when bypassed.
-    `extra`: more of what the output depends on (the hint's flags)."""
+    `extra`: more of what the output depends on (the hint's flags, --quiet)."""
     from . import cache
 
     if cache.disabled(no_cache):
@@ -444,7 +450,12 @@ def _git_folder(folder: Path) -> Optional[str]:
 
 
 def _report(
-    analysis, output_format: OutputFormat, baseline: Optional[Path], write_baseline: Optional[Path], again: str = ""
+    analysis,
+    output_format: OutputFormat,
+    baseline: Optional[Path],
+    write_baseline: Optional[Path],
+    again: str = "",
+    quiet: bool = False,
 ) -> NoReturn:
     """`check`'s output and exit code (always raises typer.Exit)."""
     from .errors import EaglepatchError
@@ -457,7 +468,8 @@ def _report(
             count = record(write_baseline, analysis.plans)
         except EaglepatchError as exc:
             fail(str(exc))
-        typer.echo(f"eaglepatch: recorded {count} required gap(s) in {write_baseline}", err=True)
+        if not quiet:
+            typer.echo(f"eaglepatch: recorded {count} required gap(s) in {write_baseline}", err=True)
         raise typer.Exit(0)
     try:
         gate = load_gate(baseline, analysis.plans)
@@ -466,21 +478,21 @@ def _report(
     if output_format is OutputFormat.json:
         report.write_json(analysis, sys.stdout, gate)
     elif output_format is OutputFormat.github:
-        report.write_github(analysis, sys.stdout, gate, _patch_base(analysis.tree)[1])
+        report.write_github(analysis, sys.stdout, gate, _patch_base(analysis.tree)[1], quiet)
     elif output_format is OutputFormat.sarif:
         report.write_sarif(analysis, sys.stdout, gate, _patch_base(analysis.tree)[1])
     elif analysis.all_models:
-        report.print_summary(analysis, _console(), gate, again)
+        report.print_summary(analysis, _console(), gate, again, quiet)
     else:
-        report.print_table(analysis, _console(), gate=gate, again=again)
+        report.print_table(analysis, _console(), gate=gate, again=again, quiet=quiet)
     raise typer.Exit(1 if gate.new_gaps(analysis.plans) else 0)
 
 
-def _edits(analysis):
+def _edits(analysis, quiet: bool = False):
     """Edits per file; a file that cannot be edited is reported and the others go on."""
     from .rewrite.edits import build_edits
 
-    for warning in analysis.warnings:
+    for warning in [] if quiet else analysis.warnings:
         typer.echo(f"eaglepatch: warning: {warning}", err=True)
 
     if analysis.tree.engine == "vllm":
@@ -530,12 +542,15 @@ def diff(
     python: Optional[str] = PythonOpt,
     engine: Optional[Engine] = EngineOpt,
     exclude: Optional[list[str]] = ExcludeOpt,
+    quiet: bool = QuietOpt,
 ) -> None:
     """Print what `apply` would write (delegations, learned hook bodies), as a unified diff with git headers (dry run)."""
-    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, engine=engine, exclude=exclude)
-    edits, errors = _edits(analysis)
+    analysis = run_analysis(
+        path, model, consumer, all_models, ignore, installed, python, engine=engine, exclude=exclude, quiet=quiet
+    )
+    edits, errors = _edits(analysis, quiet)
     if not edits:
-        if not errors:  # after an error, its line is the whole story
+        if not errors and not quiet:  # after an error, its line is the whole story
             typer.echo("eaglepatch: nothing to change", err=True)
         raise typer.Exit(2 if errors else 0)
     from .rewrite.preview import render_patch
@@ -631,11 +646,14 @@ def apply(
     commit: bool = typer.Option(False, "--commit", help="Commit just the patched files (git work trees only)."),
     engine: Optional[Engine] = EngineOpt,
     exclude: Optional[list[str]] = ExcludeOpt,
+    quiet: bool = QuietOpt,
 ) -> None:
     """Write the missing members (delegations, learned hook bodies) into the model files, then show what was done."""
-    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, engine=engine, exclude=exclude)
-    edits, errors = _edits(analysis)
-    console = _console()
+    analysis = run_analysis(
+        path, model, consumer, all_models, ignore, installed, python, engine=engine, exclude=exclude, quiet=quiet
+    )
+    edits, errors = _edits(analysis, quiet)
+    console = _console(quiet=quiet)
     if not edits:
         if not errors:
             console.print("Nothing to do: every EAGLE-3 member eaglepatch can forward is already present.")
@@ -651,6 +669,7 @@ def revert(
     installed: bool = InstalledOpt,
     python: Optional[str] = PythonOpt,
     commit: bool = typer.Option(False, "--commit", help="Commit just the reverted files (git work trees only)."),
+    quiet: bool = QuietOpt,
 ) -> None:
     """Remove exactly the members eaglepatch added (and the imports only they used)."""
     from .errors import EaglepatchError
@@ -673,7 +692,7 @@ def revert(
             edits, errors, kept = revert_edits(cache, tree, None if selection.all_models else selection.models, style)
     except EaglepatchError as exc:
         fail(str(exc))
-    console = _console()
+    console = _console(quiet=quiet)
     for rel, members in kept:
         console.print(f"[yellow]kept[/yellow] {rel}: {', '.join(members)} (edited since eaglepatch wrote them)")
     for error in errors:

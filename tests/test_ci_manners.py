@@ -379,6 +379,68 @@ def test_internal_error_with_json_is_a_json_object(root: Path, monkeypatch, caps
     assert json.loads(out) == {"schema": 2, "error": line.removeprefix("eaglepatch: "), "exit_code": 2}
 
 
+# --------------------------------------------------------------------------- --quiet
+
+
+def test_quiet_check_prints_the_findings_only(root: Path):
+    loud = invoke("check", root)
+    quiet = invoke("check", root, "--quiet")
+    assert quiet.exit_code == loud.exit_code == 1
+    assert "Review the fixes" in loud.stdout and "required member(s) missing" in loud.stdout
+    assert "Review the fixes" not in quiet.stdout
+    assert "required member(s) missing" not in quiet.stdout
+    assert "EAGLE-3 protocol read from" not in quiet.stdout
+    assert "✗ missing    get_embed_and_head" in quiet.stdout
+    assert quiet.stderr == ""
+
+
+def test_quiet_check_github_drops_the_totals_notice(root: Path):
+    loud = invoke("check", root, "--format", "github")
+    quiet = invoke("check", root, "--format", "github", "-q")
+    assert quiet.exit_code == loud.exit_code == 1
+    annotations = [line for line in loud.stdout.splitlines() if " file=" in line]
+    assert quiet.stdout.splitlines() == annotations
+
+
+def test_quiet_json_is_the_same_document(root: Path):
+    assert invoke("check", root, "--format", "json", "--quiet").stdout == invoke("check", root, "--format", "json").stdout
+
+
+def test_quiet_write_baseline_says_nothing(root: Path, tmp_path: Path):
+    result = invoke("check", root, "--all", "--write-baseline", tmp_path / "b.json", "--quiet")
+    assert result.exit_code == 0
+    assert (result.stdout, result.stderr) == ("", "")
+    assert (tmp_path / "b.json").is_file()
+
+
+def test_quiet_apply_diff_revert(root: Path):
+    assert invoke("diff", root, "--quiet").exit_code == 1
+    applied = invoke("apply", root, "--quiet")
+    assert applied.exit_code == 0, applied.stderr
+    assert "added to" not in applied.stdout
+    assert applied.stdout.startswith("diff --git ")  # the patch written is apply's output
+    assert applied.stderr == ""
+    loud_again = invoke("apply", root)
+    assert "Nothing to do" in loud_again.stdout
+    again = invoke("apply", root, "--quiet")
+    assert again.exit_code == 0 and (again.stdout, again.stderr) == ("", "")
+    nothing = invoke("diff", root, "--quiet")
+    assert nothing.exit_code == 0 and (nothing.stdout, nothing.stderr) == ("", "")
+    assert "nothing to change" in invoke("diff", root).stderr
+    reverted = invoke("revert", root, "--quiet")
+    assert reverted.exit_code == 0, reverted.stderr
+    assert "removed from" not in reverted.stdout and reverted.stdout.startswith("diff --git ")
+    none_left = invoke("revert", root, "--quiet")
+    assert none_left.exit_code == 0 and (none_left.stdout, none_left.stderr) == ("", "")
+
+
+def test_quiet_still_prints_errors(root: Path):
+    result = invoke("check", root, "--model", "nosuch", "--quiet")
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("eaglepatch: error: models/nosuch.py")
+
+
 # --------------------------------------------------------------------------- --python's help
 
 

@@ -212,7 +212,7 @@ def gap_message(plan: ModelPlan, entry: MemberPlan) -> str:
     return f"{cls} ({plan.role}) lacks {member.name}; {used}. {entry.blocker}"
 
 
-def write_github(analysis: Analysis, out, gate: Gate | None = None, base: Path | None = None) -> None:
+def write_github(analysis: Analysis, out, gate: Gate | None = None, base: Path | None = None, quiet: bool = False) -> None:
     """Workflow commands; `base` is the folder paths are relative to (default: the working directory)."""
     base = base if base is not None else Path.cwd()
     for plan in analysis.plans:
@@ -225,6 +225,8 @@ def write_github(analysis: Analysis, out, gate: Gate | None = None, base: Path |
             title = _escape(f"eaglepatch: missing {entry.member.name}", True)
             message = _escape(gap_message(plan, entry))
             out.write(f"::{level} file={file},line={wrapper.cls.line},title={title}::{message}\n")
+    if quiet:
+        return  # the annotations only: no warnings about the code read, no stale entries, no totals
     for warning in analysis.warnings:
         out.write(f"::warning title=eaglepatch::{_escape(warning)}\n")
     if gate is not None:
@@ -364,25 +366,28 @@ def _closing(analysis: Analysis, console: Console, gate: Gate | None, again: str
 
 
 def print_table(
-    analysis: Analysis, console: Console, show_protocol: bool = True, gate: Gate | None = None, again: str = ""
+    analysis: Analysis, console: Console, show_protocol: bool = True, gate: Gate | None = None, again: str = "", quiet: bool = False
 ) -> None:
-    if show_protocol:
+    """One class after the other; `quiet`: the classes only (no protocol table, totals or hint)."""
+    if show_protocol and not quiet:
         print_protocol(analysis, console)
     for plan in analysis.plans:
         print_model(plan, console, gate)
-    _closing(analysis, console, gate, again)
+    if not quiet:
+        _closing(analysis, console, gate, again)
 
 
-def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None, again: str = "") -> None:
+def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None, again: str = "", quiet: bool = False) -> None:
     """`--all`: one line per class that is not clean, its gaps in full beneath it (wrapped, never cut);
-    under a baseline, which of a class's required gaps are new and which accepted."""
+    under a baseline, which of a class's required gaps are new and which accepted.  `quiet`: the
+    classes only (no heading, totals or hint)."""
     from rich.text import Text
 
     plans = sorted(
         analysis.plans,
         key=lambda p: (_STATUS_ORDER.get(p.status, 9), _ROLE_ORDER.get(p.role, 9), p.wrapper.path, p.wrapper.cls.name),
     )
-    lines = [f"[bold]EAGLE-3 readiness of {len(analysis.plans)} model classes[/bold]"]
+    lines = [] if quiet else [f"[bold]EAGLE-3 readiness of {len(analysis.plans)} model classes[/bold]"]
     baselined = gate is not None and gate.source is not None
     for plan in plans:
         if plan.status in ("compliant", "dynamic") and not plan.missing and analysis.tree.engine != "vllm":
@@ -424,11 +429,14 @@ def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None
     # one print: each line's markup parsed alone, as a print of its own would, without a print's
     # per-call overhead (terminal size, render pipeline) for each of hundreds of lines
     texts = [Text.from_markup(line) for line in lines]
-    if console.color_system is not None or console.soft_wrap or console.record or console.is_jupyter:
+    if not texts:
+        pass  # --quiet, and every class clean
+    elif console.color_system is not None or console.soft_wrap or console.record or console.is_jupyter:
         console.print(Text("\n").join(texts), overflow="fold")
     else:
         _print_plain(console, texts)
-    _closing(analysis, console, gate, again)
+    if not quiet:
+        _closing(analysis, console, gate, again)
 
 
 def _print_plain(console: Console, texts: list) -> None:
