@@ -97,7 +97,12 @@ ExcludeOpt = typer.Option(
 InstalledOpt = typer.Option(
     False, "--installed", help="Target the sglang that `python` on PATH would import (found without importing it)."
 )
-PythonOpt = typer.Option(None, "--python", metavar="PYTHON", help="With --installed: the interpreter whose sglang to target.")
+PythonOpt = typer.Option(
+    None, "--python", metavar="PYTHON", help="The interpreter whose sglang to target (implies --installed)."
+)
+QuietOpt = typer.Option(
+    False, "--quiet", "-q", help="Only errors and the output proper (findings, patch, JSON): no notes, warnings, hints or totals."
+)
 
 
 class Engine(str, enum.Enum):
@@ -215,25 +220,53 @@ def main_options(
 ) -> None:
     """Global options."""
     tolerant_output()
+    errors_as(None)
+
+
+class _Errors:
+    """How the running command reports a failure besides the line on stderr: `--format json|sarif`
+    also puts it on stdout as a document of that format (set by the command; reset before each)."""
+
+    output_format: str | None = None
+
+
+def errors_as(output_format: Optional[str]) -> None:
+    _Errors.output_format = output_format if output_format in ("json", "sarif") else None
+
+
+def report_error(message: str, internal: bool = False) -> None:
+    """`eaglepatch: error: LINE` on stderr for each line of MESSAGE (a message of several lines names
+    several files), and with --format json|sarif the message as a document on stdout too (an
+    internal error's says it is one)."""
+    label = "internal error" if internal else "error"
+    lines = message.splitlines() or [message]
+    if _Errors.output_format is not None:
+        from .output.report import write_error
+
+        sys.stdout.flush()
+        write_error(_Errors.output_format, f"{label}: {message}" if internal else message, sys.stdout)
+        sys.stdout.flush()
+    for line in lines:
+        typer.echo(f"eaglepatch: {label}: {line}", err=True)
 
 
 def fail(message: str) -> NoReturn:
     """One line on stderr per problem (a message of several lines names several files), exit 2: the
     contract for every bad input."""
-    for line in message.splitlines() or [message]:
-        typer.echo(f"eaglepatch: error: {line}", err=True)
+    report_error(message)
     raise typer.Exit(2)
 
 
-def _console(stderr: bool = False):
-    """Colour only on a terminal (rich also honours NO_COLOR); logs get 120 columns, not 80."""
+def _console(stderr: bool = False, quiet: bool = False):
+    """Colour only on a terminal (rich also honours NO_COLOR); logs get 120 columns, not 80.
+    `quiet` (--quiet): a console that prints nothing, for notes and summaries."""
     import os
 
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() or os.environ.get("COLUMNS") else 120
-    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, quiet=quiet)
 
 
 def _selection(path, models, consumers, all_models, ignore, installed, python, engine: Optional[Engine], exclude=None):
@@ -244,6 +277,24 @@ def _selection(path, models, consumers, all_models, ignore, installed, python, e
         path, list(models or []), all_models, list(consumers or []), list(ignore or []), installed, python,
         engine.value if engine is not None else None, list(exclude or []),
     )
+
+
+def _again(path, models, all_models, consumers, ignore, installed, python, engine: Optional[Engine], exclude=None) -> str:
+    """The selection's flags as given, quoted for a POSIX shell: the hint after `check` names
+    `diff` and `apply` with them, so copying it looks at what this check looked at."""
+    import shlex
+
+    words = ["--all"] if all_models else []
+    words += [w for m in models or [] for w in ("--model", m)]
+    words += [w for c in consumers or [] for w in ("--consumer", c)]
+    words += [w for i in ignore or [] for w in ("--ignore", i)]
+    words += [w for e in exclude or [] for w in ("--exclude", e)]
+    words += ["--installed"] if installed else []
+    words += ["--python", python] if python else []
+    words += ["--engine", engine.value] if engine is not None else []
+    if path is not None:
+        words += ["--", str(path)] if str(path).startswith("-") else [str(path)]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def run_analysis(
@@ -257,13 +308,14 @@ def run_analysis(
     resolved=None,
     engine: Optional[Engine] = None,
     exclude: Optional[list[str]] = None,
+    quiet: bool = False,
 ):
     from .errors import EaglepatchError
     from .pipeline import analyze
 
     selection = _selection(path, models, consumers, all_models, ignore, installed, python, engine, exclude)
     try:
-        if sys.stderr.isatty():
+        if sys.stderr.isatty() and not quiet:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
             with Progress(
@@ -306,29 +358,33 @@ def check(
     ),
     engine: Optional[Engine] = EngineOpt,
     exclude: Optional[list[str]] = ExcludeOpt,
+    quiet: bool = QuietOpt,
 ) -> None:
     """Report every EAGLE-3 member a model class lacks (a CI gate: exit 1 when a required one is missing)."""
+    errors_as(output_format.value)
     if baseline is not None and write_baseline is not None:
         fail("--baseline and --write-baseline do not go together; pass one of them")
+    again = _again(path, model, all_models, consumer, ignore, installed, python, engine, exclude)
     results, resolved = None, None
     if write_baseline is None:
         results, resolved = _result_cache(
-            path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache, engine, exclude
+            path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache, engine, exclude,
+            {"again": again, "quiet": quiet},
         )
     if results is not None:
         hit = results.lookup()
         if hit is not None:
             sys.stdout.write(hit[1])
             raise typer.Exit(hit[0])
-    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, resolved, engine, exclude)
+    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, resolved, engine, exclude, quiet)
     if results is None:
-        _report(analysis, output_format, baseline, write_baseline)
+        _report(analysis, output_format, baseline, write_baseline, again, quiet)
     from .cache import Tee
 
     stdout = sys.stdout
     sys.stdout = tee = Tee(stdout)
     try:
-        _report(analysis, output_format, baseline, write_baseline)
+        _report(analysis, output_format, baseline, write_baseline, again, quiet)
     except typer.Exit as done:
         results.store(done.exit_code, tee.text())
         raise
@@ -336,8 +392,12 @@ def check(
         sys.stdout = stdout
 
 
-def _result_cache(path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache, engine=None, exclude=None):
-    """(the cache entry for this question, the resolved selection), or (None, None) when bypassed."""
+def _result_cache(
+    path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache, engine=None, exclude=None,
+    extra=None,
+):
+    """(the cache entry for this question, the resolved selection), or (None, None) when bypassed.
+    `extra`: more of what the output depends on (the hint's flags, --quiet)."""
     from . import cache
 
     if cache.disabled(no_cache):
@@ -371,7 +431,10 @@ def _result_cache(path, model, consumer, all_models, ignore, installed, python, 
         "baseline": [str(baseline), baseline_file] if baseline is not None else None,
         "cwd": os.getcwd(),
         "output": cache.output_environment(sys.stdout),
+        **(extra or {}),
     }
+    if output_format in (OutputFormat.github, OutputFormat.sarif):
+        key["repository"] = _git_folder(tree.srt)  # paths are relative to it
     if tree.engine != "sglang":
         key["engine"] = tree.engine
     outside = [c for c in consumers if tree.srt not in c.parents]
@@ -380,7 +443,23 @@ def _result_cache(path, model, consumer, all_models, ignore, installed, python, 
     return cache.ResultCache(key, deps), resolved
 
 
-def _report(analysis, output_format: OutputFormat, baseline: Optional[Path], write_baseline: Optional[Path]) -> NoReturn:
+def _git_folder(folder: Path) -> Optional[str]:
+    """The nearest folder at or above `folder` holding a .git (a cheap stand-in, for the result
+    cache's key, for the work tree root GitPython finds)."""
+    for candidate in (folder, *folder.parents):
+        if (candidate / ".git").exists():
+            return str(candidate)
+    return None
+
+
+def _report(
+    analysis,
+    output_format: OutputFormat,
+    baseline: Optional[Path],
+    write_baseline: Optional[Path],
+    again: str = "",
+    quiet: bool = False,
+) -> NoReturn:
     """`check`'s output and exit code (always raises typer.Exit)."""
     from .errors import EaglepatchError
     from .output import report
@@ -392,7 +471,8 @@ def _report(analysis, output_format: OutputFormat, baseline: Optional[Path], wri
             count = record(write_baseline, analysis.plans)
         except EaglepatchError as exc:
             fail(str(exc))
-        typer.echo(f"eaglepatch: recorded {count} required gap(s) in {write_baseline}", err=True)
+        if not quiet:
+            typer.echo(f"eaglepatch: recorded {count} required gap(s) in {write_baseline}", err=True)
         raise typer.Exit(0)
     try:
         gate = load_gate(baseline, analysis.plans)
@@ -401,21 +481,21 @@ def _report(analysis, output_format: OutputFormat, baseline: Optional[Path], wri
     if output_format is OutputFormat.json:
         report.write_json(analysis, sys.stdout, gate)
     elif output_format is OutputFormat.github:
-        report.write_github(analysis, sys.stdout, gate)
+        report.write_github(analysis, sys.stdout, gate, _patch_base(analysis.tree)[1], quiet)
     elif output_format is OutputFormat.sarif:
-        report.write_sarif(analysis, sys.stdout, gate)
+        report.write_sarif(analysis, sys.stdout, gate, _patch_base(analysis.tree)[1])
     elif analysis.all_models:
-        report.print_summary(analysis, _console(), gate)
+        report.print_summary(analysis, _console(), gate, again, quiet)
     else:
-        report.print_table(analysis, _console(), gate=gate)
+        report.print_table(analysis, _console(), gate=gate, again=again, quiet=quiet)
     raise typer.Exit(1 if gate.new_gaps(analysis.plans) else 0)
 
 
-def _edits(analysis, suffix: str = ""):
+def _edits(analysis, quiet: bool = False, suffix: str = ""):
     """Edits per file; a file that cannot be edited is reported and the others go on."""
     from .rewrite.edits import build_edits
 
-    for warning in analysis.warnings:
+    for warning in [] if quiet else analysis.warnings:
         typer.echo(f"eaglepatch: warning: {warning}", err=True)
 
     if analysis.tree.engine == "vllm":
@@ -465,12 +545,15 @@ def diff(
     python: Optional[str] = PythonOpt,
     engine: Optional[Engine] = EngineOpt,
     exclude: Optional[list[str]] = ExcludeOpt,
+    quiet: bool = QuietOpt,
 ) -> None:
     """Print what `apply` would write (delegations, learned hook bodies), as a unified diff with git headers (dry run)."""
-    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, engine=engine, exclude=exclude)
-    edits, errors = _edits(analysis)
+    analysis = run_analysis(
+        path, model, consumer, all_models, ignore, installed, python, engine=engine, exclude=exclude, quiet=quiet
+    )
+    edits, errors = _edits(analysis, quiet)
     if not edits:
-        if not errors:  # after an error, its line is the whole story
+        if not errors and not quiet:  # after an error, its line is the whole story
             typer.echo("eaglepatch: nothing to change", err=True)
         raise typer.Exit(2 if errors else 0)
     from .rewrite.preview import render_patch
@@ -555,7 +638,7 @@ def _write_all(tree, edits, errors, console, commit: bool, verb: str, changes_of
             return work_tree.commit([e.path for e in edits], message)
 
     try:
-        with _write_progress(len(edits)) as progress:
+        with _write_progress(len(edits), console.quiet) as progress:
             written = write_all(edits, tree.srt, do_commit, progress, command)
     except Interrupted as stop:
         typer.echo(f"eaglepatch: interrupted ({signal.Signals(stop.signum).name}) before any file was written: nothing written", err=True)
@@ -577,11 +660,11 @@ def _write_all(tree, edits, errors, console, commit: bool, verb: str, changes_of
     return 0
 
 
-def _write_progress(total: int):
+def _write_progress(total: int, quiet: bool = False):
     """A bar on a terminal's stderr while the files are renamed (apply --all writes dozens); else nothing."""
     import contextlib
 
-    if total < 2 or not sys.stderr.isatty():
+    if total < 2 or quiet or not sys.stderr.isatty():
         return contextlib.nullcontext(None)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -619,12 +702,15 @@ def apply(
     commit: bool = typer.Option(False, "--commit", help="Commit just the patched files (git work trees only)."),
     engine: Optional[Engine] = EngineOpt,
     exclude: Optional[list[str]] = ExcludeOpt,
+    quiet: bool = QuietOpt,
 ) -> None:
     """Write the missing members (delegations, learned hook bodies) into the model files, then show what was done."""
-    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, engine=engine, exclude=exclude)
+    analysis = run_analysis(
+        path, model, consumer, all_models, ignore, installed, python, engine=engine, exclude=exclude, quiet=quiet
+    )
     _leftover_journal(analysis.tree, clear=True)
-    edits, errors = _edits(analysis, NOTHING_WRITTEN)
-    console = _console()
+    edits, errors = _edits(analysis, quiet, NOTHING_WRITTEN)
+    console = _console(quiet=quiet)
     if errors and not edits:
         raise typer.Exit(2)
     code = _write_all(analysis.tree, edits, errors, console, commit, "added to", lambda e: e.added) if edits else 0
@@ -634,7 +720,7 @@ def apply(
     if remaining:
         from .output.report import print_still_missing
 
-        print_still_missing(remaining, console, wrote=bool(edits))
+        print_still_missing(remaining, _console(), wrote=bool(edits))  # what is left is never quiet: it is the finding
     elif not edits:
         console.print("Nothing to do: no EAGLE-3 member a class requires is missing.")
     raise typer.Exit(code or (1 if remaining else 0))
@@ -665,6 +751,7 @@ def revert(
     installed: bool = InstalledOpt,
     python: Optional[str] = PythonOpt,
     commit: bool = typer.Option(False, "--commit", help="Commit just the reverted files (git work trees only)."),
+    quiet: bool = QuietOpt,
 ) -> None:
     """Remove exactly the members eaglepatch added (and the imports only they used)."""
     from .errors import EaglepatchError
@@ -688,7 +775,7 @@ def revert(
     except EaglepatchError as exc:
         fail(str(exc))
     _leftover_journal(tree, clear=True)
-    console = _console()
+    console = _console(quiet=quiet)
     for rel, members in kept:
         console.print(f"[yellow]kept[/yellow] {rel}: {', '.join(members)} (edited since eaglepatch wrote them)")
     for error in errors:
@@ -733,6 +820,7 @@ def explain(
 ) -> None:
     """Why a member is in the protocol: every call site, its guard, the inner definition or the reference a body
     is learned from, the code apply writes."""
+    errors_as(output_format.value)
     _not_for_vllm(path, installed or bool(python), "explain", "eaglepatch check shows each wrapper's reasons")
     analysis = run_analysis(path, model, None, False, None, installed, python)
     from .output import report
@@ -768,8 +856,5 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         if os.environ.get("EAGLEPATCH_DEBUG"):
             raise
-        typer.echo(
-            f"eaglepatch: internal error: {type(exc).__name__}: {exc} (set EAGLEPATCH_DEBUG=1 for the traceback)",
-            err=True,
-        )
+        report_error(f"{type(exc).__name__}: {exc} (set EAGLEPATCH_DEBUG=1 for the traceback)", internal=True)
         sys.exit(2)

@@ -54,6 +54,7 @@ class Selection:
     python: str | None = None
     engine: str | None = None  # "sglang" | "vllm"; None: what the tree's shape says
     exclude: list[str] = field(default_factory=list)  # paths or globs never read, relative to srt or absolute
+    ignore_from: dict[str, str] = field(default_factory=dict)  # member -> "--ignore" or the pyproject.toml naming it
 
 
 def resolve_selection(selection: Selection) -> tuple[SourceTree, Selection, list[Path]]:
@@ -78,6 +79,10 @@ def resolve_selection(selection: Selection) -> tuple[SourceTree, Selection, list
         ignore=sorted(set(selection.ignore) | set(settings.ignore)),
         engine=selection.engine,
         exclude=list(dict.fromkeys([*selection.exclude, *settings.exclude])),
+        ignore_from={
+            **{name: str(settings.source) for name in settings.ignore},
+            **{name: "--ignore" for name in selection.ignore},
+        },
     )
     for pattern in merged.exclude:
         if not _matches(tree, pattern):
@@ -127,16 +132,17 @@ def analyze(
     if isinstance(path, Selection):
         tree, selection, consumers = resolved if resolved is not None else resolve_selection(path)
         models, all_models, ignore = selection.models, selection.all_models, selection.ignore
+        ignore_from = selection.ignore_from
         extra_consumers = (extra_consumers or []) + consumers
         excluded = excluded_files(tree, selection.exclude)
     else:
-        tree, ignore = locate_tree(path), []
+        tree, ignore, ignore_from = locate_tree(path), [], {}
     if tree.engine == "vllm":  # the vLLM profile (patcher/vllm_profile/)
         from .vllm_profile.plan import analyze_vllm
 
         return analyze_vllm(tree, models or [], all_models, progress)
     cache = SourceCache(tree.srt)
-    protocol = extract_protocol(tree, cache, extra_consumers, ignore, excluded)
+    protocol = extract_protocol(tree, cache, extra_consumers, ignore, excluded, ignore_from)
     resolver = Resolver(tree, cache, excluded)
     if all_models:
         wrappers = resolver.all_wrappers(protocol, progress)

@@ -828,7 +828,10 @@ def test_errors_exit_2_with_one_line_and_touch_nothing(tree, tmp_path, case):
         assert len(lines) == 1, result.stderr
         assert lines[0].startswith("eaglepatch: error: ")
         assert names_file in lines[0], lines[0]
-        assert result.stdout == ""
+        if fmt == "json":  # the error as a document too, for the script reading stdout
+            assert json.loads(result.stdout) == {"schema": 2, "error": lines[0].removeprefix("eaglepatch: error: "), "exit_code": 2}
+        else:
+            assert result.stdout == ""
     assert snapshot(tmp_path) == before
 
 

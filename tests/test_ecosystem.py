@@ -689,7 +689,7 @@ def test_sarif_one_result_per_missing_member(plain):
             path = Path(urllib.parse.unquote(parsed.path))
         else:
             assert not parsed.scheme and " " not in uri, uri  # a relative URI reference
-            path = Path.cwd() / urllib.parse.unquote(uri)
+            path = plain / urllib.parse.unquote(uri)  # from the tree's root: `plain` is in no git work tree
         module = path.stem
         assert path.resolve() == (plain / MODELS / f"{module}.py").resolve(), uri
         cls = WRAPPERS[module]

@@ -1099,7 +1099,10 @@ def extract_protocol(
     extra_consumers: list[Path] | None = None,
     ignore: list[str] | None = None,
     excluded: frozenset[Path] = frozenset(),
+    ignore_from: dict[str, str] | None = None,
 ) -> Protocol:
+    """The members EAGLE-3 code uses, less `ignore`; a name in `ignore` that is no member is an
+    error naming where it was asked for (`ignore_from`: "--ignore" or a pyproject.toml; default "--ignore")."""
     reader = ProtocolReader(tree, cache, extra_consumers, excluded)
     extraction = reader.read()
     general = reader.general_interface()
@@ -1124,6 +1127,7 @@ def extract_protocol(
             "branches); is this an SGLang tree with EAGLE support?",
             path=str(tree.srt),
         )
+    _check_ignored(ignored, {u.name for u in extraction.uses} - set(general), ignore_from or {})
     return Protocol(
         members=dict(sorted(members.items())),
         consumers=sorted(extraction.consumers),
@@ -1131,3 +1135,23 @@ def extract_protocol(
         warnings=extraction.warnings,
         ignored=sorted(ignored),
     )
+
+
+def _check_ignored(ignored: set[str], known: set[str], ignore_from: dict[str, str]) -> None:
+    """A member to ignore that EAGLE-3 code of this tree never uses is a typo (or a release's
+    renaming): an error naming every member there is, the flag's first, then the file's."""
+    unknown = sorted(ignored - known)
+    if not unknown:
+        return
+    members = ", ".join(sorted(known))
+    by_origin: dict[str, list[str]] = {}
+    for name in unknown:
+        by_origin.setdefault(ignore_from.get(name, "--ignore"), []).append(name)
+    origin = "--ignore" if "--ignore" in by_origin else sorted(by_origin)[0]
+    names = by_origin[origin]
+    listed = ", ".join(names)
+    what = "is not an EAGLE-3 protocol member" if len(names) == 1 else "are not EAGLE-3 protocol members"
+    if origin == "--ignore":
+        raise EaglepatchError(f"{listed} {what} of this tree; its members: {members}", path=origin)
+    which = "which is not an EAGLE-3 protocol member" if len(names) == 1 else "which are not EAGLE-3 protocol members"
+    raise EaglepatchError(f"[tool.eaglepatch] ignore names {listed}, {which} of this tree; its members: {members}", path=origin)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,18 @@ def load_gate(path: Path | None, plans: list[ModelPlan]) -> Gate:
     return Gate(accepted=accepted, stale=stale, source=str(path))
 
 
+def _mode_for(target: Path) -> int:
+    """The baseline's permission bits: an existing file's own, else what the user's umask gives a
+    new file (0644 under the usual 022), as for any file the user creates; it is meant for git."""
+    try:
+        return stat.S_IMODE(target.stat().st_mode)
+    except OSError:
+        pass
+    umask = os.umask(0)  # read it the only portable way: set, then put it back at once
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_baseline(path: Path, plans: list[ModelPlan]) -> int:
     """Atomically write every required gap; returns how many were recorded."""
     keys = gap_keys(plans)
@@ -79,6 +92,10 @@ def write_baseline(path: Path, plans: list[ModelPlan]) -> int:
         raise EaglepatchError("the folder for the baseline does not exist; create it first", path=str(target))
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)
     try:
+        try:
+            os.fchmod(fd, _mode_for(target))  # mkstemp's 0600 would outlive the rename
+        except (AttributeError, NotImplementedError):  # pragma: no cover - no fchmod (Windows)
+            pass
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(document, handle, indent=2)
             handle.write("\n")

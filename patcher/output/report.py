@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..records import MemberPlan, ModelPlan, ProtocolMember
+from .baseline import gap_keys
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -163,12 +164,13 @@ def _escape(value: str, property_value: bool = False) -> str:
     return value
 
 
-def display_path(analysis: Analysis, rel: str) -> str:
-    """A path the CI job can open: relative to the working directory when the file is below it."""
+def display_path(analysis: Analysis, rel: str, base: Path) -> str:
+    """A path as GitHub reads it: relative to `base` (the repository root, else the tree's root) when
+    the file is below it, where the working directory does not matter; else absolute."""
     absolute = analysis.tree.srt / rel
     try:
-        return Path(os.path.relpath(absolute, Path.cwd())).as_posix() if _below(absolute, Path.cwd()) else str(absolute)
-    except ValueError:
+        return Path(os.path.relpath(absolute.resolve(), base.resolve())).as_posix() if _below(absolute, base) else str(absolute)
+    except (ValueError, OSError):
         return str(absolute)
 
 
@@ -176,7 +178,7 @@ def _below(path: Path, folder: Path) -> bool:
     try:
         path.resolve().relative_to(folder.resolve())
         return True
-    except ValueError:
+    except (ValueError, OSError):
         return False
 
 
@@ -210,10 +212,12 @@ def gap_message(plan: ModelPlan, entry: MemberPlan) -> str:
     return f"{cls} ({plan.role}) lacks {member.name}; {used}. {entry.blocker}"
 
 
-def write_github(analysis: Analysis, out, gate: Gate | None = None) -> None:
+def write_github(analysis: Analysis, out, gate: Gate | None = None, base: Path | None = None, quiet: bool = False) -> None:
+    """Workflow commands; `base` is the folder paths are relative to (default: the working directory)."""
+    base = base if base is not None else Path.cwd()
     for plan in analysis.plans:
         wrapper = plan.wrapper
-        file = _escape(display_path(analysis, wrapper.path), True)
+        file = _escape(display_path(analysis, wrapper.path, base), True)
         for entry in plan.missing:
             if entry.required and gate is not None and not gate.is_new(plan, entry.member.name):
                 continue  # accepted in the baseline
@@ -221,6 +225,8 @@ def write_github(analysis: Analysis, out, gate: Gate | None = None) -> None:
             title = _escape(f"eaglepatch: missing {entry.member.name}", True)
             message = _escape(gap_message(plan, entry))
             out.write(f"::{level} file={file},line={wrapper.cls.line},title={title}::{message}\n")
+    if quiet:
+        return  # the annotations only: no warnings about the code read, no stale entries, no totals
     for warning in analysis.warnings:
         out.write(f"::warning title=eaglepatch::{_escape(warning)}\n")
     if gate is not None:
@@ -241,7 +247,8 @@ def totals_line(analysis: Analysis, gate: Gate | None = None) -> str:
         parts.append(f"{role}: {counts}")
     head = f"{analysis.missing_count} required member(s) missing, {analysis.fix_count} apply can write"
     if gate is not None and gate.source is not None:
-        head += f", {len(gate.new_gaps(analysis.plans))} not in the baseline"
+        new = len(gate.new_gaps(analysis.plans))
+        head += f" ({new} new, {len(gap_keys(analysis.plans)) - new} accepted by the baseline)"
     return f"{head} · {len(analysis.plans)} class(es) · " + " · ".join(parts)
 
 
@@ -311,9 +318,11 @@ def print_model(plan: ModelPlan, console: Console, gate: Gate | None = None) -> 
             console.print(f"  [magenta]? unresolved[/magenta]  {pending}")
     for entry in plan.missing:
         member = entry.member
-        if entry.required:
-            accepted = gate is not None and not gate.is_new(plan, member.name)
-            label = "[dim]✗ baselined [/dim]" if accepted else "[red]✗ missing   [/red]"
+        if entry.required and gate is not None and gate.source is not None:
+            accepted = not gate.is_new(plan, member.name)
+            label = "[dim]✗ baselined [/dim]" if accepted else "[red]✗ new       [/red]"
+        elif entry.required:
+            label = "[red]✗ missing   [/red]"
         else:
             label = "[yellow]+ companion [/yellow]"
         if entry.fix is not None and entry.fix.kind == "inherit":
@@ -338,7 +347,11 @@ def print_model(plan: ModelPlan, console: Console, gate: Gate | None = None) -> 
         console.print(f"  [green]✓ present   [/green] [bold]{entry.member.name}[/bold]")
 
 
-def _closing(analysis: Analysis, console: Console, gate: Gate | None) -> None:
+def _closing(analysis: Analysis, console: Console, gate: Gate | None, again: str = "") -> None:
+    """Warnings, stale baseline entries, the totals and the hint; `again` is the selection's flags
+    (shell-quoted), so the commands the hint names look at what this check looked at."""
+    from rich.markup import escape
+
     for warning in analysis.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
     if gate is not None:
@@ -346,26 +359,36 @@ def _closing(analysis: Analysis, console: Console, gate: Gate | None) -> None:
             console.print(f"[yellow]stale:[/yellow] {_stale_text(key)}")
     console.print(f"\n{totals_line(analysis, gate)}")
     if analysis.fix_count:
-        console.print("Review the fixes with [bold]eaglepatch diff[/bold], write them with [bold]eaglepatch apply[/bold].")
+        tail = escape(f" {again}") if again else ""  # quoted for the shell; between backticks, no stop after a path
+        console.print(
+            f"Review the fixes with [bold]`eaglepatch diff{tail}`[/bold], write them with [bold]`eaglepatch apply{tail}`[/bold]"
+        )
 
 
-def print_table(analysis: Analysis, console: Console, show_protocol: bool = True, gate: Gate | None = None) -> None:
-    if show_protocol:
+def print_table(
+    analysis: Analysis, console: Console, show_protocol: bool = True, gate: Gate | None = None, again: str = "", quiet: bool = False
+) -> None:
+    """One class after the other; `quiet`: the classes only (no protocol table, totals or hint)."""
+    if show_protocol and not quiet:
         print_protocol(analysis, console)
     for plan in analysis.plans:
         print_model(plan, console, gate)
-    _closing(analysis, console, gate)
+    if not quiet:
+        _closing(analysis, console, gate, again)
 
 
-def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None) -> None:
-    """`--all`: one line per class that is not clean, its gaps in full beneath it (wrapped, never cut)."""
+def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None, again: str = "", quiet: bool = False) -> None:
+    """`--all`: one line per class that is not clean, its gaps in full beneath it (wrapped, never cut);
+    under a baseline, which of a class's required gaps are new and which accepted.  `quiet`: the
+    classes only (no heading, totals or hint)."""
     from rich.text import Text
 
     plans = sorted(
         analysis.plans,
         key=lambda p: (_STATUS_ORDER.get(p.status, 9), _ROLE_ORDER.get(p.role, 9), p.wrapper.path, p.wrapper.cls.name),
     )
-    lines = [f"[bold]EAGLE-3 readiness of {len(analysis.plans)} model classes[/bold]"]
+    lines = [] if quiet else [f"[bold]EAGLE-3 readiness of {len(analysis.plans)} model classes[/bold]"]
+    baselined = gate is not None and gate.source is not None
     for plan in plans:
         if plan.status in ("compliant", "dynamic") and not plan.missing and analysis.tree.engine != "vllm":
             continue
@@ -395,14 +418,25 @@ def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None
         if blocked:
             names = ", ".join(m.member.name for m in blocked)
             lines.append(f"{'':18}no fix for {names}: {blocked[0].blocker}")
+        if baselined:
+            assert gate is not None
+            gaps = [m.member.name for m in plan.required_gaps]
+            new = [name for name in gaps if gate.is_new(plan, name)]
+            if new:
+                lines.append(f"{'':18}[red]new, not in the baseline: {', '.join(new)}[/red]")
+            if len(new) < len(gaps):
+                lines.append(f"{'':18}[dim]accepted by the baseline: {', '.join(n for n in gaps if n not in new)}[/dim]")
     # one print: each line's markup parsed alone, as a print of its own would, without a print's
     # per-call overhead (terminal size, render pipeline) for each of hundreds of lines
     texts = [Text.from_markup(line) for line in lines]
-    if console.color_system is not None or console.soft_wrap or console.record or console.is_jupyter:
+    if not texts:
+        pass  # --quiet, and every class clean
+    elif console.color_system is not None or console.soft_wrap or console.record or console.is_jupyter:
         console.print(Text("\n").join(texts), overflow="fold")
     else:
         _print_plain(console, texts)
-    _closing(analysis, console, gate)
+    if not quiet:
+        _closing(analysis, console, gate, again)
 
 
 def _print_plain(console: Console, texts: list) -> None:
@@ -433,7 +467,9 @@ def _uri(path: str) -> str:
     return Path(path).as_uri() if Path(path).is_absolute() else quote(path)
 
 
-def write_sarif(analysis: Analysis, out, gate: Gate | None = None) -> None:
+def write_sarif(analysis: Analysis, out, gate: Gate | None = None, base: Path | None = None) -> None:
+    """A SARIF log; `base` is the folder URIs are relative to (default: the working directory)."""
+    base = base if base is not None else Path.cwd()
     results = []
     for plan in analysis.plans:
         for entry in plan.missing:
@@ -447,40 +483,68 @@ def write_sarif(analysis: Analysis, out, gate: Gate | None = None) -> None:
                     "locations": [
                         {
                             "physicalLocation": {
-                                "artifactLocation": {"uri": _uri(display_path(analysis, plan.wrapper.path))},
+                                "artifactLocation": {"uri": _uri(display_path(analysis, plan.wrapper.path, base))},
                                 "region": {"startLine": plan.wrapper.cls.line},
                             }
                         }
                     ],
                 }
             )
+    document = _sarif_log(results)
+    json.dump(document, out, indent=2)
+    out.write("\n")
+
+
+def _sarif_log(results: list, invocation: dict | None = None) -> dict:
     from .. import __version__
 
-    document = {
-        "version": "2.1.0",
-        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
-        "runs": [
-            {
-                "tool": {
-                    "driver": {
-                        "name": "eaglepatch",
-                        "version": __version__,
-                        "rules": [
-                            {
-                                "id": "eaglepatch/missing-delegation",
-                                "shortDescription": {"text": "A wrapper model does not forward an EAGLE-3 member"},
-                            },
-                            {
-                                "id": "eaglepatch/missing-member",
-                                "shortDescription": {"text": "A model class lacks an EAGLE-3 member and no delegation can provide it"},
-                            },
-                        ],
-                    }
-                },
-                "results": results,
+    run: dict[str, object] = {
+        "tool": {
+            "driver": {
+                "name": "eaglepatch",
+                "version": __version__,
+                "rules": [
+                    {
+                        "id": "eaglepatch/missing-delegation",
+                        "shortDescription": {"text": "A wrapper model does not forward an EAGLE-3 member"},
+                    },
+                    {
+                        "id": "eaglepatch/missing-member",
+                        "shortDescription": {"text": "A model class lacks an EAGLE-3 member and no delegation can provide it"},
+                    },
+                ],
             }
-        ],
+        },
+        "results": results,
     }
+    if invocation is not None:
+        run["invocations"] = [invocation]
+    return {"version": "2.1.0", "$schema": "https://json.schemastore.org/sarif-2.1.0.json", "runs": [run]}
+
+
+# -- errors, in the format asked for ---------------------------------------------------------------
+
+
+def error_json(message: str, exit_code: int = 2) -> dict:
+    """What `--format json` prints instead of a report when the run fails (the line on stderr says the same)."""
+    return {"schema": SCHEMA, "error": message, "exit_code": exit_code}
+
+
+def write_error(output_format: str, message: str, out, exit_code: int = 2) -> None:
+    """The error as a JSON object (json; a message of several lines, one a file, kept whole) or a
+    SARIF log whose one invocation failed with a toolExecutionNotification per line (sarif): a
+    script or a code-scanning upload reads a document either way."""
+    if output_format == "sarif":
+        invocation = {
+            "executionSuccessful": False,
+            "exitCode": exit_code,
+            "toolExecutionNotifications": [
+                {"level": "error", "message": {"text": line}} for line in message.splitlines() or [message]
+            ],
+        }
+        document = _sarif_log([], invocation)
+    else:
+        document = error_json(message, exit_code)
     json.dump(document, out, indent=2)
     out.write("\n")
 
