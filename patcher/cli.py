@@ -377,6 +377,7 @@ def check(
             sys.stdout.write(hit[1])
             raise typer.Exit(hit[0])
     analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, resolved, engine, exclude, quiet)
+    _leftover_journal(analysis.tree, clear=False)
     if results is None:
         _report(analysis, output_format, baseline, write_baseline, again, quiet)
     from .cache import Tee
@@ -551,6 +552,7 @@ def diff(
     analysis = run_analysis(
         path, model, consumer, all_models, ignore, installed, python, engine=engine, exclude=exclude, quiet=quiet
     )
+    _leftover_journal(analysis.tree, clear=False)
     edits, errors = _edits(analysis, quiet)
     if not edits:
         if not errors and not quiet:  # after an error, its line is the whole story
@@ -679,7 +681,8 @@ def _write_progress(total: int, quiet: bool = False):
 
 
 def _leftover_journal(tree, clear: bool) -> None:
-    """An earlier write on this tree that was killed mid-way is named, once, before anything else."""
+    """An earlier write on this tree that was killed mid-way is named before anything else: by check and
+    diff each time, by apply and revert once (they clear it; their own write replaces it)."""
     from .rewrite.journal import forget, leftover
 
     found = leftover(tree.srt)

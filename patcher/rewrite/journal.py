@@ -89,6 +89,8 @@ class Leftover:
     command: str
     started: str
     commit: bool
+    pid: int
+    targets: tuple[Path, ...]  # the files it was writing
     written: tuple[str, ...]  # files holding what that run wrote
     untouched: tuple[str, ...]  # files as they were before it
     changed: tuple[str, ...]  # files holding neither (edited since, or removed)
@@ -148,10 +150,15 @@ def leftover(tree_root: Path) -> Leftover | None:
         bucket = written if now == entry["after"] else untouched if now == entry["before"] else changed
         bucket.append(str(entry["rel"]))
     return Leftover(path, str(record.get("command", "apply")), str(record.get("started", "?")), bool(record.get("commit")),
-                    tuple(written), tuple(untouched), tuple(changed))
+                    int(record["pid"]), tuple(Path(entry["path"]) for entry in files), tuple(written), tuple(untouched),
+                    tuple(changed))
 
 
 def forget(found: Leftover) -> None:
-    """Said once: the run that reported it clears it (a run that writes replaces it anyway)."""
+    """Said once: the run that reported it clears it, and the files that run had staged but not renamed."""
+    for target in found.targets:
+        for temp in target.parent.glob(f".{target.name}.{found.pid}.*.eaglepatch-tmp"):
+            with contextlib.suppress(OSError):
+                temp.unlink()
     with contextlib.suppress(OSError):
         found.path.unlink()
