@@ -54,6 +54,7 @@ class ClassText:
     header: int  # line index of `class`
     end: int  # one past its last line
     body_indent: int
+    inline: bool = False  # the body is on the header's line (`class B(A): x = 1; y = 2`)
 
     def methods(self, outline) -> list[tuple[int, str]]:
         """The class's own `def`s: in its body, or in an `if`/`try`/`with` block of its body (a hook
@@ -145,7 +146,7 @@ class ClassIndex:
                 end = outline.ends.get(header, header + 1)
                 body = next((i for i in range(header + 1, end) if _is_code(source.lines[i]) and _indent(source.lines[i]) > _indent(source.lines[header])), None)
                 indent = _indent(source.lines[body]) if body is not None else _indent(source.lines[header]) + 4
-                found = ClassText(source, name, header, end, indent)
+                found = ClassText(source, name, header, end, indent, inline=body is None)
             self._texts[key] = found
         return self._texts[key]
 
@@ -280,6 +281,8 @@ class ClassIndex:
             members.setdefault(name, Signature(name, "attribute", text.name, source.rel, index + 1))
         for index, name in text.block_attributes():
             members.setdefault(name, Signature(name, "attribute", text.name, source.rel, index + 1))
+        for name in _inline_attributes(text) if text.inline else ():
+            members.setdefault(name, Signature(name, "attribute", text.name, source.rel, text.header + 1))
         init = self.init_range(text)
         if init is not None:
             for index, _column, attribute, _value in self.self_assignments(source, *init):
@@ -477,6 +480,22 @@ def _class_attributes(text: ClassText) -> list[tuple[int, str]]:
         counted = match.start() + 1
         found.append((index, match.group(1)))
     return found
+
+
+def _inline_attributes(text: ClassText) -> list[str]:
+    """The names a one-line class body assigns (`class B(A): x = 1; y = 2`): parsed, the header and its
+    body being one statement (a compound statement cannot stand there, so no def is among them)."""
+    node = parse_statement("\n".join(line.strip() for line in text.source.lines[text.header : text.end]) + "\n")
+    if not isinstance(node, ast.ClassDef):
+        return []
+    names = []
+    for statement in node.body:
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target] if isinstance(statement, ast.AnnAssign) else []
+        for target in targets:
+            for name in [target] if isinstance(target, ast.Name) else getattr(target, "elts", []):
+                if isinstance(name, ast.Name):
+                    names.append(name.id)
+    return names
 
 
 def _decorators_above(lines: Sequence[str], header: int) -> list[str]:

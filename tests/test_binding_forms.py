@@ -1,0 +1,113 @@
+"""Binding forms (issue 24, part 5): every way a class can hold its model, and every class body
+shape, reads the same in `check` as in what `diff`/`apply` write.
+
+* the wrapper finder, as a (statement in `__init__`, what it holds) table: `setattr(self, "<name>", ...)`,
+  `self.add_module("<name>", ...)`, tuple, nested and starred targets; what cannot be followed is
+  `unresolved`, naming the construct and file:line, never "holds no model";
+* the class index: a class imported in `try:` with a same-named stub under `except ImportError:`
+  is the imported one (the `try` binding is what runs);
+* the writer, as a (source, expected) table: a one-line class body (`class B(A): pass`,
+  `class B(A): x = 1; y = 2`) becomes the indented block black would lay out, members appended;
+* the CLI on a copy of the bundled checkout: `check` says fixable exactly where `apply` writes, and
+  the written code imports and forwards to the model held.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import black
+import libcst as cst
+import pytest
+from helpers import write_srt_tree
+
+from eaglepatch.analyze.class_index import ClassIndex
+from eaglepatch.analyze.wrappers import WrapperFinder
+from eaglepatch.codemods.add_delegations import Delegation
+from eaglepatch.read.locate import locate_tree
+from eaglepatch.read.source import SourceCache, decode_source
+from eaglepatch.records import Protocol
+from eaglepatch.rewrite.edits import apply_codemod
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CHECKOUT = REPO_ROOT / "fixtures" / "checkout"
+NO_PROTOCOL = Protocol(members={}, consumers=[], general_interface={})
+
+INNER = """\
+from torch import nn
+
+
+class DeepseekV2Model(nn.Module):
+    pass
+
+
+class DeepseekV2ForCausalLM(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.model = DeepseekV2Model(config)
+        self.lm_head = nn.Linear(8, 8)
+
+    def get_embed_and_head(self):
+        pass
+
+
+class DeepseekV3ForCausalLM(DeepseekV2ForCausalLM):
+    pass
+"""
+def _finder(root: Path) -> WrapperFinder:
+    tree = locate_tree(root)
+    return WrapperFinder(ClassIndex(tree, SourceCache(tree.srt)))
+
+
+# --------------------------------------------------------------------------- the writer on one-line bodies
+
+GET = Delegation("get_embed_and_head", "language_model", params=cst.parse_statement("def f(self): pass\n").params)
+GET_TEXT = '''\
+    # eaglepatch: forwards to self.language_model
+    def get_embed_and_head(self):
+        """Forward to ``self.language_model`` (EAGLE-3 speculative decoding)."""
+        inner = self.language_model
+        if inner is None or not hasattr(inner, "get_embed_and_head"):
+            raise AttributeError(
+                f"{self.__class__.__name__}.language_model has no get_embed_and_head"
+            )
+        return inner.get_embed_and_head()
+'''
+ONE_LINE_CASES = [
+    pytest.param("class B(A): pass\n", "class B(A):\n" + GET_TEXT, id="pass"),
+    pytest.param("class B(A): ...\n", "class B(A):\n" + GET_TEXT, id="ellipsis"),
+    pytest.param("class B(A): pass  # noqa: D101\n", "class B(A):  # noqa: D101\n" + GET_TEXT, id="pass-with-a-comment"),
+    pytest.param("class B(A): x = 1; y = 2\n", "class B(A):\n    x = 1\n    y = 2\n\n" + GET_TEXT, id="two-statements"),
+    pytest.param("class B(A): x = 1; pass;\n", "class B(A):\n    x = 1\n\n" + GET_TEXT, id="trailing-semicolon"),
+    pytest.param("class B(\n    A,\n): pass\n", "class B(\n    A,\n):\n" + GET_TEXT, id="header-over-lines"),
+    pytest.param("class B(A): get_embed_and_head = None\n", "class B(A): get_embed_and_head = None\n", id="member-bound-there-is-kept"),
+]
+
+
+def _apply(text: str) -> str:
+    source = decode_source(Path("models/m.py"), "models/m.py", text.encode())
+    return apply_codemod(source, {"B": [GET]}).updated.decode()
+
+
+@pytest.mark.parametrize("source, expected", ONE_LINE_CASES)
+def test_a_one_line_class_body_is_written_as_a_block(source, expected):
+    head = "class A:\n    pass\n\n\n"
+    after = _apply(head + source)
+    assert after == head + expected
+    if after != head + source:
+        assert black.format_str(after, mode=black.Mode()) == after  # what black leaves as it is
+    assert _apply(after) == after  # idempotent
+
+
+def test_check_sees_what_a_one_line_body_binds(tmp_path):
+    """`class B(A): get_embed_and_head = None`: check counts the member, as the writer does."""
+    files = {
+        "models/deepseek_v2.py": INNER,
+        "models/w.py": "from sglang.srt.models.deepseek_v2 import DeepseekV3ForCausalLM\n\n\n"
+        "class WForConditionalGeneration(DeepseekV3ForCausalLM): get_embed_and_head = None; hot = 1\n",
+    }
+    finder = _finder(write_srt_tree(tmp_path, files))
+    info = finder.index.class_info(finder.cache.read(finder.tree.srt / "models/w.py"), "WForConditionalGeneration")
+    assert info is not None
+    assert info.members["get_embed_and_head"].owner == "WForConditionalGeneration"
+    assert info.members["hot"].kind == "attribute"
