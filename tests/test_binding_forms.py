@@ -14,6 +14,7 @@ shape, reads the same in `check` as in what `diff`/`apply` write.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import black
@@ -54,9 +55,80 @@ class DeepseekV2ForCausalLM(nn.Module):
 class DeepseekV3ForCausalLM(DeepseekV2ForCausalLM):
     pass
 """
+WRAPPER_HEAD = """\
+from torch import nn
+
+from sglang.srt.models.deepseek_v2 import DeepseekV3ForCausalLM
+
+
+def build_parts(config):
+    return None, DeepseekV3ForCausalLM(config)
+
+
+class WForConditionalGeneration(nn.Module):
+    def __init__(self, config, extras=()):
+        super().__init__()
+"""
+WRAPPER_LINE = WRAPPER_HEAD.count("\n") + 1  # the line of the statement under test
+
+V3 = {"language_model": ["DeepseekV3ForCausalLM"]}
+
+# (statement in __init__, attribute -> classes held, unresolved (attribute, why) pairs)
+FORMS = [
+    pytest.param('setattr(self, "language_model", DeepseekV3ForCausalLM(config))', V3, [], id="setattr-literal"),
+    pytest.param('self.add_module("language_model", DeepseekV3ForCausalLM(config))', V3, [], id="add_module"),
+    pytest.param('self.add_module(name="language_model", module=DeepseekV3ForCausalLM(config))', V3, [], id="add_module-keywords"),
+    pytest.param("self.proj, self.language_model = None, DeepseekV3ForCausalLM(config)", V3, [], id="tuple"),
+    pytest.param("[self.proj, self.language_model] = (None, DeepseekV3ForCausalLM(config))", V3, [], id="list-target"),
+    pytest.param("(self.proj, self.language_model), self.n = (None, DeepseekV3ForCausalLM(config)), 2", V3, [], id="nested"),
+    pytest.param("self.proj, self.language_model = (\n    None,\n    DeepseekV3ForCausalLM(config),\n)", V3, [], id="over-lines"),
+    pytest.param("*self.rest, self.language_model = None, None, DeepseekV3ForCausalLM(config)", V3, [], id="starred-other-target"),
+    pytest.param("self.language_model, *self.rest = DeepseekV3ForCausalLM(config), *extras", V3, [], id="starred-value-after"),
+    pytest.param(
+        "self.proj, self.language_model = build_parts(config)",
+        {"language_model": []},
+        [("language_model", "self.language_model is one of the values of build_parts(config), which one is not followed")],
+        id="unpacked-from-a-call",
+    ),
+    pytest.param(
+        "self.proj, *self.language_model = None, DeepseekV3ForCausalLM(config)",
+        {"language_model": []},
+        [("language_model", "self.language_model is a starred target: it holds a list of DeepseekV3ForCausalLM, not the model")],
+        id="starred-target-holds-a-list",
+    ),
+]
+
+
 def _finder(root: Path) -> WrapperFinder:
     tree = locate_tree(root)
     return WrapperFinder(ClassIndex(tree, SourceCache(tree.srt)))
+
+
+@pytest.mark.parametrize("statement, held, unresolved", FORMS)
+def test_binding_forms_hold_the_model(tmp_path, statement, held, unresolved):
+    body = textwrap.indent(statement, " " * 8) + "\n"
+    root = write_srt_tree(tmp_path, {"models/deepseek_v2.py": INNER, "models/w.py": WRAPPER_HEAD + body})
+    finder = _finder(root)
+    inners = finder.inner_models(finder.cache.read(finder.tree.srt / "models/w.py"), "WForConditionalGeneration", NO_PROTOCOL)
+    assert {i.attribute: [c.name for c in i.classes] for i in inners} == held
+    got = [(i.attribute, u.why) for i in inners for u in i.unresolved]
+    assert got == unresolved
+    for inner in inners:
+        assert (inner.file, inner.line) == ("models/w.py", WRAPPER_LINE)
+        for record in inner.unresolved:  # the construct as written, on one line, and where it is
+            assert record.at == f"models/w.py:{WRAPPER_LINE}"
+            assert record.construct == " ".join(statement.split()).replace("( ", "(").replace(", )", ")")
+
+
+def test_a_tuple_bound_member_is_a_member_of_the_class(tmp_path):
+    """`self.layers, self.start_layer, self.end_layer = make_pp_layers(...)`: the class has `layers`."""
+    body = "        self.layers, self.start, self.end = make_pp_layers(config)\n        setattr(self, 'norm', None)\n"
+    root = write_srt_tree(tmp_path, {"models/deepseek_v2.py": INNER, "models/w.py": WRAPPER_HEAD + body})
+    finder = _finder(root)
+    info = finder.index.class_info(finder.cache.read(finder.tree.srt / "models/w.py"), "WForConditionalGeneration")
+    assert info is not None
+    assert {"layers", "start", "end", "norm"} <= set(info.members)
+    assert info.members["layers"].line == WRAPPER_LINE
 
 
 # --------------------------------------------------------------------------- the writer on one-line bodies

@@ -17,10 +17,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import EaglepatchError
-from ..read.bindings import assigned_value, assignment_lines, forwards_any_name
+from ..read.bindings import assigned_value, assignment_lines, forwards_any_name, may_bind_self, other_self_bindings
 from ..read.expressions import code_of, dotted_node, dotted_parts, parse_statement, parse_value, remember, root_name, source_code
 from ..read.imports import ImportTable
 from ..read.locate import SourceTree
@@ -39,6 +39,21 @@ _CLASS_ATTR = re.compile(r"^[ \t]*" + _CLASS_ATTR_TAIL)  # line by line (tests/t
 _AT_INDENT: dict[tuple[str, int], re.Pattern] = {}
 _SELF_ASSIGN = re.compile(r"^([ \t]*)self\.(\w+)[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*(.*)$")
 _DECORATOR = re.compile(r"^[ \t]*@([\w.]+)")
+
+
+class SelfAssignment(NamedTuple):
+    """An attribute of `self` a method binds: where, at what indent, and the code it receives.  `value`
+    is the first line's text of a plain `self.X = ...` (the rest is read when it is followed), and the
+    whole expression (`whole`) of a tuple element or a `setattr` argument; `unpacked_from` is what it
+    is one of the values of when which one cannot be read (`self.a, self.b = build(config)`)."""
+
+    line: int  # its line index
+    indent: int
+    attribute: str
+    value: str
+    unpacked_from: str = ""
+    whole: bool = False
+    starred: bool = False  # a starred target: `value` is the list it receives
 
 
 def _same_name(a: ast.expr, b: ast.expr) -> bool:
@@ -126,7 +141,7 @@ class ClassIndex:
         self._named: dict[tuple[Path, str], tuple[SourceFile, str] | None] = {}
         self._module_assignments: dict[Path, dict[str, int]] = {}  # module-level `name = ...` lines
         self._bases: dict[tuple[Path, int], list[ast.expr]] = {}  # class headers, read once
-        self._self_assignments: dict[tuple[Path, int, int], list[tuple[int, int, str, str]]] = {}
+        self._self_assignments: dict[tuple[Path, int, int], list[SelfAssignment]] = {}
 
     def require_valid(self, source: SourceFile) -> None:
         if source.path not in self._checked:
@@ -285,7 +300,7 @@ class ClassIndex:
             members.setdefault(name, Signature(name, "attribute", text.name, source.rel, text.header + 1))
         init = self.init_range(text)
         if init is not None:
-            for index, _column, attribute, _value in self.self_assignments(source, *init):
+            for index, _column, attribute, *_rest in self.self_assignments(source, *init):
                 members.setdefault(attribute, Signature(attribute, "attribute", text.name, source.rel, index + 1))
         return members
 
@@ -297,9 +312,10 @@ class ClassIndex:
                 return index, outline.ends.get(index, index + 1)
         return None
 
-    def self_assignments(self, source: SourceFile, start: int, end: int) -> list[tuple[int, int, str, str]]:
-        """(line index, indent, attribute, right-hand side text) for `self.X = ...` lines in a method:
-        read once per run (a class's members and what its `__init__` builds both ask)."""
+    def self_assignments(self, source: SourceFile, start: int, end: int) -> list[SelfAssignment]:
+        """`self.X = ...` lines in a method, and the other statements that bind an attribute of `self`
+        (a tuple or starred target, `setattr(self, "X", ...)`, `self.add_module("X", ...)`): read once
+        per run (a class's members and what its `__init__` builds both ask)."""
         key = (source.path, start, end)
         found = self._self_assignments.get(key)
         if found is None:
@@ -307,12 +323,15 @@ class ClassIndex:
         return list(found)
 
     @staticmethod
-    def _read_self_assignments(source: SourceFile, start: int, end: int) -> list[tuple[int, int, str, str]]:
+    def _read_self_assignments(source: SourceFile, start: int, end: int) -> list[SelfAssignment]:
         out = []
         for index, line in enumerate(source.lines[start + 1 : end], start + 1):
             match = _SELF_ASSIGN.match(line)
             if match:
-                out.append((index, len(match.group(1)), match.group(2), match.group(3).strip()))
+                out.append(SelfAssignment(index, len(match.group(1)), match.group(2), match.group(3).strip()))
+            elif may_bind_self(line):
+                for binding in other_self_bindings(source.lines, index):
+                    out.append(SelfAssignment(index, _indent(line), binding.attribute, binding.value, binding.unpacked_from, True, binding.starred))
         return out
 
     def adopt(self, written: dict[tuple[str, str], dict[str, Signature]]) -> bool:

@@ -23,7 +23,9 @@ from ..read.bindings import (
     InitScope,
     Scope,
     assigned_value,
+    may_bind_self,
     one_line,
+    other_self_bindings,
     statement_end,
     statements,
 )
@@ -41,6 +43,8 @@ _BRACKET_TOKEN = re.compile(r'"{3}[\s\S]*?"{3}|\'{3}[\s\S]*?\'{3}|"(?:\\.|[^"\\\
 _SUPER_INIT = re.compile(r"\bsuper\([^)]*\)\.__init__\(|\b\w+\.__init__\(\s*self\b")
 # a name that says "model" anywhere (`AutoModel.from_config`): an unresolved construction worth reporting
 _MODEL_WORD = re.compile(r"Model|ForCausalLM|ForConditionalGeneration|LLM")
+# an attribute named for the language model it holds (`language_model`, `model`, `llm`, `lm`)
+_LANGUAGE_ATTRIBUTE = re.compile(r"(?:^|_)(?:language_model|model|llm|lm|text_model|backbone)$")
 MAX_FOLLOW = 8  # steps from a construction to its class: names, parameters, returns, attributes
 
 
@@ -111,6 +115,8 @@ class Assignment:
     attribute: str
     value: str  # the right-hand side, every line of it
     scope: InitScope
+    unpacked_from: str = ""  # `self.a, self.b = build(config)`: the code it is one of the values of
+    starred: bool = False  # `self.a, *self.b = ...`: `value` is the list it receives
 
 
 def _construction(value: str) -> ast.expr | None:
@@ -148,6 +154,14 @@ def _after_brackets(text: str, start: int) -> str:
             if depth == 0:
                 return text[token.end() :]
     return ""
+
+
+def _unpacked(assignment: Assignment) -> _Built:
+    """`self.a, self.language_model = build(config)`: which value lands in the attribute is not
+    followed; it may be the model when the attribute or what is unpacked says so."""
+    origin = one_line(assignment.unpacked_from.split("\n"))
+    plausible = bool(_MODEL_WORD.search(origin) or _LANGUAGE_ATTRIBUTE.search(assignment.attribute))
+    return _Built.dead(f"self.{assignment.attribute} is one of the values of {origin}, which one is not followed", plausible)
 
 
 def _returns(function: Function) -> list[ast.expr]:
@@ -218,12 +232,13 @@ class WrapperFinder:
         if init is not None:
             scope = InitScope(source, owner, start=init[0], end=init[1], class_name=name, caller=caller)
             found = self.index.self_assignments(source, *init)
-            body_indent = min((indent for _, indent, _, _ in found), default=0)
-            for index, indent, attribute, _value in found:
+            body_indent = min((assignment.indent for assignment in found), default=0)
+            for index, indent, attribute, value, unpacked_from, whole, starred in found:
                 conditional = indent > body_indent or self._nested(source, init, index)
                 end = statement_end(source.lines, index)
-                value = assigned_value(source.lines, index, f"self.{attribute}", end) or ""
-                out.append(Assignment(source, index, end, conditional, attribute, value, scope))
+                if not whole:
+                    value = assigned_value(source.lines, index, f"self.{attribute}", end) or ""
+                out.append(Assignment(source, index, end, conditional, attribute, value, scope, unpacked_from, starred))
             calls_super = any(_SUPER_INIT.search(source.lines[i]) for i in range(init[0], init[1]))
         if calls_super and depth < MAX_BASE_DEPTH:
             for base in self.index.bases_of(text):
@@ -254,8 +269,13 @@ class WrapperFinder:
         found: dict[str, InnerModel] = {}
         plausible: set[Unresolved] = set()
         for assignment in self.init_assignments(source, name):
-            expr = _construction(assignment.value)
-            built = self._built_by(expr, assignment.scope) if expr is not None else _Built()
+            if assignment.unpacked_from:
+                built = _unpacked(assignment)
+            elif assignment.starred:
+                built = self._listed(assignment)
+            else:
+                expr = _construction(assignment.value)
+                built = self._built_by(expr, assignment.scope) if expr is not None else _Built()
             if not built.classes and not built.dead_ends:
                 continue  # `self.x = None`, `self.x = config`: no model built here
             where = assignment.source
@@ -276,6 +296,20 @@ class WrapperFinder:
                 if dead_end.plausible and not _NOT_LANGUAGE.search(assignment.attribute):
                     plausible.add(record)
         return _language_models(list(found.values()), protocol, source.rel, plausible)
+
+    def _listed(self, assignment: Assignment) -> _Built:
+        """`self.a, *self.language_model = None, Foo(config)`: a starred target receives a list; a list
+        that holds a model is reported (the attribute is not the model, so nothing forwards to it)."""
+        listed = parse_value(assignment.value)
+        built = _Built()
+        for element in listed.elts if isinstance(listed, ast.List) else []:
+            expr = _construction(code_of(element))
+            if expr is not None:
+                built.merge(self._built_by(expr, assignment.scope))
+        if not built.classes:
+            return _Built()
+        names = "/".join(target[1] for target in built.classes)
+        return _Built.dead(f"self.{assignment.attribute} is a starred target: it holds a list of {names}, not the model", True)
 
     # -- following a construction to the class(es) it builds ----------------------------------
     def _built_by(self, expr: ast.expr, scope: Scope, depth: int = 0) -> _Built:
@@ -428,6 +462,8 @@ class WrapperFinder:
         source = self.cache.read(self.tree.srt / member.file)
         index = member.line - 1
         text = assigned_value(source.lines, index, member.name) or assigned_value(source.lines, index, f"self.{member.name}")
+        if text is None and may_bind_self(source.lines[index]):  # `self.a, self.model_cls = ...`, `setattr(self, ...)`
+            text = next((b.value for b in other_self_bindings(source.lines, index) if b.attribute == member.name), None)
         value = parse_value(text or "")
         if value is None:
             return _Built.dead(f"self.{member.name}: its value could not be read", False)
