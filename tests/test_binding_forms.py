@@ -14,6 +14,11 @@ shape, reads the same in `check` as in what `diff`/`apply` write.
 
 from __future__ import annotations
 
+import ast
+import json
+import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -21,10 +26,13 @@ import black
 import libcst as cst
 import pytest
 from helpers import write_srt_tree
+from typer.testing import CliRunner
 
 from eaglepatch.analyze.class_index import ClassIndex
 from eaglepatch.analyze.wrappers import WrapperFinder
+from eaglepatch.cli import app
 from eaglepatch.codemods.add_delegations import Delegation
+from eaglepatch.read.expressions import parse_value
 from eaglepatch.read.locate import locate_tree
 from eaglepatch.read.source import SourceCache, decode_source
 from eaglepatch.records import Protocol
@@ -131,6 +139,52 @@ def test_a_tuple_bound_member_is_a_member_of_the_class(tmp_path):
     assert info.members["layers"].line == WRAPPER_LINE
 
 
+# --------------------------------------------------------------------------- try / except ImportError
+
+TRY_CASES = [
+    # (module header, the name __init__ builds, the file and class it resolves to)
+    pytest.param(
+        "try:\n    from sglang.srt.models.deepseek_v2 import DeepseekV3ForCausalLM\n"
+        "except ImportError:\n    class DeepseekV3ForCausalLM(nn.Module):\n        pass\n",
+        "DeepseekV3ForCausalLM",
+        ("models/deepseek_v2.py", "DeepseekV3ForCausalLM"),
+        id="same-name-stub",
+    ),
+    pytest.param(
+        "try:\n    from sglang.srt.models.deepseek_v2 import DeepseekV3ForCausalLM as Inner\n"
+        "except (ImportError, ModuleNotFoundError):  # optional\n    class Inner(nn.Module):\n        pass\n",
+        "Inner",
+        ("models/deepseek_v2.py", "DeepseekV3ForCausalLM"),
+        id="aliased-import-stub",
+    ),
+    pytest.param(
+        "try:\n    import flash_attn\nexcept ImportError:\n    class Inner(nn.Module):\n        pass\n",
+        "Inner",
+        ("models/w.py", "Inner"),
+        id="a-stub-nothing-imports-is-the-class",
+    ),
+]
+
+
+@pytest.mark.parametrize("header, name, expected", TRY_CASES)
+def test_the_try_binding_is_what_runs(tmp_path, header, name, expected):
+    wrapper = (
+        "from torch import nn\n\n" + header + "\n\n"
+        "class WForConditionalGeneration(nn.Module):\n"
+        "    def __init__(self, config):\n"
+        "        super().__init__()\n"
+        f"        self.language_model = {name}(config)\n"
+    )
+    root = write_srt_tree(tmp_path, {"models/deepseek_v2.py": INNER, "models/w.py": wrapper})
+    finder = _finder(root)
+    source = finder.cache.read(finder.tree.srt / "models/w.py")
+    found = finder.index.find_class(source, parse_value(name))
+    assert found is not None and (found[0].rel, found[1]) == expected
+    if expected[0] != "models/w.py":
+        inners = finder.inner_models(source, "WForConditionalGeneration", NO_PROTOCOL)
+        assert {i.attribute: [(c.file, c.name) for c in i.classes] for i in inners} == {"language_model": [expected]}
+
+
 # --------------------------------------------------------------------------- the writer on one-line bodies
 
 GET = Delegation("get_embed_and_head", "language_model", params=cst.parse_statement("def f(self): pass\n").params)
@@ -183,3 +237,144 @@ def test_check_sees_what_a_one_line_body_binds(tmp_path):
     assert info is not None
     assert info.members["get_embed_and_head"].owner == "WForConditionalGeneration"
     assert info.members["hot"].kind == "attribute"
+
+
+# --------------------------------------------------------------------------- the CLI: check agrees with apply
+
+CLI_WRAPPERS = '''\
+"""Wrappers holding their model through binding forms other than `self.x = ...`."""
+
+from sglang.srt.models.deepseek_v2 import DeepseekV3ForCausalLM
+from sglang.srt.utils import nn
+
+try:
+    from sglang.srt.models.deepseek_v2 import DeepseekV3ForCausalLM as TextModel
+except ImportError:
+    class TextModel(nn.Module):
+        pass
+
+
+class Holder(nn.Module):
+    def add_module(self, name, module):
+        setattr(self, name, module)
+
+
+class SetattrForConditionalGeneration(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        setattr(self, "language_model", DeepseekV3ForCausalLM(config.text_config))
+
+
+class AddModuleForConditionalGeneration(Holder):
+    def __init__(self, config):
+        super().__init__()
+        self.add_module("language_model", DeepseekV3ForCausalLM(config.text_config))
+
+
+class TupleForConditionalGeneration(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.proj, self.language_model = None, DeepseekV3ForCausalLM(config.text_config)
+
+
+class StubbedForConditionalGeneration(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.language_model = TextModel(config.text_config)
+
+
+class OneLineBase(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.language_model = DeepseekV3ForCausalLM(config.text_config)
+
+
+class OneLineForConditionalGeneration(OneLineBase): pass
+
+
+class OneLineAttrsForConditionalGeneration(OneLineBase): x = 1; y = 2
+
+
+EntryClass = [
+    SetattrForConditionalGeneration,
+    AddModuleForConditionalGeneration,
+    TupleForConditionalGeneration,
+    StubbedForConditionalGeneration,
+    OneLineForConditionalGeneration,
+    OneLineAttrsForConditionalGeneration,
+]
+'''
+CLI_CLASSES = [
+    "SetattrForConditionalGeneration",
+    "AddModuleForConditionalGeneration",
+    "TupleForConditionalGeneration",
+    "StubbedForConditionalGeneration",
+    "OneLineForConditionalGeneration",
+    "OneLineAttrsForConditionalGeneration",
+]
+HOOKS = {"get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture"}
+
+FORWARD_SCRIPT = r'''
+import importlib, sys, types
+sys.path.insert(0, sys.argv[1])
+module = importlib.import_module("sglang.srt.models.binding_forms")
+N = types.SimpleNamespace
+for name in sys.argv[2:]:
+    cls = getattr(module, name)
+    w = cls(N(text_config=N(num_hidden_layers=8, hidden_size=8, vocab_size=32)))
+    inner = w.language_model
+    assert type(inner).__name__ == "DeepseekV3ForCausalLM", (name, type(inner))
+    assert w.get_embed_and_head() == inner.get_embed_and_head(), name
+    w.set_eagle3_layers_to_capture([1, 2])
+    assert inner.model.layers_to_capture == [2, 3], (name, inner.model.layers_to_capture)
+    print(name, "forwards")
+print("OK")
+'''
+
+
+def _cli(*args):
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def _models(root: Path) -> dict[str, dict]:
+    result = _cli("check", root, "--all", "--format", "json")
+    assert result.exit_code in (0, 1), result.output
+    return {m["class"]: m for m in json.loads(result.stdout)["models"] if m["file"] == "models/binding_forms.py"}
+
+
+def test_check_calls_fixable_what_apply_writes_and_the_code_forwards(tmp_path):
+    root = tmp_path / "tree"
+    shutil.copytree(CHECKOUT, root)
+    target = root / "python/sglang/srt/models/binding_forms.py"
+    target.write_text(CLI_WRAPPERS)
+    before = _models(root)
+    for name in CLI_CLASSES:
+        model = before[name]
+        assert model["status"] == "fixable", (name, model["reason"])
+        assert [i["attribute"] for i in model["inner"]] == ["language_model"], name
+        assert {i["class"] for i in model["inner"]} == {"DeepseekV3ForCausalLM"}, name
+        assert {m["name"] for m in model["missing"]} == HOOKS, name
+        assert all(m["fix"] == {"kind": "delegate", "to": "language_model"} for m in model["missing"]), name
+
+    result = _cli("apply", root, "--all")
+    assert result.exit_code == 0, result.output
+    written = target.read_text()
+    tree = ast.parse(written)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name in CLI_CLASSES:
+            methods = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+            assert HOOKS <= methods, (node.name, methods)
+    assert "class OneLineForConditionalGeneration(OneLineBase):\n    # eaglepatch: forwards to self.language_model\n" in written
+    assert "class OneLineAttrsForConditionalGeneration(OneLineBase):\n    x = 1\n    y = 2\n\n    # eaglepatch:" in written
+
+    done = subprocess.run(
+        [sys.executable, "-I", "-B", "-c", FORWARD_SCRIPT, str(root / "python"), *CLI_CLASSES], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stdout + done.stderr
+
+    after = _models(root)
+    assert {name: after[name]["status"] for name in CLI_CLASSES} == dict.fromkeys(CLI_CLASSES, "compliant")
+    assert _cli("diff", root, "--all").stdout.count("binding_forms.py") == 0  # nothing left to write there

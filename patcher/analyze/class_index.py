@@ -39,6 +39,7 @@ _CLASS_ATTR = re.compile(r"^[ \t]*" + _CLASS_ATTR_TAIL)  # line by line (tests/t
 _AT_INDENT: dict[tuple[str, int], re.Pattern] = {}
 _SELF_ASSIGN = re.compile(r"^([ \t]*)self\.(\w+)[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*(.*)$")
 _DECORATOR = re.compile(r"^[ \t]*@([\w.]+)")
+_EXCEPT_CLAUSE = re.compile(r"[ \t]*except\b[^\n]*:[ \t]*(?:#.*)?$")
 
 
 class SelfAssignment(NamedTuple):
@@ -178,9 +179,18 @@ class ClassIndex:
         return self._find_class(source, expr, depth)
 
     def _find_class(self, source: SourceFile, expr: ast.expr, depth: int) -> tuple[SourceFile, str] | None:
-        if isinstance(expr, ast.Name) and self.cache.outline(source).find(expr.id, "class") is not None:
-            return source, expr.id
-        origin = ImportTable.of(self.cache, source, self.tree).lookup_expr(expr)
+        table = None
+        if isinstance(expr, ast.Name):
+            header = self.cache.outline(source).find(expr.id, "class")
+            if header is not None:
+                # a class defined under `except ImportError:` beside an import of the name in the `try:`
+                # is the fallback: the import is what runs
+                if not _in_except_clause(source.lines, header):
+                    return source, expr.id
+                table = ImportTable.of(self.cache, source, self.tree)
+                if table.lookup(expr.id) is None:
+                    return source, expr.id
+        origin = (table or ImportTable.of(self.cache, source, self.tree)).lookup_expr(expr)
         if origin is None:
             alias = self._module_alias(source, expr)
             return self.find_class(source, alias, depth + 1) if alias is not None else None
@@ -499,6 +509,18 @@ def _class_attributes(text: ClassText) -> list[tuple[int, str]]:
         counted = match.start() + 1
         found.append((index, match.group(1)))
     return found
+
+
+def _in_except_clause(lines: Sequence[str], header: int) -> bool:
+    """The class at line `header` is defined in an `except ...:` clause (its nearest enclosing line)."""
+    own = _indent(lines[header])
+    if own == 0:
+        return False
+    for index in range(header - 1, -1, -1):
+        line = lines[index]
+        if _is_code(line) and _indent(line) < own:
+            return _EXCEPT_CLAUSE.match(line) is not None
+    return False
 
 
 def _inline_attributes(text: ClassText) -> list[str]:
