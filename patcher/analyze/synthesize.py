@@ -37,6 +37,7 @@ from ..read.expressions import dotted_name, dotted_parts, parse_value
 from ..read.source import SourceCache, block_text
 from ..records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
 from .class_index import signature_node
+from .plan import backbones
 from .resolve import Resolver
 from .roles import statement_walk
 
@@ -403,7 +404,7 @@ class HookLibrary:
         cls = wrapper.cls
         if cls.name == reference.owner.name and cls.file == reference.owner.file:
             return None, "it is the class itself"
-        candidates = [i for i in wrapper.inners if i.classes and _bare(i)]
+        candidates = backbones(wrapper)
         candidates.sort(key=lambda i: i.attribute != reference.backbone.attribute)
         if not candidates:
             return None, f"{cls.name} holds no bare backbone"
@@ -544,7 +545,7 @@ class HookLibrary:
             compare = self._working_example(references)
             return f"; compare {compare.owner.name}.forward ({_forward_at(compare.owner)})" if compare else ""
 
-        for backbone in (i for i in wrapper.inners if i.classes and _bare(i)):
+        for backbone in backbones(wrapper):
             for cls in backbone.classes:
                 if CAPTURE_LAYERS in cls.members and not self._forward_reads(cls, CAPTURE_LAYERS):
                     return f"{cls.name}.forward ({_forward_at(cls)}) does not collect aux hidden states for {CAPTURE_LAYERS}{against()}"
