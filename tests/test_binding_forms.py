@@ -26,12 +26,14 @@ import black
 import libcst as cst
 import pytest
 from helpers import write_srt_tree
+from libcst.codemod import CodemodContext
 from typer.testing import CliRunner
 
 from eaglepatch.analyze.class_index import ClassIndex
 from eaglepatch.analyze.wrappers import WrapperFinder
 from eaglepatch.cli import app
 from eaglepatch.codemods.add_delegations import Delegation
+from eaglepatch.codemods.remove_delegations import RemoveDelegations
 from eaglepatch.read.expressions import parse_value
 from eaglepatch.read.locate import locate_tree
 from eaglepatch.read.source import SourceCache, decode_source
@@ -199,14 +201,27 @@ GET_TEXT = '''\
             )
         return inner.get_embed_and_head()
 '''
+# (one-line class, what apply writes, what revert leaves: the block, as black lays it out)
 ONE_LINE_CASES = [
-    pytest.param("class B(A): pass\n", "class B(A):\n" + GET_TEXT, id="pass"),
-    pytest.param("class B(A): ...\n", "class B(A):\n" + GET_TEXT, id="ellipsis"),
-    pytest.param("class B(A): pass  # noqa: D101\n", "class B(A):  # noqa: D101\n" + GET_TEXT, id="pass-with-a-comment"),
-    pytest.param("class B(A): x = 1; y = 2\n", "class B(A):\n    x = 1\n    y = 2\n\n" + GET_TEXT, id="two-statements"),
-    pytest.param("class B(A): x = 1; pass;\n", "class B(A):\n    x = 1\n\n" + GET_TEXT, id="trailing-semicolon"),
-    pytest.param("class B(\n    A,\n): pass\n", "class B(\n    A,\n):\n" + GET_TEXT, id="header-over-lines"),
-    pytest.param("class B(A): get_embed_and_head = None\n", "class B(A): get_embed_and_head = None\n", id="member-bound-there-is-kept"),
+    pytest.param("class B(A): pass\n", "class B(A):\n" + GET_TEXT, "class B(A):\n    pass\n", id="pass"),
+    pytest.param("class B(A): ...\n", "class B(A):\n" + GET_TEXT, "class B(A):\n    pass\n", id="ellipsis"),
+    pytest.param(
+        "class B(A): pass  # noqa: D101\n",
+        "class B(A):  # noqa: D101\n" + GET_TEXT,
+        "class B(A):  # noqa: D101\n    pass\n",
+        id="pass-with-a-comment",
+    ),
+    pytest.param(
+        "class B(A): x = 1; y = 2\n", "class B(A):\n    x = 1\n    y = 2\n\n" + GET_TEXT, "class B(A):\n    x = 1\n    y = 2\n", id="two-statements"
+    ),
+    pytest.param("class B(A): x = 1; pass;\n", "class B(A):\n    x = 1\n\n" + GET_TEXT, "class B(A):\n    x = 1\n", id="trailing-semicolon"),
+    pytest.param("class B(\n    A,\n): pass\n", "class B(\n    A,\n):\n" + GET_TEXT, "class B(\n    A,\n):\n    pass\n", id="header-over-lines"),
+    pytest.param(
+        "class B(A): get_embed_and_head = None\n",
+        "class B(A): get_embed_and_head = None\n",
+        "class B(A): get_embed_and_head = None\n",
+        id="member-bound-there-is-kept",
+    ),
 ]
 
 
@@ -215,14 +230,22 @@ def _apply(text: str) -> str:
     return apply_codemod(source, {"B": [GET]}).updated.decode()
 
 
-@pytest.mark.parametrize("source, expected", ONE_LINE_CASES)
-def test_a_one_line_class_body_is_written_as_a_block(source, expected):
+def _revert(text: str) -> str:
+    return cst.parse_module(text).visit(RemoveDelegations(CodemodContext())).code
+
+
+@pytest.mark.parametrize("source, expected, reverted", ONE_LINE_CASES)
+def test_a_one_line_class_body_is_written_as_a_block(source, expected, reverted):
     head = "class A:\n    pass\n\n\n"
     after = _apply(head + source)
     assert after == head + expected
     if after != head + source:
         assert black.format_str(after, mode=black.Mode()) == after  # what black leaves as it is
     assert _apply(after) == after  # idempotent
+    back = _revert(after)  # every member written goes, the block stays: the class means what it did
+    assert back == head + reverted
+    if back != head + source:
+        assert black.format_str(back, mode=black.Mode()) == back
 
 
 def test_check_sees_what_a_one_line_body_binds(tmp_path):
@@ -378,3 +401,9 @@ def test_check_calls_fixable_what_apply_writes_and_the_code_forwards(tmp_path):
     after = _models(root)
     assert {name: after[name]["status"] for name in CLI_CLASSES} == dict.fromkeys(CLI_CLASSES, "compliant")
     assert _cli("diff", root, "--all").stdout.count("binding_forms.py") == 0  # nothing left to write there
+
+    assert _cli("revert", root).exit_code == 0
+    reverted = target.read_text()
+    assert "eaglepatch" not in reverted  # every member apply wrote went, the one-line bodies' first ones too
+    assert "class OneLineForConditionalGeneration(OneLineBase):\n    pass\n" in reverted
+    assert {name: m["status"] for name, m in _models(root).items()} == {name: before[name]["status"] for name in CLI_CLASSES}
