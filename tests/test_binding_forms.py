@@ -94,11 +94,12 @@ FORMS = [
     pytest.param("self.proj, self.language_model = (\n    None,\n    DeepseekV3ForCausalLM(config),\n)", V3, [], id="over-lines"),
     pytest.param("*self.rest, self.language_model = None, None, DeepseekV3ForCausalLM(config)", V3, [], id="starred-other-target"),
     pytest.param("self.language_model, *self.rest = DeepseekV3ForCausalLM(config), *extras", V3, [], id="starred-value-after"),
+    pytest.param("self.proj, self.language_model = build_parts(config)", V3, [], id="unpacked-from-a-helper"),
     pytest.param(
-        "self.proj, self.language_model = build_parts(config)",
+        "self.proj, self.language_model = REGISTRY[config.arch](config)",
         {"language_model": []},
-        [("language_model", "self.language_model is one of the values of build_parts(config), which one is not followed")],
-        id="unpacked-from-a-call",
+        [("language_model", "self.language_model is one of the values of REGISTRY[config.arch](config), which one is not followed")],
+        id="unpacked-from-a-call-not-followed",
     ),
     pytest.param(
         "self.proj, *self.language_model = None, DeepseekV3ForCausalLM(config)",
@@ -128,6 +129,34 @@ def test_binding_forms_hold_the_model(tmp_path, statement, held, unresolved):
         for record in inner.unresolved:  # the construct as written, on one line, and where it is
             assert record.at == f"models/w.py:{WRAPPER_LINE}"
             assert record.construct == " ".join(statement.split()).replace("( ", "(").replace(", )", ")")
+
+
+def test_an_unpacked_method_return_or_local_is_followed(tmp_path):
+    """`self.proj, self.language_model = self._build(config)` and `... = parts`: the element the attribute gets."""
+    wrapper = (
+        "from torch import nn\n\nfrom sglang.srt.models.deepseek_v2 import DeepseekV3ForCausalLM\n\n\n"
+        "class ByMethodForConditionalGeneration(nn.Module):\n"
+        "    def __init__(self, config):\n"
+        "        super().__init__()\n"
+        "        self.language_model, self.proj = self._build(config)\n\n"
+        "    def _build(self, config):\n"
+        "        if config.tiny:\n"
+        "            return DeepseekV3ForCausalLM(config), None\n"
+        "        return DeepseekV3ForCausalLM(config.text_config), nn.Linear(8, 8)\n\n\n"
+        "class ByLocalForConditionalGeneration(nn.Module):\n"
+        "    def __init__(self, config):\n"
+        "        super().__init__()\n"
+        "        parts = (None, DeepseekV3ForCausalLM(config))\n"
+        "        self.proj, self.language_model = parts\n"
+    )
+    root = write_srt_tree(tmp_path, {"models/deepseek_v2.py": INNER, "models/w.py": wrapper})
+    finder = _finder(root)
+    source = finder.cache.read(finder.tree.srt / "models/w.py")
+    for name, line in (("ByMethodForConditionalGeneration", 9), ("ByLocalForConditionalGeneration", 21)):
+        inners = finder.inner_models(source, name, NO_PROTOCOL)
+        assert [(i.attribute, [c.name for c in i.classes], i.line, i.unresolved) for i in inners] == [
+            ("language_model", ["DeepseekV3ForCausalLM"], line, [])
+        ], name
 
 
 def test_a_tuple_bound_member_is_a_member_of_the_class(tmp_path):

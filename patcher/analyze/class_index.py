@@ -55,6 +55,7 @@ class SelfAssignment(NamedTuple):
     unpacked_from: str = ""
     whole: bool = False
     starred: bool = False  # a starred target: `value` is the list it receives
+    position: tuple[int, int] | None = None  # its place among the targets `unpacked_from` is unpacked into
 
 
 def _same_name(a: ast.expr, b: ast.expr) -> bool:
@@ -341,7 +342,7 @@ class ClassIndex:
                 out.append(SelfAssignment(index, len(match.group(1)), match.group(2), match.group(3).strip()))
             elif may_bind_self(line):
                 for binding in other_self_bindings(source.lines, index):
-                    out.append(SelfAssignment(index, _indent(line), binding.attribute, binding.value, binding.unpacked_from, True, binding.starred))
+                    out.append(SelfAssignment(index, _indent(line), binding.attribute, binding.value, binding.unpacked_from, True, binding.starred, binding.position))
         return out
 
     def adopt(self, written: dict[tuple[str, str], dict[str, Signature]]) -> bool:

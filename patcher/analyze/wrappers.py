@@ -117,6 +117,7 @@ class Assignment:
     scope: InitScope
     unpacked_from: str = ""  # `self.a, self.b = build(config)`: the code it is one of the values of
     starred: bool = False  # `self.a, *self.b = ...`: `value` is the list it receives
+    position: tuple[int, int] | None = None  # (its place, how many targets) of what `unpacked_from` unpacks into
 
 
 def _construction(value: str) -> ast.expr | None:
@@ -154,14 +155,6 @@ def _after_brackets(text: str, start: int) -> str:
             if depth == 0:
                 return text[token.end() :]
     return ""
-
-
-def _unpacked(assignment: Assignment) -> _Built:
-    """`self.a, self.language_model = build(config)`: which value lands in the attribute is not
-    followed; it may be the model when the attribute or what is unpacked says so."""
-    origin = one_line(assignment.unpacked_from.split("\n"))
-    plausible = bool(_MODEL_WORD.search(origin) or _LANGUAGE_ATTRIBUTE.search(assignment.attribute))
-    return _Built.dead(f"self.{assignment.attribute} is one of the values of {origin}, which one is not followed", plausible)
 
 
 def _returns(function: Function) -> list[ast.expr]:
@@ -233,12 +226,12 @@ class WrapperFinder:
             scope = InitScope(source, owner, start=init[0], end=init[1], class_name=name, caller=caller)
             found = self.index.self_assignments(source, *init)
             body_indent = min((assignment.indent for assignment in found), default=0)
-            for index, indent, attribute, value, unpacked_from, whole, starred in found:
+            for index, indent, attribute, value, unpacked_from, whole, starred, position in found:
                 conditional = indent > body_indent or self._nested(source, init, index)
                 end = statement_end(source.lines, index)
                 if not whole:
                     value = assigned_value(source.lines, index, f"self.{attribute}", end) or ""
-                out.append(Assignment(source, index, end, conditional, attribute, value, scope, unpacked_from, starred))
+                out.append(Assignment(source, index, end, conditional, attribute, value, scope, unpacked_from, starred, position))
             calls_super = any(_SUPER_INIT.search(source.lines[i]) for i in range(init[0], init[1]))
         if calls_super and depth < MAX_BASE_DEPTH:
             for base in self.index.bases_of(text):
@@ -270,7 +263,7 @@ class WrapperFinder:
         plausible: set[Unresolved] = set()
         for assignment in self.init_assignments(source, name):
             if assignment.unpacked_from:
-                built = _unpacked(assignment)
+                built = self._unpacked(assignment)
             elif assignment.starred:
                 built = self._listed(assignment)
             else:
@@ -296,6 +289,44 @@ class WrapperFinder:
                 if dead_end.plausible and not _NOT_LANGUAGE.search(assignment.attribute):
                     plausible.add(record)
         return _language_models(list(found.values()), protocol, source.rel, plausible)
+
+    def _unpacked(self, assignment: Assignment) -> _Built:
+        """`self.proj, self.language_model = build_parts(config)`: the element that lands in the attribute
+        of each tuple the helper or method returns (or a local holds); when it cannot be read, a dead end,
+        plausible when the attribute or what is unpacked says it is the model."""
+        origin = one_line(assignment.unpacked_from.split("\n"))
+        value = parse_value(assignment.unpacked_from)
+        if assignment.position is not None and value is not None:
+            built = self._element_built(value, assignment.scope, *assignment.position)
+            if built.classes or built.dead_ends:
+                return built
+        plausible = bool(_MODEL_WORD.search(origin) or _LANGUAGE_ATTRIBUTE.search(assignment.attribute))
+        return _Built.dead(f"self.{assignment.attribute} is one of the values of {origin}, which one is not followed", plausible)
+
+    def _element_built(self, value: ast.expr, scope: Scope, place: int, count: int) -> _Built:
+        """What element `place` of the `count`-tuple `value` evaluates to builds: `value` a call of a method
+        or module-level helper whose returns are tuples, or a local bound to one; nothing found else."""
+        tuples: list[tuple[ast.expr, Scope]] = []
+        if isinstance(value, ast.Name):
+            tuples = [(b.expr, b.scope) for b in scope.locals(value.id) if b.expr is not None]
+        elif isinstance(value, ast.Call):
+            function, source = None, None
+            member = self._self_member(value.func, scope)
+            if member is not None and member.kind == "method":
+                function = definition_ast(self.cache, member)
+                source = self.cache.read(member.path) if function is not None and member.path is not None else None
+            elif isinstance(value.func, ast.Name) and not scope.bindings(value.func.id):
+                helper = self._helper_function(scope.source, value.func.id)
+                if helper is not None:
+                    source, function = helper[0], function_read(self.cache, *helper)
+            if function is not None and source is not None:
+                inner = FunctionScope(source, scope.owner, node=function)
+                tuples = [(returned, inner) for returned in _returns(function)]
+        built = _Built()
+        for expr, where in tuples:
+            if isinstance(expr, (ast.Tuple, ast.List)) and len(expr.elts) == count and not any(isinstance(e, ast.Starred) for e in expr.elts):
+                built.merge(self._built_by(expr.elts[place], where, 1))
+        return built
 
     def _listed(self, assignment: Assignment) -> _Built:
         """`self.a, *self.language_model = None, Foo(config)`: a starred target receives a list; a list

@@ -389,6 +389,7 @@ class SelfBinding:
     value: str
     unpacked_from: str = ""
     starred: bool = False  # a starred target: it receives a list (`value` spells it)
+    position: tuple[int, int] | None = None  # (its place, the number of targets) when unpacked_from is unpacked into it alone
 
 
 def may_bind_self(line: str) -> bool:
@@ -469,7 +470,8 @@ def _unpack(target: ast.Tuple | ast.List, value: ast.expr | None, out: list[Self
         if not (isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name) and inner.value.id == "self"):
             continue
         if received is None:
-            out.append(SelfBinding(inner.attr, "", origin))
+            place = (i, len(targets)) if value is not None and values is None and star_t is None else None
+            out.append(SelfBinding(inner.attr, "", origin, position=place))
         elif isinstance(received, ast.List) and starred:
             out.append(SelfBinding(inner.attr, "[" + ", ".join(source_code(v) for v in received.elts) + "]", starred=True))
         else:
