@@ -93,6 +93,12 @@ FORMS = [
     pytest.param("(self.proj, self.language_model), self.n = (None, DeepseekV3ForCausalLM(config)), 2", V3, [], id="nested"),
     pytest.param("self.proj, self.language_model = (\n    None,\n    DeepseekV3ForCausalLM(config),\n)", V3, [], id="over-lines"),
     pytest.param("*self.rest, self.language_model = None, None, DeepseekV3ForCausalLM(config)", V3, [], id="starred-other-target"),
+    pytest.param(
+        "self.language_model = self.lm = DeepseekV3ForCausalLM(config)",
+        {"language_model": ["DeepseekV3ForCausalLM"], "lm": ["DeepseekV3ForCausalLM"]},
+        [],
+        id="chained",
+    ),
     pytest.param("self.language_model, *self.rest = DeepseekV3ForCausalLM(config), *extras", V3, [], id="starred-value-after"),
     pytest.param("self.proj, self.language_model = build_parts(config)", V3, [], id="unpacked-from-a-helper"),
     pytest.param(

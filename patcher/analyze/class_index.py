@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import EaglepatchError
-from ..read.bindings import assigned_value, assignment_lines, forwards_any_name, may_bind_self, other_self_bindings
+from ..read.bindings import CHAINED, assigned_value, assignment_lines, forwards_any_name, may_bind_self, other_self_bindings
 from ..read.expressions import code_of, dotted_node, dotted_parts, parse_statement, parse_value, remember, root_name, source_code
 from ..read.imports import ImportTable
 from ..read.locate import SourceTree
@@ -338,9 +338,9 @@ class ClassIndex:
         out = []
         for index, line in enumerate(source.lines[start + 1 : end], start + 1):
             match = _SELF_ASSIGN.match(line)
-            if match:
+            if match and not CHAINED.match(match.group(3)):
                 out.append(SelfAssignment(index, len(match.group(1)), match.group(2), match.group(3).strip()))
-            elif may_bind_self(line):
+            elif match or may_bind_self(line):
                 for binding in other_self_bindings(source.lines, index):
                     out.append(SelfAssignment(index, _indent(line), binding.attribute, binding.value, binding.unpacked_from, True, binding.starred, binding.position))
         return out

@@ -392,14 +392,19 @@ class SelfBinding:
     position: tuple[int, int] | None = None  # (its place, the number of targets) when unpacked_from is unpacked into it alone
 
 
+# the value of `self.a = ...` is itself an assignment target (`self.a = self.b = value`, `self.a = x, self.b = ...`)
+CHAINED = re.compile(r"[\w.]+[ \t]*(?:,[^=\n]*)?=(?!=)")
+
+
 def may_bind_self(line: str) -> bool:
     """The line starts a statement other_self_bindings may read (cheap: most lines say no at once)."""
     return "self" in line and ("," in line or "add_module" in line) and _OTHER_BINDING.match(line) is not None
 
 
 def other_self_bindings(lines: Sequence[str], index: int, end: int | None = None) -> list[SelfBinding]:
-    """The attributes of `self` the statement at line `index` binds through a tuple or starred target,
-    `setattr(self, "<literal>", value)` or `self.add_module("<literal>", value)`; [] for any other statement."""
+    """The attributes of `self` the statement at line `index` binds through a tuple or starred target, a
+    chain (`self.a = self.b = value`), `setattr(self, "<literal>", value)` or `self.add_module("<literal>",
+    value)`; [] for any other statement."""
     end = statement_end(lines, index) if end is None else end
     statement = parse_statement("\n".join([lines[index].lstrip(), *lines[index + 1 : end]]) + "\n")
     out: list[SelfBinding] = []
@@ -407,6 +412,8 @@ def other_self_bindings(lines: Sequence[str], index: int, end: int | None = None
         for target in statement.targets:
             if isinstance(target, (ast.Tuple, ast.List)):
                 _unpack(target, statement.value, out)
+            elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                out.append(SelfBinding(target.attr, source_code(statement.value)))  # `self.a = self.b = value`
     elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
         found = _registered(statement.value)
         if found is not None:
