@@ -375,7 +375,7 @@ def _narrowing(test: ast.expr, name: str) -> str | None:
 # a line that may bind attributes of `self` without starting `self.<name> =`: a tuple or list of targets
 # (`self.a, self.b = ...`, `(self.a, *self.b) = ...`), `setattr(self, "<name>", ...)`, `self.add_module(...)`
 _OTHER_BINDING = re.compile(
-    r"[ \t]*(?:[(\[][ \t]*)?(?:\*[ \t]*)?self\.\w+[ \t]*,|[ \t]*setattr[ \t]*\([ \t]*self[ \t]*,|[ \t]*self\.add_module[ \t]*\("
+    r"[ \t]*(?:[(\[][ \t]*)?(?:\*[ \t]*)?self\.\w+[ \t]*,[^=\n]*=(?!=)|[ \t]*setattr[ \t]*\([ \t]*self[ \t]*,|[ \t]*self\.add_module[ \t]*\("
 )
 
 
