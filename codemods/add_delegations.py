@@ -424,15 +424,19 @@ class AddDelegations(VisitorBasedCodemodCommand):
 
     def leave_ClassDef(self, original_node: cst.ClassDef, updated_node: cst.ClassDef) -> cst.ClassDef:
         wanted = self.delegations.get(updated_node.name.value)
-        if not wanted or not isinstance(updated_node.body, cst.IndentedBlock):
+        if not wanted:
             return updated_node
-        present = defined_names(updated_node.body)
+        block = updated_node.body
+        if isinstance(block, cst.SimpleStatementSuite):  # `class B(A): pass`, `class B(A): x = 1; y = 2`
+            block = indented_block(block)
+        assert isinstance(block, cst.IndentedBlock), "a class body is a block or a one-line suite"
+        present = defined_names(block)
         todo = [d for d in wanted if d.name not in present]
         if not todo:
             return updated_node
         module = self._module
         assert module is not None, "visit_Module runs before any class is left"
-        unit = updated_node.body.indent if updated_node.body.indent is not None else module.default_indent
+        unit = block.indent if block.indent is not None else module.default_indent
         newline = module.default_newline
         new_statements: list[cst.BaseStatement] = []
         for delegation in todo:
@@ -448,11 +452,24 @@ class AddDelegations(VisitorBasedCodemodCommand):
             for stmt in parsed.body[1:]:  # a settable member is two: the property and its setter
                 leading = [line for line in stmt.leading_lines if line.comment is not None]
                 new_statements.append(stmt.with_changes(leading_lines=[blank, *leading]))
-        body = list(updated_node.body.body)
+        body = list(block.body)
+        first = new_statements[0]
+        if not body and isinstance(first, cst.FunctionDef):  # the one-line body was `pass`: no blank line under the header
+            new_statements[0] = first.with_changes(leading_lines=[line for line in first.leading_lines if line.comment is not None])
         last_method = max((i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef)), default=len(body) - 1)
         body[last_method + 1 : last_method + 1] = new_statements
         self.added[updated_node.name.value] = [d.name for d in todo]
-        return updated_node.with_changes(body=updated_node.body.with_changes(body=body))
+        return updated_node.with_changes(body=block.with_changes(body=body))
+
+
+def indented_block(suite: cst.SimpleStatementSuite) -> cst.IndentedBlock:
+    """A one-line class body as the indented block black would lay it out as: each small statement
+    on its own line, a `pass` (or a lone `...`) dropped, since the members written are the body now;
+    a comment after the body stays on the header line."""
+    smalls = [s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for s in suite.body]
+    placeholder = len(smalls) == 1 and isinstance(smalls[0], cst.Expr) and isinstance(smalls[0].value, cst.Ellipsis)
+    kept = [] if placeholder else [s for s in smalls if not isinstance(s, cst.Pass)]
+    return cst.IndentedBlock(header=suite.trailing_whitespace, body=[cst.SimpleStatementLine(body=[s]) for s in kept])
 
 
 def _dedent(text: str, unit: str) -> str:

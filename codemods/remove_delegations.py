@@ -91,14 +91,16 @@ class RemoveDelegations(VisitorBasedCodemodCommand):
         assert module is not None, "visit_Module runs before any class is left"
         unit = updated_node.body.indent if updated_node.body.indent is not None else module.default_indent
         keep: list[cst.BaseStatement] = []
-        for stmt in updated_node.body.body:
+        for position, stmt in enumerate(updated_node.body.body):
             if not isinstance(stmt, cst.FunctionDef) or (marker := _marker(stmt)) is None:
                 keep.append(stmt)
                 continue
             attribute, imported = marker
-            # the blank line eaglepatch put before the marker is part of what it added
+            # the blank line eaglepatch put before the marker is part of what it added, but for the first
+            # member of a body it wrote whole (a one-line `class B(A): pass` made a block): none there
             leading = list(stmt.leading_lines)
-            if _is_pristine(stmt, attribute, module, unit, self.widths) and leading and leading[0].comment is None:
+            spaced = bool(leading) and (leading[0].comment is None or position == 0)
+            if _is_pristine(stmt, attribute, module, unit, self.widths) and spaced:
                 self.removed.setdefault(updated_node.name.value, []).append(stmt.name.value)
                 self._imported |= set(imported)
             else:

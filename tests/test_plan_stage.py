@@ -267,6 +267,29 @@ def test_bare_backbone_without_a_reference_is_blocked_even_if_the_backbone_has_i
     assert gaps(without)[GET][2] == "holds a bare backbone (model: Backbone) beside its own lm_head: the hook needs a body written on the class"
 
 
+TEXT_MODEL = cls("TextModel", "layers", "embed_tokens", file="models/text.py")
+TEXT_BACKBONE = "holds a bare backbone (model: TextModel) beside its own lm_head"
+HEADS_ONLY = "has its own lm_head and holds no backbone (markov_head: MarkovHead; confidence_head: ConfidenceHead: none has decoder layers)"
+
+# (the models a causal LM holds beside its own lm_head, as the wrapper finder lists them; what the blocker says it holds)
+BACKBONE_CASES = [
+    pytest.param([inner("aligner", cls("Aligner", file="models/vit.py")), inner("model", TEXT_MODEL)], TEXT_BACKBONE, id="an-aligner-built-first"),
+    pytest.param([inner("model", TEXT_MODEL), inner("logits_processor", cls("MuseLogitsProcessor"))], TEXT_BACKBONE, id="a-logits-processor"),
+    pytest.param([inner("model", TEXT_MODEL), inner("embed_vision", cls("MultimodalEmbedder", "embed_tokens"))], TEXT_BACKBONE, id="a-vision-embedder"),
+    pytest.param([inner("model", TEXT_MODEL), inner("resampler_model", cls("ResamplerModel"))], TEXT_BACKBONE, id="a-resampler"),
+    pytest.param([inner("visual", cls("VisionModel", "layers")), inner("model", cls("TextModel"))], TEXT_BACKBONE, id="a-tower-with-layers"),
+    pytest.param([inner("transformer", cls("GPTModel", "h"))], "holds a bare backbone (transformer: GPTModel) beside its own lm_head", id="one-model-whose-layers-are-not-named-so"),
+    pytest.param([inner("markov_head", cls("MarkovHead")), inner("confidence_head", cls("ConfidenceHead"))], HEADS_ONLY, id="heads-only"),
+]
+
+
+@pytest.mark.parametrize("inners, holds", BACKBONE_CASES)
+def test_the_blocker_names_the_attribute_that_is_the_backbone(inners, holds):
+    plan = plan_wrapper(protocol(use(GET)), wrapper(cls("CausalLM", "lm_head"), *inners))
+    assert gaps(plan)[GET][2] == f"{holds}: the hook needs a body written on the class"
+    assert plan.status == "needs_code"
+
+
 def test_an_inner_with_its_own_lm_head_is_not_a_bare_backbone():
     outer = cls("Wrapper", "lm_head")
     plan = plan_wrapper(protocol(use(GET)), wrapper(outer, inner("language_model", cls("CausalLM", "lm_head", GET))))

@@ -209,7 +209,7 @@ def test_self_assignments_are_read_once_and_handed_out_as_new_lists(tmp_path):
     source = resolver.cache.read(path)
     init = resolver.index.init_range(resolver.class_text(source, "Wrap"))
     first = resolver.index.self_assignments(source, *init)
-    assert [(attribute, value) for _, _, attribute, value in first] == [("model", "self.build(config)")]
+    assert [(found.attribute, found.value) for found in first] == [("model", "self.build(config)")]
     first.clear()
     assert len(resolver.index.self_assignments(source, *init)) == 1
 

@@ -188,10 +188,20 @@ OTHER_EMBEDDING = variant(
 )
 
 
+# A vision aligner built before the backbone (DeepSeek-V4's shape): the backbone is still `self.model`.
+ALIGNER = "from sglang.srt.utils import nn\n\n\nclass Aligner(nn.Module):\n    def forward(self, x):\n        return x\n"
+ALIGNED = variant(
+    "AlignedForCausalLM",
+    ("from sglang.srt.utils import nn\n", "from sglang.srt.models.aligner_vit import Aligner\nfrom sglang.srt.utils import nn\n"),
+    ("self.model = GraniteLikeModel(config, quant_config)", "self.aligner = Aligner()\n        self.model = GraniteLikeModel(config, quant_config)"),
+)
+
+
 def _tree(tmp_path: Path) -> Path:
     root = tmp_path / "tree"
     shutil.copytree(CHECKOUT, root)
     modules = {"vl_lm": VISION_LANGUAGE, "no_collect": NO_COLLECT, "no_unpack": NO_UNPACK, "own_lm": OTHER_EMBEDDING}
+    modules |= {"aligner_vit": ALIGNER, "aligned_lm": ALIGNED}
     for name, text in modules.items():
         (root / SRT / "models" / f"{name}.py").write_text(text)
     return root
@@ -407,6 +417,21 @@ def test_explain_shows_the_reference_it_learned_from(tree: Path):
     assert "def get_embed_and_head(self):" in entry["reference_code"]
     assert "return self.model.embed_tokens.weight, self.lm_head.weight" in entry["would_write"]
 
+
+
+def test_a_helper_beside_the_backbone_is_not_taken_for_it(tree: Path):
+    """The aligner has no layers_to_capture; the backbone it sits beside collects them: hooks are learned
+    for `self.model`, and no blocker names the aligner."""
+    _, data = check(tree, "aligned_lm")
+    model = by_class(data)["AlignedForCausalLM"]
+    assert [(i["attribute"], i["class"]) for i in model["inner"]] == [("aligner", "Aligner"), ("model", "GraniteLikeModel")]
+    assert model["status"] == "fixable", model["reason"]
+    for name in ("get_embed_and_head", "set_eagle3_layers_to_capture"):
+        assert gaps(model)[name]["fix"] == {"kind": "synthesize", "from": REFERENCE}, gaps(model)[name]
+    result = invoke("diff", tree, "--model", "aligned_lm")
+    added = "\n".join(line[1:] for line in result.stdout.splitlines() if line.startswith("+") and not line.startswith("+++"))
+    assert "self.model.layers_to_capture = [val + 1 for val in layer_ids]" in added
+    assert "aligner" not in added
 
 
 def test_a_body_is_not_taken_to_a_layer_of_another_kind(tree: Path):

@@ -17,10 +17,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import EaglepatchError
-from ..read.bindings import assigned_value, assignment_lines, forwards_any_name
+from ..read.bindings import CHAINED, assigned_value, assignment_lines, forwards_any_name, may_bind_self, other_self_bindings
 from ..read.expressions import code_of, dotted_node, dotted_parts, parse_statement, parse_value, remember, root_name, source_code
 from ..read.imports import ImportTable
 from ..read.locate import SourceTree
@@ -39,6 +39,23 @@ _CLASS_ATTR = re.compile(r"^[ \t]*" + _CLASS_ATTR_TAIL)  # line by line (tests/t
 _AT_INDENT: dict[tuple[str, int], re.Pattern] = {}
 _SELF_ASSIGN = re.compile(r"^([ \t]*)self\.(\w+)[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*(.*)$")
 _DECORATOR = re.compile(r"^[ \t]*@([\w.]+)")
+_EXCEPT_CLAUSE = re.compile(r"[ \t]*except\b[^\n]*:[ \t]*(?:#.*)?$")
+
+
+class SelfAssignment(NamedTuple):
+    """An attribute of `self` a method binds: where, at what indent, and the code it receives.  `value`
+    is the first line's text of a plain `self.X = ...` (the rest is read when it is followed), and the
+    whole expression (`whole`) of a tuple element or a `setattr` argument; `unpacked_from` is what it
+    is one of the values of when which one cannot be read (`self.a, self.b = build(config)`)."""
+
+    line: int  # its line index
+    indent: int
+    attribute: str
+    value: str
+    unpacked_from: str = ""
+    whole: bool = False
+    starred: bool = False  # a starred target: `value` is the list it receives
+    position: tuple[int, int] | None = None  # its place among the targets `unpacked_from` is unpacked into
 
 
 def _same_name(a: ast.expr, b: ast.expr) -> bool:
@@ -54,6 +71,7 @@ class ClassText:
     header: int  # line index of `class`
     end: int  # one past its last line
     body_indent: int
+    inline: bool = False  # the body is on the header's line (`class B(A): x = 1; y = 2`)
 
     def methods(self, outline) -> list[tuple[int, str]]:
         """The class's own `def`s: in its body, or in an `if`/`try`/`with` block of its body (a hook
@@ -124,7 +142,7 @@ class ClassIndex:
         self._named: dict[tuple[Path, str], tuple[SourceFile, str] | None] = {}
         self._module_assignments: dict[Path, dict[str, int]] = {}  # module-level `name = ...` lines
         self._bases: dict[tuple[Path, int], list[ast.expr]] = {}  # class headers, read once
-        self._self_assignments: dict[tuple[Path, int, int], list[tuple[int, int, str, str]]] = {}
+        self._self_assignments: dict[tuple[Path, int, int], list[SelfAssignment]] = {}
 
     def require_valid(self, source: SourceFile) -> None:
         error = self.cache.unreadable(source.path)
@@ -142,7 +160,7 @@ class ClassIndex:
                 end = outline.ends.get(header, header + 1)
                 body = next((i for i in range(header + 1, end) if _is_code(source.lines[i]) and _indent(source.lines[i]) > _indent(source.lines[header])), None)
                 indent = _indent(source.lines[body]) if body is not None else _indent(source.lines[header]) + 4
-                found = ClassText(source, name, header, end, indent)
+                found = ClassText(source, name, header, end, indent, inline=body is None)
             self._texts[key] = found
         return self._texts[key]
 
@@ -159,9 +177,18 @@ class ClassIndex:
         return self._find_class(source, expr, depth)
 
     def _find_class(self, source: SourceFile, expr: ast.expr, depth: int) -> tuple[SourceFile, str] | None:
-        if isinstance(expr, ast.Name) and self.cache.outline(source).find(expr.id, "class") is not None:
-            return source, expr.id
-        origin = ImportTable.of(self.cache, source, self.tree).lookup_expr(expr)
+        table = None
+        if isinstance(expr, ast.Name):
+            header = self.cache.outline(source).find(expr.id, "class")
+            if header is not None:
+                # a class defined under `except ImportError:` beside an import of the name in the `try:`
+                # is the fallback: the import is what runs
+                if not _in_except_clause(source.lines, header):
+                    return source, expr.id
+                table = ImportTable.of(self.cache, source, self.tree)
+                if table.lookup(expr.id) is None:
+                    return source, expr.id
+        origin = (table or ImportTable.of(self.cache, source, self.tree)).lookup_expr(expr)
         if origin is None:
             alias = self._module_alias(source, expr)
             return self.find_class(source, alias, depth + 1) if alias is not None else None
@@ -277,9 +304,11 @@ class ClassIndex:
             members.setdefault(name, Signature(name, "attribute", text.name, source.rel, index + 1))
         for index, name in text.block_attributes():
             members.setdefault(name, Signature(name, "attribute", text.name, source.rel, index + 1))
+        for name in _inline_attributes(text) if text.inline else ():
+            members.setdefault(name, Signature(name, "attribute", text.name, source.rel, text.header + 1))
         init = self.init_range(text)
         if init is not None:
-            for index, _column, attribute, _value in self.self_assignments(source, *init):
+            for index, _column, attribute, *_rest in self.self_assignments(source, *init):
                 members.setdefault(attribute, Signature(attribute, "attribute", text.name, source.rel, index + 1))
         return members
 
@@ -291,9 +320,10 @@ class ClassIndex:
                 return index, outline.ends.get(index, index + 1)
         return None
 
-    def self_assignments(self, source: SourceFile, start: int, end: int) -> list[tuple[int, int, str, str]]:
-        """(line index, indent, attribute, right-hand side text) for `self.X = ...` lines in a method:
-        read once per run (a class's members and what its `__init__` builds both ask)."""
+    def self_assignments(self, source: SourceFile, start: int, end: int) -> list[SelfAssignment]:
+        """`self.X = ...` lines in a method, and the other statements that bind an attribute of `self`
+        (a tuple or starred target, `setattr(self, "X", ...)`, `self.add_module("X", ...)`): read once
+        per run (a class's members and what its `__init__` builds both ask)."""
         key = (source.path, start, end)
         found = self._self_assignments.get(key)
         if found is None:
@@ -301,12 +331,15 @@ class ClassIndex:
         return list(found)
 
     @staticmethod
-    def _read_self_assignments(source: SourceFile, start: int, end: int) -> list[tuple[int, int, str, str]]:
+    def _read_self_assignments(source: SourceFile, start: int, end: int) -> list[SelfAssignment]:
         out = []
         for index, line in enumerate(source.lines[start + 1 : end], start + 1):
             match = _SELF_ASSIGN.match(line)
-            if match:
-                out.append((index, len(match.group(1)), match.group(2), match.group(3).strip()))
+            if match and not CHAINED.match(match.group(3)):
+                out.append(SelfAssignment(index, len(match.group(1)), match.group(2), match.group(3).strip()))
+            elif match or may_bind_self(line):
+                for binding in other_self_bindings(source.lines, index):
+                    out.append(SelfAssignment(index, _indent(line), binding.attribute, binding.value, binding.unpacked_from, True, binding.starred, binding.position))
         return out
 
     def adopt(self, written: dict[tuple[str, str], dict[str, Signature]]) -> bool:
@@ -474,6 +507,34 @@ def _class_attributes(text: ClassText) -> list[tuple[int, str]]:
         counted = match.start() + 1
         found.append((index, match.group(1)))
     return found
+
+
+def _in_except_clause(lines: Sequence[str], header: int) -> bool:
+    """The class at line `header` is defined in an `except ...:` clause (its nearest enclosing line)."""
+    own = _indent(lines[header])
+    if own == 0:
+        return False
+    for index in range(header - 1, -1, -1):
+        line = lines[index]
+        if _is_code(line) and _indent(line) < own:
+            return _EXCEPT_CLAUSE.match(line) is not None
+    return False
+
+
+def _inline_attributes(text: ClassText) -> list[str]:
+    """The names a one-line class body assigns (`class B(A): x = 1; y = 2`): parsed, the header and its
+    body being one statement (a compound statement cannot stand there, so no def is among them)."""
+    node = parse_statement("\n".join(line.strip() for line in text.source.lines[text.header : text.end]) + "\n")
+    if not isinstance(node, ast.ClassDef):
+        return []
+    names = []
+    for statement in node.body:
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target] if isinstance(statement, ast.AnnAssign) else []
+        for target in targets:
+            for name in [target] if isinstance(target, ast.Name) else getattr(target, "elts", []):
+                if isinstance(name, ast.Name):
+                    names.append(name.id)
+    return names
 
 
 def _decorators_above(lines: Sequence[str], header: int) -> list[str]:

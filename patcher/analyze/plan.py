@@ -12,14 +12,22 @@ accepts every way EAGLE-3 code calls it.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Optional
 
 from ..read.bindings import parameters
-from ..records import CallShape, Fix, MemberPlan, ModelPlan, ModelRole, Protocol, Signature, Use, Wrapper
+from ..records import CallShape, Fix, InnerModel, MemberPlan, ModelPlan, ModelRole, Protocol, Signature, Use, Wrapper
 
 if TYPE_CHECKING:
     from .synthesize import _Fit as SynthesisFit
+
+# what a backbone has (its decoder layers, its token embeddings), and the names of what is not one
+_DECODER_LAYERS = ("layers", "embed_tokens")
+_AUXILIARY = re.compile(
+    r"Vision|ViT|Visual|Image|Audio|Speech|Projector|Tower|Encoder|Patch|Logits|Head|Embedder|Aligner|Resampler|Sampler|Pooler",
+    re.IGNORECASE,
+)
 
 # A use whose receiver does not say which model it is counts against the target.
 _ROLE_OF_USE = {"target": "target", "unknown": "target", "draft": "draft"}
@@ -99,11 +107,16 @@ def _decide_fix(entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | 
             entry.fix = Fix("synthesize", fit.synthesis.reference.label)
             entry.synthesis = fit.synthesis
             return
-        held = "; ".join(f"{i.attribute}: {'/'.join(c.name for c in i.classes)}" for i in wrapper.inners if i.classes)
+        found = backbones(wrapper)
         why = fit.why if fit is not None else "the hook needs a body written on the class"
         if entry.defined is not None:
-            why = f"forwarding to the backbone's {entry.member.name} ({entry.defined.at}) would skip the class's own part; {why}"
-        entry.blocker = f"holds a bare backbone ({held}) beside its own lm_head: {why}"
+            whose = "the backbone's" if any(b.attribute == entry.inner_attribute for b in found) else f"self.{entry.inner_attribute}'s"
+            why = f"forwarding to {whose} {entry.member.name} ({entry.defined.at}) would skip the class's own part; {why}"
+        if found:
+            entry.blocker = f"holds a bare backbone ({_held(found)}) beside its own lm_head: {why}"
+        else:
+            held = _held([i for i in wrapper.inners if i.classes])
+            entry.blocker = f"has its own lm_head and holds no backbone ({held}: none has decoder layers): {why}"
         return
     if entry.defined is not None and entry.inner_attribute is not None:
         misfit = _first_misfit(entry, shape_misfit)
@@ -120,6 +133,30 @@ def _decide_fix(entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | 
         entry.blocker = f"the inner model could not be resolved: {pending[0]}"
     else:
         entry.blocker = "the class neither defines it nor holds a model that does: needs hand-written code"
+
+
+def backbones(wrapper: Wrapper) -> list[InnerModel]:
+    """The models held without an lm_head of their own that are the class's backbone: those whose
+    class has decoder layers (`layers`, or the token embeddings) and whose attribute and class are not
+    named for a tower, projector, embedder, head or logits processor; else those not so named; else
+    those with decoder layers; else none (the class holds only heads and helpers beside its layers)."""
+    bare = [i for i in wrapper.inners if i.classes and all("lm_head" not in c.members for c in i.classes)]
+
+    def layered(inner: InnerModel) -> bool:
+        return any(name in c.members for c in inner.classes for name in _DECODER_LAYERS)
+
+    def plain(inner: InnerModel) -> bool:
+        return not _AUXILIARY.search(inner.attribute) and not any(_AUXILIARY.search(c.name) for c in inner.classes)
+
+    for keep in (lambda inner: layered(inner) and plain(inner), plain, layered):
+        found = [inner for inner in bare if keep(inner)]
+        if found:
+            return found
+    return []
+
+
+def _held(inners: list[InnerModel]) -> str:
+    return "; ".join(f"{i.attribute}: {'/'.join(c.name for c in i.classes)}" for i in inners)
 
 
 def _holds_bare_backbone(wrapper: Wrapper) -> bool:

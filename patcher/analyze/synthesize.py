@@ -37,6 +37,7 @@ from ..read.expressions import dotted_name, dotted_parts, parse_value
 from ..read.source import SourceCache, block_text
 from ..records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
 from .class_index import signature_node
+from .plan import backbones
 from .resolve import Resolver
 from .roles import statement_walk
 
@@ -337,7 +338,8 @@ class HookLibrary:
             return _Fit(why=f"no class of this tree implements {member} on a bare backbone to learn it from")
         if member not in self._captures:
             self._captures[member] = member_needs_capture(references)
-        plumbing = self.plumbing(wrapper, references)
+        held = backbones(wrapper)  # once for every reference tried
+        plumbing = self.plumbing(wrapper, references, held)
         if plumbing and self._captures[member]:
             return _Fit(why=plumbing)
         # tried best first: the first that fits is the answer, and when none does the first
@@ -352,7 +354,7 @@ class HookLibrary:
             requirements = None if itself else self._requirements(reference)
             if requirements in failed:
                 continue  # fails as the one with the same requirements did
-            synthesis, why = self._try(reference, wrapper, entry, shape_misfit)
+            synthesis, why = self._try(reference, wrapper, entry, shape_misfit, held)
             if synthesis is not None:
                 return _Fit(synthesis=synthesis)
             first = first or (reference, why)
@@ -397,13 +399,15 @@ class HookLibrary:
             self._requirements_of[key] = self._requirement_ids.setdefault(requirements, len(self._requirement_ids))
         return self._requirements_of[key]
 
-    def _try(self, reference: Reference, wrapper: Wrapper, entry: MemberPlan, shape_misfit) -> tuple[Synthesis | None, str]:
+    def _try(
+        self, reference: Reference, wrapper: Wrapper, entry: MemberPlan, shape_misfit, held: list[InnerModel] | None = None
+    ) -> tuple[Synthesis | None, str]:
         if reference.unportable:
             return None, reference.unportable
         cls = wrapper.cls
         if cls.name == reference.owner.name and cls.file == reference.owner.file:
             return None, "it is the class itself"
-        candidates = [i for i in wrapper.inners if i.classes and _bare(i)]
+        candidates = list(backbones(wrapper) if held is None else held)
         candidates.sort(key=lambda i: i.attribute != reference.backbone.attribute)
         if not candidates:
             return None, f"{cls.name} holds no bare backbone"
@@ -537,14 +541,14 @@ class HookLibrary:
         self._built[key] = out
         return out
 
-    def plumbing(self, wrapper: Wrapper, references: list[Reference]) -> str:
+    def plumbing(self, wrapper: Wrapper, references: list[Reference], held: list[InnerModel] | None = None) -> str:
         """Why EAGLE-3's aux hidden states cannot flow through this class ("" when they can): its
         backbone's forward must collect them, its own forward must unpack them."""
         def against() -> str:
             compare = self._working_example(references)
             return f"; compare {compare.owner.name}.forward ({_forward_at(compare.owner)})" if compare else ""
 
-        for backbone in (i for i in wrapper.inners if i.classes and _bare(i)):
+        for backbone in backbones(wrapper) if held is None else held:
             for cls in backbone.classes:
                 if CAPTURE_LAYERS in cls.members and not self._forward_reads(cls, CAPTURE_LAYERS):
                     return f"{cls.name}.forward ({_forward_at(cls)}) does not collect aux hidden states for {CAPTURE_LAYERS}{against()}"

@@ -23,7 +23,9 @@ from ..read.bindings import (
     InitScope,
     Scope,
     assigned_value,
+    may_bind_self,
     one_line,
+    other_self_bindings,
     statement_end,
     statements,
 )
@@ -41,6 +43,8 @@ _BRACKET_TOKEN = re.compile(r'"{3}[\s\S]*?"{3}|\'{3}[\s\S]*?\'{3}|"(?:\\.|[^"\\\
 _SUPER_INIT = re.compile(r"\bsuper\([^)]*\)\.__init__\(|\b\w+\.__init__\(\s*self\b")
 # a name that says "model" anywhere (`AutoModel.from_config`): an unresolved construction worth reporting
 _MODEL_WORD = re.compile(r"Model|ForCausalLM|ForConditionalGeneration|LLM")
+# an attribute named for the language model it holds (`language_model`, `model`, `llm`, `lm`)
+_LANGUAGE_ATTRIBUTE = re.compile(r"(?:^|_)(?:language_model|model|llm|lm|text_model|backbone)$")
 MAX_FOLLOW = 8  # steps from a construction to its class: names, parameters, returns, attributes
 
 
@@ -111,6 +115,9 @@ class Assignment:
     attribute: str
     value: str  # the right-hand side, every line of it
     scope: InitScope
+    unpacked_from: str = ""  # `self.a, self.b = build(config)`: the code it is one of the values of
+    starred: bool = False  # `self.a, *self.b = ...`: `value` is the list it receives
+    position: tuple[int, int] | None = None  # (its place, how many targets) of what `unpacked_from` unpacks into
 
 
 def _construction(value: str) -> ast.expr | None:
@@ -218,12 +225,13 @@ class WrapperFinder:
         if init is not None:
             scope = InitScope(source, owner, start=init[0], end=init[1], class_name=name, caller=caller)
             found = self.index.self_assignments(source, *init)
-            body_indent = min((indent for _, indent, _, _ in found), default=0)
-            for index, indent, attribute, _value in found:
+            body_indent = min((assignment.indent for assignment in found), default=0)
+            for index, indent, attribute, value, unpacked_from, whole, starred, position in found:
                 conditional = indent > body_indent or self._nested(source, init, index)
                 end = statement_end(source.lines, index)
-                value = assigned_value(source.lines, index, f"self.{attribute}", end) or ""
-                out.append(Assignment(source, index, end, conditional, attribute, value, scope))
+                if not whole:
+                    value = assigned_value(source.lines, index, f"self.{attribute}", end) or ""
+                out.append(Assignment(source, index, end, conditional, attribute, value, scope, unpacked_from, starred, position))
             calls_super = any(_SUPER_INIT.search(source.lines[i]) for i in range(init[0], init[1]))
         if calls_super and depth < MAX_BASE_DEPTH:
             for base in self.index.bases_of(text):
@@ -254,8 +262,13 @@ class WrapperFinder:
         found: dict[str, InnerModel] = {}
         plausible: set[Unresolved] = set()
         for assignment in self.init_assignments(source, name):
-            expr = _construction(assignment.value)
-            built = self._built_by(expr, assignment.scope) if expr is not None else _Built()
+            if assignment.unpacked_from:
+                built = self._unpacked(assignment)
+            elif assignment.starred:
+                built = self._listed(assignment)
+            else:
+                expr = _construction(assignment.value)
+                built = self._built_by(expr, assignment.scope) if expr is not None else _Built()
             if not built.classes and not built.dead_ends:
                 continue  # `self.x = None`, `self.x = config`: no model built here
             where = assignment.source
@@ -276,6 +289,58 @@ class WrapperFinder:
                 if dead_end.plausible and not _NOT_LANGUAGE.search(assignment.attribute):
                     plausible.add(record)
         return _language_models(list(found.values()), protocol, source.rel, plausible)
+
+    def _unpacked(self, assignment: Assignment) -> _Built:
+        """`self.proj, self.language_model = build_parts(config)`: the element that lands in the attribute
+        of each tuple the helper or method returns (or a local holds); when it cannot be read, a dead end,
+        plausible when the attribute or what is unpacked says it is the model."""
+        origin = one_line(assignment.unpacked_from.split("\n"))
+        value = parse_value(assignment.unpacked_from)
+        if assignment.position is not None and value is not None:
+            built = self._element_built(value, assignment.scope, *assignment.position)
+            if built.classes or built.dead_ends:
+                return built
+        plausible = bool(_MODEL_WORD.search(origin) or _LANGUAGE_ATTRIBUTE.search(assignment.attribute))
+        return _Built.dead(f"self.{assignment.attribute} is one of the values of {origin}, which one is not followed", plausible)
+
+    def _element_built(self, value: ast.expr, scope: Scope, place: int, count: int) -> _Built:
+        """What element `place` of the `count`-tuple `value` evaluates to builds: `value` a call of a method
+        or module-level helper whose returns are tuples, or a local bound to one; nothing found else."""
+        tuples: list[tuple[ast.expr, Scope]] = []
+        if isinstance(value, ast.Name):
+            tuples = [(b.expr, b.scope) for b in scope.locals(value.id) if b.expr is not None]
+        elif isinstance(value, ast.Call):
+            function, source = None, None
+            member = self._self_member(value.func, scope)
+            if member is not None and member.kind == "method":
+                function = definition_ast(self.cache, member)
+                source = self.cache.read(member.path) if function is not None and member.path is not None else None
+            elif isinstance(value.func, ast.Name) and not scope.bindings(value.func.id):
+                helper = self._helper_function(scope.source, value.func.id)
+                if helper is not None:
+                    source, function = helper[0], function_read(self.cache, *helper)
+            if function is not None and source is not None:
+                inner = FunctionScope(source, scope.owner, node=function)
+                tuples = [(returned, inner) for returned in _returns(function)]
+        built = _Built()
+        for expr, where in tuples:
+            if isinstance(expr, (ast.Tuple, ast.List)) and len(expr.elts) == count and not any(isinstance(e, ast.Starred) for e in expr.elts):
+                built.merge(self._built_by(expr.elts[place], where, 1))
+        return built
+
+    def _listed(self, assignment: Assignment) -> _Built:
+        """`self.a, *self.language_model = None, Foo(config)`: a starred target receives a list; a list
+        that holds a model is reported (the attribute is not the model, so nothing forwards to it)."""
+        listed = parse_value(assignment.value)
+        built = _Built()
+        for element in listed.elts if isinstance(listed, ast.List) else []:
+            expr = _construction(code_of(element))
+            if expr is not None:
+                built.merge(self._built_by(expr, assignment.scope))
+        if not built.classes:
+            return _Built()
+        names = "/".join(target[1] for target in built.classes)
+        return _Built.dead(f"self.{assignment.attribute} is a starred target: it holds a list of {names}, not the model", True)
 
     # -- following a construction to the class(es) it builds ----------------------------------
     def _built_by(self, expr: ast.expr, scope: Scope, depth: int = 0) -> _Built:
@@ -428,6 +493,8 @@ class WrapperFinder:
         source = self.cache.read(self.tree.srt / member.file)
         index = member.line - 1
         text = assigned_value(source.lines, index, member.name) or assigned_value(source.lines, index, f"self.{member.name}")
+        if text is None and may_bind_self(source.lines[index]):  # `self.a, self.model_cls = ...`, `setattr(self, ...)`
+            text = next((b.value for b in other_self_bindings(source.lines, index) if b.attribute == member.name), None)
         value = parse_value(text or "")
         if value is None:
             return _Built.dead(f"self.{member.name}: its value could not be read", False)

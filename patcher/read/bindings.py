@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from .expressions import on_self, parse_statement, parse_value
+from .expressions import on_self, parse_statement, parse_value, source_code
 from .source import SourceFile, _indent, _scan, has_word
 
 _CONTINUED = re.compile(r"\\[ \t]*$")
@@ -369,3 +369,117 @@ def _narrowing(test: ast.expr, name: str) -> str | None:
     if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and _mentions(test.func.value, name):
         return "only"
     return None
+
+
+# -- `self.<name>` bound by a form other than `self.<name> = value` ---------------------------------
+# a line that may bind attributes of `self` without starting `self.<name> =`: a tuple or list of targets
+# (`self.a, self.b = ...`, `(self.a, *self.b) = ...`), `setattr(self, "<name>", ...)`, `self.add_module(...)`
+_OTHER_BINDING = re.compile(
+    r"[ \t]*(?:[(\[][ \t]*)?(?:\*[ \t]*)?self\.\w+[ \t]*,[^=\n]*=(?!=)|[ \t]*setattr[ \t]*\([ \t]*self[ \t]*,|[ \t]*self\.add_module[ \t]*\("
+)
+
+
+@dataclass(frozen=True)
+class SelfBinding:
+    """One attribute of `self` a statement binds, and to what: `value` is the code of the expression it
+    receives; `unpacked_from` the code it is one of the values of, when which one cannot be read
+    (`self.a, self.b = build(config)`)."""
+
+    attribute: str
+    value: str
+    unpacked_from: str = ""
+    starred: bool = False  # a starred target: it receives a list (`value` spells it)
+    position: tuple[int, int] | None = None  # (its place, the number of targets) when unpacked_from is unpacked into it alone
+
+
+# the value of `self.a = ...` is itself an assignment target (`self.a = self.b = value`, `self.a = x, self.b = ...`)
+CHAINED = re.compile(r"[\w.]+[ \t]*(?:,[^=\n]*)?=(?!=)")
+
+
+def may_bind_self(line: str) -> bool:
+    """The line starts a statement other_self_bindings may read (cheap: most lines say no at once)."""
+    return "self" in line and ("," in line or "add_module" in line) and _OTHER_BINDING.match(line) is not None
+
+
+def other_self_bindings(lines: Sequence[str], index: int, end: int | None = None) -> list[SelfBinding]:
+    """The attributes of `self` the statement at line `index` binds through a tuple or starred target, a
+    chain (`self.a = self.b = value`), `setattr(self, "<literal>", value)` or `self.add_module("<literal>",
+    value)`; [] for any other statement."""
+    end = statement_end(lines, index) if end is None else end
+    statement = parse_statement("\n".join([lines[index].lstrip(), *lines[index + 1 : end]]) + "\n")
+    out: list[SelfBinding] = []
+    if isinstance(statement, ast.Assign):
+        for target in statement.targets:
+            if isinstance(target, (ast.Tuple, ast.List)):
+                _unpack(target, statement.value, out)
+            elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                out.append(SelfBinding(target.attr, source_code(statement.value)))  # `self.a = self.b = value`
+    elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        found = _registered(statement.value)
+        if found is not None:
+            out.append(SelfBinding(found[0], source_code(found[1])))
+    return out
+
+
+def _registered(call: ast.Call) -> tuple[str, ast.expr] | None:
+    """`setattr(self, "name", value)` and `self.add_module("name", value)`: the name and the value."""
+    func, args = call.func, list(call.args)
+    keywords = {k.arg: k.value for k in call.keywords if k.arg is not None}
+    if isinstance(func, ast.Name) and func.id == "setattr" and len(args) == 3 and not keywords:
+        receiver, name, value = args
+        if not (isinstance(receiver, ast.Name) and receiver.id == "self"):
+            return None
+    elif isinstance(func, ast.Attribute) and func.attr == "add_module" and isinstance(func.value, ast.Name) and func.value.id == "self":
+        given = args + [keywords[k] for k in ("name", "module") if k in keywords]
+        if len(given) != 2 or any(isinstance(a, ast.Starred) for a in args):
+            return None
+        name, value = given
+    else:
+        return None
+    if isinstance(name, ast.Constant) and isinstance(name.value, str) and name.value.isidentifier():
+        return name.value, value
+    return None
+
+
+def _unpack(target: ast.Tuple | ast.List, value: ast.expr | None, out: list[SelfBinding], origin: str = "") -> None:
+    """Pair each `self.<name>` of a tuple target with the element of `value` it receives, as Python
+    unpacks: from the front up to a starred target or value, from the back after it.  A name whose
+    element cannot be read (`value` is a call, or the element's place hangs on a starred value) is
+    kept as unpacked from `origin`, the code of what is unpacked."""
+    targets = target.elts
+    values = value.elts if isinstance(value, (ast.Tuple, ast.List)) else None
+    if value is not None and values is None:
+        origin = source_code(value)
+    star_t = next((i for i, t in enumerate(targets) if isinstance(t, ast.Starred)), None)
+    star_v = next((i for i, v in enumerate(values) if isinstance(v, ast.Starred)), None) if values is not None else None
+    for i, element in enumerate(targets):
+        starred = isinstance(element, ast.Starred)
+        inner = element.value if isinstance(element, ast.Starred) else element
+        received: ast.expr | None = None
+        if values is not None:
+            from_back = len(targets) - i  # 1 for the last target
+            front = star_v if star_v is not None else len(values)  # values placed from the front
+            back = len(values) - star_v - 1 if star_v is not None else len(values)  # values placed from the back
+            if star_t is None or i < star_t:
+                placed = i < front if star_t is not None or star_v is None else i < front or from_back <= back
+                if placed:
+                    received = values[i] if i < front else values[len(values) - from_back]
+            elif i > star_t:
+                if from_back <= back:
+                    received = values[len(values) - from_back]
+            elif star_v is None:  # the starred target: a list of what the others leave
+                received = ast.List(elts=values[star_t : len(values) - (len(targets) - star_t - 1)], ctx=ast.Load())
+            if received is None and star_v is not None:
+                origin = source_code(values[star_v])
+        if isinstance(inner, (ast.Tuple, ast.List)) and not starred:
+            _unpack(inner, received, out, origin)
+            continue
+        if not (isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name) and inner.value.id == "self"):
+            continue
+        if received is None:
+            place = (i, len(targets)) if value is not None and values is None and star_t is None else None
+            out.append(SelfBinding(inner.attr, "", origin, position=place))
+        elif isinstance(received, ast.List) and starred:
+            out.append(SelfBinding(inner.attr, "[" + ", ".join(source_code(v) for v in received.elts) + "]", starred=True))
+        else:
+            out.append(SelfBinding(inner.attr, source_code(received)))
