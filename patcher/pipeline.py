@@ -141,7 +141,7 @@ def analyze(
         from .vllm_profile.plan import analyze_vllm
 
         return analyze_vllm(tree, models or [], all_models, progress)
-    cache = SourceCache(tree.srt)
+    cache = SourceCache(tree.srt, excluded)
     protocol = extract_protocol(tree, cache, extra_consumers, ignore, excluded, ignore_from)
     resolver = Resolver(tree, cache, excluded)
     if all_models:

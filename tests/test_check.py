@@ -1013,3 +1013,14 @@ def test_a_base_module_that_does_not_parse_stops_the_gate(tree):
         result = run(tree.root, *args)
         assert result.exit_code == 2, (args, result.output)
         assert "models/base_only.py:6: is not valid Python" in result.stderr, (args, result.stderr)
+
+
+def test_an_excluded_inner_module_is_not_read_and_the_class_says_so(tree):
+    """Left out means not read at all: a wrapper whose inner model lives there is unresolved, naming it."""
+    tree.append("models/deepseek_v2.py", "\n\ndef broken(:\n    pass\n")
+    code, data = check_json(tree.root, "--exclude", "models/deepseek_v2.py")
+    assert code == 1
+    (kimi,) = data["models"]
+    assert kimi["status"] == "unresolved"
+    assert all(m["fix"] is None and "models/deepseek_v2.py" in m["blocker"] and "not read" in m["blocker"] for m in kimi["missing"])
+    assert run(tree.root).exit_code == 2  # without the exclusion the broken inner module stops the gate

@@ -955,8 +955,9 @@ def parse_module(source: SourceFile) -> cst.Module:
 class SourceCache:
     """Reads each file once and parses each slice once for a whole run."""
 
-    def __init__(self, srt: Path):
+    def __init__(self, srt: Path, excluded: frozenset[Path] = frozenset()):
         self.srt = srt
+        self.excluded = excluded  # resolved paths the user left out (--exclude): read() refuses them
         self._files: dict[Path, SourceFile] = {}
         self._parsed: dict[tuple[Path, int, int], Parsed] = {}
         self._bodiless: dict[tuple[Path, frozenset[str] | None], Bodiless] = {}
@@ -991,6 +992,8 @@ class SourceCache:
         if cached is not None:
             return cached
         rel = self.rel(path)
+        if self.excluded and path.resolve() in self.excluded:
+            raise EaglepatchError("is left out by --exclude (or the exclude setting), so it is not read", path=rel)
         try:
             size = path.stat().st_size
             if size > MAX_FILE_BYTES:
