@@ -732,15 +732,17 @@ def apply(
 def still_missing(plans, written) -> list:
     """(plan, member plan) for each required member no written edit adds: what apply leaves for people."""
     added = {(e.rel, cls, m) for e in written for cls, members in e.added.items() for m in members}
+    fixes = {(p.wrapper.cls.file, p.wrapper.cls.name, e.member.name): e.fix for p in plans for e in p.missing}
     left = []
     for plan in plans:
         for entry in plan.required_gaps:
-            fix = entry.fix
-            if fix is not None and fix.kind == "inherit":
+            where, fix = (plan.wrapper.cls.file, plan.wrapper.cls.name, entry.member.name), entry.fix
+            for _ in range(len(fixes)):  # an inherited fix is written into the base, or that base's base
+                if fix is None or fix.kind != "inherit":
+                    break
                 file, _, cls = fix.to.rpartition(":")
                 where = (file, cls, entry.member.name)
-            else:
-                where = (plan.wrapper.cls.file, plan.wrapper.cls.name, entry.member.name)
+                fix = fixes.get(where, fix if where in added else None)
             if fix is None or where not in added:
                 left.append((plan, entry))
     return left

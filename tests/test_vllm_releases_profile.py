@@ -80,14 +80,16 @@ def test_0_18_0_reports_the_later_upstream_fixes_and_apply_passes_the_runtime_ch
 
     site = tmp_path / "site-packages"
     shutil.copytree(pristine, site)
-    assert cli("apply", *picked, site).exit_code == 0
+    applied = cli("apply", *picked, site)
+    assert applied.exit_code == 1  # Qwen3OmniMoeThinker needs code: apply writes the rest and names it
+    assert "Qwen3OmniMoeThinkerForConditionalGeneration" in applied.stdout.split("still missing", 1)[1]
     asr = (site / "vllm/model_executor/models/qwen3_asr.py").read_text()
     assert "    SupportsTranscription,\n    SupportsEagle3,\n):" in asr
     assert "    MultiModalEmbeddings,\n    SupportsEagle3,\n    SupportsMRoPE," in asr
     realtime = site / "vllm/model_executor/models/qwen3_asr_realtime.py"
     assert realtime.read_bytes() == (pristine / "vllm/model_executor/models/qwen3_asr_realtime.py").read_bytes()  # inherits
     again = cli("apply", *picked, site)
-    assert again.exit_code == 0 and "Nothing to do" in again.stdout
+    assert again.exit_code == 1 and "Nothing eaglepatch can write; 1 required member(s) missing" in " ".join(again.stdout.split())
     assert statuses(site, *picked)[1]["Qwen3ASRRealtimeGeneration"] == "compliant"
 
     before = runtime_check(pristine, ASR, REALTIME, OMNI)
