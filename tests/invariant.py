@@ -20,6 +20,7 @@ too), an assignment or annotated assignment to a plain name.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 from collections.abc import Callable, Iterable, Mapping
@@ -57,8 +58,10 @@ def check_fixes(report: Mapping) -> set[Member]:
     return out
 
 
-def class_members(source: bytes) -> dict[str, set[str]]:
-    """Class (dotted for a nested one) -> the names its body binds directly."""
+@functools.lru_cache(maxsize=512)
+def class_members(source: bytes) -> dict[str, frozenset[str]]:
+    """Class (dotted for a nested one) -> the names its body binds directly. Cached: each old file is
+    read for diff's side and for apply's, each new one is most often the same bytes on both."""
     tree = ast.parse(source)
     out: dict[str, set[str]] = {}
 
@@ -80,14 +83,14 @@ def class_members(source: bytes) -> dict[str, set[str]]:
                     visit(block, prefix)
 
     visit(tree.body, "")
-    return out
+    return {cls: frozenset(names) for cls, names in out.items()}
 
 
 def added_members(rel: str, old: bytes | None, new: bytes) -> set[Member]:
     """(rel, class, member) for each member a class has in ``new`` and not in ``old`` (a file's two versions)."""
     before = class_members(old) if old is not None else {}
     after = class_members(new)
-    return {(rel, cls, name) for cls, names in after.items() for name in names - before.get(cls, set())}
+    return {(rel, cls, name) for cls, names in after.items() for name in names - before.get(cls, frozenset())}
 
 
 # --------------------------------------------------------------------------- diff
@@ -172,6 +175,7 @@ def _git(root: Path, *args: str) -> bytes:
 def committed(root: Path) -> Callable[[str], bytes | None]:
     """A reader of the files as committed at HEAD (None for a file HEAD does not have)."""
 
+    @functools.cache
     def read(path: str) -> bytes | None:
         done = subprocess.run(["git", "show", f"HEAD:{path}"], cwd=root, capture_output=True)
         return done.stdout if done.returncode == 0 else None
@@ -179,9 +183,10 @@ def committed(root: Path) -> Callable[[str], bytes | None]:
     return read
 
 
-def written_members(root: Path) -> set[Member]:
-    """The members added per class between HEAD and the work tree of the git repository at ``root``."""
-    read_old = committed(root)
+def written_members(root: Path, read_old: Callable[[str], bytes | None] | None = None) -> set[Member]:
+    """The members added per class between HEAD (``read_old``, ``committed(root)`` unless given) and the
+    work tree of the git repository at ``root``."""
+    read_old = read_old or committed(root)
     changed = _git(root, "diff", "--name-only", "-z", "HEAD").decode("utf-8").split("\0")
     untracked = _git(root, "ls-files", "--others", "--exclude-standard", "-z").decode("utf-8").split("\0")
     found: set[Member] = set()

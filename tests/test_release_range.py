@@ -43,6 +43,7 @@ import py_compile
 import re
 import subprocess
 import sys
+import time
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -345,6 +346,7 @@ def _methods_of(tree: ast.Module, cls: str) -> set[str]:
 # `diff --all` runs on the same checkout just before, the tree apply then writes into.
 _APPLIED: dict[str, tuple[Path, subprocess.CompletedProcess]] = {}
 _DIFFED: dict[str, subprocess.CompletedProcess] = {}
+_DIFF_SECONDS: dict[str, float] = {}  # what the diff run adds to the release's group
 
 
 def applied_checkout(version: str, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
@@ -352,10 +354,12 @@ def applied_checkout(version: str, tmp_path_factory) -> tuple[Path, subprocess.C
     ``diff --all`` on it (``_DIFFED``); callers that change the checkout put it back."""
     if version not in _APPLIED:
         root = sglang_releases.make_checkout(version, tmp_path_factory.mktemp(f"applied-{version}") / "sglang")
+        started = time.perf_counter()
         _DIFFED[version] = subprocess.run(
             [sys.executable, "-m", "eaglepatch", "diff", str(root), "--all"],
             cwd=REPO_ROOT, env=_env(), capture_output=True, stdin=subprocess.DEVNULL, timeout=RUN_TIMEOUT_SECONDS,
         )  # bytes: the patch is the exact bytes apply writes (CRLF files keep their CR)
+        _DIFF_SECONDS[version] = time.perf_counter() - started
         _APPLIED[version] = (root, eaglepatch("apply", root, "--all"))
     return _APPLIED[version]
 
@@ -447,9 +451,11 @@ def test_check_diff_apply_agree(version, tmp_path_factory, record_property):
     assert not blind, f"gaps with neither a fix nor a reason: {blind}"
 
     fixes = check_fixes(report)
-    diff = diff_members(diffed.stdout, committed(root))
-    written = written_members(root)
+    head = committed(root)  # one reader of HEAD's files, cached, for both sides
+    diff = diff_members(diffed.stdout, head)
+    written = written_members(root, head)
     record_property("fixes", len(fixes))
+    record_property("diff_seconds", round(_DIFF_SECONDS[version], 2))
     assert fixes == diff == written, f"sglang {version}: check, diff and apply disagree:\n{disagreement(fixes, diff, written)}"
 
 
