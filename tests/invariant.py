@@ -58,6 +58,12 @@ def check_fixes(report: Mapping) -> set[Member]:
     return out
 
 
+def apply_exit_code(report: Mapping) -> int:
+    """What `apply` exits with after writing every fix of the report: 1 while a required gap is left (one
+    with no fix), 0 when none is."""
+    return int(any(g["required"] and g["fix"] is None for m in report["models"] for g in m["missing"]))
+
+
 @functools.lru_cache(maxsize=512)
 def class_members(source: bytes) -> dict[str, frozenset[str]]:
     """Class (dotted for a nested one) -> the names its body binds directly. Cached: each old file is
