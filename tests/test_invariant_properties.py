@@ -18,8 +18,10 @@ Each example is a small SGLang-like tree (the shape of fixtures/checkout) in a f
 The CLI runs in-process (typer's CliRunner): ``check --all --format json``, ``diff --all``, ``apply
 --all``, ``check --all --format json`` again; the three sets are read as in tests/invariant.py.
 
-The forms another change is teaching the readers (issue 24 item 5) are tested in
-``test_known_binding_forms``, one strict xfail each, so that each flips when it is fixed.
+The binding forms issue 24 item 5 taught the readers (tuple assignment, ``setattr``, ``add_module``, a
+one-line ``class W(Base): pass``) are among the generated ones; they were strict xfails until it landed.
+A model bound in a method ``__init__`` calls is not read yet: ``test_known_binding_forms``, a strict xfail,
+flips when it is.
 """
 
 from __future__ import annotations
@@ -43,15 +45,16 @@ WRAPPER_FILE = "models/wrapper.py"
 HOOKS = ("get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture")
 ATTRIBUTES = ("language_model", "model", "llm", "text_model", "lm")
 # how __init__ (or what it reaches) binds the inner model to self.<attribute>
-BINDINGS = ("plain", "annotated", "conditional", "method_returns", "function_returns", "base_init", "inherited_init")
-# known not to be read yet (issue 24 item 5): each is its own strict xfail below
-KNOWN_BROKEN = ("tuple", "setattr", "add_module", "one_line")
-# found by this test, not item 5: `__init__` calls a method that binds self.<attribute> (the wrapper finder
-# reads `__init__`, and what a method or helper *returns*, not what a method it calls assigns)
-HELPER_ASSIGNS = "helper_assigns"
+BINDINGS = (
+    "plain", "annotated", "conditional", "method_returns", "function_returns", "base_init", "inherited_init",
+    "tuple", "setattr", "add_module", "one_line",  # issue 24 item 5
+)
+# known not to be read yet, each a strict xfail below: `__init__` calls a method that binds self.<attribute>
+# (the wrapper finder reads `__init__`, and what a method or helper *returns*, not what a method it calls
+# assigns); found by this test
+KNOWN_BROKEN = ("helper_assigns",)
 # a body with no members of its own, over a base class (in the file) that binds the model
 EMPTY_BODIES = ("pass", "ellipsis", "docstring")
-XFAIL_REASON = "binding forms (issue 24 item 5)"
 
 RUNNER = CliRunner()
 
@@ -59,8 +62,8 @@ RUNNER = CliRunner()
 @dataclass(frozen=True)
 class Shape:
     attribute: str
-    binding: str  # one of BINDINGS, KNOWN_BROKEN or HELPER_ASSIGNS
-    empty_body: str | None  # with binding inherited_init: one of EMPTY_BODIES, or None for members of its own
+    binding: str  # one of BINDINGS or KNOWN_BROKEN
+    empty_body: str | None  # with binding inherited_init or one_line: one of EMPTY_BODIES (None: members of its own)
     own_hooks: tuple[str, ...]  # hooks the wrapper already has (hand-written delegations)
     docstring: bool
     decorators: tuple[str, ...]
@@ -79,6 +82,8 @@ def shapes(draw, bindings=BINDINGS) -> Shape:
     empty_body = None
     if binding == "inherited_init":
         empty_body = draw(st.sampled_from((None, *EMPTY_BODIES)))
+    elif binding == "one_line":  # `class W(Base): pass`, `: ...` or `: """doc"""`
+        empty_body = draw(st.sampled_from(EMPTY_BODIES))
     own_hooks: tuple[str, ...] = ()
     extras: tuple[str, ...] = ()
     if empty_body is None and binding != "one_line":
@@ -205,7 +210,8 @@ def wrapper_source(shape: Shape) -> str:
     out += shape.decorators
     header = f"class {WRAPPER}({base}):"
     if shape.binding == "one_line":
-        out += [f"{header} pass", "", ""]
+        one_line = {"pass": "pass", "ellipsis": "...", "docstring": '"""Holds the model its base binds."""'}[shape.empty_body or "pass"]
+        out += [f"{header} {one_line}", "", ""]
         out.append(f"EntryClass = [{WRAPPER}]")
         return "\n".join(out) + "\n"
     out.append(header + ("  # the wrapper" if shape.header_comment else ""))
@@ -342,17 +348,17 @@ def test_check_diff_apply_agree_on_generated_wrappers(shape: Shape):
 
 
 @pytest.mark.parametrize("binding", [
-    *(pytest.param(form, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=XFAIL_REASON)) for form in KNOWN_BROKEN),
-    pytest.param(HELPER_ASSIGNS, marks=pytest.mark.xfail(
-        strict=True, raises=AssertionError, reason="a model bound in a method __init__ calls: check says needs_code (issue 24, found here)")),
+    pytest.param(form, marks=pytest.mark.xfail(
+        strict=True, raises=AssertionError, reason="a model bound in a method __init__ calls: check says needs_code"))
+    for form in KNOWN_BROKEN
 ])
 @settings(max_examples=5, deadline=None, phases=(Phase.explicit, Phase.generate))  # no shrinking: it fails today
 @given(data=st.data())
 def test_known_binding_forms(binding: str, data):
-    """Each form fails today: for tuple assignment, setattr, add_module and a method that assigns, check
-    says the wrapper holds no model (needs_code: consistent with diff and apply, but the hooks are not
-    fixed); for `class W(Base): pass` on one line check calls the three hooks fixable while diff and
-    apply write nothing. A strict xfail each, so that each fix shows up here as an XPASS."""
+    """Each form fails today: check says the wrapper holds no model (needs_code: diff and apply agree,
+    writing nothing, but the hooks the wrapper lacks are not fixed). A strict xfail each, so that a fix
+    shows up here as an XPASS (tuple assignment, setattr, add_module and the one-line body did, once
+    issue 24 item 5 landed)."""
     holds_invariant(data.draw(shapes(bindings=(binding,))))
 
 
