@@ -182,6 +182,7 @@ def analyze(
             break
         written = now
         plans = plan_all()
+    _settle_inherited(plans)
     _require_read(tree, cache, plans, excluded)
     warnings = list(protocol.warnings) + resolver.warnings + [_not_followed(style, note) for note in style.not_followed]
     warnings += [f"{cache.rel(path)}: left out by --exclude: not read, and not checked" for path in sorted(excluded)]
@@ -226,6 +227,28 @@ def _require_read(tree: SourceTree, cache: SourceCache, plans: list[ModelPlan], 
 
 def _not_followed(style: FormatStyle, note: str) -> str:
     return f"{note} ({', '.join(style.sources)}): apply does not lay out imports that way; run the tree's formatters after it"
+
+
+def _settle_inherited(plans: list[ModelPlan]) -> None:
+    """Point each inherited fix at the class apply writes the member into. Adoption goes in rounds: a
+    base that wrote a member in an early round may, once it adopts it from a base of its own, inherit it
+    in the last (sglang 0.5.9: Qwen3VLMoeForConditionalGeneration inherits get_embed_and_head from
+    Qwen3VLForConditionalGeneration, which apply fixes), while a subclass adopted it from the first
+    and keeps naming it; follow the chain to the class that writes it."""
+    by_class = {f"{p.wrapper.cls.file}:{p.wrapper.cls.name}": p for p in plans}
+    for plan in plans:
+        for entry in plan.missing:
+            seen: set[str] = set()
+            while entry.fix is not None and entry.fix.kind == "inherit" and entry.fix.to not in seen:
+                seen.add(entry.fix.to)
+                base = by_class.get(entry.fix.to)
+                onward = None if base is None else next(
+                    (m.fix for m in base.missing if m.member.name == entry.member.name and m.fix is not None and m.fix.kind == "inherit"),
+                    None,
+                )
+                if onward is None:
+                    break
+                entry.fix = onward
 
 
 def _written(plan: ModelPlan) -> dict[str, Signature]:

@@ -85,7 +85,7 @@ RELEASE_FIXTURES = {"sglang_059", "sglang_0510", "sglang_latest", "checkout_of"}
 
 
 # Modules whose tests share one run per release through a module-level memo (test_release_range's
-# _RUNS: `check --all` feeds three tests of each release; _APPLIED: one `apply --all` feeds two): under pytest-xdist the tests of one
+# _RUNS: `check --all` feeds four tests of each release; _APPLIED: one `diff --all` and `apply --all` feed three): under pytest-xdist the tests of one
 # release go to one worker together (`--dist loadgroup`), so the run is made once, not once a worker.
 PER_RELEASE_GROUPS = {"test_release_range.py"}
 # Modules whose tests all go to one worker: the pre-commit hook environment is built once a worker.

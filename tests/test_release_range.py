@@ -13,6 +13,8 @@ release's wheel is fetched once into the shared cache and unpacked to a read-onl
 * ``apply --all`` on a writable git checkout: additions only (import lines that get a
   name merged in aside), compilable, clean afterwards, idempotent.
 * ``--all`` finds every ``EntryClass`` wrapper that ``--model`` finds.
+* ``check --all``, ``diff --all`` and ``apply --all`` agree: the members check lists with a fix are
+  the members diff adds and apply writes, class by class (tests/invariant.py).
 
 Facts checked against the release trees (0.5.9 .. 0.5.23):
 
@@ -41,6 +43,7 @@ import py_compile
 import re
 import subprocess
 import sys
+import time
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -338,16 +341,25 @@ def _methods_of(tree: ast.Module, cls: str) -> set[str]:
     raise AssertionError(f"class {cls} not found")
 
 
-# One `apply --all` per release, shared by test_apply_all and test_apply_all_keeps_every_module_importing
-# (the same xdist group: tests/conftest.py): applying is most of their cost.
+# One `apply --all` per release, shared by test_apply_all, test_apply_all_keeps_every_module_importing and
+# test_check_diff_apply_agree (the same xdist group: tests/conftest.py): applying is most of their cost.
+# `diff --all` runs on the same checkout just before, the tree apply then writes into.
 _APPLIED: dict[str, tuple[Path, subprocess.CompletedProcess]] = {}
+_DIFFED: dict[str, subprocess.CompletedProcess] = {}
+_DIFF_SECONDS: dict[str, float] = {}  # what the diff run adds to the release's group
 
 
 def applied_checkout(version: str, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """(root, process) of ``apply --all`` run once on a fresh git checkout of the release; callers that
-    change the checkout put it back."""
+    """(root, process) of ``apply --all`` run once on a fresh git checkout of the release, right after
+    ``diff --all`` on it (``_DIFFED``); callers that change the checkout put it back."""
     if version not in _APPLIED:
         root = sglang_releases.make_checkout(version, tmp_path_factory.mktemp(f"applied-{version}") / "sglang")
+        started = time.perf_counter()
+        _DIFFED[version] = subprocess.run(
+            [sys.executable, "-m", "eaglepatch", "diff", str(root), "--all"],
+            cwd=REPO_ROOT, env=_env(), capture_output=True, stdin=subprocess.DEVNULL, timeout=RUN_TIMEOUT_SECONDS,
+        )  # bytes: the patch is the exact bytes apply writes (CRLF files keep their CR)
+        _DIFF_SECONDS[version] = time.perf_counter() - started
         _APPLIED[version] = (root, eaglepatch("apply", root, "--all"))
     return _APPLIED[version]
 
@@ -424,6 +436,32 @@ def test_apply_all(version, tmp_path, tmp_path_factory, record_property):
     assert said in " ".join(second.stdout.split()), describe(second)
     assert git(root, "diff", "--binary") == diff_before, "the second apply changed bytes"
     assert git(root, "status", "--porcelain", "--untracked-files=all") == status
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_check_diff_apply_agree(version, tmp_path_factory, record_property):
+    """Issue 24's invariant: for every class of the release, the members `check --all` lists with a fix
+    are exactly the members `diff --all` adds and the members `apply --all` writes, each read per class
+    with ast (tests/invariant.py): `diff`'s patch applied to the committed files, `apply`'s work tree
+    against HEAD. An `inherit` fix counts on the base apply writes it into. A gap check cannot fix has
+    no fix and must say why."""
+    from invariant import apply_exit_code, check_fixes, committed, diff_members, disagreement, written_members
+
+    _, report, _ = all_report(version)
+    root, applied = applied_checkout(version, tmp_path_factory)
+    diffed = _DIFFED[version]
+    assert applied.returncode == apply_exit_code(report), describe(applied)
+    assert diffed.returncode == (1 if diffed.stdout else 0), (diffed.returncode, diffed.stderr.decode(errors="replace")[-3000:])
+    blind = [f"{m['file']}:{m['class']}.{g['name']}" for m in report["models"] for g in m["missing"] if g["fix"] is None and not g["blocker"]]
+    assert not blind, f"gaps with neither a fix nor a reason: {blind}"
+
+    fixes = check_fixes(report)
+    head = committed(root)  # one reader of HEAD's files, cached, for both sides
+    diff = diff_members(diffed.stdout, head)
+    written = written_members(root, head)
+    record_property("fixes", len(fixes))
+    record_property("diff_seconds", round(_DIFF_SECONDS[version], 2))
+    assert fixes == diff == written, f"sglang {version}: check, diff and apply disagree:\n{disagreement(fixes, diff, written)}"
 
 
 def _stub_code_cache(tmp_path_factory) -> Path:
