@@ -15,10 +15,10 @@ import hashlib
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
-from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
+from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
-from .contract import init_command
+from .contract import VisitorCommand
 from .names import LEARNED, LINE_LENGTH, MARKER, NOTE
 
 _EMPTY = cst.Module(body=[])
@@ -395,13 +395,13 @@ def defined_names(body: cst.BaseSuite) -> set[str]:
     return names
 
 
-class AddDelegations(VisitorBasedCodemodCommand):
+class AddDelegations(VisitorCommand):
     """Append delegating members to the named top-level classes, after their last method."""
 
     DESCRIPTION = "Forward EAGLE-3 members from wrapper classes to the model they hold."
 
     def __init__(self, context: CodemodContext, delegations: dict[str, list[Delegation]], line_length: int = LINE_LENGTH):
-        init_command(self, context)  # ContextAwareTransformer.__init__, matcher decorators looked for once a class
+        super().__init__(context)
         self.delegations = delegations
         self.line_length = line_length  # black's, in the target tree (patcher/read/style.py)
         self.added: dict[str, list[str]] = {}

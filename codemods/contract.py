@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import libcst as cst
-from libcst.codemod import Codemod, CodemodCommand, CodemodContext, ContextAwareTransformer
+from libcst.codemod import Codemod, CodemodCommand, CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import MetadataWrapper
 
@@ -77,31 +77,20 @@ def run_command(command: CodemodCommand, module: cst.Module) -> cst.Module:
     return updated
 
 
-# The instance state libcst's matcher machinery keeps per class without a matcher decorator, by class:
-# the attribute names an instance has once made (see init_command).
-_UNDECORATED: dict[type, frozenset[str]] = {}
+class VisitorCommand(CodemodCommand, cst.CSTTransformer):
+    """`VisitorBasedCodemodCommand` for a codemod none of whose methods carries a matcher decorator
+    (`@m.visit`, `@m.leave`, `@m.call_if_inside`, ...): the same command (a `CodemodCommand` whose
+    `transform_module_impl` visits the tree with itself), built from libcst's public classes alone.
 
+    VisitorBasedCodemodCommand is a MatcherDecoratableTransformer, which looks for those decorators
+    on each instance it makes (and again on its first visit): three walks over `dir(self)`, reading
+    every attribute (the hundreds of visit_/leave_ methods of a transformer), 14 ms a codemod, a
+    tenth of `apply --all` on a release that has 85 files to patch.  Without a decorator its visits
+    are CSTTransformer's, so this class skips the matcher layer altogether; a matcher decorator on a
+    subclass would do nothing (tests/test_codemod_contract.py checks that codemods/ has none)."""
 
-def init_command(command: ContextAwareTransformer, context: CodemodContext) -> None:
-    """`ContextAwareTransformer.__init__(command, context)`, for a codemod none of whose methods carries a
-    matcher decorator (`@m.visit`, `@m.leave`, `@m.call_if_inside`, ...), without looking for them on every
-    instance.
+    def __init__(self, context: CodemodContext) -> None:
+        Codemod.__init__(self, context)
 
-    MatcherDecoratableTransformer looks for those decorators on each instance it makes (and again on its
-    first visit): three walks over `dir(self)`, reading every attribute (the hundreds of visit_/leave_
-    methods of a transformer), 14 ms a codemod, a tenth of `apply --all` on a release that has 85 files
-    to patch. The first instance of a class is made libcst's way; when it found no decorator, the
-    instances after it get the same empty state directly (Codemod's part made as libcst makes it), and
-    are made libcst's way again should their attributes not be the first one's."""
-    cls = type(command)
-    names = _UNDECORATED.get(cls)
-    if names is not None:
-        Codemod.__init__(command, context)
-        command._extra_visit_funcs = {}
-        command._extra_leave_funcs = {}
-        command._matchers = {}
-        if frozenset(vars(command)) == names:
-            return
-    ContextAwareTransformer.__init__(command, context)
-    if cls not in _UNDECORATED and not (command._extra_visit_funcs or command._extra_leave_funcs or command._matchers):
-        _UNDECORATED[cls] = frozenset(vars(command))
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        return tree.visit(self)

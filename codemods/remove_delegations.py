@@ -16,12 +16,12 @@ from __future__ import annotations
 import re
 
 import libcst as cst
-from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
+from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import GatherUnusedImportsVisitor
 from libcst.metadata import MetadataWrapper
 
 from .add_delegations import Delegation, _dedent, learned_digest, parse_marker, render_delegation
-from .contract import init_command
+from .contract import VisitorCommand
 from .names import LINE_LENGTH, dotted_name
 from .normalize_imports import _blank_prefix, _opens_imports
 
@@ -60,11 +60,11 @@ def _is_pristine(func: cst.FunctionDef, attribute: str, module: cst.Module, unit
     return False
 
 
-class RemoveDelegations(VisitorBasedCodemodCommand):
+class RemoveDelegations(VisitorCommand):
     DESCRIPTION = "Remove delegating members that eaglepatch added."
 
     def __init__(self, context: CodemodContext, bound_elsewhere: frozenset[str] = frozenset(), widths: tuple[int, ...] = (LINE_LENGTH,)):
-        init_command(self, context)  # ContextAwareTransformer.__init__, matcher decorators looked for once a class
+        super().__init__(context)
         self.bound_elsewhere = bound_elsewhere  # names the file's star imports provide anyway
         self.widths = widths  # the line lengths apply may have written at: the tree's, black's default
         self.removed: dict[str, list[str]] = {}

@@ -126,24 +126,34 @@ def test_the_pruned_walk_does_not_enter_classes_or_functions():
     assert not {"f", "self", "inner"} & set(entered), entered
 
 
-# --------------------------------------------------------------------------- init_command
+# --------------------------------------------------------------------------- VisitorCommand
 
-class RenameX(VisitorBasedCodemodCommand):
-    """No matcher decorator: instances after the first skip libcst's search for them."""
+class RenameX(contract.VisitorCommand):
+    """VisitorCommand: libcst's public classes, no matcher layer."""
 
     def __init__(self, context: CodemodContext, to: str):
-        contract.init_command(self, context)
+        super().__init__(context)
         self.to = to
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
         return updated.with_changes(value=self.to) if updated.value == "x" else updated
 
 
-class RenameXByMatcher(VisitorBasedCodemodCommand):
-    """A matcher decorator: every instance must be made libcst's way, or the decorator does nothing."""
+class StockRenameX(VisitorBasedCodemodCommand):
+    """The same codemod as libcst writes it."""
 
     def __init__(self, context: CodemodContext, to: str):
-        contract.init_command(self, context)
+        super().__init__(context)
+        self.to = to
+
+    leave_Name = RenameX.leave_Name
+
+
+class RenameXByMatcher(VisitorBasedCodemodCommand):
+    """A matcher decorator: libcst's own class, for comparison."""
+
+    def __init__(self, context: CodemodContext, to: str):
+        super().__init__(context)
         self.to = to
 
     @m.leave(m.Name("x"))
@@ -151,21 +161,45 @@ class RenameXByMatcher(VisitorBasedCodemodCommand):
         return updated.with_changes(value=self.to)
 
 
-@pytest.mark.parametrize("command", [RenameX, RenameXByMatcher])
-def test_init_command_instances_transform_as_libcsts_own(command):
+@pytest.mark.parametrize("command", [RenameX, StockRenameX, RenameXByMatcher])
+def test_visitor_command_transforms_as_libcsts_own(command):
     source = "x = 1\ny = x + 2\n"
     codes = [command(CodemodContext(), to).transform_module(cst.parse_module(source)).code for to in ("a", "b", "c")]
     assert codes == ["a = 1\ny = a + 2\n", "b = 1\ny = b + 2\n", "c = 1\ny = c + 2\n"]
 
 
-def test_init_command_remembers_only_classes_without_matcher_decorators():
-    RenameX(CodemodContext(), "a")
-    RenameXByMatcher(CodemodContext(), "a")
-    assert RenameX in contract._UNDECORATED
-    assert RenameXByMatcher not in contract._UNDECORATED
-    later = RenameX(CodemodContext(), "b")
-    stock = VisitorBasedCodemodCommand.__new__(RenameX)
-    VisitorBasedCodemodCommand.__init__(stock, CodemodContext())
-    stock.to = "b"
-    assert sorted(vars(later)) == sorted(vars(stock))
-    assert (later._extra_visit_funcs, later._extra_leave_funcs, later._matchers) == ({}, {}, {})
+def test_visitor_command_schedules_imports_as_libcsts_own():
+    """add_needed_import / remove_unused_import (CodemodCommand's) reach run_command's passes."""
+
+    class Schedule(contract.VisitorCommand):
+        def visit_Module(self, node: cst.Module) -> None:
+            self.add_needed_import("typing", "Any")
+            self.remove_unused_import("os")
+
+    text = "import os\n\n\nclass A:\n    pass\n"
+    stock = ScheduleImports(CodemodContext(), [("typing", "Any")], [("os", None)]).transform_module(cst.parse_module(text))
+    assert run_command(Schedule(CodemodContext()), cst.parse_module(text)).code == stock.code
+
+
+MATCHER_DECORATORS = {"visit", "leave", "call_if_inside", "call_if_not_inside"}
+
+
+def test_no_visitor_command_of_codemods_carries_a_matcher_decorator():
+    """VisitorCommand skips libcst's matcher layer: on one of its subclasses a `@m.leave(...)` would
+    silently do nothing.  Any decorator of a method there that names a matcher decorator fails."""
+    import ast
+
+    codemods = Path(contract.__file__).resolve().parent
+    found = []
+    for path in sorted(codemods.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for item in ast.walk(node):
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    for decorator in item.decorator_list:
+                        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+                        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+                        if name in MATCHER_DECORATORS:
+                            found.append(f"{path.name}:{item.lineno} {node.name}.{item.name}")
+    assert not found, found
