@@ -1,4 +1,4 @@
-"""Stage 5 on its own: patcher/analyze/plan.py on hand-built records (patcher/records.py), no tree.
+"""The analyze stage's plan on its own: patcher/analyze/plan.py on hand-built records (patcher/records.py), no tree.
 
 Each test builds the smallest Protocol and Wrapper that shows one rule of `plan_wrapper` /
 `_decide_fix` / `_set_status` and asserts on the plan records (status, gaps, fixes, blockers).

@@ -1,4 +1,4 @@
-"""Stage 3 alone: (consumer snippet, expected uses) tables for `extract_protocol`.
+"""The analyze stage's protocol alone: (consumer snippet, expected uses) tables for `extract_protocol`.
 
 Each row writes a tiny ``sglang/srt`` tree to ``tmp_path``: a base EAGLE worker (so the
 protocol is never empty) plus the row's snippets, shaped like SGLang's own consumers

@@ -1,4 +1,4 @@
-"""Stage 4 on its own: which inner model a class holds, on tiny trees written to tmp_path.
+"""The analyze stage's resolve on its own: which inner model a class holds, on tiny trees written to tmp_path.
 
 Each row of a table is one construct SGLang uses to build the inner model, the smallest tree
 that shows it, and what it must resolve to.  Every row failed before the construct was

@@ -1,4 +1,4 @@
-"""Stage 2 on its own: patcher/read/source.py's text outline, checked against CPython's `ast`.
+"""The read stage on its own: patcher/read/source.py's text outline, checked against CPython's `ast`.
 
 The outline is a cheap line pass that stands in for a parse: it must find every `def`/`class`
 header ast finds, and each block must end where ast says.  The contract, read off the code:

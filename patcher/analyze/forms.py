@@ -1,4 +1,4 @@
-"""Stage 6a: spell a copied signature so that each name in it means, in the wrapper, what it meant in the inner file.
+"""Analyze stage: spell a copied signature so that each name in it means, in the wrapper, what it meant in the inner file.
 
 For every free name of a default or annotation, in order of preference:
 

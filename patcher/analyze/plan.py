@@ -1,4 +1,4 @@
-"""Stage 5: compare what EAGLE-3 expects of a class's role with what the class and its inner model(s) have.
+"""Analyze stage: compare what EAGLE-3 expects of a class's role with what the class and its inner model(s) have.
 
 A member is *required* for a class when EAGLE-3 code uses it, unguarded, on a model of the
 class's role (the target's hooks on a target, the draft's on a draft).  A target wrapper

@@ -1,4 +1,4 @@
-"""Stage 3: infer the EAGLE-3 protocol from the code that consumes it.
+"""Analyze stage: infer the EAGLE-3 protocol from the code that consumes it.
 
 Nothing here lists member names.  The protocol is every member that EAGLE-3 code reads
 or calls on a model object:

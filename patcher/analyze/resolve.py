@@ -1,4 +1,4 @@
-"""Stage 4: resolve the model classes asked about: the wrapper, the model(s) it holds, what each defines.
+"""Analyze stage: resolve the model classes asked about: the wrapper, the model(s) it holds, what each defines.
 
 Which classes are looked at is decided here: `EntryClass` under models/ for `--all`, a module
 (or module:Class) for `--model`.  Each is resolved by two parts shared across the run: the class

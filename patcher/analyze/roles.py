@@ -1,4 +1,4 @@
-"""Stage 4b: which part each model class plays when SGLang serves it (target, draft or other).
+"""Analyze stage: which part each model class plays when SGLang serves it (target, draft or other).
 
 A requirement holds for a class only when EAGLE-3 code makes that call on a model of the
 class's role, so the role decides what is reported.  It is learned from SGLang's own code

@@ -1,4 +1,4 @@
-"""Stage 5b: the EAGLE-3 hook a class that *is* the causal LM lacks, learned from a class of the same tree that has it.
+"""Analyze stage: the EAGLE-3 hook a class that *is* the causal LM lacks, learned from a class of the same tree that has it.
 
 A class that holds a bare backbone (`self.model = FooModel(...)`, no `lm_head` of its own) beside
 its own `lm_head` cannot forward a hook: the hook reads both.  Upstream writes such hooks by hand,

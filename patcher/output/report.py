@@ -1,4 +1,4 @@
-"""Stage 6a: say what was found, for people (rich), scripts (JSON) and CI (GitHub annotations)."""
+"""Output stage: say what was found, for people (rich), scripts (JSON) and CI (GitHub annotations)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stage 1: find the `sglang/srt` folder below whatever PATH the user gave."""
+"""Read stage: find the `sglang/srt` folder below whatever PATH the user gave."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stage 2: read each file once, and hand a parser only the slices an answer needs.
+"""Read stage: read each file once, and hand a parser only the slices an answer needs.
 
 SGLang's model runner and DeepSeek model are ~3,000 lines each; parsing them whole with
 libcst (and computing positions) costs most of a second.  A cheap text pass finds the

@@ -1,4 +1,4 @@
-"""Stage 6: turn plans into per-file edits: spell each delegation (forms), run the codemod, prove the result (verify)."""
+"""Rewrite stage: turn plans into per-file edits: spell each delegation (forms), run the codemod, prove the result (verify)."""
 
 from __future__ import annotations
 

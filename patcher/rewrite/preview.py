@@ -1,4 +1,4 @@
-"""Stage 7a: show edits as a unified diff with git headers, one `git apply` and `patch -p1` accept.
+"""Rewrite stage: show edits as a unified diff with git headers, one `git apply` and `patch -p1` accept.
 
 The patch is bytes, built from the files' bytes: git splits lines at `\\n` only, so a form
 feed, a U+2028 or a lone `\\r` stays inside its line (a CR-only file is one line to git), and

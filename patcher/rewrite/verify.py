@@ -1,4 +1,4 @@
-"""Stage 6b: prove each patch on the text that would be written, before anything is written.
+"""Rewrite stage: prove each patch on the text that would be written, before anything is written.
 
 The planner (patcher/analyze/forms.py) chooses how a copied signature is spelled; this stage does not
 trust it.  It parses the patched module and, with LibCST scope analysis of that text, proves for

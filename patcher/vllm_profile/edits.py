@@ -1,4 +1,4 @@
-"""vLLM profile, stage 6: plans -> per-file edits (edits.FileEdit), so preview.py and write.py serve them.
+"""vLLM profile, rewrite stage: plans -> per-file edits (edits.FileEdit), so preview.py and write.py serve them.
 
 Per wrapper file: `SupportsEagle3` added to each planned class's bases with its import
 (codemods/add_base.py), then, where planned, the hooks forwarding to the language model with the

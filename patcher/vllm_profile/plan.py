@@ -1,4 +1,4 @@
-"""vLLM profile, stages 3-5: the registered wrappers, the language model each holds, and a plan per wrapper.
+"""vLLM profile, analyze stage: the registered wrappers, the language model each holds, and a plan per wrapper.
 
 A wrapper is a class registered in `_TEXT_GENERATION_MODELS` or `_MULTIMODAL_MODELS` whose own or
 inherited `__init__` assigns a language model (`self.language_model`, `self.llm`, `self.decoder`,

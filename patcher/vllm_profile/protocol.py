@@ -1,4 +1,4 @@
-"""vLLM profile, stage 2: the EAGLE-3 interface as the release declares it.
+"""vLLM profile, analyze stage: the EAGLE-3 interface as the release declares it.
 
 `SupportsEagle3` is a runtime-checkable Protocol in model_executor/models/interfaces.py (from
 0.10.1): its methods are read from there (names, signatures, a stub or a default body), and the
