@@ -126,7 +126,7 @@ class AddBase(cst.CSTTransformer):
             return based
         before, after = header_layout(updated), header_layout(based)
         notes = () if before == after else ({"line": HEADER_ON_ONE_LINE, "hug": BASES_ON_THEIR_LINE}[before],)
-        return _marked(based, base_marker(base, notes))
+        return _with_marker(based, base_marker(base, notes))
 
     def _with_base(self, node: cst.ClassDef, base: str) -> cst.ClassDef:
         args = list(node.bases)
@@ -283,7 +283,7 @@ class AddBase(cst.CSTTransformer):
                     if first_after is None and _dotted(small.module) > self.module.lstrip("."):
                         first_after = index  # sorted by module, as isort keeps a block
         after = last_same if last_same is not None else last_any
-        position = after + 1 if after is not None else (1 if body and _is_docstring(body[0]) else 0)
+        position = after + 1 if after is not None else (1 if body and _is_leading_expression(body[0]) else 0)
         if first_after is not None:
             position = first_after
             statement = statement.with_changes(leading_lines=body[first_after].leading_lines)
@@ -307,14 +307,14 @@ def _renoted(node: cst.ClassDef, note: str) -> cst.ClassDef:
     return node.with_changes(body=node.body.with_changes(body=statements))
 
 
-def _marked(node: cst.ClassDef, marker: str) -> cst.ClassDef:
+def _with_marker(node: cst.ClassDef, marker: str) -> cst.ClassDef:
     """The marker comment above the class's first statement after its docstring (above the docstring
     when it is the only one); a one-line body (`class X(A): pass`) has no place for it."""
     body = node.body
     if not isinstance(body, cst.IndentedBlock) or not body.body:
         return node
     statements = list(body.body)
-    at = 1 if len(statements) > 1 and _is_docstring(statements[0]) else 0
+    at = 1 if len(statements) > 1 and _is_leading_expression(statements[0]) else 0
     first = statements[at]
     assert isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
     line = cst.EmptyLine(indent=True, whitespace=cst.SimpleWhitespace(""), comment=cst.Comment(marker))
@@ -326,7 +326,7 @@ def _marked(node: cst.ClassDef, marker: str) -> cst.ClassDef:
     return node.with_changes(body=body.with_changes(body=statements))
 
 
-def _is_docstring(node: cst.CSTNode) -> bool:
+def _is_leading_expression(node: cst.CSTNode) -> bool:
     return isinstance(node, cst.SimpleStatementLine) and isinstance(node.body[0], cst.Expr)
 
 

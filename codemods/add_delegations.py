@@ -54,14 +54,14 @@ def _param_text(param: cst.Param, prefix: str = "") -> str:
     )
     text = _code(bare).strip()
     if "\n" in text or "#" in text:
-        text = one_line(text)
+        text = black_one_line(text)
     return text
 
 
 _OPENERS, _CLOSERS = "([{", ")]}"
 
 
-def one_line(code: str) -> str:
+def black_one_line(code: str) -> str:
     """A parameter (or expression) written over several lines, on one line as black writes it: comments
     and line breaks dropped, no space inside brackets or before a comma, other spacing kept."""
     import io

@@ -20,7 +20,7 @@ from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import MetadataWrapper
 
 
-def _is_import_line(statement: cst.CSTNode) -> bool:
+def _has_import(statement: cst.CSTNode) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)
 
 
@@ -30,7 +30,7 @@ def leading_statements(module: cst.Module) -> list[cst.BaseStatement]:
     is not an import)."""
     head: list[cst.BaseStatement] = []
     for index, statement in enumerate(module.body):
-        if index and not _is_import_line(statement):
+        if index and not _has_import(statement):
             break
         head.append(statement)
     return head
@@ -51,7 +51,7 @@ class TopLevelImports(AddImportsVisitor):
     def on_visit(self, node: cst.CSTNode) -> bool:
         if not super().on_visit(node):
             return False
-        return isinstance(node, cst.Module) or _is_import_line(node)
+        return isinstance(node, cst.Module) or _has_import(node)
 
 
 def run_command(command: CodemodCommand, module: cst.Module) -> cst.Module:

@@ -15,12 +15,12 @@ NOTE = "# eaglepatch: "  # the prefix of the line under the marker saying why a 
 LINE_LENGTH = 88  # black's default width; the target tree's own (patcher/read/style.py) is passed to each codemod
 
 
-def dotted_name(node: cst.CSTNode | None) -> str:
+def cst_dotted_name(node: cst.CSTNode | None) -> str:
     """`a.b.c` for a Name/Attribute chain; "" for anything else."""
     import libcst as cst
 
     if isinstance(node, cst.Name):
         return node.value
     if isinstance(node, cst.Attribute):
-        return f"{dotted_name(node.value)}.{node.attr.value}"
+        return f"{cst_dotted_name(node.value)}.{node.attr.value}"
     return ""

@@ -16,7 +16,7 @@ import sys
 
 import libcst as cst
 
-from .names import LINE_LENGTH, dotted_name
+from .names import LINE_LENGTH, cst_dotted_name
 
 
 class NormalizeAddedImports(cst.CSTTransformer):
@@ -85,7 +85,7 @@ class NormalizeAddedImports(cst.CSTTransformer):
         return False
 
     def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> cst.ImportFrom:
-        module = dotted_name(updated_node.module)
+        module = cst_dotted_name(updated_node.module)
         wanted = self.added.get(module)
         if not wanted or isinstance(updated_node.names, cst.ImportStar):
             return updated_node
@@ -111,7 +111,7 @@ class NormalizeAddedImports(cst.CSTTransformer):
             return updated_node  # a one-line import: AddImportsVisitor's layout is already black's
         fixed = []
         for index, alias in enumerate(names):
-            if dotted_name(alias.name) in wanted and not (
+            if cst_dotted_name(alias.name) in wanted and not (
                 isinstance(alias.comma, cst.Comma) and isinstance(alias.comma.whitespace_after, cst.ParenthesizedWhitespace)
             ):
                 if index == len(names) - 1:
@@ -140,15 +140,15 @@ def _sorted_in(node: cst.ImportFrom, wanted: set[str], order_by_type: bool = Tru
     names = _aliases(node)
     if not isinstance(node.names, (list, tuple)) or len(names) < 2:
         return node
-    added = [a for a in names if dotted_name(a.name) in wanted]
-    kept = [a for a in names if dotted_name(a.name) not in wanted]
-    keys = [isort_key(_local(a), order_by_type) for a in kept]
+    added = [a for a in names if cst_dotted_name(a.name) in wanted]
+    kept = [a for a in names if cst_dotted_name(a.name) not in wanted]
+    keys = [isort_key(_alias_name(a), order_by_type) for a in kept]
     if keys != sorted(keys):
         return node  # the file keeps its own order: isort would rewrite it anyway
     ordered = list(kept)
-    for alias in sorted(added, key=lambda a: isort_key(_local(a), order_by_type)):
-        key = isort_key(_local(alias), order_by_type)
-        at = next((i for i, other in enumerate(ordered) if isort_key(_local(other), order_by_type) > key), len(ordered))
+    for alias in sorted(added, key=lambda a: isort_key(_alias_name(a), order_by_type)):
+        key = isort_key(_alias_name(alias), order_by_type)
+        at = next((i for i, other in enumerate(ordered) if isort_key(_alias_name(other), order_by_type) > key), len(ordered))
         ordered.insert(at, alias)
     if ordered == names:
         return node
@@ -167,8 +167,8 @@ def _new_from_import(statement, added: dict[str, set[str]], present: dict[str, s
     small = statement.body[0]
     if not isinstance(small, cst.ImportFrom) or small.module is None or small.relative or isinstance(small.names, cst.ImportStar):
         return None
-    module = dotted_name(small.module)
-    names = {dotted_name(a.name) for a in small.names}
+    module = cst_dotted_name(small.module)
+    names = {cst_dotted_name(a.name) for a in small.names}
     if module in present or not names <= added.get(module, set()):
         return None
     return module
@@ -183,11 +183,11 @@ def _stdlib_import(statement, force_sort: bool = False, order_by_type: bool = Tr
     small = statement.body[0]
     key: tuple[int, str] | None = None
     if isinstance(small, cst.Import):
-        modules = [dotted_name(a.name) for a in small.names]
+        modules = [cst_dotted_name(a.name) for a in small.names]
         if modules and all(_is_stdlib(m) for m in modules):
             key = (0, modules[0].lower()) if not force_sort else (0, ", ".join(_alias_text(a) for a in small.names))
     elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
-        module = dotted_name(small.module)
+        module = cst_dotted_name(small.module)
         if _is_stdlib(module) and not isinstance(small.names, cst.ImportStar):
             names = ", ".join(_alias_text(a) for a in small.names)
             key = (1, module.lower()) if not force_sort else (0, f"{module} import {names}")
@@ -207,9 +207,9 @@ def _import_key(statement, force_sort: bool = False, order_by_type: bool = True)
     small = statement.body[0]
     if isinstance(small, cst.Import):
         text = ", ".join(_alias_text(a) for a in small.names)
-        kind, module = 0, dotted_name(small.names[0].name)
+        kind, module = 0, cst_dotted_name(small.names[0].name)
     elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
-        module = dotted_name(small.module)
+        module = cst_dotted_name(small.module)
         names = "*" if isinstance(small.names, cst.ImportStar) else ", ".join(_alias_text(a) for a in small.names)
         kind, text = 1, f"{module} import {names}"
     else:
@@ -229,10 +229,10 @@ def _top_package(statement) -> str | None:
         return None
     small = statement.body[0]
     if isinstance(small, cst.Import):
-        tops = {dotted_name(a.name).split(".")[0] for a in small.names}
+        tops = {cst_dotted_name(a.name).split(".")[0] for a in small.names}
         return tops.pop() if len(tops) == 1 else None
     if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
-        return dotted_name(small.module).split(".")[0]
+        return cst_dotted_name(small.module).split(".")[0]
     return None
 
 
@@ -267,7 +267,7 @@ def _package_place(body: list, statement, module: str, force_sort: bool = False,
 
 def _alias_text(alias: cst.ImportAlias) -> str:
     asname = alias.asname
-    return f"{dotted_name(alias.name)} as {dotted_name(asname.name)}" if asname is not None else dotted_name(alias.name)
+    return f"{cst_dotted_name(alias.name)} as {cst_dotted_name(asname.name)}" if asname is not None else cst_dotted_name(alias.name)
 
 
 def _stdlib_place(body: list, statement, force_sort: bool = False, order_by_type: bool = True) -> int | None:
@@ -293,7 +293,7 @@ def _opens_imports(statement) -> bool:
     if not isinstance(statement, cst.SimpleStatementLine) or not _is_import(statement):
         return False
     small = statement.body[0]
-    return not (isinstance(small, cst.ImportFrom) and small.module is not None and dotted_name(small.module) == "__future__")
+    return not (isinstance(small, cst.ImportFrom) and small.module is not None and cst_dotted_name(small.module) == "__future__")
 
 
 def _is_import(statement: cst.SimpleStatementLine) -> bool:
@@ -307,7 +307,7 @@ def imported_from(module: cst.Module) -> dict[str, set[str]]:
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
                 if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar) and small.module is not None:
-                    found.setdefault(dotted_name(small.module), set()).update(dotted_name(a.name) for a in small.names)
+                    found.setdefault(cst_dotted_name(small.module), set()).update(cst_dotted_name(a.name) for a in small.names)
     return found
 
 
@@ -317,8 +317,8 @@ def _aliases(node: cst.ImportFrom) -> list[cst.ImportAlias]:
     return list(node.names)
 
 
-def _local(alias: cst.ImportAlias) -> str:
-    return dotted_name(alias.name)
+def _alias_name(alias: cst.ImportAlias) -> str:
+    return cst_dotted_name(alias.name)
 
 
 def _explode_if_long(node: cst.ImportFrom, width: int = LINE_LENGTH) -> cst.ImportFrom:

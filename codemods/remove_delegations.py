@@ -22,7 +22,7 @@ from libcst.metadata import MetadataWrapper
 
 from .add_delegations import Delegation, _dedent, learned_digest, parse_marker, render_delegation
 from .contract import VisitorCommand
-from .names import LINE_LENGTH, dotted_name
+from .names import LINE_LENGTH, cst_dotted_name
 from .normalize_imports import _blank_prefix, _opens_imports
 
 
@@ -40,7 +40,7 @@ def _is_pristine(func: cst.FunctionDef, attribute: str, module: cst.Module, unit
     the line lengths `widths` (a learned body: what it was when written, as its marker's digest says)."""
     if attribute.startswith("learned:"):
         return learned_digest(func, unit, module.default_newline) == attribute.partition(":")[2]
-    decorators = [dotted_name(d.decorator) for d in func.decorators]
+    decorators = [cst_dotted_name(d.decorator) for d in func.decorators]
     style = {"property": "property", f"{func.name.value}.setter": "setter"}.get(",".join(decorators), "method")
     delegation = Delegation(
         name=func.name.value,
@@ -161,7 +161,7 @@ def _spaced_after_drop(stmt, gone, above, imports_left: bool):
 def _local(alias: cst.ImportAlias) -> str:
     if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
         return alias.asname.name.value
-    return dotted_name(alias.name).split(".")[0]
+    return cst_dotted_name(alias.name).split(".")[0]
 
 
 def _without(small: cst.BaseSmallStatement, names: set[str]):

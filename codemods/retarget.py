@@ -12,7 +12,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import BuiltinAssignment, MetadataWrapper, ScopeProvider
 
-from .names import dotted_name
+from .names import cst_dotted_name
 
 
 class Retarget(cst.CSTTransformer):
@@ -28,7 +28,7 @@ class Retarget(cst.CSTTransformer):
         self.spelled = spelled or {}  # the Name nodes (by identity) that read a module-level name
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
-        chain = tuple(dotted_name(original_node).split("."))
+        chain = tuple(cst_dotted_name(original_node).split("."))
         new = self.renames.get(chain)
         if new is None:
             return updated_node

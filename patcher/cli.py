@@ -847,7 +847,7 @@ def explain(
     raise typer.Exit(0)
 
 
-def main(argv: list[str] | None = None) -> None:
+def cli_main(argv: list[str] | None = None) -> None:
     """Entry point: an unexpected failure is still exit 2 with one line, never a findings exit 1."""
     import os
 

@@ -55,7 +55,7 @@ def _run(argv: list[str]) -> None:
             sys.stdout.write(hit[1])
             sys.stdout.flush()
             sys.exit(hit[0])
-    from .cli import main as cli_main
+    from .cli import cli_main
 
     if entry is None:
         cli_main(argv)

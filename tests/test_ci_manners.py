@@ -372,7 +372,7 @@ def test_internal_error_with_json_is_a_json_object(root: Path, monkeypatch, caps
     monkeypatch.setenv("EAGLEPATCH_NO_CACHE", "1")
     monkeypatch.delenv("EAGLEPATCH_DEBUG", raising=False)
     with pytest.raises(SystemExit) as done:
-        cli.main(["check", str(root), "--format", "json"])
+        cli.cli_main(["check", str(root), "--format", "json"])
     assert done.value.code == 2
     out, err = capsys.readouterr()
     (line,) = err.splitlines()

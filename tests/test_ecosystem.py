@@ -831,7 +831,7 @@ def test_no_color_on_a_terminal(command):
     assert colour_codes(plain_out) == set()
 
 
-COMPLETE_MAIN = "import sys; sys.argv[0] = 'eaglepatch'; from eaglepatch.cli import main; main()"
+COMPLETE_MAIN = "import sys; sys.argv[0] = 'eaglepatch'; from eaglepatch.cli import cli_main; cli_main()"
 
 
 @pytest.mark.parametrize(
@@ -873,8 +873,8 @@ CRASH_MAIN = (
     "    raise RuntimeError('boom in the pipeline')\n"
     "p.analyze = boom\n"
     "sys.argv[0] = 'eaglepatch'\n"
-    "from eaglepatch.cli import main\n"
-    "main()\n"
+    "from eaglepatch.cli import cli_main\n"
+    "cli_main()\n"
 )
 
 

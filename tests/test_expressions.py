@@ -163,10 +163,10 @@ def test_a_node_built_without_text_is_spelled_by_unparse():
     ],
 )
 def test_dotted_names_roots_and_self(text, dotted, root, through_self):
-    """libcst reads `None`/`True` as names; so does dotted_name, as codemods.names.dotted_name does on
+    """libcst reads `None`/`True` as names; so does dotted_name, as codemods.names.cst_dotted_name does on
     libcst's nodes.  A chain that does not start at a name is no dotted name (that helper gives `.b` for
     `f().b`, a suffix no import or class is named by)."""
-    from eaglepatch.codemods.names import dotted_name as libcst_dotted_name
+    from eaglepatch.codemods.names import cst_dotted_name as libcst_dotted_name
 
     node = parse_value(text)
     assert dotted_name(node) == dotted
@@ -245,9 +245,9 @@ def test_statements_come_in_libcst_s_order(code):
 def _libcst_loaded_by(*args: str, home: Path) -> tuple[int, bool]:
     probe = (
         "import sys\n"
-        "from eaglepatch.cli import main\n"
+        "from eaglepatch.cli import cli_main\n"
         "try:\n"
-        "    code = main(sys.argv[1:])\n"
+        "    code = cli_main(sys.argv[1:])\n"
         "except SystemExit as exit:\n"
         "    code = exit.code\n"
         "print(code, 'libcst._nodes' in sys.modules)\n"

@@ -489,7 +489,7 @@ IMPORT_TEXTS = [
 
 @pytest.mark.parametrize("text", IMPORT_TEXTS)
 def test_one_line_imports_are_what_the_bracket_loop_gives(text):
-    from eaglepatch.read.source import _bracket_delta, _dedent, _import_texts, _indent
+    from eaglepatch.read.source import _bracket_delta, _dedent_lines, _import_texts, _indent
 
     lines = text.split("\n")
     expected = []
@@ -505,7 +505,7 @@ def test_one_line_imports_are_what_the_bracket_loop_gives(text):
             if depth <= 0 and not lines[j].rstrip().endswith("\\"):
                 break
             j += 1
-        expected.append(_dedent(lines[index : j + 1], _indent(line)))
+        expected.append(_dedent_lines(lines[index : j + 1], _indent(line)))
         index = j + 1
     assert _import_texts(lines) == expected
 

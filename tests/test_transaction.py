@@ -43,8 +43,8 @@ else:
         hit()
         return real_stage(edit, target)
     write._stage = stage
-from eaglepatch.cli import main
-main(sys.argv[4:])
+from eaglepatch.cli import cli_main
+cli_main(sys.argv[4:])
 """
 
 

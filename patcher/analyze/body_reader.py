@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..codemods.names import dotted_name
+from ..codemods.names import cst_dotted_name
 from ..codemods.retarget import body_reads
 from .synthesize import SelfUse
 
@@ -67,7 +67,7 @@ class _SelfReader(cst.CSTVisitor):
         return False
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        chain = dotted_name(node)
+        chain = cst_dotted_name(node)
         if chain.startswith(self.receiver + "."):
             parts = tuple(chain.split(".")[1:])
             self.uses.append(SelfUse(parts, id(node) in self._stores))

@@ -240,7 +240,7 @@ def respelled_signature(spelling: WrapperSpelling, entry: MemberPlan, cls: str) 
         if param.default is not None:
             default, why = respell(param.default, True)
             if default is None:
-                return None, f"the default of {param.name.value} ({_code(param.default)}) cannot be spelled here: {why}"
+                return None, f"the default of {param.name.value} ({_flat_code(param.default)}) cannot be spelled here: {why}"
             changes["default"] = default
         if param.annotation is not None:
             annotation, why = respell(param.annotation.annotation, False)
@@ -319,5 +319,5 @@ def _expressions(params: cst.Parameters, returns: cst.Annotation | None):
         yield returns.annotation
 
 
-def _code(node: cst.CSTNode) -> str:
+def _flat_code(node: cst.CSTNode) -> str:
     return " ".join(cst.Module(body=[]).code_for_node(node).split())

@@ -113,9 +113,9 @@ def _decide_fix(entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | 
             whose = "the backbone's" if any(b.attribute == entry.inner_attribute for b in found) else f"self.{entry.inner_attribute}'s"
             why = f"forwarding to {whose} {entry.member.name} ({entry.defined.at}) would skip the class's own part; {why}"
         if found:
-            entry.blocker = f"holds a bare backbone ({_held(found)}) beside its own lm_head: {why}"
+            entry.blocker = f"holds a bare backbone ({_held_text(found)}) beside its own lm_head: {why}"
         else:
-            held = _held([i for i in wrapper.inners if i.classes])
+            held = _held_text([i for i in wrapper.inners if i.classes])
             entry.blocker = f"has its own lm_head and holds no backbone ({held}: none has decoder layers): {why}"
         return
     if entry.defined is not None and entry.inner_attribute is not None:
@@ -155,7 +155,7 @@ def backbones(wrapper: Wrapper) -> list[InnerModel]:
     return []
 
 
-def _held(inners: list[InnerModel]) -> str:
+def _held_text(inners: list[InnerModel]) -> str:
     return "; ".join(f"{i.attribute}: {'/'.join(c.name for c in i.classes)}" for i in inners)
 
 

@@ -105,7 +105,7 @@ def statement_walk(node: ast.AST) -> Iterator[ast.AST]:
                 todo.extend(item for item in value if isinstance(item, _HOLDS_STATEMENTS))
 
 
-def _mentions(node: ast.AST, word: str) -> bool:
+def _mentions_word(node: ast.AST, word: str) -> bool:
     for sub in ast.walk(node):
         name = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else ""
         if word in name.lower():
@@ -126,7 +126,7 @@ def _strings(node: ast.AST) -> list[str]:
 def _learn_drafts(module: ast.Module, rel: str, out: dict[str, str]) -> None:
     """`if <draft condition>: ....architectures[0] = "X"` names X as a draft architecture."""
     for node in statement_walk(module):
-        if not isinstance(node, ast.If) or not _mentions(node.test, "draft"):
+        if not isinstance(node, ast.If) or not _mentions_word(node.test, "draft"):
             continue
         for stmt in node.body:
             for sub in statement_walk(stmt):

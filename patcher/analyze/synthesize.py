@@ -306,7 +306,7 @@ class HookLibrary:
         kept = built = None
         for assignment in self.resolver.init_assignments(source, info.name):
             if assignment.attribute == "config" and kept is None:
-                kept = _dotted(parse_value(assignment.value))
+                kept = _dotted_tuple(parse_value(assignment.value))
             elif assignment.attribute == backbone.attribute and built is None:
                 built = _config_argument(parse_value(assignment.value))
         if not kept or not built:
@@ -643,7 +643,7 @@ def _bare(inner: InnerModel) -> bool:
     return all("lm_head" not in c.members for c in inner.classes)
 
 
-def _dotted(node: ast.expr | None) -> tuple[str, ...] | None:
+def _dotted_tuple(node: ast.expr | None) -> tuple[str, ...] | None:
     text = dotted_name(node) if node is not None else ""
     return tuple(text.split(".")) if text else None
 
@@ -661,9 +661,9 @@ def _config_argument(node: ast.expr | None) -> tuple[str, ...] | None:
         return None
     for keyword in node.keywords:
         if keyword.arg == "config":
-            return _dotted(keyword.value)
+            return _dotted_tuple(keyword.value)
     positional = [a for a in node.args if not isinstance(a, ast.Starred)]
-    return _dotted(positional[0]) if positional else None
+    return _dotted_tuple(positional[0]) if positional else None
 
 
 def _body_key(cache: SourceCache, reference: Reference) -> str:

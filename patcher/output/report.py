@@ -347,7 +347,7 @@ def print_model(plan: ModelPlan, console: Console, gate: Gate | None = None) -> 
         console.print(f"  [green]✓ present   [/green] [bold]{entry.member.name}[/bold]")
 
 
-def _closing(analysis: Analysis, console: Console, gate: Gate | None, again: str = "") -> None:
+def _print_closing(analysis: Analysis, console: Console, gate: Gate | None, again: str = "") -> None:
     """Warnings, stale baseline entries, the totals and the hint; `again` is the selection's flags
     (shell-quoted), so the commands the hint names look at what this check looked at."""
     from rich.markup import escape
@@ -374,7 +374,7 @@ def print_table(
     for plan in analysis.plans:
         print_model(plan, console, gate)
     if not quiet:
-        _closing(analysis, console, gate, again)
+        _print_closing(analysis, console, gate, again)
 
 
 def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None, again: str = "", quiet: bool = False) -> None:
@@ -436,7 +436,7 @@ def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None
     else:
         _print_plain(console, texts)
     if not quiet:
-        _closing(analysis, console, gate, again)
+        _print_closing(analysis, console, gate, again)
 
 
 def _print_plain(console: Console, texts: list) -> None:

@@ -86,7 +86,7 @@ def dotted_parts(node: ast.AST | None, named_constants: bool = False) -> list[st
 
 def dotted_name(node: ast.AST | None) -> str:
     """`a.b.c` for a Name/Attribute chain; "" for anything else.  `None`, `True` and `False` count as
-    names, as they do to libcst (codemods.names.dotted_name)."""
+    names, as they do to libcst (codemods.names.cst_dotted_name)."""
     return ".".join(dotted_parts(node, named_constants=True) or [])
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from ..codemods.names import dotted_name
+from ..codemods.names import cst_dotted_name
 from .imports import PACKAGE, module_path
 from .source import SourceCache, SourceFile
 
@@ -58,7 +58,7 @@ def dotted_module(rel: str) -> str:
 
 def absolute_module(node: cst.ImportFrom, package: str) -> str:
     """The module a `from ... import` names, relative imports resolved against `package`."""
-    module = dotted_name(node.module) if node.module is not None else ""
+    module = cst_dotted_name(node.module) if node.module is not None else ""
     level = len(node.relative)
     if not level:
         return module
@@ -317,7 +317,7 @@ class _Statements:
                 if alias.asname is not None:
                     bind(cst.ensure_type(alias.asname.name, cst.Name).value, node, True)
                 else:
-                    parts = dotted_name(alias.name).split(".")
+                    parts = cst_dotted_name(alias.name).split(".")
                     for cut in range(len(parts), 0, -1):
                         bind(".".join(parts[:cut]), node, True)
         elif isinstance(node, cst.Assign):
@@ -458,7 +458,7 @@ class ModuleScope:
         `import a.b as local` -> (a.b, None); `import a.b` binds `a` -> (a, None)."""
         assert not isinstance(node.names, cst.ImportStar), "libcst binds no name to `import *`: no ImportAssignment"
         for alias in node.names:
-            full = dotted_name(alias.name)
+            full = cst_dotted_name(alias.name)
             if isinstance(node, cst.ImportFrom):
                 if (alias.evaluated_alias or full) == local:
                     return absolute_module(node, self.package), full
@@ -474,8 +474,8 @@ def _future_annotations(module: cst.Module) -> bool:
     for statement in module.body:
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
-                if isinstance(small, cst.ImportFrom) and dotted_name(small.module) == "__future__":
-                    if not isinstance(small.names, cst.ImportStar) and any(dotted_name(a.name) == "annotations" for a in small.names):
+                if isinstance(small, cst.ImportFrom) and cst_dotted_name(small.module) == "__future__":
+                    if not isinstance(small.names, cst.ImportStar) and any(cst_dotted_name(a.name) == "annotations" for a in small.names):
                         return True
     return False
 

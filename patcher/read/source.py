@@ -746,10 +746,10 @@ def _decorator_above(lines: Sequence[str], below: int, own: int) -> int | None:
 def block_text(lines: Sequence[str]) -> str:
     """Lines of a block, dedented by the indentation of its least indented code line: a text that
     parses on its own."""
-    return _dedent(lines, min((_indent(line) for line in lines if _is_code(line)), default=0))
+    return _dedent_lines(lines, min((_indent(line) for line in lines if _is_code(line)), default=0))
 
 
-def _dedent(lines: Sequence[str], amount: int) -> str:
+def _dedent_lines(lines: Sequence[str], amount: int) -> str:
     out = []
     for line in lines:
         if _indent(line) >= amount:
@@ -790,7 +790,7 @@ def _import_texts(lines: Sequence[str], joined: str | None = None, masked: str |
             if depth <= 0 and not lines[j].rstrip().endswith("\\"):
                 break
             j += 1
-        statements.append(_dedent(lines[index : j + 1], _indent(line)))
+        statements.append(_dedent_lines(lines[index : j + 1], _indent(line)))
         after = j + 1
     return statements
 

@@ -234,7 +234,7 @@ def _describe(spec: Import) -> str:
     return f"{text} as {asname}" if asname else text
 
 
-def _marked(data: bytes, *markers: str) -> bool:
+def _has_marker(data: bytes, *markers: str) -> bool:
     return any(marker.encode() in data for marker in markers)
 
 
@@ -256,7 +256,7 @@ def revert_edits(
                 raise EaglepatchError("no such model module; pass --model with a file name under models/", path=f"models/{stem}.py")
             paths.append(path)
     else:
-        paths = [p for p in one_path_per_file(tree.models.rglob("*.py")) if p.is_file() and _marked(p.read_bytes(), MARKER, LEARNED)]
+        paths = [p for p in one_path_per_file(tree.models.rglob("*.py")) if p.is_file() and _has_marker(p.read_bytes(), MARKER, LEARNED)]
     edits: list[FileEdit] = []
     errors: list[EaglepatchError] = []
     kept: list[tuple[str, list[str]]] = []

@@ -7,7 +7,7 @@ import re
 
 import libcst as cst
 
-from ..codemods.names import dotted_name
+from ..codemods.names import cst_dotted_name
 from ..errors import EaglepatchError
 from ..read.imports import module_path
 from ..read.source import SourceCache, SourceFile
@@ -37,7 +37,7 @@ def star_imported_names(cache: SourceCache, tree, source: SourceFile, module: cs
 
 def _absolute_module(node: cst.ImportFrom, package: list[str]) -> str:
     """`from ..configs import *` in models/x.py -> sglang.srt.configs."""
-    name = dotted_name(node.module) if node.module is not None else ""
+    name = cst_dotted_name(node.module) if node.module is not None else ""
     level = len(node.relative)
     if not level:
         return name

@@ -29,7 +29,7 @@ from libcst.metadata import BuiltinAssignment, Scope
 
 from ..analyze.class_index import signature_node
 from ..analyze.synthesize import learned_synthesis
-from ..codemods.names import LEARNED, MARKER, dotted_name
+from ..codemods.names import LEARNED, MARKER, cst_dotted_name
 from ..codemods.respell import _is_literal_subscript, _parse_string
 from ..errors import EaglepatchError
 from ..read.meanings import CLASS_ATTRIBUTE, TYPE_ONLY, UNKNOWN, immutable_literal, inner_meaning, same_literal, wrapper_binding
@@ -290,7 +290,7 @@ class _Sides:
             self.same(parsed_mine, parsed_theirs, annotation, True, False)
             return
         if type(mine) is not type(theirs):
-            raise Unproven(_code(mine), f"it is not the inner's {_code(theirs)}")
+            raise Unproven(_flat_code(mine), f"it is not the inner's {_flat_code(theirs)}")
         if isinstance(theirs, cst.Subscript) and annotation and _is_literal_subscript(theirs):
             literal = True
         self._children(mine, theirs, annotation, in_string, literal)
@@ -302,18 +302,18 @@ class _Sides:
             a, b = getattr(mine, item.name), getattr(theirs, item.name)
             if item.name in _NOT_FREE:
                 if (a is None) != (b is None) or (a is not None and a.value != b.value):
-                    raise Unproven(_code(mine), f"it is not the inner's {_code(theirs)}")
+                    raise Unproven(_flat_code(mine), f"it is not the inner's {_flat_code(theirs)}")
                 continue
             pairs = list(zip(a, b)) if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) else [(a, b)]
             if isinstance(a, (list, tuple)) and len(a) != len(b):
-                raise Unproven(_code(mine), f"it is not the inner's {_code(theirs)}")
+                raise Unproven(_flat_code(mine), f"it is not the inner's {_flat_code(theirs)}")
             for x, y in pairs:
                 if isinstance(x, cst.CSTNode) and isinstance(y, cst.CSTNode):
                     self.same(x, y, annotation, in_string, literal)
                 elif isinstance(x, cst.CSTNode) or isinstance(y, cst.CSTNode):
-                    raise Unproven(_code(mine), f"it is not the inner's {_code(theirs)}")
+                    raise Unproven(_flat_code(mine), f"it is not the inner's {_flat_code(theirs)}")
                 elif x != y and not isinstance(x, cst.MaybeSentinel):
-                    raise Unproven(_code(mine), f"it is not the inner's {_code(theirs)}")
+                    raise Unproven(_flat_code(mine), f"it is not the inner's {_flat_code(theirs)}")
 
     def _name(self, mine: cst.CSTNode, theirs: cst.Name, annotation: bool, in_string: bool) -> None:
         proof = self.proof
@@ -322,7 +322,7 @@ class _Sides:
         meaning = inner_meaning(self.inner_scope, proof.exports, theirs.value, self.owner, self.inner_before, inner_lazy)
         if meaning.kind == UNKNOWN:
             raise Unproven(theirs.value, meaning.why)
-        chain = dotted_name(mine)
+        chain = cst_dotted_name(mine)
         if chain:
             root, _, rest = chain.partition(".")
             found = wrapper_binding(proof.scope, proof.exports, root, self.cls, None, self.index, wrapper_lazy)
@@ -338,7 +338,7 @@ class _Sides:
         if not annotation and isinstance(mine, cst.BaseExpression) and immutable_literal(mine) and literal is not None and same_literal(mine, literal):
             return
         kind = "class attribute" if meaning.kind == CLASS_ATTRIBUTE else meaning.kind
-        raise Unproven(theirs.value, f"{_code(mine)} is not the inner's {theirs.value} ({kind} {meaning.qualified})")
+        raise Unproven(theirs.value, f"{_flat_code(mine)} is not the inner's {theirs.value} ({kind} {meaning.qualified})")
 
 
 class _BodySides(_Sides):
@@ -352,21 +352,21 @@ class _BodySides(_Sides):
     def same(self, mine: cst.CSTNode, theirs: cst.CSTNode, annotation: bool, in_string: bool = False, literal: bool = False) -> None:
         if isinstance(theirs, cst.Name) and theirs.value in self.local:
             if not isinstance(mine, cst.Name) or mine.value != theirs.value:
-                raise Unproven(_code(mine), f"it is not the reference's {theirs.value}")
+                raise Unproven(_flat_code(mine), f"it is not the reference's {theirs.value}")
             return
         if isinstance(theirs, cst.Name):
             meaning = inner_meaning(self.inner_scope, self.proof.exports, theirs.value, None, None, True)
             if meaning.kind == TYPE_ONLY:
                 raise Unproven(theirs.value, f"{theirs.value} is bound only for type checkers in {self.inner_scope.dotted}")
             self._name(mine, theirs, False, True)  # in_string: resolved in the module's globals at call time
-            chain = dotted_name(mine)
+            chain = cst_dotted_name(mine)
             found = wrapper_binding(self.proof.scope, self.proof.exports, chain.partition(".")[0], self.cls, None, self.index, True)
             if found.type_only:
                 raise Unproven(chain, found.problem or "it is bound only for type checkers", found.culprit)
             return
         if isinstance(theirs, (cst.BaseSuite, cst.BaseStatement, cst.BaseSmallStatement)) or not isinstance(theirs, cst.BaseExpression):
             if type(mine) is not type(theirs):
-                raise Unproven(_code(mine), f"it is not the reference's {_code(theirs)}")
+                raise Unproven(_flat_code(mine), f"it is not the reference's {_flat_code(theirs)}")
             self._children(mine, theirs, annotation, in_string, literal)
             return
         super().same(mine, theirs, annotation, in_string, literal)
@@ -394,12 +394,12 @@ def _marked(func: cst.FunctionDef) -> bool:
 
 
 def _decorators(func: cst.FunctionDef) -> list[str]:
-    return [dotted_name(d.decorator) for d in func.decorators]
+    return [cst_dotted_name(d.decorator) for d in func.decorators]
 
 
 def _binding_of(func: cst.FunctionDef) -> str:
     names = {
-        dotted_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator).rsplit(".", 1)[-1]
+        cst_dotted_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator).rsplit(".", 1)[-1]
         for d in func.decorators
     }
     return "static" if "staticmethod" in names else "class" if "classmethod" in names else "instance"
@@ -442,10 +442,10 @@ def _old_line(old: str, new: str, line: int) -> int:
     return line
 
 
-def _code(node: cst.CSTNode) -> str:
+def _flat_code(node: cst.CSTNode) -> str:
     return " ".join(cst.Module(body=[]).code_for_node(node).split())
 
 
 def _access_name(node: cst.Name | cst.Attribute | cst.BaseString) -> str:
     """The name a scope access reads: a Name's (or a string's) own text, else the node's code (a dotted name)."""
-    return node.value if isinstance(node, (cst.Name, cst.SimpleString)) else _code(node)
+    return node.value if isinstance(node, (cst.Name, cst.SimpleString)) else _flat_code(node)

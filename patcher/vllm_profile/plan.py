@@ -319,7 +319,7 @@ class VllmPlanner:
         return []
 
     def follow(self, wrapper: ClassRef, owner: ClassRef, func: ast.AST, attribute: str, value: ast.expr, line: int) -> Held:
-        held = Held(attribute, line, owner.module.rel, _short(value))
+        held = Held(attribute, line, owner.module.rel, _short_code(value))
         if isinstance(value, ast.Name):  # `language_model = init_...(...)` just before
             local = [n.value for n in ast.walk(func) if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)]
             if len(local) != 1:
@@ -394,7 +394,7 @@ class VllmPlanner:
                 continue
             for node in ast.walk(init):
                 if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and _is_self(t.value) and t.attr == "model" for t in node.targets):
-                    held = Held("model", node.lineno, cls.module.rel, _short(node.value))
+                    held = Held("model", node.lineno, cls.module.rel, _short_code(node.value))
                     if isinstance(node.value, ast.Call):
                         self.built_by_member(held, lm, cls.module.name, node.value)
                     else:
@@ -462,7 +462,7 @@ def _is_self(node: ast.expr) -> bool:
     return isinstance(node, ast.Name) and node.id == "self"
 
 
-def _short(node: ast.expr, limit: int = 100) -> str:
+def _short_code(node: ast.expr, limit: int = 100) -> str:
     text = " ".join(ast.unparse(node).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -215,7 +215,7 @@ def _named_outside_imports(module: cst.Module, name: str) -> bool:
 
 
 def _is_import_line(statement: cst.CSTNode) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)
+    return isinstance(statement, cst.SimpleStatementLine) and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
 
 
 def _with_import(module: cst.Module, base: str, rel: str) -> cst.Module:
