@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
+from typing import TypeAlias
 
 import libcst as cst
 
 from .names import LINE_LENGTH, cst_dotted_name
+
+Statement: TypeAlias = "cst.SimpleStatementLine | cst.BaseCompoundStatement"  # a line of Module.body
 
 
 class NormalizeAddedImports(cst.CSTTransformer):
@@ -160,7 +164,7 @@ def _is_stdlib(module: str) -> bool:
     return module.split(".")[0] in getattr(sys, "stdlib_module_names", ()) and module.split(".")[0] != "__future__"
 
 
-def _new_from_import(statement, added: dict[str, set[str]], present: dict[str, set[str]]) -> str | None:
+def _new_from_import(statement: Statement, added: dict[str, set[str]], present: dict[str, set[str]]) -> str | None:
     """The module of a top-level `from m import ...` line whose every name this run added."""
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
         return None
@@ -174,7 +178,7 @@ def _new_from_import(statement, added: dict[str, set[str]], present: dict[str, s
     return module
 
 
-def _stdlib_import(statement, force_sort: bool = False, order_by_type: bool = True) -> tuple[int, str] | None:
+def _stdlib_import(statement: Statement, force_sort: bool = False, order_by_type: bool = True) -> tuple[int, str] | None:
     """isort's sort key of a top-level standard-library import line: (0 for `import m`, 1 for `from m
     import`; m); with force_sort_within_sections, (0, the line unwrapped without `from `/`import `),
     case-sensitive under order_by_type as isort's section_key is."""
@@ -198,7 +202,7 @@ def _stdlib_import(statement, force_sort: bool = False, order_by_type: bool = Tr
     return key
 
 
-def _import_key(statement, force_sort: bool = False, order_by_type: bool = True) -> tuple | None:
+def _import_key(statement: Statement, force_sort: bool = False, order_by_type: bool = True) -> tuple | None:
     """isort's sort key, within one section, of a top-level absolute import line (None for anything else):
     `import m` lines before `from m import` lines, each by module name, case-insensitive, digits by value
     (isort's natural order); with force_sort_within_sections, both kinds together, as `_stdlib_import`."""
@@ -224,7 +228,7 @@ def _natural(text: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))  # str, int, str, ...: aligned
 
 
-def _top_package(statement) -> str | None:
+def _top_package(statement: Statement) -> str | None:
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
         return None
     small = statement.body[0]
@@ -236,11 +240,11 @@ def _top_package(statement) -> str | None:
     return None
 
 
-def _blank_before(statement) -> bool:
+def _blank_before(statement: Statement) -> bool:
     return any(line.comment is None for line in statement.leading_lines)
 
 
-def _package_place(body: list, statement, module: str, force_sort: bool = False, order_by_type: bool = True) -> tuple[int, bool] | None:
+def _package_place(body: list[Statement], statement: Statement, module: str, force_sort: bool = False, order_by_type: bool = True) -> tuple[int, bool] | None:
     """(where isort puts the new `from module import ...` line `statement`: among the file's imports from the
     same top-level package and the lines of their paragraph (isort separates sections by a blank line), in
     isort's order; whether it is then the paragraph's first line), or None when the file has no such
@@ -270,7 +274,7 @@ def _alias_text(alias: cst.ImportAlias) -> str:
     return f"{cst_dotted_name(alias.name)} as {cst_dotted_name(asname.name)}" if asname is not None else cst_dotted_name(alias.name)
 
 
-def _stdlib_place(body: list, statement, force_sort: bool = False, order_by_type: bool = True) -> int | None:
+def _stdlib_place(body: list[Statement], statement: Statement, force_sort: bool = False, order_by_type: bool = True) -> int | None:
     """Where isort (profile black) puts the `from module import ...` line `statement` among the top-level
     standard-library imports: after every `import m` and every `from` line of a smaller module (with
     force_sort_within_sections: after every line that sorts before it); None without such a block."""
@@ -278,7 +282,7 @@ def _stdlib_place(body: list, statement, force_sort: bool = False, order_by_type
     if not block:
         return None
     first, last = block[0][0], block[-1][0]
-    if any(_stdlib_import(body[i]) is None and isinstance(body[i], cst.SimpleStatementLine) and _is_import(body[i]) for i in range(first, last)):
+    if any(_stdlib_import(s) is None and isinstance(s, cst.SimpleStatementLine) and _is_import(s) for s in body[first:last]):
         return None  # standard-library imports mixed with others: not isort's layout, leave it
     mine = _stdlib_import(statement, force_sort, order_by_type)
     assert mine is not None, "only a standard-library `from` line is placed"
@@ -288,7 +292,7 @@ def _stdlib_place(body: list, statement, force_sort: bool = False, order_by_type
     return last + 1
 
 
-def _opens_imports(statement) -> bool:
+def _opens_imports(statement: Statement) -> bool:
     """A top-level import line other than `from __future__ import ...`."""
     if not isinstance(statement, cst.SimpleStatementLine) or not _is_import(statement):
         return False
@@ -342,14 +346,14 @@ def _explode_if_long(node: cst.ImportFrom, width: int = LINE_LENGTH) -> cst.Impo
     )
 
 
-def _closing(node: cst.ImportFrom):
+def _closing(node: cst.ImportFrom) -> cst.BaseParenthesizableWhitespace:
     last = _aliases(node)[-1]
     if isinstance(last.comma, cst.Comma):
         return last.comma.whitespace_after
     return cst.SimpleWhitespace("")
 
 
-def _blank_prefix(lines) -> list:
+def _blank_prefix(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
     """The blank lines above a statement's first comment line."""
     out = []
     for line in lines:
@@ -359,7 +363,7 @@ def _blank_prefix(lines) -> list:
     return out
 
 
-def _defines(statement) -> bool:
+def _defines(statement: Statement) -> bool:
     return isinstance(statement, (cst.ClassDef, cst.FunctionDef))
 
 
@@ -391,7 +395,7 @@ def space_opened_block(before: cst.Module, after: cst.Module) -> cst.Module:
     return after.with_changes(body=body)
 
 
-def _is_docstring(statement) -> bool:
+def _is_docstring(statement: Statement) -> bool:
     return (
         isinstance(statement, cst.SimpleStatementLine)
         and len(statement.body) == 1

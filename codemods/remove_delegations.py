@@ -23,7 +23,7 @@ from libcst.metadata import MetadataWrapper
 from .add_delegations import Delegation, _dedent, learned_digest, parse_marker, render_delegation
 from .contract import VisitorCommand
 from .names import LINE_LENGTH, cst_dotted_name
-from .normalize_imports import _blank_prefix, _opens_imports
+from .normalize_imports import Statement, _blank_prefix, _opens_imports
 
 
 def _marker(func: cst.FunctionDef) -> tuple[str, list[str]] | None:
@@ -117,9 +117,9 @@ class RemoveDelegations(VisitorCommand):
             return updated_node
         mentioned = _mentioned(updated_node, self._imported) - self.bound_elsewhere
         removable = (self._imported - mentioned) | (_unused_imports(updated_node) & mentioned if mentioned else set())
-        body: list = []
-        dropped: list[tuple[cst.SimpleStatementLine, cst.CSTNode | None]] = []  # (statement, the one kept above it)
-        follows: dict[int, tuple[cst.SimpleStatementLine, cst.CSTNode | None]] = {}  # index in body -> first dropped right above
+        body: list[Statement] = []
+        dropped: list[tuple[cst.SimpleStatementLine, Statement | None]] = []  # (statement, the one kept above it)
+        follows: dict[int, tuple[cst.SimpleStatementLine, Statement | None]] = {}  # index in body -> first dropped right above
         pending = None
         for stmt in updated_node.body:
             if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
@@ -143,7 +143,7 @@ class RemoveDelegations(VisitorCommand):
         return updated_node.with_changes(body=body)
 
 
-def _spaced_after_drop(stmt, gone, above, imports_left: bool):
+def _spaced_after_drop(stmt: Statement, gone: cst.SimpleStatementLine, above: Statement | None, imports_left: bool) -> Statement:
     """`stmt`, next below the import line `gone` that revert took out, with the blank lines apply left:
     an import line that opened an import block took the block's blank lines above it (the block's
     first line kept one blank line); one that opened the file's only block gave the statement below
@@ -164,7 +164,7 @@ def _local(alias: cst.ImportAlias) -> str:
     return cst_dotted_name(alias.name).split(".")[0]
 
 
-def _without(small: cst.BaseSmallStatement, names: set[str]):
+def _without(small: cst.BaseSmallStatement, names: set[str]) -> cst.BaseSmallStatement | None:
     """The import statement without `names`; None when nothing is left; itself when untouched."""
     if not isinstance(small, (cst.Import, cst.ImportFrom)) or isinstance(small.names, cst.ImportStar):
         return small

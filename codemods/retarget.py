@@ -108,7 +108,7 @@ class ExplodeLongLiterals(cst.CSTTransformer):
         self.depth -= 1
         return updated_node
 
-    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine):
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
         indent = len((self.unit * self.depth).expandtabs(4))
         code = cst.Module(body=[]).code_for_node(updated_node.with_changes(leading_lines=[])).rstrip("\r\n")
         if "\n" in code or indent + len(code) <= self.limit or len(updated_node.body) != 1:
