@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import Any
 
 import libcst as cst
 
-from .scopes import BUILTINS, CONDITIONAL, CONSTANTS, TOP, TYPE_CHECKING, Exports, ModuleScope
+from .scopes import BUILTINS, CONDITIONAL, CONSTANTS, TOP, TYPE_CHECKING, Binding, Exports, ModuleScope
 
 CONSTANT = "constant"  # None, True, False
 BUILTIN = "builtin"
@@ -78,7 +79,7 @@ def _has_fstring(node: cst.CSTNode) -> bool:
     return isinstance(node, cst.FormattedString)
 
 
-def literal_value(node: cst.BaseExpression):
+def literal_value(node: cst.BaseExpression) -> Any:  # whatever Python literal the expression spells
     return ast.literal_eval(cst.Module(body=[]).code_for_node(node).strip())
 
 
@@ -90,7 +91,7 @@ def same_literal(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
         return False
 
 
-def _typed(value):
+def _typed(value: object) -> tuple[object, object]:
     if isinstance(value, tuple):
         return (tuple, tuple(_typed(v) for v in value))
     return (type(value), value)
@@ -143,7 +144,7 @@ def _star_meanings(scope: ModuleScope, exports: Exports, name: str) -> set[str]:
     return found
 
 
-def _class_attribute(scope: ModuleScope, name: str, cls: str, inside, before: int | None) -> Meaning:
+def _class_attribute(scope: ModuleScope, name: str, cls: str, inside: list[Binding], before: int | None) -> Meaning:
     """A class-body name: `Owner.name` says it when the body binds it once, unconditionally, and never
     again; its literal value says it when every binding before the method is unconditional."""
     every = scope.class_bindings(cls, name)
@@ -157,14 +158,14 @@ def _class_attribute(scope: ModuleScope, name: str, cls: str, inside, before: in
     return Meaning(UNKNOWN, why=f"{cls}.{name} is bound {how} in the class body")
 
 
-def _whatever_the_module_holds(scope: ModuleScope, name: str, runtime) -> Meaning:
+def _whatever_the_module_holds(scope: ModuleScope, name: str, runtime: list[Binding]) -> Meaning:
     """Bound more than once or conditionally: the object the inner module holds under that name."""
-    values = [b.value for b in runtime]
-    literal = values[0] if values and all(immutable_literal(v) for v in values) and all(same_literal(values[0], v) for v in values) else None
+    literals = [b.value for b in runtime if b.value is not None and immutable_literal(b.value)]
+    literal = literals[0] if literals and len(literals) == len(runtime) and all(same_literal(literals[0], v) for v in literals) else None
     return Meaning(GLOBAL, f"{scope.dotted}.{name}", (scope.dotted, name), literal)
 
 
-def _literal_of(binding) -> cst.BaseExpression | None:
+def _literal_of(binding: Binding) -> cst.BaseExpression | None:
     return binding.value if binding.own and immutable_literal(binding.value) else None
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import ast
 import builtins
 import re
+import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +30,11 @@ import libcst as cst
 from ..codemods.names import cst_dotted_name
 from .imports import PACKAGE, module_path
 from .source import SourceCache, SourceFile
+
+if typing.TYPE_CHECKING:  # (TYPE_CHECKING below is this module's own name for a context)
+    from libcst.metadata import Scope
+
+    from .locate import SourceTree
 
 TOP = "top"  # runs whenever the module (or class body) runs
 CONDITIONAL = "conditional"  # under a module-level if/try/for/while/with/match: may not run
@@ -94,7 +101,7 @@ def reduced(module: cst.Module, classes: frozenset[str] | None, keep: frozenset[
     return module.with_changes(body=[_reduce(statement, classes, keep, None) for statement in module.body])
 
 
-def _reduce(statement: cst.CSTNode, classes, keep, owner: str | None) -> cst.CSTNode:
+def _reduce(statement: cst.CSTNode, classes: frozenset[str] | None, keep: frozenset[tuple[str, str]], owner: str | None) -> cst.CSTNode:
     if isinstance(statement, cst.FunctionDef):
         return statement if (owner, statement.name.value) in keep else statement.with_changes(body=_ELLIPSIS)
     if isinstance(statement, cst.ClassDef):
@@ -120,7 +127,7 @@ def _reduce(statement: cst.CSTNode, classes, keep, owner: str | None) -> cst.CST
     return statement.with_changes(**changes) if changes and not isinstance(statement, cst.SimpleStatementLine) else statement
 
 
-def _reduce_block(block: cst.IndentedBlock, classes, keep, owner: str | None) -> cst.IndentedBlock:
+def _reduce_block(block: cst.IndentedBlock, classes: frozenset[str] | None, keep: frozenset[tuple[str, str]], owner: str | None) -> cst.IndentedBlock:
     return block.with_changes(body=[_reduce(statement, classes, keep, owner) for statement in block.body])
 
 
@@ -139,7 +146,7 @@ class _Placement(cst.CSTVisitor):
         self.where[id(node)] = self._at
         return super().on_visit(node)
 
-    def _enter(self, statements, owner: str | None, index: int | None, context: str) -> None:
+    def _enter(self, statements: Sequence[cst.CSTNode], owner: str | None, index: int | None, context: str) -> None:
         saved = self._at
         for position, statement in enumerate(statements):
             self._at = (owner, position if index is None else index, context)
@@ -247,10 +254,11 @@ def read_with_libcst(module: cst.Module) -> Read:
 
     scopes = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
 
-    def table(scope) -> _Names:
+    def table(scope: Scope) -> _Names:
         out: _Names = {}
         for assignment in scope.assignments:
-            out.setdefault(assignment.name, []).append(Assigned(assignment.name, assignment.node, isinstance(assignment, ImportAssignment)))
+            node = assignment.node  # type: ignore[attr-defined]  # a module's or class's scope holds Assignments only
+            out.setdefault(assignment.name, []).append(Assigned(assignment.name, node, isinstance(assignment, ImportAssignment)))
         return out
 
     found = next((s for s in scopes.values() if isinstance(s, GlobalScope)), None) if module.body else None
@@ -300,7 +308,7 @@ class _Statements:
             elif isinstance(target, cst.StarredElement):
                 targets(target.value)
 
-        def suite(block, inner: str = context) -> None:  # IndentedBlock, SimpleStatementSuite
+        def suite(block: cst.BaseSuite | cst.SimpleStatementLine, inner: str = context) -> None:
             for statement in block.body:
                 self.statement(statement, owner, index, inner)
 
@@ -513,13 +521,13 @@ class _Table:
 class Exports:
     """In-tree modules read with `ast`: enough to follow a re-export or a star import to its definition."""
 
-    def __init__(self, srt: Path, tree=None):
+    def __init__(self, srt: Path, tree: SourceTree | None = None):
         self.tree = tree
         self.srt = srt
         self._tables: dict[str, _Table | None] = {}
 
     @classmethod
-    def of(cls, cache: SourceCache, tree) -> Exports:
+    def of(cls, cache: SourceCache, tree: SourceTree) -> Exports:
         if cache.exports is None:
             cache.exports = cls(tree.srt, tree)
         assert isinstance(cache.exports, Exports)

@@ -452,7 +452,7 @@ class _Ends(dict):
         value = self[header] = _block_end_fast(self.outline, header)
         return value
 
-    def get(self, header: int, default=None):
+    def get(self, header: int, default: int) -> int:  # type: ignore[override]  # every caller gives the default for a line out of range
         if not 0 <= header < len(self.lines):
             return default
         return self[header]

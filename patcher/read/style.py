@@ -44,7 +44,7 @@ else:  # pragma: no cover - Python 3.10
 BLACK_LINE_LENGTH = 88
 
 # what a profile sets that changes what eaglepatch writes (isort's profiles.py); no profile: isort's defaults
-_ISORT_DEFAULTS: dict[str, object] = {
+_ISORT_DEFAULTS: dict[str, bool | int] = {
     "line_length": 79,
     "multi_line_output": 0,
     "include_trailing_comma": False,
@@ -203,20 +203,20 @@ def load_style(models: Path, given: Path | None = None) -> FormatStyle:
     )
 
 
-def _differs(value, default) -> bool:
+def _differs(value: object, default: bool | int) -> bool:
     if isinstance(default, bool):
         return _bool(value) != default
     return _int(value, default) != default
 
 
-def _int(value, default: int) -> int:
+def _int(value: object, default: int) -> int:
     try:
         return int(str(value).strip())
     except (TypeError, ValueError):
         return default
 
 
-def _bool(value) -> bool:
+def _bool(value: object) -> bool:
     if isinstance(value, bool):
         return value
     return str(value).strip().lower() in ("1", "true", "yes", "on")
