@@ -8,6 +8,8 @@ tests hold the two readings equal.  Imported only then: `check` does not load li
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import libcst as cst
 
 from ..codemods.names import cst_dotted_name
@@ -46,7 +48,7 @@ class _SelfReader(cst.CSTVisitor):
         self.unportable = ""
         self._stores: set[int] = set()
 
-    def _mark_stores(self, targets) -> None:
+    def _mark_stores(self, targets: Iterable[cst.BaseExpression]) -> None:
         for target in targets:
             self._stores.add(id(target))
 

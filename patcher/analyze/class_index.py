@@ -24,7 +24,7 @@ from ..read.bindings import CHAINED, assigned_value, assignment_lines, forwards_
 from ..read.expressions import code_of, dotted_node, dotted_parts, parse_statement, parse_value, remember, root_name, source_code
 from ..read.imports import ImportTable
 from ..read.locate import SourceTree
-from ..read.source import SourceCache, SourceFile, _indent, _is_code, _scan
+from ..read.source import Outline, SourceCache, SourceFile, _indent, _is_code, _scan
 from ..records import ClassInfo, Signature, SignatureKind
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class ClassText:
     body_indent: int
     inline: bool = False  # the body is on the header's line (`class B(A): x = 1; y = 2`)
 
-    def methods(self, outline) -> list[tuple[int, str]]:
+    def methods(self, outline: Outline) -> list[tuple[int, str]]:
         """The class's own `def`s: in its body, or in an `if`/`try`/`with` block of its body (a hook
         defined under `if _is_cuda:` is there), not inside a method or a nested class."""
         return [
@@ -82,7 +82,7 @@ class ClassText:
             if kind == "def" and self.header < index < self.end and self._directly_in_body(outline, index, indent)
         ]
 
-    def _directly_in_body(self, outline, index: int, indent: int) -> bool:
+    def _directly_in_body(self, outline: Outline, index: int, indent: int) -> bool:
         if indent <= self.body_indent:
             return indent == self.body_indent
         around = outline.enclosing(index)  # the def itself first, then the blocks around it

@@ -16,7 +16,9 @@ the whole delegation take `*args, **kwargs`, with a one-line comment saying why.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import libcst as cst
 
@@ -36,7 +38,12 @@ from ..read.source import SourceCache, SourceFile
 from ..records import MemberPlan, Signature
 from .class_index import signature_node
 
+if TYPE_CHECKING:
+    from ..read.locate import SourceTree
+
 Import = tuple[str, str | None, str | None]  # (module, object or None, asname or None)
+Spec = tuple[str, str | None]  # where a name is imported from: (module, object or None), as Binding.spec
+ParamSlot = cst.Param | cst.ParamStar | cst.MaybeSentinel  # what a Parameters field holds
 
 FALLBACK_PARAMS = cst.ensure_type(cst.parse_statement("def f(self, *args, **kwargs): ..."), cst.FunctionDef).params
 _TIGHT_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
@@ -65,7 +72,7 @@ class WrapperSpelling:
     """How one wrapper file spells copied names: the imports this run adds and the aliases it chose,
     shared by every delegation written into the file, so no name is imported two ways."""
 
-    def __init__(self, cache: SourceCache, tree, wrapper: SourceFile, members: dict[str, set[str]] | None = None):
+    def __init__(self, cache: SourceCache, tree: SourceTree, wrapper: SourceFile, members: dict[str, set[str]] | None = None):
         self.cache = cache
         self.tree = tree
         self.scope: ModuleScope = scope_of(cache, wrapper, frozenset(members) if members else None)
@@ -84,7 +91,7 @@ class WrapperSpelling:
     def class_names(self, cls: str) -> set[str]:
         return self.scope.class_names(cls) | self.members.get(cls, set())
 
-    def local_for(self, local: str, target: str, spec, cls: str, lazy: bool, pending: _Pending) -> str | None:
+    def local_for(self, local: str, target: str, spec: Spec | None, cls: str, lazy: bool, pending: _Pending) -> str | None:
         """A name that is bound to `target` where the class body of `cls` (or, `lazy`, the module)
         evaluates it, importing `spec` if needed; None when the wrapper cannot have one."""
         planned = pending.meanings.get(local, self.meanings.get(local))
@@ -105,7 +112,7 @@ class WrapperSpelling:
         alias = self._fresh(f"{(spec[0].rsplit('.', 1)[-1])}_{local}", pending)
         return self._plan(alias, spec, target, pending, asname=alias)
 
-    def _may_bind(self, local: str, target: str, cls: str, lazy: bool, spec) -> bool:
+    def _may_bind(self, local: str, target: str, cls: str, lazy: bool, spec: Spec) -> bool:
         """Importing `local` at the top of the module binds it to `target` for the class body, and
         rebinds nothing the module means otherwise."""
         if not lazy and local in self.class_names(cls):
@@ -132,7 +139,7 @@ class WrapperSpelling:
         return alias
 
     @staticmethod
-    def _plan(local: str, spec, target: str, pending: _Pending, asname: str | None) -> str:
+    def _plan(local: str, spec: Spec, target: str, pending: _Pending, asname: str | None) -> str:
         module, obj = spec
         pending.imports[local] = (module, obj, asname)
         pending.meanings[local] = target
@@ -181,7 +188,7 @@ class WrapperSpelling:
         return None
 
 
-def _binds_as(spec) -> str:
+def _binds_as(spec: Spec) -> str:
     module, obj = spec
     return obj if obj else module.split(".")[0]
 
@@ -222,7 +229,7 @@ def respelled_signature(spelling: WrapperSpelling, entry: MemberPlan, cls: str) 
     used: dict[str, Import] = {}
     before = spelling.snapshot()
 
-    def respell(expression, default: bool):
+    def respell(expression: cst.BaseExpression | None, default: bool) -> tuple[cst.BaseExpression | None, str]:
         if expression is None:
             return None, ""
         pending = _Pending()
@@ -232,11 +239,11 @@ def respelled_signature(spelling: WrapperSpelling, entry: MemberPlan, cls: str) 
             used.update(pending.imports)
         return spelled, why
 
-    def fix(param):
+    def fix(param: ParamSlot) -> tuple[ParamSlot | None, str]:
         """(the parameter spelled the wrapper's way, "") or (None, why its default cannot be)."""
         if not isinstance(param, cst.Param):
             return param, ""
-        changes = {}
+        changes: dict[str, object] = {}
         if param.default is not None:
             default, why = respell(param.default, True)
             if default is None:
@@ -283,7 +290,9 @@ def _fallback(why: str) -> SignatureForm:
     return SignatureForm(FALLBACK_PARAMS, None, fallback=why)
 
 
-def _respell_expression(spelling: WrapperSpelling, inner: _InnerSide, expression, cls: str, default: bool, pending: _Pending):
+def _respell_expression(
+    spelling: WrapperSpelling, inner: _InnerSide, expression: cst.BaseExpression, cls: str, default: bool, pending: _Pending
+) -> tuple[cst.BaseExpression | None, str]:
     """(the expression in the wrapper's spelling, "") or (None, why not)."""
     annotation = not default
     names, readable = free_names(expression, annotation)
@@ -304,10 +313,10 @@ def _respell_expression(spelling: WrapperSpelling, inner: _InnerSide, expression
         if spelled is None:
             return None, meaning.why or f"{free.name} ({meaning.qualified or meaning.kind}) has no proven spelling in the wrapper"
         table[free.name] = spelled
-    return expression.visit(Respell(eager, lazy, annotation)), ""
+    return cast(cst.BaseExpression, expression.visit(Respell(eager, lazy, annotation))), ""  # Respell replaces names, removes nothing
 
 
-def _expressions(params: cst.Parameters, returns: cst.Annotation | None):
+def _expressions(params: cst.Parameters, returns: cst.Annotation | None) -> Iterator[cst.BaseExpression]:
     every = [*params.posonly_params, *params.params, *params.kwonly_params]
     every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
     for param in every:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Optional
 
 from ..read.bindings import parameters
-from ..records import CallShape, Fix, InnerModel, MemberPlan, ModelPlan, ModelRole, Protocol, Signature, Use, Wrapper
+from ..records import CallShape, Fix, InnerModel, MemberPlan, ModelPlan, ModelRole, Protocol, ProtocolMember, Signature, Use, Wrapper
 
 if TYPE_CHECKING:
     from .synthesize import _Fit as SynthesisFit
@@ -79,7 +79,7 @@ def plan_wrapper(
     return plan
 
 
-def _locate(member, wrapper: Wrapper, written: dict[tuple[str, str], dict[str, Signature]]) -> MemberPlan:
+def _locate(member: ProtocolMember, wrapper: Wrapper, written: dict[tuple[str, str], dict[str, Signature]]) -> MemberPlan:
     """Where the inner models define the member: as they are, or once this run's apply has written it."""
     providers: list[str] = []
     lacking: list[str] = []

@@ -42,7 +42,7 @@ from typing import Any
 from ..errors import EaglepatchError, UnreadableFiles
 from ..read.imports import ImportTable
 from ..read.locate import SourceTree
-from ..read.source import SourceCache, SourceFile, _dedent_lines, block_start, block_text, invalid_python, is_word_char
+from ..read.source import Outline, SourceCache, SourceFile, _dedent_lines, block_start, block_text, invalid_python, is_word_char
 from ..records import CallShape, Protocol, ProtocolMember, Use, UseKind, UseRole
 
 _EAGLE_SPELLINGS = (b"eagle", b"EAGLE", b"Eagle")
@@ -475,13 +475,13 @@ class ConsumerWalker:
             if leaves and isinstance(statement, ast.If) and index + 1 < len(statements):
                 frame = self._after_exit(statement, leaves, frame, statements[index + 1 :])
 
-    def walk_Module(self, node: ast.Module, frame: Frame, parent) -> None:
+    def walk_Module(self, node: ast.Module, frame: Frame, parent: ast.AST | None) -> None:
         self.walk_block(node.body, frame, exits=False)
 
-    def walk_ClassDef(self, node: ast.ClassDef, frame: Frame, parent) -> None:
+    def walk_ClassDef(self, node: ast.ClassDef, frame: Frame, parent: ast.AST | None) -> None:
         self.walk_block(node.body, frame.child(class_name=node.name, aliases={}))
 
-    def walk_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame, parent) -> None:
+    def walk_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame, parent: ast.AST | None) -> None:
         aliases = dict(frame.aliases)
         for param in _all_params(node.args):
             aliases.pop(param.arg, None)
@@ -489,7 +489,7 @@ class ConsumerWalker:
 
     walk_AsyncFunctionDef = walk_FunctionDef
 
-    def walk_If(self, node: ast.If, frame: Frame, parent) -> None:
+    def walk_If(self, node: ast.If, frame: Frame, parent: ast.AST | None) -> None:
         self.walk(node.test, frame, node)
         body_frame = self._branch(node, True, frame, "if", node.body)
         probed = _positive_hasattr(node.test, self.block)
@@ -517,7 +517,7 @@ class ConsumerWalker:
         guard = f"after if {_short(self.block.condition(statement)[0])}: {leaves}"
         return after.child(in_scope=True, guard=guard)
 
-    def walk_BoolOp(self, node: ast.BoolOp, frame: Frame, parent) -> None:
+    def walk_BoolOp(self, node: ast.BoolOp, frame: Frame, parent: ast.AST | None) -> None:
         """`a and b and c`: b is walked knowing what hasattr in a proves, c what a and b prove."""
         conjunction = isinstance(node.op, ast.And)
         probed: frozenset[str] = frozenset()
@@ -526,29 +526,29 @@ class ConsumerWalker:
             if conjunction:
                 probed |= _positive_hasattr(value, self.block)
 
-    def walk_IfExp(self, node: ast.IfExp, frame: Frame, parent) -> None:
+    def walk_IfExp(self, node: ast.IfExp, frame: Frame, parent: ast.AST | None) -> None:
         self.walk(node.test, frame, node)
         probed = _positive_hasattr(node.test, self.block)
         self.walk(node.body, frame.child(optional=frame.optional | probed) if probed else frame, node)
         self.walk(node.orelse, frame, node)
 
-    def walk_Assign(self, node: ast.Assign, frame: Frame, parent) -> None:
+    def walk_Assign(self, node: ast.Assign, frame: Frame, parent: ast.AST | None) -> None:
         self.walk(node.value, frame, node)
         for target in node.targets:
             self._bind(target, node.value, frame)
             self._walk_target(target, frame)
 
-    def walk_AnnAssign(self, node: ast.AnnAssign, frame: Frame, parent) -> None:
+    def walk_AnnAssign(self, node: ast.AnnAssign, frame: Frame, parent: ast.AST | None) -> None:
         if node.value is not None:
             self.walk(node.value, frame, node)
             self._bind(node.target, node.value, frame)
         self._walk_target(node.target, frame)
 
-    def walk_AugAssign(self, node: ast.AugAssign, frame: Frame, parent) -> None:
+    def walk_AugAssign(self, node: ast.AugAssign, frame: Frame, parent: ast.AST | None) -> None:
         self.walk(node.value, frame, node)
         self._walk_target(node.target, frame)
 
-    def walk_NamedExpr(self, node: ast.NamedExpr, frame: Frame, parent) -> None:
+    def walk_NamedExpr(self, node: ast.NamedExpr, frame: Frame, parent: ast.AST | None) -> None:
         """`if (m := self.model) and ...:` makes `m` a model alias, as an assignment would."""
         self.walk(node.value, frame, node)
         self._bind(node.target, node.value, frame)
@@ -576,7 +576,7 @@ class ConsumerWalker:
         else:
             frame.aliases.pop(target.id, None)
 
-    def walk_Attribute(self, node: ast.Attribute, frame: Frame, parent) -> None:
+    def walk_Attribute(self, node: ast.Attribute, frame: Frame, parent: ast.AST | None) -> None:
         self.walk(node.value, frame, node)
         if not frame.in_scope:
             return
@@ -589,7 +589,7 @@ class ConsumerWalker:
         else:
             self.record(node.attr, "attribute", role, True, line, frame)
 
-    def walk_Call(self, node: ast.Call, frame: Frame, parent) -> None:
+    def walk_Call(self, node: ast.Call, frame: Frame, parent: ast.AST | None) -> None:
         func = node.func
         arguments = _arguments(node)
         if frame.in_scope and isinstance(func, ast.Name) and func.id in ("getattr", "hasattr") and len(arguments) >= 2:
@@ -604,14 +604,14 @@ class ConsumerWalker:
         if frame.in_scope and frame.depth < MAX_HELPER_DEPTH:
             self.reader.follow_helper(self, node, arguments, frame)
 
-    def walk_Lambda(self, node: ast.Lambda, frame: Frame, parent) -> None:
+    def walk_Lambda(self, node: ast.Lambda, frame: Frame, parent: ast.AST | None) -> None:
         self.walk(node.body, frame, node)
 
-    def walk_Import(self, node: ast.Import, frame: Frame, parent) -> None:
+    def walk_Import(self, node: ast.Import, frame: Frame, parent: ast.AST | None) -> None:
         for alias in node.names:
             self._walk_dotted(alias.name, alias.lineno, frame, node)
 
-    def walk_ImportFrom(self, node: ast.ImportFrom, frame: Frame, parent) -> None:
+    def walk_ImportFrom(self, node: ast.ImportFrom, frame: Frame, parent: ast.AST | None) -> None:
         if node.module:
             self._walk_dotted(node.module, node.lineno, frame, node)
 
@@ -817,7 +817,7 @@ class ProtocolReader:
         return block
 
     @staticmethod
-    def _class_of(outline, header: int) -> str:
+    def _class_of(outline: Outline, header: int) -> str:
         own = next(indent for index, indent, _, _ in outline.headers if index == header)
         owner = ""
         for index, indent, kind, name in outline.headers:
@@ -891,7 +891,7 @@ class ProtocolReader:
         )
         ConsumerWalker(self, block).walk_block(func.body, helper_frame)
 
-    def _resolve_function(self, source: SourceFile, func: ast.expr, frame: Frame):
+    def _resolve_function(self, source: SourceFile, func: ast.expr, frame: Frame) -> tuple[SourceFile, int, bool] | None:
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
             outline = self.cache.outline(source)
             owner = outline.find(frame.class_name, "class") if frame.class_name else None

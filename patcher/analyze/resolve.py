@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import EaglepatchError, UnreadableFiles
@@ -18,6 +19,8 @@ from ..read.source import SourceCache, SourceFile
 from ..records import ClassInfo, InnerModel, Protocol, Signature, Wrapper
 from .class_index import ClassIndex, ClassText
 from .wrappers import Assignment, WrapperFinder
+
+Progress = Callable[[str, int], None]  # (the file being read, how many there are): a progress bar's callback
 
 _ENTRY = re.compile(r"^[ \t]*EntryClass\s*=\s*(.+)$", re.MULTILINE)  # indented under a module-level `if` too
 # why_not_found() clauses that mean the tree itself is broken (the import would fail at run time),
@@ -129,7 +132,7 @@ class Resolver:
             return named
         return top
 
-    def all_wrappers(self, protocol: Protocol, progress=None) -> list[Wrapper]:
+    def all_wrappers(self, protocol: Protocol, progress: Progress | None = None) -> list[Wrapper]:
         """Every class an `EntryClass` names under models/: each gets a verdict, none is left out,
         and none twice (a module symlinked under another name is one file)."""
         files = []
@@ -159,7 +162,7 @@ class Resolver:
         return found
 
 
-def one_path_per_file(paths) -> list[Path]:
+def one_path_per_file(paths: Iterable[Path]) -> list[Path]:
     """Sorted paths, one per real file: the file's own name rather than a symlink to it."""
     chosen: dict[Path, Path] = {}
     for path in sorted(paths):

@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING
 from ..codemods.names import LINE_LENGTH
 from ..errors import EaglepatchError
 from ..read.expressions import dotted_name, dotted_parts, parse_value
-from ..read.source import SourceCache, block_text
+from ..read.source import SourceCache, SourceFile, block_text
 from ..records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
 from .class_index import signature_node
-from .plan import backbones
+from .plan import ShapeCheck, backbones
 from .resolve import Resolver
 from .roles import statement_walk
 
@@ -221,7 +221,7 @@ class HookLibrary:
             reference.shared_by = bodies[key]
         return found
 
-    def _read_reference_body(self, source, signature: Signature) -> tuple[list[SelfUse], list[str], str] | None:
+    def _read_reference_body(self, source: SourceFile, signature: Signature) -> tuple[list[SelfUse], list[str], str] | None:
         """read_body of a hook's def: by CPython's parser when the def reads alone and holds nothing
         unusual (libcst's parse and visit cost several times more), else by libcst; None when the def
         cannot be read."""
@@ -241,7 +241,7 @@ class HookLibrary:
 
         return read_body(node, free)
 
-    def _holds_a_bare_model(self, source, info: ClassInfo) -> bool:
+    def _holds_a_bare_model(self, source: SourceFile, info: ClassInfo) -> bool:
         """Some model the class holds is a bare backbone: else `_reference` finds no backbone in any body."""
         try:
             inners = self.resolver.inner_models(source, info.name, self.protocol)
@@ -262,7 +262,7 @@ class HookLibrary:
                 self._names.append((path, frozenset(_DEF_NAME.findall(data))))
         return self._names
 
-    def _reference(self, source, info: ClassInfo, signature: Signature, body: tuple[list[SelfUse], list[str], str]) -> Reference | None:
+    def _reference(self, source: SourceFile, info: ClassInfo, signature: Signature, body: tuple[list[SelfUse], list[str], str]) -> Reference | None:
         uses, free, unportable = body
         heads = {u.chain[0] for u in uses}
         try:
@@ -295,14 +295,14 @@ class HookLibrary:
         )
 
     # -- what a class is built from ------------------------------------------------------------
-    def _config_path(self, source, info: ClassInfo, backbone: InnerModel) -> tuple[str, ...] | None:
+    def _config_path(self, source: SourceFile, info: ClassInfo, backbone: InnerModel) -> tuple[str, ...] | None:
         """The attributes from `self.config` to the config the backbone is built from, or None."""
         key = (info.file, info.name, backbone.attribute)
         if key not in self._configs:
             self._configs[key] = self._read_config_path(source, info, backbone)
         return self._configs[key]
 
-    def _read_config_path(self, source, info: ClassInfo, backbone: InnerModel) -> tuple[str, ...] | None:
+    def _read_config_path(self, source: SourceFile, info: ClassInfo, backbone: InnerModel) -> tuple[str, ...] | None:
         kept = built = None
         for assignment in self.resolver.init_assignments(source, info.name):
             if assignment.attribute == "config" and kept is None:
@@ -330,7 +330,7 @@ class HookLibrary:
         return self._ties_of[key]
 
     # -- fitting -------------------------------------------------------------------------------
-    def fit(self, entry: MemberPlan, wrapper: Wrapper, shape_misfit=None) -> _Fit:
+    def fit(self, entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | None = None) -> _Fit:
         """The best reference whose body means the same in `wrapper`'s class, or why there is none."""
         member = entry.member.name
         references = self.references(member)
@@ -400,7 +400,7 @@ class HookLibrary:
         return self._requirements_of[key]
 
     def _try(
-        self, reference: Reference, wrapper: Wrapper, entry: MemberPlan, shape_misfit, held: list[InnerModel] | None = None
+        self, reference: Reference, wrapper: Wrapper, entry: MemberPlan, shape_misfit: ShapeCheck | None, held: list[InnerModel] | None = None
     ) -> tuple[Synthesis | None, str]:
         if reference.unportable:
             return None, reference.unportable

@@ -447,7 +447,7 @@ class WrapperFinder:
             return _Built.dead(f"{function.name}: returns no model class that can be read", False)
         return built
 
-    def _built_by_helper(self, helper: tuple[SourceFile, int], owner, depth: int, instances: bool = True) -> _Built:
+    def _built_by_helper(self, helper: tuple[SourceFile, int], owner: tuple[SourceFile, str] | None, depth: int, instances: bool = True) -> _Built:
         """`self.language_model = build_lm(config)`: the classes a module-level helper returns
         (the same for every class that calls it: a module-level function has no `self`)."""
         key = (helper[0].path, helper[1], instances)
@@ -456,7 +456,7 @@ class WrapperFinder:
         found = self._helpers[key]
         return _Built(list(found.classes), list(found.dead_ends))
 
-    def _helper_returns(self, helper: tuple[SourceFile, int], owner, depth: int, instances: bool) -> _Built:
+    def _helper_returns(self, helper: tuple[SourceFile, int], owner: tuple[SourceFile, str] | None, depth: int, instances: bool) -> _Built:
         source, header = helper
         function = function_read(self.cache, source, header)
         if function is None:
