@@ -33,7 +33,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any, TextIO
 
 SCHEMA = 1
 RACY_SECONDS = 2.0  # a dependency newer than this when read may change again unseen (mtime resolution)
@@ -157,7 +159,7 @@ def dependencies(srt: Path, extra: list[Path]) -> Fingerprint:
     return prints
 
 
-def output_environment(stream) -> dict:
+def output_environment(stream: TextIO) -> dict:
     """What rich looks at to shape the table: a terminal (and its size), and the colour variables."""
     try:
         tty = bool(stream.isatty())
@@ -234,7 +236,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 class Tee:
     """sys.stdout that also keeps what is written, for storing; everything else goes to the stream."""
 
-    def __init__(self, stream):
+    def __init__(self, stream: TextIO):
         self._stream = stream
         self.parts: list[str] = []
 
@@ -243,12 +245,12 @@ class Tee:
         self.parts.append(text)
         return written
 
-    def writelines(self, lines) -> None:
+    def writelines(self, lines: Iterable[str]) -> None:
         for line in lines:
             self.write(line)
 
     def text(self) -> str:
         return "".join(self.parts)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:  # the stream's own attributes, whatever they are
         return getattr(self._stream, name)

@@ -9,13 +9,28 @@ from __future__ import annotations
 import codecs
 import enum
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import TYPE_CHECKING, NoReturn, Optional
 
 import typer
 
 from . import __version__
 from .startup import fast_coercion, quiet_parsing, tune_gc
+
+if TYPE_CHECKING:  # `check` answered from the cache imports none of these
+    from rich.console import Console
+
+    from .cache import ResultCache
+    from .errors import EaglepatchError
+    from .pipeline import Analysis, Selection
+    from .read.locate import SourceTree
+    from .records import MemberPlan, ModelPlan
+    from .rewrite.edits import FileEdit
+    from .rewrite.gitrepo import WorkTree
+
+    Resolved = tuple[SourceTree, Selection, list[Path]]  # what pipeline.resolve_selection returns
 
 fast_coercion()  # typer's pydantic layer costs more than answering from the cache
 
@@ -190,7 +205,7 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-def _unencodable(error: UnicodeError):
+def _unencodable(error: UnicodeError) -> tuple[str | bytes, int]:
     """A file name the OS gave as bytes that are not UTF-8 (a surrogate escape) goes out as those
     bytes, as `ls` shows it; any other character the stream cannot hold is backslash-escaped."""
     if not isinstance(error, UnicodeEncodeError):
@@ -257,7 +272,7 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def _console(stderr: bool = False, quiet: bool = False):
+def _console(stderr: bool = False, quiet: bool = False) -> Console:
     """Colour only on a terminal (rich also honours NO_COLOR); logs get 120 columns, not 80.
     `quiet` (--quiet): a console that prints nothing, for notes and summaries."""
     import os
@@ -269,7 +284,17 @@ def _console(stderr: bool = False, quiet: bool = False):
     return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width, quiet=quiet)
 
 
-def _selection(path, models, consumers, all_models, ignore, installed, python, engine: Optional[Engine], exclude=None):
+def _selection(
+    path: Optional[Path],
+    models: Optional[list[str]],
+    consumers: Optional[list[str]],
+    all_models: bool,
+    ignore: Optional[list[str]],
+    installed: bool,
+    python: Optional[str],
+    engine: Optional[Engine],
+    exclude: Optional[list[str]] = None,
+) -> Selection:
     """The command's flags as a pipeline.Selection (the analysis and the result cache's key read the same one)."""
     from .pipeline import Selection
 
@@ -279,7 +304,17 @@ def _selection(path, models, consumers, all_models, ignore, installed, python, e
     )
 
 
-def _again(path, models, all_models, consumers, ignore, installed, python, engine: Optional[Engine], exclude=None) -> str:
+def _again(
+    path: Optional[Path],
+    models: Optional[list[str]],
+    all_models: bool,
+    consumers: Optional[list[str]],
+    ignore: Optional[list[str]],
+    installed: bool,
+    python: Optional[str],
+    engine: Optional[Engine],
+    exclude: Optional[list[str]] = None,
+) -> str:
     """The selection's flags as given, quoted for a POSIX shell: the hint after `check` names
     `diff` and `apply` with them, so copying it looks at what this check looked at."""
     import shlex
@@ -305,11 +340,11 @@ def run_analysis(
     ignore: Optional[list[str]] = None,
     installed: bool = False,
     python: Optional[str] = None,
-    resolved=None,
+    resolved: Optional[Resolved] = None,
     engine: Optional[Engine] = None,
     exclude: Optional[list[str]] = None,
     quiet: bool = False,
-):
+) -> Analysis:
     from .errors import EaglepatchError
     from .pipeline import analyze
 
@@ -394,9 +429,20 @@ def check(
 
 
 def _result_cache(
-    path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache, engine=None, exclude=None,
-    extra=None,
-):
+    path: Optional[Path],
+    model: Optional[list[str]],
+    consumer: Optional[list[str]],
+    all_models: bool,
+    ignore: Optional[list[str]],
+    installed: bool,
+    python: Optional[str],
+    output_format: OutputFormat,
+    baseline: Optional[Path],
+    no_cache: bool,
+    engine: Optional[Engine] = None,
+    exclude: Optional[list[str]] = None,
+    extra: Optional[dict[str, object]] = None,
+) -> tuple[Optional[ResultCache], Optional[Resolved]]:
     """(the cache entry for this question, the resolved selection), or (None, None) when bypassed.
     `extra`: more of what the output depends on (the hint's flags, --quiet)."""
     from . import cache
@@ -454,7 +500,7 @@ def _git_folder(folder: Path) -> Optional[str]:
 
 
 def _report(
-    analysis,
+    analysis: Analysis,
     output_format: OutputFormat,
     baseline: Optional[Path],
     write_baseline: Optional[Path],
@@ -492,7 +538,7 @@ def _report(
     raise typer.Exit(1 if gate.new_gaps(analysis.plans) else 0)
 
 
-def _edits(analysis, quiet: bool = False, suffix: str = ""):
+def _edits(analysis: Analysis, quiet: bool = False, suffix: str = "") -> tuple[list[FileEdit], list[EaglepatchError]]:
     """Edits per file; a file that cannot be edited is reported and the others go on."""
     from .rewrite.edits import build_edits
 
@@ -510,7 +556,7 @@ def _edits(analysis, quiet: bool = False, suffix: str = ""):
     return [e for e in edits if e.changed], errors
 
 
-def _patch_base(tree):
+def _patch_base(tree: SourceTree) -> tuple[Optional[WorkTree], Path]:
     from .rewrite.gitrepo import find_work_tree
 
     work_tree = find_work_tree(tree.srt)
@@ -565,7 +611,7 @@ def diff(
     raise typer.Exit(2 if errors else 1)
 
 
-def _check_commit(tree, work_tree, edits) -> None:
+def _check_commit(tree: SourceTree, work_tree: Optional[WorkTree], edits: list[FileEdit]) -> None:
     """Every reason the commit would fail that git can tell before anything is written."""
     from .errors import EaglepatchError
     from .rewrite.write import writable_target
@@ -578,7 +624,7 @@ def _check_commit(tree, work_tree, edits) -> None:
         fail(str(exc))
 
 
-def _writable(edits, tree) -> list:
+def _writable(edits: list[FileEdit], tree: SourceTree) -> list[FileEdit]:
     """The edits that cannot be written, each refusal reported in one line."""
     from .errors import EaglepatchError
     from .rewrite.write import check_writable
@@ -613,7 +659,16 @@ def commit_message(verb: str, changes: dict[str, dict[str, list[str]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_all(tree, edits, errors, console, commit: bool, verb: str, changes_of, command: str = "apply") -> int:
+def _write_all(
+    tree: SourceTree,
+    edits: list[FileEdit],
+    errors: list[EaglepatchError],
+    console: Console,
+    commit: bool,
+    verb: str,
+    changes_of: Callable[[FileEdit], dict[str, list[str]]],
+    command: str = "apply",
+) -> int:
     """Every precondition (of each write, and of the commit) checked before any file is touched; then
     every file written, or none (rewrite.write.write_all), and committed with --commit.  Returns the
     exit code: 0 written, 2 nothing written (an error), 130/143 written, then stopped by SIGINT/SIGTERM."""
@@ -637,6 +692,7 @@ def _write_all(tree, edits, errors, console, commit: bool, verb: str, changes_of
         message = commit_message(verb, changes)
 
         def do_commit() -> str:
+            assert work_tree is not None, "_check_commit stopped a --commit outside a git work tree"
             return work_tree.commit([e.path for e in edits], message)
 
     try:
@@ -662,7 +718,7 @@ def _write_all(tree, edits, errors, console, commit: bool, verb: str, changes_of
     return 0
 
 
-def _write_progress(total: int, quiet: bool = False):
+def _write_progress(total: int, quiet: bool = False) -> AbstractContextManager[Optional[Callable[[FileEdit], None]]]:
     """A bar on a terminal's stderr while the files are renamed (apply --all writes dozens); else nothing."""
     import contextlib
 
@@ -671,7 +727,7 @@ def _write_progress(total: int, quiet: bool = False):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     @contextlib.contextmanager
-    def bar():
+    def bar() -> Iterator[Callable[[FileEdit], None]]:
         with Progress(TextColumn("writing"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                       console=_console(stderr=True), transient=True) as shown:
             task = shown.add_task("", total=total)
@@ -680,7 +736,7 @@ def _write_progress(total: int, quiet: bool = False):
     return bar()
 
 
-def _leftover_journal(tree, clear: bool) -> None:
+def _leftover_journal(tree: SourceTree, clear: bool) -> None:
     """An earlier write on this tree that was killed mid-way is named before anything else: by check and
     diff each time, by apply and revert once (they clear it; their own write replaces it)."""
     from .rewrite.journal import forget, leftover
@@ -729,7 +785,7 @@ def apply(
     raise typer.Exit(code or (1 if remaining else 0))
 
 
-def still_missing(plans, written) -> list:
+def still_missing(plans: list[ModelPlan], written: list[FileEdit]) -> list[tuple[ModelPlan, MemberPlan]]:
     """(plan, member plan) for each required member no written edit adds: what apply leaves for people."""
     added = {(e.rel, cls, m) for e in written for cls, members in e.added.items() for m in members}
     fixes = {(p.wrapper.cls.file, p.wrapper.cls.name, e.member.name): e.fix for p in plans for e in p.missing}
@@ -792,7 +848,7 @@ def revert(
     raise typer.Exit(_write_all(tree, edits, errors, console, commit, "removed from", lambda e: e.removed, "revert"))
 
 
-def _vllm_tree(path: Optional[Path], installed: bool):
+def _vllm_tree(path: Optional[Path], installed: bool) -> Optional[SourceTree]:
     """The vLLM tree PATH names, or None (an SGLang tree, an installed package, or no tree: the command
     reports it as it always did)."""
     from .errors import EaglepatchError

@@ -13,6 +13,10 @@ import gc
 import os
 import sys
 
+TYPE_CHECKING = False  # typing's own costs `--version` an import; type checkers read this name as True
+if TYPE_CHECKING:
+    from .cache import ResultCache
+
 COMMANDS = ("check", "diff", "apply", "revert", "explain")
 HELP = ("--help", "-h")
 
@@ -76,7 +80,7 @@ def _run(argv: list[str]) -> None:
         sys.stdout = stdout
 
 
-def _help_entry(argv: list[str]):
+def _help_entry(argv: list[str]) -> ResultCache | None:
     from . import cache
 
     if cache.disabled():

@@ -12,9 +12,10 @@ from .read.locate import SourceTree, locate_tree
 from .read.style import DEFAULT_STYLE, FormatStyle
 
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
-    from .analyze.synthesize import HookLibrary
+    from .analyze.resolve import Progress
+    from .analyze.synthesize import HookLibrary, _Fit
     from .read.source import SourceCache
-    from .records import ModelPlan, Protocol, Signature
+    from .records import CallShape, MemberPlan, ModelPlan, Protocol, Signature, Wrapper
 
 DEFAULT_MODEL = "kimi_k25"
 MAX_ADOPTION_ROUNDS = 3
@@ -115,7 +116,7 @@ def analyze(
     models: list[str] | None = None,
     extra_consumers: list[Path] | None = None,
     all_models: bool = False,
-    progress=None,
+    progress: Progress | None = None,
     resolved: tuple[SourceTree, Selection, list[Path]] | None = None,
 ) -> Analysis:
     """The protocol is extracted once and shared by every wrapper looked at.  `resolved` is what
@@ -150,7 +151,7 @@ def analyze(
         wrappers = [w for selector in models or [DEFAULT_MODEL] for w in select_wrappers(tree, cache, resolver, selector, protocol)]
     roles = learn_roles(tree)
 
-    def shape_misfit(signature, shape):
+    def shape_misfit(signature: Signature, shape: CallShape) -> str | None:
         node = definition_ast(cache, signature)
         if node is None:
             return None
@@ -160,7 +161,7 @@ def analyze(
     style = load_style(tree.models, tree.given)
     libraries: list[HookLibrary] = []  # the hook library, built when a first class needs a body learned (most runs need none)
 
-    def synthesize(entry, wrapper):
+    def synthesize(entry: MemberPlan, wrapper: Wrapper) -> _Fit:
         if not libraries:
             from .analyze.synthesize import HookLibrary
 

@@ -11,8 +11,19 @@ annotation, or a typer without that layer (older releases go through click only)
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from typer._click.core import Context  # typer 0.2x vendors click
+    from typer._coercion import RuntimeParam, TypeDescriptor
+    from typer.core import _TyperParameter
+    from typer.models import ParameterInfo
+
+# value, click context -> the converted value, or None for "not plain: let typer convert it"
+Converter = Callable[[Any, Optional["Context"]], Any]
 
 
 def quiet_parsing() -> None:
@@ -35,7 +46,7 @@ def tune_gc() -> None:
     gc.enable()  # patcher.launch turns it off while the modules load
 
 
-def _plain_path(info) -> bool:
+def _plain_path(info: ParameterInfo) -> bool:
     return (
         getattr(info, "parser", None) is None
         and not getattr(info, "exists", False)
@@ -49,7 +60,7 @@ def _plain_path(info) -> bool:
     )
 
 
-def _converter(annotation, info):
+def _converter(annotation: Any, info: ParameterInfo) -> Converter | None:
     """A function value -> converted value for the plain cases, else None."""
     if getattr(info, "parser", None) is not None:
         return None
@@ -65,7 +76,7 @@ def _converter(annotation, info):
         choices = list(annotation)
         case_sensitive = getattr(info, "case_sensitive", True)
 
-        def choice(value, ctx):
+        def choice(value: Any, ctx: Context | None) -> Any:
             try:
                 return coerce_cli_choice(value, choices=choices, case_sensitive=case_sensitive, ctx=ctx)
             except ValueError:
@@ -76,35 +87,37 @@ def _converter(annotation, info):
 
 
 def fast_coercion() -> None:
+    """Typer's private coercion layer (typer.core.build_runtime_param, typer._coercion.RuntimeParam):
+    pyproject.toml pins typer from above for it, and tests/test_dependency_internals.py fails, naming
+    the attribute, when a typer release moves it."""
     try:
         from typing import get_args, get_origin
 
         from typer import _coercion, core
     except ImportError:  # a typer that converts through click alone: nothing to do
         return
-    original = getattr(core, "build_runtime_param", None)
+    original: Callable[[TypeDescriptor], RuntimeParam] | None = getattr(core, "build_runtime_param", None)
     base = getattr(_coercion, "RuntimeParam", None)
     if original is None or base is None or getattr(original, "_eaglepatch", False):
         return
-    from collections.abc import Callable
     from dataclasses import dataclass
-    from typing import Any
 
     @dataclass(frozen=True)
     class PlainRuntimeParam(base):  # type: ignore[misc, valid-type]
-        convert: Callable[[Any, Any], Any]
+        convert: Converter
         many: bool
-        fallback: Callable[[], Any]
+        fallback: Callable[[], RuntimeParam]
 
-        def _coerce_value(self, value, param, ctx):
+        def _coerce_value(self, value: Any, param: _TyperParameter, ctx: Context) -> Any:
             items = value if self.many and isinstance(value, (list, tuple)) else [value]
             out = [self.convert(item, ctx) for item in items]
             if any(item is None for item in out):  # anything unusual: typer's own path, with its message
                 return self.fallback()._coerce_value(value, param=param, ctx=ctx)
             return out if self.many else out[0]
 
-    def build_runtime_param(descriptor):
-        annotation, info = descriptor.annotation, descriptor.parameter_info
+    def build_runtime_param(descriptor: TypeDescriptor) -> RuntimeParam:
+        annotation: Any = descriptor.annotation  # any annotation a command declares
+        info = descriptor.parameter_info
         many = get_origin(annotation) is list
         leaf = get_args(annotation)[0] if many and len(get_args(annotation)) == 1 else annotation
         convert = None if descriptor.file_annotation is not None else _converter(leaf, info)

@@ -12,6 +12,7 @@ from .report import protocol_json
 if TYPE_CHECKING:
     from ..errors import EaglepatchError
     from ..pipeline import Analysis
+    from ..records import MemberPlan, ModelPlan
     from ..rewrite.edits import FileEdit
 
 
@@ -75,7 +76,7 @@ def _proven_edit(analysis: Analysis, rel: str) -> tuple[FileEdit | None, Eaglepa
     return next((edit for edit in edits if edit.changed), None), None
 
 
-def _would_write(analysis: Analysis, plan, entry, edit, error) -> dict:
+def _would_write(analysis: Analysis, plan: ModelPlan, entry: MemberPlan, edit: FileEdit | None, error: EaglepatchError | None) -> dict:
     """"would_write": the member's text as apply writes it (with "proven": true and the imports the file
     gains); when the proof (or anything else) stops the file, the member as planned, "proven": false and
     "proof": the one-line reason, for apply writes nothing there."""
@@ -98,7 +99,7 @@ def _would_write(analysis: Analysis, plan, entry, edit, error) -> dict:
     return out
 
 
-def written_text(edit, cls: str, name: str) -> str:
+def written_text(edit: FileEdit, cls: str, name: str) -> str:
     """The lines of top-level class `cls` in the patched file that eaglepatch wrote for member `name`: its
     marker comment(s), decorators and every `def name` (a property and its setter), blank lines between kept."""
     import ast

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from ..records import MemberPlan, ModelPlan, ProtocolMember
 from .baseline import gap_keys
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from ..analyze.synthesize import Synthesis
     from ..pipeline import Analysis
-    from .baseline import Gate
+    from .baseline import Gate, Key
 
 
 SCHEMA = 2  # of the JSON report: 2 added roles, fix/blocker per gap and the five statuses
@@ -130,7 +130,7 @@ def analysis_json(analysis: Analysis, gate: Gate | None = None) -> dict:
     return data
 
 
-def _key_json(key) -> dict:
+def _key_json(key: Key) -> dict:
     return {"file": key[0], "class": key[1], "member": key[2]}
 
 
@@ -149,7 +149,7 @@ def _count_roles(plans: list[ModelPlan]) -> dict[str, dict[str, int]]:
     return counts
 
 
-def write_json(analysis: Analysis, out, gate: Gate | None = None) -> None:
+def write_json(analysis: Analysis, out: TextIO, gate: Gate | None = None) -> None:
     json.dump(analysis_json(analysis, gate), out, indent=2)
     out.write("\n")
 
@@ -212,7 +212,7 @@ def gap_message(plan: ModelPlan, entry: MemberPlan) -> str:
     return f"{cls} ({plan.role}) lacks {member.name}; {used}. {entry.blocker}"
 
 
-def write_github(analysis: Analysis, out, gate: Gate | None = None, base: Path | None = None, quiet: bool = False) -> None:
+def write_github(analysis: Analysis, out: TextIO, gate: Gate | None = None, base: Path | None = None, quiet: bool = False) -> None:
     """Workflow commands; `base` is the folder paths are relative to (default: the working directory)."""
     base = base if base is not None else Path.cwd()
     for plan in analysis.plans:
@@ -235,7 +235,7 @@ def write_github(analysis: Analysis, out, gate: Gate | None = None, base: Path |
     out.write(f"::notice title=eaglepatch::{_escape(totals_line(analysis, gate))}\n")
 
 
-def _stale_text(key) -> str:
+def _stale_text(key: Key) -> str:
     return f"baseline entry {key[1]}.{key[2]} ({key[0]}) matches no gap any more: remove it"
 
 
@@ -467,7 +467,7 @@ def _uri(path: str) -> str:
     return Path(path).as_uri() if Path(path).is_absolute() else quote(path)
 
 
-def write_sarif(analysis: Analysis, out, gate: Gate | None = None, base: Path | None = None) -> None:
+def write_sarif(analysis: Analysis, out: TextIO, gate: Gate | None = None, base: Path | None = None) -> None:
     """A SARIF log; `base` is the folder URIs are relative to (default: the working directory)."""
     base = base if base is not None else Path.cwd()
     results = []
@@ -530,7 +530,7 @@ def error_json(message: str, exit_code: int = 2) -> dict:
     return {"schema": SCHEMA, "error": message, "exit_code": exit_code}
 
 
-def write_error(output_format: str, message: str, out, exit_code: int = 2) -> None:
+def write_error(output_format: str, message: str, out: TextIO, exit_code: int = 2) -> None:
     """The error as a JSON object (json; a message of several lines, one a file, kept whole) or a
     SARIF log whose one invocation failed with a toolExecutionNotification per line (sarif): a
     script or a code-scanning upload reads a document either way."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import overload
+from typing import TYPE_CHECKING, overload
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -27,6 +27,9 @@ from ..read.source import CutText, SourceCache, SourceFile, parse_module
 from ..read.style import DEFAULT_STYLE, FormatStyle
 from ..records import MemberPlan, ModelPlan
 from .verify import prove_edit
+
+if TYPE_CHECKING:
+    from ..read.locate import SourceTree
 
 _TOP_ASSIGN = re.compile(r"^(\w+)\s*(?::[^=]*)?=", re.MULTILINE)
 
@@ -59,14 +62,14 @@ def defined_here(cache: SourceCache, source: SourceFile) -> set[str]:
     return names
 
 
-def module_names(cache: SourceCache, source: SourceFile, tree) -> set[str]:
+def module_names(cache: SourceCache, source: SourceFile, tree: SourceTree) -> set[str]:
     """Names a module binds at top level: its imports and what it defines itself (a cheap reading, for
     revert; what a copied signature needs is read with scope analysis, patcher/read/scopes.py)."""
     return set(ImportTable.of(cache, source, tree).names) | defined_here(cache, source)
 
 
 def delegation_for(
-    cache: SourceCache, tree, wrapper: SourceFile, entry: MemberPlan, spelling: WrapperSpelling | None = None, cls: str = "", line_length: int = LINE_LENGTH
+    cache: SourceCache, tree: SourceTree, wrapper: SourceFile, entry: MemberPlan, spelling: WrapperSpelling | None = None, cls: str = "", line_length: int = LINE_LENGTH
 ) -> Delegation:
     """What to write for one member: a forwarding property with a setter when EAGLE-3 code assigns the
     member (a method too: the getter hands out the inner's bound method); else a method with the inner
@@ -101,7 +104,7 @@ def delegation_for(
 
 
 def learned_for(
-    cache: SourceCache, tree, wrapper: SourceFile, entry: MemberPlan, spelling: WrapperSpelling, cls: str, line_length: int = LINE_LENGTH
+    cache: SourceCache, tree: SourceTree, wrapper: SourceFile, entry: MemberPlan, spelling: WrapperSpelling, cls: str, line_length: int = LINE_LENGTH
 ) -> Delegation:
     """The hook body the plan learned from another class (patcher/analyze/synthesize.py), retargeted to `cls`:
     its backbone attribute and config path, and every module-level name spelled the wrapper's way."""
@@ -156,7 +159,7 @@ def _decorator_name(decorator: cst.Decorator) -> str:
     return expr.value if isinstance(expr, cst.Name) else ""
 
 
-def build_edits(cache: SourceCache, tree, plans: list[ModelPlan], style: FormatStyle = DEFAULT_STYLE) -> tuple[list[FileEdit], list[EaglepatchError]]:
+def build_edits(cache: SourceCache, tree: SourceTree, plans: list[ModelPlan], style: FormatStyle = DEFAULT_STYLE) -> tuple[list[FileEdit], list[EaglepatchError]]:
     """One edit per wrapper file that has something missing, proven before it is returned (patcher/rewrite/verify.py);
     a file that fails, or whose patch fails the proof, is an error and does not stop the others.  Written
     in the tree's own formatter `style` (patcher/read/style.py)."""
@@ -239,7 +242,7 @@ def _has_marker(data: bytes, *markers: str) -> bool:
 
 
 def revert_edits(
-    cache: SourceCache, tree, models: list[str] | None, style: FormatStyle = DEFAULT_STYLE
+    cache: SourceCache, tree: SourceTree, models: list[str] | None, style: FormatStyle = DEFAULT_STYLE
 ) -> tuple[list[FileEdit], list[EaglepatchError], list[tuple[str, list[str]]]]:
     """Edits that remove eaglepatch's unchanged delegations: from the named model modules, or all of models/
     (a delegation counts as unchanged at the tree's line length, or at black's default)."""

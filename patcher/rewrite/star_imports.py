@@ -4,6 +4,7 @@ import eaglepatch added only when the name stays bound without it."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -13,10 +14,13 @@ from ..read.imports import module_path
 from ..read.source import SourceCache, SourceFile
 from .edits import module_names
 
+if TYPE_CHECKING:
+    from ..read.locate import SourceTree
+
 _ALL = re.compile(r"^__all__\s*[:=+]", re.MULTILINE)
 
 
-def star_imported_names(cache: SourceCache, tree, source: SourceFile, module: cst.Module) -> frozenset[str]:
+def star_imported_names(cache: SourceCache, tree: SourceTree, source: SourceFile, module: cst.Module) -> frozenset[str]:
     """Names the module's star imports are known to bind: each in-tree star module's public top-level
     names (imports included).  A star module outside the tree, or one with `__all__`, is not read,
     so it provides nothing here: revert then keeps an import code still uses."""

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import libcst as cst
 from libcst.metadata import BuiltinAssignment, Scope
@@ -37,6 +38,11 @@ from ..read.scopes import Exports, ModuleScope, dotted_module, scope_of
 from ..read.source import Parsed, SourceCache, SourceFile, decode_source, parse_cut
 from ..records import MemberPlan
 
+if TYPE_CHECKING:
+    from ..read.locate import SourceTree
+
+Culprit = tuple["str | None", int, str]  # (class or None, statement index, name) in the patched module
+
 _SKIP_FIELDS = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after", "header", "footer", "equal", "dot")
 _NOT_FREE = ("attr", "keyword")  # Name fields that are not looked up: `x.attr`, `f(keyword=...)`
 
@@ -44,7 +50,7 @@ _NOT_FREE = ("attr", "keyword")  # Name fields that are not looked up: `x.attr`,
 class Unproven(Exception):
     """One name (or construct) the patched text does not prove."""
 
-    def __init__(self, name: str, why: str, culprit=None):
+    def __init__(self, name: str, why: str, culprit: Culprit | None = None):
         super().__init__(why)
         self.name = name
         self.why = why
@@ -53,7 +59,7 @@ class Unproven(Exception):
 
 def prove_edit(
     cache: SourceCache,
-    tree,
+    tree: SourceTree,
     source: SourceFile,
     updated: bytes,
     added: dict[str, list[str]],
@@ -80,7 +86,7 @@ def prove_edit(
 
 
 class _Proof:
-    def __init__(self, cache: SourceCache, tree, source: SourceFile, scope: ModuleScope, text: str):
+    def __init__(self, cache: SourceCache, tree: SourceTree, source: SourceFile, scope: ModuleScope, text: str):
         self.cache = cache
         self.tree = tree
         self.source = source
@@ -117,7 +123,7 @@ class _Proof:
         for _index, func in written:
             self.body(func)
 
-    def property(self, cls: str, written, entry: MemberPlan) -> None:
+    def property(self, cls: str, written: list[tuple[int, cst.FunctionDef]], entry: MemberPlan) -> None:
         name = entry.member.name
         getters = [(i, f) for i, f in written if _decorators(f) == ["property"]]
         setters = [(i, f) for i, f in written if _decorators(f) == [f"{name}.setter"]]
@@ -245,7 +251,7 @@ class _Proof:
             line=line,
         )
 
-    def _original_line(self, cls: str, culprit) -> int | None:
+    def _original_line(self, cls: str, culprit: Culprit | None) -> int | None:
         """The culprit binding's line in the file as it is on disk (nothing was written); else the class's."""
         module = cst.parse_module(self.text)  # whole: statements aligned with CPython's, for their lines
         patched = Parsed(self.source, module, 0, self.text)
@@ -295,7 +301,7 @@ class _Sides:
             literal = True
         self._children(mine, theirs, annotation, in_string, literal)
 
-    def _children(self, mine, theirs, annotation: bool, in_string: bool, literal: bool) -> None:
+    def _children(self, mine: cst.CSTNode, theirs: cst.CSTNode, annotation: bool, in_string: bool, literal: bool) -> None:
         for item in dataclasses.fields(theirs):
             if item.name.startswith(_SKIP_FIELDS):
                 continue
@@ -345,7 +351,7 @@ class _BodySides(_Sides):
     """A learned body against its reference: locals must be the same names; a module-level name is
     looked up when the method runs (the module's globals, never a class body or a type checker's)."""
 
-    def __init__(self, proof: _Proof, inner_scope: ModuleScope, owner: str, inner_before, cls: str, index: int, local: frozenset[str]):
+    def __init__(self, proof: _Proof, inner_scope: ModuleScope, owner: str, inner_before: int | None, cls: str, index: int, local: frozenset[str]):
         super().__init__(proof, inner_scope, owner, inner_before, cls, index)
         self.local = local
 
@@ -426,7 +432,7 @@ def _is_forwarding_everything(func: cst.FunctionDef) -> bool:
     return all(p.default is None and p.annotation is None for _, p in kinds)
 
 
-def _class_body(module: cst.Module, cls: str):
+def _class_body(module: cst.Module, cls: str) -> Sequence[cst.BaseStatement] | Sequence[cst.BaseSmallStatement] | None:
     for statement in module.body:
         if isinstance(statement, cst.ClassDef) and statement.name.value == cls:
             return statement.body.body

@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
+from typing import IO
 
 from ..errors import EaglepatchError
 from .edits import FileEdit
@@ -118,7 +120,7 @@ def lock_timeout() -> float:
         return DEFAULT_LOCK_TIMEOUT
 
 
-def _lock(handle, edit: FileEdit) -> None:
+def _lock(handle: IO[bytes], edit: FileEdit) -> None:
     """An exclusive lock on the target, waited for with a deadline: a process that holds the
     file forever must not hang apply."""
     timeout = lock_timeout()
@@ -207,7 +209,7 @@ def deferred_signals() -> Iterator[list[int]]:
         return
     previous = {}
 
-    def note(signum, _frame) -> None:
+    def note(signum: int, _frame: FrameType | None) -> None:
         caught.append(signum)
 
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..errors import EaglepatchError
 from ..records import ClassInfo, Fix, InnerModel, MemberPlan, ModelPlan, Protocol, Signature, Status, Unresolved, Wrapper
 from .protocol import BASE, MIXIN, VllmProtocol
 from .tree import INTERFACES, TARGET_DICTS, ClassRef, VllmTree, is_stub, methods, module_of
+
+if TYPE_CHECKING:
+    from ..analyze.resolve import Progress
+    from ..pipeline import Analysis
+    from ..read.locate import SourceTree
 
 LM_ATTRIBUTES = ("language_model", "llm", "decoder", "text_model")
 _BUILDERS = ("init_vllm_registered_model", "initialize_model")
@@ -100,7 +106,7 @@ class VllmPlanner:
 
     # -- plans ---------------------------------------------------------------------------------
 
-    def plans(self, selectors: list[str] | None, progress=None) -> list[ModelPlan]:
+    def plans(self, selectors: list[str] | None, progress: Progress | None = None) -> list[ModelPlan]:
         entries = self.select(selectors)
         plans = []
         for group, arch, ref in entries:
@@ -468,7 +474,7 @@ def _short_code(node: ast.expr, limit: int = 100) -> str:
 
 
 
-def analyze_vllm(tree, models: list[str], all_models: bool, progress=None):
+def analyze_vllm(tree: SourceTree, models: list[str], all_models: bool, progress: Progress | None = None) -> Analysis:
     """The vLLM profile's pipeline: protocol -> wrappers -> plans, as a pipeline.Analysis."""
     from ..pipeline import DEFAULT_MODEL, Analysis
     from ..read.source import SourceCache

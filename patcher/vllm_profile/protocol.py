@@ -7,6 +7,7 @@ names are confirmed against what the GPU model runner calls on the target model.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..errors import EaglepatchError
@@ -123,7 +124,7 @@ def _read_consumers(tree: VllmTree, protocol: VllmProtocol) -> None:
             )
 
 
-def _own_calls(func: ast.FunctionDef | ast.AsyncFunctionDef):
+def _own_calls(func: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.Call]:
     """The calls in a function's body, not those of functions nested in it (they are walked on their own)."""
     stack: list[ast.AST] = list(func.body)
     while stack:
