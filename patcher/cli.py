@@ -611,52 +611,7 @@ def diff(
     raise typer.Exit(2 if errors else 1)
 
 
-def _check_commit(tree: SourceTree, work_tree: Optional[WorkTree], edits: list[FileEdit]) -> None:
-    """Every reason the commit would fail that git can tell before anything is written."""
-    from .errors import EaglepatchError
-    from .rewrite.write import writable_target
-
-    if work_tree is None:
-        fail(f"{tree.given}: is not inside a git work tree, so --commit has nothing to commit to; run git init there, or drop --commit")
-    try:
-        work_tree.check_can_commit([(writable_target(edit, tree.srt), edit.rel) for edit in edits])
-    except EaglepatchError as exc:
-        fail(str(exc))
-
-
-def _writable(edits: list[FileEdit], tree: SourceTree) -> list[FileEdit]:
-    """The edits that cannot be written, each refusal reported in one line."""
-    from .errors import EaglepatchError
-    from .rewrite.write import check_writable
-
-    refused = []
-    for edit in edits:
-        try:
-            check_writable(edit, tree.srt)
-        except EaglepatchError as exc:
-            typer.echo(f"eaglepatch: error: {exc}{NOTHING_WRITTEN}", err=True)
-            refused.append(edit)
-    return refused
-
-
 NOTHING_WRITTEN = "; no file was written (writes are all or nothing)"
-
-
-def commit_message(verb: str, changes: dict[str, dict[str, list[str]]]) -> str:
-    """A subject that fits 72 columns, the classes and members in the body.  `changes` is file -> class -> members."""
-    classes = sorted({cls for by_class in changes.values() for cls in by_class})
-    if verb == "added to":
-        subject = f"Add EAGLE-3 hooks to {classes[0]}" if len(classes) == 1 else f"Add EAGLE-3 hooks to {len(classes)} model classes"
-    else:
-        subject = f"Remove eaglepatch's hooks from {classes[0]}" if len(classes) == 1 else f"Remove eaglepatch's hooks from {len(classes)} model classes"
-    if len(subject) > 72:
-        subject = "Add EAGLE-3 hooks to 1 model class" if verb == "added to" else "Remove eaglepatch's hooks from 1 model class"
-    doing = "Written by eaglepatch apply" if verb == "added to" else "Removed by eaglepatch revert"
-    lines = [subject, "", f"{doing}:", ""]
-    for rel in sorted(changes):
-        for cls, members in sorted(changes[rel].items()):
-            lines.append(f"- {cls} ({rel}): {', '.join(members)}")
-    return "\n".join(lines) + "\n"
 
 
 def _write_all(
@@ -669,52 +624,38 @@ def _write_all(
     changes_of: Callable[[FileEdit], dict[str, list[str]]],
     command: str = "apply",
 ) -> int:
-    """Every precondition (of each write, and of the commit) checked before any file is touched; then
-    every file written, or none (rewrite.write.write_all), and committed with --commit.  Returns the
-    exit code: 0 written, 2 nothing written (an error), 130/143 written, then stopped by SIGINT/SIGTERM."""
+    """rewrite.transaction writes (and commits) every file or none; this reports what it did.  Returns
+    the exit code: 0 written, 2 nothing written (an error), 130/143 written, then stopped by SIGINT/SIGTERM."""
     import signal
 
-    from .errors import EaglepatchError
     from .rewrite.preview import render_patch
-    from .rewrite.write import Interrupted, write_all
+    from .rewrite.transaction import write_edits
 
-    work_tree, base = _patch_base(tree)
-    if commit:
-        _check_commit(tree, work_tree, edits)
-    if _writable(edits, tree) or errors:
+    if errors:  # a file apply could not build: nothing is written (its line was printed with the suffix)
         return 2
-    for edit in edits:
-        if work_tree is not None and work_tree.dirty(edit.path):
-            console.print(f"[yellow]note:[/yellow] {edit.rel} already had uncommitted changes")
-    changes = {edit.rel: changes_of(edit) for edit in edits}
-    do_commit = None
-    if commit:
-        message = commit_message(verb, changes)
-
-        def do_commit() -> str:
-            assert work_tree is not None, "_check_commit stopped a --commit outside a git work tree"
-            return work_tree.commit([e.path for e in edits], message)
-
-    try:
-        with _write_progress(len(edits), console.quiet) as progress:
-            written = write_all(edits, tree.srt, do_commit, progress, command)
-    except Interrupted as stop:
-        typer.echo(f"eaglepatch: interrupted ({signal.Signals(stop.signum).name}) before any file was written: nothing written", err=True)
-        return 128 + stop.signum
-    except EaglepatchError as exc:
-        typer.echo(f"eaglepatch: error: {exc}{NOTHING_WRITTEN}", err=True)
+    with _write_progress(len(edits), console.quiet) as progress:
+        done = write_edits(tree, edits, changes_of, commit, command, progress)
+    for error in done.refused:
+        typer.echo(f"eaglepatch: error: {error}{NOTHING_WRITTEN}", err=True)
+    if done.refused:
         return 2
-    _show_patch(render_patch(list(written.edits), base))
-    for edit in written.edits:
-        for cls, members in changes[edit.rel].items():
+    for rel in done.dirty:
+        console.print(f"[yellow]note:[/yellow] {rel} already had uncommitted changes")
+    if done.stopped is not None:
+        name = signal.Signals(done.stopped).name
+        typer.echo(f"eaglepatch: interrupted ({name}) before any file was written: nothing written", err=True)
+        return 128 + done.stopped
+    _show_patch(render_patch(list(done.written), done.base))
+    for edit in done.written:
+        for cls, members in changes_of(edit).items():
             console.print(f"[green]{verb}[/green] {cls} ({edit.rel}): {', '.join(members)}")
-    if written.commit is not None:
-        console.print(f"committed {written.commit}")
-    if written.interrupted is not None:
-        name = signal.Signals(written.interrupted).name
-        done = f"wrote all {len(written.edits)} file(s)" + (" and committed them" if written.commit else "")
-        typer.echo(f"eaglepatch: interrupted ({name}) while writing: {done} first, so no file is left half done", err=True)
-        return 128 + written.interrupted
+    if done.commit is not None:
+        console.print(f"committed {done.commit}")
+    if done.interrupted is not None:
+        name = signal.Signals(done.interrupted).name
+        wrote = f"wrote all {len(done.written)} file(s)" + (" and committed them" if done.commit else "")
+        typer.echo(f"eaglepatch: interrupted ({name}) while writing: {wrote} first, so no file is left half done", err=True)
+        return 128 + done.interrupted
     return 0
 
 

@@ -141,7 +141,7 @@ def analyze(
     if tree.engine == "vllm":  # the vLLM profile (patcher/vllm_profile/)
         from .vllm_profile.plan import analyze_vllm
 
-        return analyze_vllm(tree, models or [], all_models, progress)
+        return analyze_vllm(tree, models or [], all_models, progress, excluded)
     cache = SourceCache(tree.srt, excluded)
     protocol = extract_protocol(tree, cache, extra_consumers, ignore, excluded, ignore_from)
     resolver = Resolver(tree, cache, excluded)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import Phase, given, note, settings
+from hypothesis import given, note, settings
 from hypothesis import strategies as st
 from invariant import added_members, apply_exit_code, apply_patch, check_fixes, disagreement, srt_relative
 from typer.testing import CliRunner
@@ -48,11 +48,8 @@ ATTRIBUTES = ("language_model", "model", "llm", "text_model", "lm")
 BINDINGS = (
     "plain", "annotated", "conditional", "method_returns", "function_returns", "base_init", "inherited_init",
     "tuple", "setattr", "add_module", "one_line",  # issue 24 item 5
+    "helper_assigns",  # `__init__` calls a method of the class that binds it (found by this test)
 )
-# known not to be read yet, each a strict xfail below: `__init__` calls a method that binds self.<attribute>
-# (the wrapper finder reads `__init__`, and what a method or helper *returns*, not what a method it calls
-# assigns); found by this test
-KNOWN_BROKEN = ("helper_assigns",)
 # a body with no members of its own, over a base class (in the file) that binds the model
 EMPTY_BODIES = ("pass", "ellipsis", "docstring")
 
@@ -62,7 +59,7 @@ RUNNER = CliRunner()
 @dataclass(frozen=True)
 class Shape:
     attribute: str
-    binding: str  # one of BINDINGS or KNOWN_BROKEN
+    binding: str  # one of BINDINGS
     empty_body: str | None  # with binding inherited_init or one_line: one of EMPTY_BODIES (None: members of its own)
     own_hooks: tuple[str, ...]  # hooks the wrapper already has (hand-written delegations)
     docstring: bool
@@ -347,18 +344,11 @@ def test_check_diff_apply_agree_on_generated_wrappers(shape: Shape):
     holds_invariant(shape)
 
 
-@pytest.mark.parametrize("binding", [
-    pytest.param(form, marks=pytest.mark.xfail(
-        strict=True, raises=AssertionError, reason="a model bound in a method __init__ calls: check says needs_code"))
-    for form in KNOWN_BROKEN
-])
-@settings(max_examples=5, deadline=None, phases=(Phase.explicit, Phase.generate))  # no shrinking: it fails today
+@pytest.mark.parametrize("binding", BINDINGS)
+@settings(max_examples=3, deadline=None)
 @given(data=st.data())
-def test_known_binding_forms(binding: str, data):
-    """Each form fails today: check says the wrapper holds no model (needs_code: diff and apply agree,
-    writing nothing, but the hooks the wrapper lacks are not fixed). A strict xfail each, so that a fix
-    shows up here as an XPASS (tuple assignment, setattr, add_module and the one-line body did, once
-    issue 24 item 5 landed)."""
+def test_every_binding_form_holds_the_invariant(binding: str, data):
+    """Each form drawn on purpose, so none is left to chance (`helper_assigns` was once read as holding no model)."""
     holds_invariant(data.draw(shapes(bindings=(binding,))))
 
 

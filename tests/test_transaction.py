@@ -253,19 +253,19 @@ def test_apply_with_nothing_missing_says_nothing_to_do(repo):
 
 
 @pytest.mark.parametrize(
-    "verb,changes,subject",
+    "command,changes,subject",
     [
-        ("added to", {"models/a.py": {"AForCausalLM": ["get_embed_and_head"]}}, "Add EAGLE-3 hooks to AForCausalLM"),
-        ("added to", {"models/a.py": {"A": ["x"]}, "models/b.py": {"B": ["x"], "C": ["y"]}}, "Add EAGLE-3 hooks to 3 model classes"),
-        ("added to", {"models/a.py": {"A" * 70: ["x"]}}, "Add EAGLE-3 hooks to 1 model class"),
-        ("removed from", {"models/a.py": {"Kimi": ["x"]}}, "Remove eaglepatch's hooks from Kimi"),
-        ("removed from", {f"models/m{i}.py": {f"C{i}": ["x"]} for i in range(85)}, "Remove eaglepatch's hooks from 85 model classes"),
+        ("apply", {"models/a.py": {"AForCausalLM": ["get_embed_and_head"]}}, "Add EAGLE-3 hooks to AForCausalLM"),
+        ("apply", {"models/a.py": {"A": ["x"]}, "models/b.py": {"B": ["x"], "C": ["y"]}}, "Add EAGLE-3 hooks to 3 model classes"),
+        ("apply", {"models/a.py": {"A" * 70: ["x"]}}, "Add EAGLE-3 hooks to 1 model class"),
+        ("revert", {"models/a.py": {"Kimi": ["x"]}}, "Remove eaglepatch's hooks from Kimi"),
+        ("revert", {f"models/m{i}.py": {f"C{i}": ["x"]} for i in range(85)}, "Remove eaglepatch's hooks from 85 model classes"),
     ],
 )
-def test_the_commit_subject_fits_72_columns_and_the_body_lists_every_change(verb, changes, subject):
-    from eaglepatch.cli import commit_message
+def test_the_commit_subject_fits_72_columns_and_the_body_lists_every_change(command, changes, subject):
+    from eaglepatch.rewrite.gitrepo import commit_message
 
-    message = commit_message(verb, changes)
+    message = commit_message(command, changes)
     lines = message.splitlines()
     assert lines[0] == subject and len(lines[0]) <= 72 and lines[1] == ""
     body = "\n".join(lines[2:])

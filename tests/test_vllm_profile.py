@@ -418,3 +418,40 @@ def test_revert_model_reverts_that_module_only_and_keeps_what_was_edited(tree):
     assert "class DeepVLForConditionalGeneration(Module, SupportsMultiModal, SupportsPP):" in text
     assert "def set_aux_hidden_state_layers" in text
     assert cli("revert", "--model", "nope", tree).exit_code == 2
+
+
+# -- nothing unread passes the gate ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["check", "diff", "apply"])
+def test_a_model_module_that_does_not_parse_stops_every_command(tree, command):
+    """It once dropped the module's classes from `check --all` (6 classes became 5) and exited 1."""
+    asr = tree / "vllm" / "model_executor" / "models" / "asr.py"
+    asr.write_text(asr.read_text() + "\ndef broken(:\n    pass\n")
+    before = {p: p.read_bytes() for p in tree.rglob("*.py")}
+    result = cli(command, "--all", tree)
+    assert result.exit_code == 2
+    line = len(asr.read_text().splitlines()) - 1
+    assert f"model_executor/models/asr.py:{line}: is not valid Python" in result.stderr
+    assert "--exclude model_executor/models/asr.py" in result.stderr
+    assert {p: p.read_bytes() for p in tree.rglob("*.py")} == before
+
+
+def test_an_excluded_vllm_module_is_not_read_and_is_named(tree):
+    asr = tree / "vllm" / "model_executor" / "models" / "asr.py"
+    asr.write_text(asr.read_text() + "\ndef broken(:\n    pass\n")
+    result = cli("check", "--all", "--format", "json", "--exclude", "model_executor/models/asr.py", tree)
+    assert result.exit_code == 1, result.stderr
+    data = json.loads(result.stdout)
+    assert "AsrForConditionalGeneration" not in {m["class"] for m in data["models"]}
+    assert any("model_executor/models/asr.py" in w and "--exclude" in w for w in data["warnings"])
+
+
+def test_a_vllm_consumer_that_does_not_parse_stops_the_gate(tree):
+    from eaglepatch.vllm_profile.protocol import CONSUMERS
+
+    rel = next(r for r in CONSUMERS if (tree / "vllm" / r).is_file())
+    path = tree / "vllm" / rel
+    path.write_text(path.read_text() + "\ndef broken(:\n    pass\n")
+    result = cli("check", "--all", tree)
+    assert result.exit_code == 2 and f"{rel}:" in result.stderr and f"--exclude {rel}" in result.stderr

@@ -33,13 +33,14 @@ from ..read.expressions import code_of, constant_as_name, on_self, parse_value, 
 from ..read.imports import ImportTable
 from ..read.source import SourceFile, _indent, _is_code
 from ..records import ClassInfo, InnerModel, Protocol, Signature, Unresolved, Wrapper
-from .class_index import MAX_BASE_DEPTH, ClassIndex, definition_ast, function_read
+from .class_index import MAX_BASE_DEPTH, ClassIndex, ClassText, definition_ast, function_read
 
 # a class name that says "model" (for an inner model class that lives in the wrapper's file)
 _MODEL_NAME = re.compile(r"(Model|ForCausalLM|ForConditionalGeneration|LMHeadModel)$")
 _NOT_LANGUAGE = re.compile(r"Vision|ViT|Visual|Image|Audio|Speech|Projector|Tower|Encoder|Patch|Config", re.IGNORECASE)
 _CALLEE = re.compile(r"^([A-Za-z_][\w.]*)[ \t]*\(")
 _BRACKET_TOKEN = re.compile(r'"{3}[\s\S]*?"{3}|\'{3}[\s\S]*?\'{3}|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|#[^\n]*|[()\[\]{}]')
+_SELF_METHOD_CALL = re.compile(r"\s*self\.(\w+)\(")  # a statement calling one of the class's methods
 _SUPER_INIT = re.compile(r"\bsuper\([^)]*\)\.__init__\(|\b\w+\.__init__\(\s*self\b")
 # a name that says "model" anywhere (`AutoModel.from_config`): an unresolved construction worth reporting
 _MODEL_WORD = re.compile(r"Model|ForCausalLM|ForConditionalGeneration|LLM")
@@ -224,20 +225,43 @@ class WrapperFinder:
         calls_super = init is None
         if init is not None:
             scope = InitScope(source, owner, start=init[0], end=init[1], class_name=name, caller=caller)
-            found = self.index.self_assignments(source, *init)
-            body_indent = min((assignment.indent for assignment in found), default=0)
-            for index, indent, attribute, value, unpacked_from, whole, starred, position in found:
-                conditional = indent > body_indent or self._nested(source, init, index)
-                end = statement_end(source.lines, index)
-                if not whole:
-                    value = assigned_value(source.lines, index, f"self.{attribute}", end) or ""
-                out.append(Assignment(source, index, end, conditional, attribute, value, scope, unpacked_from, starred, position))
+            out += self._assignments_in(source, init, scope, False)
+            for method, called_nested in self._methods_init_calls(source, text, init):
+                method_scope = InitScope(source, owner, start=method[0], end=method[1], class_name=name, caller=None)
+                out += self._assignments_in(source, method, method_scope, called_nested)
             calls_super = any(_SUPER_INIT.search(source.lines[i]) for i in range(init[0], init[1]))
         if calls_super and depth < MAX_BASE_DEPTH:
             for base in self.index.bases_of(text):
                 found_base = self.index.find_class(source, base)
                 if found_base is not None:
                     out += self.init_assignments(found_base[0], found_base[1], depth + 1, scope, owner)
+        return out
+
+    def _assignments_in(self, source: SourceFile, span: tuple[int, int], scope: InitScope, conditional: bool) -> list[Assignment]:
+        """The `self.X = ...` statements of the def at `span`, each conditional when it sits in a block
+        of the def's body (or the def itself is called from one)."""
+        out = []
+        found = self.index.self_assignments(source, *span)
+        body_indent = min((assignment.indent for assignment in found), default=0)
+        for index, indent, attribute, value, unpacked_from, whole, starred, position in found:
+            nested = conditional or indent > body_indent or self._nested(source, span, index)
+            end = statement_end(source.lines, index)
+            if not whole:
+                value = assigned_value(source.lines, index, f"self.{attribute}", end) or ""
+            out.append(Assignment(source, index, end, nested, attribute, value, scope, unpacked_from, starred, position))
+        return out
+
+    def _methods_init_calls(self, source: SourceFile, text: ClassText, init: tuple[int, int]) -> list[tuple[tuple[int, int], bool]]:
+        """The class's own methods `__init__` calls as a statement, `self._init_model(config)`: what they
+        bind on `self` is bound by `__init__` (each with whether the call sits in a block)."""
+        outline = self.index.cache.outline(source)
+        methods = {method: index for index, method in text.methods(outline) if method != "__init__"}
+        out: list[tuple[tuple[int, int], bool]] = []
+        for index in range(init[0] + 1, init[1]):
+            called = _SELF_METHOD_CALL.match(source.lines[index])
+            start = methods.get(called.group(1)) if called else None
+            if start is not None and all(span[0] != start for span, _ in out):
+                out.append(((start, outline.ends.get(start, start + 1)), self._nested(source, init, index)))
         return out
 
     @staticmethod

@@ -144,6 +144,24 @@ _OPERATIONS = (
 )
 
 
+def commit_message(command: str, changes: dict[str, dict[str, list[str]]]) -> str:
+    """A subject that fits 72 columns, the classes and members in the body (git's own advice).
+    `command` is "apply" or "revert"; `changes` is file -> class -> members."""
+    classes = sorted({cls for by_class in changes.values() for cls in by_class})
+    if command == "apply":
+        head, many, doing = "Add EAGLE-3 hooks to", "model classes", "Written by eaglepatch apply"
+    else:
+        head, many, doing = "Remove eaglepatch's hooks from", "model classes", "Removed by eaglepatch revert"
+    subject = f"{head} {classes[0]}" if len(classes) == 1 else f"{head} {len(classes)} {many}"
+    if len(subject) > 72:
+        subject = f"{head} 1 model class"
+    lines = [subject, "", f"{doing}:", ""]
+    for rel in sorted(changes):
+        for cls, members in sorted(changes[rel].items()):
+            lines.append(f"- {cls} ({rel}): {', '.join(members)}")
+    return "\n".join(lines) + "\n"
+
+
 def git_reason(stderr: str) -> str:
     """What git said, without its hints: the lines that tell why."""
     lines = [line.strip() for line in stderr.strip().splitlines()]

@@ -18,6 +18,8 @@ from .protocol import BASE, MIXIN, VllmProtocol
 from .tree import INTERFACES, TARGET_DICTS, ClassRef, VllmTree, is_stub, methods, module_of
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..analyze.resolve import Progress
     from ..pipeline import Analysis
     from ..read.locate import SourceTree
@@ -474,15 +476,22 @@ def _short_code(node: ast.expr, limit: int = 100) -> str:
 
 
 
-def analyze_vllm(tree: SourceTree, models: list[str], all_models: bool, progress: Progress | None = None) -> Analysis:
-    """The vLLM profile's pipeline: protocol -> wrappers -> plans, as a pipeline.Analysis."""
+def analyze_vllm(
+    tree: SourceTree, models: list[str], all_models: bool, progress: Progress | None = None, excluded: frozenset[Path] = frozenset()
+) -> Analysis:
+    """The vLLM profile's pipeline: protocol -> wrappers -> plans, as a pipeline.Analysis.  A module the
+    answer needed that could not be read stops it, every such module named (exit 2)."""
+    from ..errors import UnreadableFiles
     from ..pipeline import DEFAULT_MODEL, Analysis
     from ..read.source import SourceCache
     from .protocol import read_protocol
 
-    index = VllmTree(tree.srt)
+    index = VllmTree(tree.srt, excluded)
     protocol = read_protocol(index)
     records = protocol.as_protocol()
     planner = VllmPlanner(index, protocol, records)
     plans = planner.plans(None if all_models else (models or [DEFAULT_MODEL]), progress)
-    return Analysis(tree, SourceCache(tree.srt), records, plans, list(records.warnings), all_models)
+    if index.unread:
+        raise UnreadableFiles(list(index.unread.values()), list(index.unread))
+    warnings = list(records.warnings) + [f"{index.rel(p)}: left out by --exclude: not read, and not checked" for p in sorted(excluded)]
+    return Analysis(tree, SourceCache(tree.srt), records, plans, warnings, all_models)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..errors import EaglepatchError
 from ..records import Protocol, ProtocolMember, Use
-from .tree import INTERFACES, VllmTree, is_stub, methods
+from .tree import INTERFACES, VllmTree, is_stub, methods, unreadable
 
 BASE = "SupportsEagle3"
 MIXIN = "EagleModelMixin"
@@ -93,12 +93,12 @@ def _read_consumers(tree: VllmTree, protocol: VllmProtocol) -> None:
     called: set[str] = set()
     for rel in CONSUMERS:
         path = tree.package / rel
-        if not path.is_file():
+        if not path.is_file() or (tree.excluded and path.resolve() in tree.excluded):
             continue
         try:
             module = ast.parse(path.read_bytes())
-        except SyntaxError:
-            protocol.warnings.append(f"{rel} is not valid Python: its EAGLE-3 calls were not read")
+        except (SyntaxError, ValueError) as exc:  # its EAGLE-3 calls could not be read: the gate does not pass
+            tree.unread[rel] = unreadable(rel, exc)
             continue
         for func in ast.walk(module):
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -48,8 +48,10 @@ class ClassRef:
 class VllmTree:
     """The `.py` modules below the vllm package folder, parsed on first use."""
 
-    def __init__(self, package: Path):
+    def __init__(self, package: Path, excluded: frozenset[Path] = frozenset()):
         self.package = package
+        self.excluded = excluded  # resolved paths the user left out (--exclude): never read
+        self.unread: dict[str, EaglepatchError] = {}  # rel -> why a module the answer needed could not be read
         self._files: dict[str, Path] | None = None
         self._modules: dict[str, Module | None] = {}
 
@@ -72,11 +74,12 @@ class VllmTree:
         if name not in self._modules:
             self._modules[name] = None
             path = self.files.get(name)
-            if path is not None:
+            if path is not None and not (self.excluded and path.resolve() in self.excluded):
+                rel = self.rel(path)
                 try:
-                    self._modules[name] = _read(name, path, self.rel(path))
-                except (SyntaxError, UnicodeDecodeError, ValueError):
-                    self._modules[name] = None
+                    self._modules[name] = _read(name, path, rel)
+                except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
+                    self.unread[rel] = unreadable(rel, exc)
         return self._modules[name]
 
     def required(self, name: str) -> Module:
@@ -152,6 +155,15 @@ class VllmTree:
                     entries[arch] = (where[0], where[1])
             dicts[target.id] = entries
         return dicts
+
+
+def unreadable(rel: str, exc: Exception) -> EaglepatchError:
+    """The one line a module the profile could not read gets: what the parser said, where, and the fix."""
+    if isinstance(exc, SyntaxError):
+        return EaglepatchError(f"is not valid Python ({exc.msg}); fix the syntax error", path=rel, line=exc.lineno)
+    if isinstance(exc, UnicodeDecodeError):
+        return EaglepatchError("is not UTF-8 text; re-encode it as UTF-8", path=rel)
+    return EaglepatchError(f"is not Python source ({exc}); fix or remove it", path=rel)
 
 
 def module_of(entry: str) -> str:
