@@ -22,10 +22,11 @@ import pytest
 from typer.testing import CliRunner
 
 from eaglepatch.analyze.body_reader import read_body
-from eaglepatch.analyze.synthesize import SelfUse, module_names_in
+from eaglepatch.analyze.synthesize import module_names_in
 from eaglepatch.cli import app
 from eaglepatch.codemods.retarget import body_reads
 from eaglepatch.read.source import SourceCache, block_start
+from eaglepatch.records import SelfUse
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHECKOUT = REPO_ROOT / "fixtures" / "checkout"

@@ -12,7 +12,7 @@ import libcst as cst
 
 from ..codemods.names import dotted_name
 from ..codemods.retarget import body_reads
-from .synthesize import SelfUse
+from ..records import SelfUse
 
 
 def receiver_of(node: cst.FunctionDef) -> str | None:

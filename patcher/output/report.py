@@ -7,13 +7,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..records import MemberPlan, ModelPlan, ProtocolMember
+from ..records import MemberPlan, ModelPlan, ProtocolMember, Synthesis
 from .baseline import gap_keys
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..analyze.synthesize import Synthesis
     from ..pipeline import Analysis
     from .baseline import Gate
 
