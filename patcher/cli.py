@@ -270,8 +270,8 @@ def _console(stderr: bool = False, quiet: bool = False):
 
 
 def _selection(path, models, consumers, all_models, ignore, installed, python, engine: Optional[Engine], exclude=None):
-    """The command's flags as a pipeline.Selection (the analysis and the result cache's key read the same one)."""
-    from .pipeline import Selection
+    """The command's flags as a selection.Selection (the analysis and the result cache's key read the same one)."""
+    from .selection import Selection
 
     return Selection(
         path, list(models or []), all_models, list(consumers or []), list(ignore or []), installed, python,
@@ -760,10 +760,11 @@ def revert(
 ) -> None:
     """Remove exactly the members eaglepatch added (and the imports only they used)."""
     from .errors import EaglepatchError
-    from .pipeline import Selection, resolve_selection
+    from .pipeline import resolve_selection
     from .read.source import SourceCache
     from .read.style import load_style
     from .rewrite.edits import revert_edits
+    from .selection import Selection
 
     try:
         vllm = _vllm_tree(path, installed or bool(python))

@@ -250,7 +250,8 @@ def test_same_shape_gets_bodies_learned_from_the_reference(tree: Path):
 LIBRARY_PROBE = """\
 import sys
 from pathlib import Path
-from eaglepatch.pipeline import Selection, analyze
+from eaglepatch.pipeline import analyze
+from eaglepatch.selection import Selection
 analysis = analyze(Selection(Path(sys.argv[1]), [sys.argv[2]]))
 fixes = sorted({e.fix.kind for p in analysis.plans for e in p.fixes})
 print("eaglepatch.analyze.synthesize" in sys.modules, ",".join(fixes))

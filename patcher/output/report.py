@@ -13,7 +13,7 @@ from .baseline import gap_keys
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..pipeline import Analysis
+    from ..selection import Analysis
     from .baseline import Gate
 
 

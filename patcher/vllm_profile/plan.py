@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..errors import EaglepatchError
 from ..records import ClassInfo, Fix, InnerModel, MemberPlan, ModelPlan, Protocol, Signature, Status, Unresolved, Wrapper
+from ..selection import DEFAULT_MODEL, Analysis
 from .protocol import BASE, MIXIN, VllmProtocol
 from .tree import INTERFACES, TARGET_DICTS, ClassRef, VllmTree, is_stub, methods, module_of
 
@@ -469,8 +470,7 @@ def _short(node: ast.expr, limit: int = 100) -> str:
 
 
 def analyze_vllm(tree, models: list[str], all_models: bool, progress=None):
-    """The vLLM profile's pipeline: protocol -> wrappers -> plans, as a pipeline.Analysis."""
-    from ..pipeline import DEFAULT_MODEL, Analysis
+    """The vLLM profile's pipeline: protocol -> wrappers -> plans, as a selection.Analysis."""
     from ..read.source import SourceCache
     from .protocol import read_protocol
 
