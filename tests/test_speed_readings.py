@@ -728,10 +728,10 @@ CODE_OF_LINES = [
 
 @pytest.mark.parametrize("line", CODE_OF_LINES)
 def test_code_of_a_line_is_the_comment_pattern_s(line):
-    from eaglepatch.read.bindings import _COMMENT, _code_of
+    from eaglepatch.read.expressions import _COMMENT, code_of_line
 
     expected = next((line[: m.start()] for m in _COMMENT.finditer(line) if m.group().startswith("#")), line)
-    assert _code_of(line) == expected
+    assert code_of_line(line) == expected
 
 
 # --------------------------------------------------------------------------- a shared body's key, from the slice's text

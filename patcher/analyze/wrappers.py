@@ -24,12 +24,11 @@ from ..read.bindings import (
     Scope,
     assigned_value,
     may_bind_self,
-    one_line,
     other_self_bindings,
     statement_end,
     statements,
 )
-from ..read.expressions import code_of, constant_as_name, on_self, parse_value, root_name
+from ..read.expressions import code_of, constant_as_name, on_self, one_line, parse_value, root_name
 from ..read.imports import ImportTable
 from ..read.source import SourceFile, _indent, _is_code
 from ..records import ClassInfo, InnerModel, Protocol, Signature, Unresolved, Wrapper
