@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import overload
@@ -20,15 +19,13 @@ from ..codemods.contract import run_command
 from ..codemods.normalize_imports import NormalizeAddedImports, space_opened_block
 from ..codemods.retarget import ExplodeLongLiterals, Retarget, body_reads
 from ..errors import EaglepatchError
-from ..read.imports import ImportTable
 from ..read.meanings import TYPE_ONLY, UNKNOWN, inner_meaning
 from ..read.scopes import scope_of
 from ..read.source import CutText, SourceCache, SourceFile, parse_module
 from ..read.style import DEFAULT_STYLE, FormatStyle
 from ..records import MemberPlan, ModelPlan
+from .star_imports import star_imported_names
 from .verify import prove_edit
-
-_TOP_ASSIGN = re.compile(r"^(\w+)\s*(?::[^=]*)?=", re.MULTILINE)
 
 
 @dataclass
@@ -46,23 +43,6 @@ class FileEdit:
     @property
     def changed(self) -> bool:
         return self.original != self.updated
-
-
-def defined_here(cache: SourceCache, source: SourceFile) -> set[str]:
-    """Names a module defines itself at top level: classes, functions, assignments (once per file)."""
-    table = cache.defined_here
-    names = table.get(source.path)
-    if names is None:
-        names = {name for _, indent, _, name in cache.outline(source).headers if indent == 0}
-        names |= set(_TOP_ASSIGN.findall(source.text))
-        table[source.path] = names
-    return names
-
-
-def module_names(cache: SourceCache, source: SourceFile, tree) -> set[str]:
-    """Names a module binds at top level: its imports and what it defines itself (a cheap reading, for
-    revert; what a copied signature needs is read with scope analysis, patcher/read/scopes.py)."""
-    return set(ImportTable.of(cache, source, tree).names) | defined_here(cache, source)
 
 
 def delegation_for(
@@ -245,7 +225,6 @@ def revert_edits(
     (a delegation counts as unchanged at the tree's line length, or at black's default)."""
     from ..codemods.add_delegations import LEARNED, MARKER
     from ..codemods.remove_delegations import RemoveDelegations
-    from .star_imports import star_imported_names
 
     if models:
         paths: list[Path] = []

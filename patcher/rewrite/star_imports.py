@@ -9,9 +9,8 @@ import libcst as cst
 
 from ..codemods.names import dotted_name
 from ..errors import EaglepatchError
-from ..read.imports import module_path
+from ..read.imports import module_names, module_path
 from ..read.source import SourceCache, SourceFile
-from .edits import module_names
 
 _ALL = re.compile(r"^__all__\s*[:=+]", re.MULTILINE)
 
