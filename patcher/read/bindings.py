@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from .expressions import code_of_line, on_self, parse_statement, parse_value, source_code
-from .source import SourceFile, _indent, _scan, has_word
+from .source import SourceFile, bracket_scan, has_word, indent_width
 
 _CONTINUED = re.compile(r"\\[ \t]*$")
 _TARGET = re.compile(r"[ \t]*([A-Za-z_][\w.]*)[ \t]*(?::[^=\n]*)?=(?!=)")  # `name =`, `self.x: T =`
@@ -33,7 +33,7 @@ def statement_end(lines: Sequence[str], index: int) -> int:
     depth, in_string = 0, None
     for i in range(index, len(lines)):
         line = lines[i]
-        depth, in_string = _scan(line, depth, in_string)
+        depth, in_string = bracket_scan(line, depth, in_string)
         if depth <= 0 and in_string is None and not _CONTINUED.search(line):
             return i + 1
     return len(lines)
@@ -225,7 +225,7 @@ class InitScope(Scope):
                 match = _SUPER_CALL.search(lines[index])
                 if match is None:
                     continue
-                call = _init_call(lines[index : statement_end(lines, index)], _indent(lines[index]))
+                call = _init_call(lines[index : statement_end(lines, index)], indent_width(lines[index]))
                 if call is not None:
                     key = (match.group(1) or "").rsplit(".", 1)[-1]
                     self._calls.setdefault(key, (call, bool(match.group(1))))
@@ -258,7 +258,7 @@ def _parse_signature(header: str) -> Function | None:
 
 def _init_call(lines: Sequence[str], indent: int) -> ast.Call | None:
     """The `....__init__(...)` call in a statement (`super().__init__(...)`, possibly wrapped)."""
-    return _parse_init_call("\n".join(line[indent:] if _indent(line) >= indent else line.lstrip() for line in lines))
+    return _parse_init_call("\n".join(line[indent:] if indent_width(line) >= indent else line.lstrip() for line in lines))
 
 
 @functools.lru_cache(maxsize=2048)

@@ -12,7 +12,7 @@ from ..errors import EaglepatchError
 from .bindings import statement_end
 from .expressions import dotted_name
 from .locate import SourceTree
-from .source import _IMPORT, SourceCache, SourceFile, _indent
+from .source import IMPORT_LINE, SourceCache, SourceFile, indent_width
 
 _TOP_ASSIGN = re.compile(r"^(\w+)\s*(?::[^=]*)?=", re.MULTILINE)
 _EXCEPT = re.compile(r"^([ \t]*)except\b[^\n]*:[ \t]*(?:#.*)?$")
@@ -103,8 +103,8 @@ class ImportTable:
                 continue
             own = len(match.group(1))
             inner = index + 1
-            while inner < len(lines) and (not lines[inner].strip() or _indent(lines[inner]) > own):
-                if _IMPORT.match(lines[inner]):
+            while inner < len(lines) and (not lines[inner].strip() or indent_width(lines[inner]) > own):
+                if IMPORT_LINE.match(lines[inner]):
                     end = statement_end(lines, inner)
                     texts.append("\n".join(line.strip() for line in lines[inner:end]))
                     inner = end

@@ -11,7 +11,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
 from ..analyze.class_index import signature_node
-from ..analyze.forms import Import, WrapperSpelling, _Pending, respelled_signature
+from ..analyze.forms import Import, PendingSpelling, WrapperSpelling, respelled_signature
 from ..analyze.resolve import one_path_per_file
 from ..analyze.synthesize import learned_synthesis
 from ..codemods.add_delegations import LINE_LENGTH, AddDelegations, Delegation
@@ -98,7 +98,7 @@ def learned_for(
     reference_scope = scope_of(cache, reference_source, frozenset({reference.owner.name}))
     func = node.with_changes(params=form.params, returns=form.returns, leading_lines=[], decorators=[])
     module, reads = body_reads(func)
-    pending = _Pending()
+    pending = PendingSpelling()
     spelled: dict = {}
     for name, nodes in reads.items():
         meaning = inner_meaning(reference_scope, spelling.exports, name, None, None, lazy=True)
