@@ -32,9 +32,11 @@ DIR/<engine>-<version>/ holds, as NAME.stdout, NAME.stderr and NAME.exit:
 
 Every command runs with EAGLEPATCH_NO_CACHE=1 (and --no-cache where it takes it), no colour,
 COLUMNS=120, a journal folder of its own, and no CI variables.  An error is an output like any
-other (explain on a vLLM tree, vLLM 0.9.2, a release without the default model: exit 2, recorded). The only normalisation: the temporary folder a
-copy lives in is written as <tmp>. DIR/meta.json (the commit, the time taken) is not compared.
-Commands run in parallel, -j at a time (default: one a core). The whole record (23 releases,
+other (explain on a vLLM tree, vLLM 0.9.2, a release without the default model: exit 2, recorded).
+The only normalisation: the temporary folder a copy lives in is written as <tmp>.  DIR/meta.json
+(the commit, the package the CLI ran, the time taken) is not compared.
+
+Commands run in parallel, -j at a time (default: one a core).  The whole record (23 releases,
 about 1430 outputs) is some 650 s of CPU: 5 to 6 minutes on 2 idle cores, 8.5 measured on 2 cores
 shared with other work.  `--only VERSION` records (or compares) just that release, for a quick look.
 """
@@ -195,7 +197,8 @@ def record(out: Path, workers: int, only: list[str]) -> int:
     seconds = round(time.monotonic() - start, 1)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
     dirty = bool(subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain"], capture_output=True, text=True, check=False).stdout.strip())
-    meta = {"commit": commit, "dirty": dirty, "releases": [f"{e}-{v}" for e, v in releases], "seconds": seconds, "workers": workers}
+    package = subprocess.run([sys.executable, "-c", "import eaglepatch; print(eaglepatch.__file__)"], capture_output=True, text=True, check=False)
+    meta = {"commit": commit, "dirty": dirty, "package": package.stdout.strip(), "releases": [f"{e}-{v}" for e, v in releases], "seconds": seconds, "workers": workers}
     (out / META).write_text(json.dumps(meta, indent=2) + "\n")
     print(f"golden: {len(releases)} releases recorded in {out} in {seconds}s ({workers} at a time)")
     return 0
