@@ -8,7 +8,7 @@ DEMO   := build/demo
 JOBS   ?= auto
 XDIST  := -n $(JOBS) --dist loadgroup
 
-.PHONY: venv demo test test-fast test-integration test-offline-proof lint typecheck bench history update-releases readme clean
+.PHONY: venv demo test test-fast test-integration test-offline-proof lint typecheck bench history update-releases readme golden clean
 
 $(BIN)/eaglepatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,11 @@ update-releases: venv
 # Regenerate README.md's sample outputs from fixtures/checkout (tests/test_readme_samples.py checks them).
 readme: venv
 	$(BIN)/python tools/readme_samples.py --write
+
+# Every output of the CLI (check in each format, diff, apply, revert, explain) on every pinned SGLang
+# and vLLM release, into build/golden/<short sha>: compare two with `tools/golden.py compare A B`.
+golden: venv
+	$(BIN)/python tools/golden.py record build/golden/$$(git rev-parse --short HEAD)
 
 clean:
 	rm -rf $(VENV) build .cache .pytest_cache

@@ -156,7 +156,8 @@ def print_pairs(title: str, rows: list[dict]) -> None:
 
 def decoded_files(srt: Path, model: str) -> list[str]:
     """The files `check --model MODEL` decodes (read into its SourceCache), found by running it here."""
-    from eaglepatch.pipeline import Selection, analyze
+    from eaglepatch.pipeline import analyze
+    from eaglepatch.selection import Selection
 
     analysis = analyze(Selection(srt, [model]))
     return sorted(str(path) for path in analysis.cache._files)

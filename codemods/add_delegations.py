@@ -447,7 +447,7 @@ class AddDelegations(VisitorCommand):
                 continue
             text = render_delegation(delegation, unit, newline, self.line_length)
             # a statement first, so the marker comment belongs to the def, not the module header
-            parsed = cst.parse_module("pass" + newline + _dedent(text, unit), config=module.config_for_parsing)
+            parsed = cst.parse_module("pass" + newline + dedent_text(text, unit), config=module.config_for_parsing)
             blank = cst.EmptyLine(indent=False, newline=cst.Newline())
             for stmt in parsed.body[1:]:  # a settable member is two: the property and its setter
                 leading = [line for line in stmt.leading_lines if line.comment is not None]
@@ -472,6 +472,6 @@ def indented_block(suite: cst.SimpleStatementSuite) -> cst.IndentedBlock:
     return cst.IndentedBlock(header=suite.trailing_whitespace, body=[cst.SimpleStatementLine(body=[s]) for s in kept])
 
 
-def _dedent(text: str, unit: str) -> str:
+def dedent_text(text: str, unit: str) -> str:
     lines = text.splitlines(keepends=True)
     return "".join(line[len(unit) :] if line.startswith(unit) else line for line in lines)

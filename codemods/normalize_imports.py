@@ -67,7 +67,7 @@ class NormalizeAddedImports(cst.CSTTransformer):
                 continue
             at = _stdlib_place(rest, statement, self.force_sort, self.order_by_type)
             if at is None:  # no standard-library block yet: it opens one before the file's first other import
-                at = next((i for i, s in enumerate(rest) if _opens_imports(s)), None)
+                at = next((i for i, s in enumerate(rest) if opens_imports(s)), None)
                 if at is None or at == index or _new_from_import(rest[at], self.added, self.present) is not None:
                     continue
                 moved = statement.with_changes(leading_lines=rest[at].leading_lines)
@@ -292,7 +292,7 @@ def _stdlib_place(body: list[Statement], statement: Statement, force_sort: bool 
     return last + 1
 
 
-def _opens_imports(statement: Statement) -> bool:
+def opens_imports(statement: Statement) -> bool:
     """A top-level import line other than `from __future__ import ...`."""
     if not isinstance(statement, cst.SimpleStatementLine) or not _is_import(statement):
         return False
@@ -353,7 +353,7 @@ def _closing(node: cst.ImportFrom) -> cst.BaseParenthesizableWhitespace:
     return cst.SimpleWhitespace("")
 
 
-def _blank_prefix(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
+def blank_prefix(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
     """The blank lines above a statement's first comment line."""
     out = []
     for line in lines:
@@ -371,14 +371,14 @@ def space_opened_block(before: cst.Module, after: cst.Module) -> cst.Module:
     """In a file with no import (bar `from __future__`), the imports this run added open the file's
     import block right above its first statement: they take that statement's blank lines, and the
     statement gets black's two blank lines (one above code that is not a def or class)."""
-    if any(_opens_imports(s) for s in before.body):
+    if any(opens_imports(s) for s in before.body):
         return after
     body = list(after.body)
-    first = next((i for i, s in enumerate(body) if _opens_imports(s)), None)
+    first = next((i for i, s in enumerate(body) if opens_imports(s)), None)
     if first is None:
         return after
     last = first
-    while last + 1 < len(body) and _opens_imports(body[last + 1]):
+    while last + 1 < len(body) and opens_imports(body[last + 1]):
         last += 1
     if last + 1 >= len(body):
         return after
@@ -387,7 +387,7 @@ def space_opened_block(before: cst.Module, after: cst.Module) -> cst.Module:
     old = next((s for s in before.body if not _is_docstring(s) and not (isinstance(s, cst.SimpleStatementLine) and _is_import(s))), None)
     if old is None:
         return after
-    blanks = _blank_prefix(old.leading_lines)
+    blanks = blank_prefix(old.leading_lines)
     rest = list(old.leading_lines)[len(blanks) :]
     spacing = [cst.EmptyLine(indent=False)] * (2 if _defines(statement) else 1)
     body[first] = body[first].with_changes(leading_lines=blanks)

@@ -20,10 +20,10 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import GatherUnusedImportsVisitor
 from libcst.metadata import MetadataWrapper
 
-from .add_delegations import Delegation, _dedent, learned_digest, parse_marker, render_delegation
+from .add_delegations import Delegation, dedent_text, learned_digest, parse_marker, render_delegation
 from .contract import VisitorCommand
 from .names import LINE_LENGTH, cst_dotted_name
-from .normalize_imports import Statement, _blank_prefix, _opens_imports
+from .normalize_imports import Statement, blank_prefix, opens_imports
 
 
 def _marker(func: cst.FunctionDef) -> tuple[str, list[str]] | None:
@@ -54,7 +54,7 @@ def _is_pristine(func: cst.FunctionDef, attribute: str, module: cst.Module, unit
     printer = cst.Module(body=[], default_indent=unit, default_newline=newline)
     actual = printer.code_for_node(func.with_changes(leading_lines=[]))
     for width in widths:
-        expected = _dedent(render_delegation(delegation, unit, newline, width), unit)
+        expected = dedent_text(render_delegation(delegation, unit, newline, width), unit)
         if actual == expected.split(newline, 1)[1]:  # the marker line is in leading_lines
             return True
     return False
@@ -137,7 +137,7 @@ class RemoveDelegations(VisitorCommand):
                 pending = None
             body.append(stmt)
         if follows:
-            imports_left = any(_opens_imports(s) for s in body)
+            imports_left = any(opens_imports(s) for s in body)
             for index, (gone, above) in follows.items():
                 body[index] = _spaced_after_drop(body[index], gone, above, imports_left)
         return updated_node.with_changes(body=body)
@@ -148,12 +148,12 @@ def _spaced_after_drop(stmt: Statement, gone: cst.SimpleStatementLine, above: St
     an import line that opened an import block took the block's blank lines above it (the block's
     first line kept one blank line); one that opened the file's only block gave the statement below
     black's blank lines (see codemods/normalize_imports.py)."""
-    if _opens_imports(stmt) and (above is None or not _opens_imports(above)):
+    if opens_imports(stmt) and (above is None or not opens_imports(above)):
         return stmt.with_changes(leading_lines=gone.leading_lines)
     if not stmt.leading_lines:
         return stmt.with_changes(leading_lines=gone.leading_lines)
     if not imports_left:
-        blanks = _blank_prefix(stmt.leading_lines)
+        blanks = blank_prefix(stmt.leading_lines)
         return stmt.with_changes(leading_lines=[*gone.leading_lines, *list(stmt.leading_lines)[len(blanks) :]])
     return stmt
 

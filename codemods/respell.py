@@ -24,7 +24,7 @@ class FreeName:
     in_string: bool  # inside a string annotation: evaluated later, in the module's globals
 
 
-def _is_literal_subscript(node: cst.Subscript) -> bool:
+def is_literal_subscript(node: cst.Subscript) -> bool:
     """`Literal["a", "b"]`: its strings are values, not forward references."""
     value = node.value
     return (isinstance(value, cst.Name) and value.value == "Literal") or (
@@ -32,7 +32,7 @@ def _is_literal_subscript(node: cst.Subscript) -> bool:
     )
 
 
-def _parse_string(node: cst.SimpleString) -> cst.BaseExpression | None:
+def parse_string(node: cst.SimpleString) -> cst.BaseExpression | None:
     value = node.evaluated_value
     if not isinstance(value, str):
         return None
@@ -63,16 +63,16 @@ class _FreeNames(cst.CSTVisitor):
         return False
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
-        if self.annotation and _is_literal_subscript(node):
+        if self.annotation and is_literal_subscript(node):
             self._literal += 1
 
     def leave_Subscript(self, original_node: cst.Subscript) -> None:
-        if self.annotation and _is_literal_subscript(original_node):
+        if self.annotation and is_literal_subscript(original_node):
             self._literal -= 1
 
     def visit_SimpleString(self, node: cst.SimpleString) -> bool:
         if self.annotation and not self._literal:
-            parsed = _parse_string(node)
+            parsed = parse_string(node)
             if parsed is None:
                 self.unreadable = True
                 return False
@@ -123,11 +123,11 @@ class Respell(cst.CSTTransformer):
             self._bound.add(id(node.keyword))
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
-        if self.annotation and _is_literal_subscript(node):
+        if self.annotation and is_literal_subscript(node):
             self._literal += 1
 
     def leave_Subscript(self, original_node: cst.Subscript, updated_node: cst.Subscript) -> cst.Subscript:
-        if self.annotation and _is_literal_subscript(original_node):
+        if self.annotation and is_literal_subscript(original_node):
             self._literal -= 1
         return updated_node
 
@@ -140,7 +140,7 @@ class Respell(cst.CSTTransformer):
     def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
         if not self.annotation or self._literal:
             return updated_node
-        parsed = _parse_string(original_node)
+        parsed = parse_string(original_node)
         if parsed is None:
             return updated_node
         respelled = parsed.visit(Respell(self.lazy, self.lazy, True, in_string=True))

@@ -24,11 +24,11 @@ if TYPE_CHECKING:  # `check` answered from the cache imports none of these
 
     from .cache import ResultCache
     from .errors import EaglepatchError
-    from .pipeline import Analysis, Selection
     from .read.locate import SourceTree
     from .records import MemberPlan, ModelPlan
     from .rewrite.edits import FileEdit
     from .rewrite.gitrepo import WorkTree
+    from .selection import Analysis, Selection
 
     Resolved = tuple[SourceTree, Selection, list[Path]]  # what pipeline.resolve_selection returns
 
@@ -295,8 +295,8 @@ def _selection(
     engine: Optional[Engine],
     exclude: Optional[list[str]] = None,
 ) -> Selection:
-    """The command's flags as a pipeline.Selection (the analysis and the result cache's key read the same one)."""
-    from .pipeline import Selection
+    """The command's flags as a selection.Selection (the analysis and the result cache's key read the same one)."""
+    from .selection import Selection
 
     return Selection(
         path, list(models or []), all_models, list(consumers or []), list(ignore or []), installed, python,
@@ -757,10 +757,11 @@ def revert(
 ) -> None:
     """Remove exactly the members eaglepatch added (and the imports only they used)."""
     from .errors import EaglepatchError
-    from .pipeline import Selection, resolve_selection
+    from .pipeline import resolve_selection
     from .read.source import SourceCache
     from .read.style import load_style
     from .rewrite.edits import revert_edits
+    from .selection import Selection
 
     try:
         vllm = _vllm_tree(path, installed or bool(python))

@@ -3,59 +3,21 @@
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import EaglepatchError
 from .read.locate import SourceTree, locate_tree
-from .read.style import DEFAULT_STYLE, FormatStyle
+from .read.style import FormatStyle
+from .selection import DEFAULT_MODEL, Analysis, Selection
 
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
     from .analyze.resolve import Progress
-    from .analyze.synthesize import HookLibrary, _Fit
+    from .analyze.synthesize import HookLibrary
     from .read.source import SourceCache
-    from .records import CallShape, MemberPlan, ModelPlan, Protocol, Signature, Wrapper
+    from .records import CallShape, MemberPlan, ModelPlan, Signature, SynthesisFit, Wrapper
 
-DEFAULT_MODEL = "kimi_k25"
 MAX_ADOPTION_ROUNDS = 3
-
-
-@dataclass
-class Analysis:
-    tree: SourceTree
-    cache: SourceCache
-    protocol: Protocol
-    plans: list[ModelPlan]
-    warnings: list[str] = field(default_factory=list)
-    all_models: bool = False
-    style: FormatStyle = DEFAULT_STYLE  # the tree's black and isort settings: what apply writes is laid out for them
-
-    @property
-    def missing_count(self) -> int:
-        """Required members absent from the classes looked at, writable or not."""
-        return sum(len(p.required_gaps) for p in self.plans)
-
-    @property
-    def fix_count(self) -> int:
-        """Members `apply` would write."""
-        return sum(len(p.fixes) for p in self.plans)
-
-
-@dataclass
-class Selection:
-    """What the user asked for, flags and [tool.eaglepatch] merged (flags win)."""
-
-    path: Path | str | None = None
-    models: list[str] = field(default_factory=list)
-    all_models: bool = False
-    consumers: list[str] = field(default_factory=list)  # paths or globs, relative to srt or absolute
-    ignore: list[str] = field(default_factory=list)
-    installed: bool = False
-    python: str | None = None
-    engine: str | None = None  # "sglang" | "vllm"; None: what the tree's shape says
-    exclude: list[str] = field(default_factory=list)  # paths or globs never read, relative to srt or absolute
-    ignore_from: dict[str, str] = field(default_factory=dict)  # member -> "--ignore" or the pyproject.toml naming it
 
 
 def resolve_selection(selection: Selection) -> tuple[SourceTree, Selection, list[Path]]:
@@ -161,7 +123,7 @@ def analyze(
     style = load_style(tree.models, tree.given)
     libraries: list[HookLibrary] = []  # the hook library, built when a first class needs a body learned (most runs need none)
 
-    def synthesize(entry: MemberPlan, wrapper: Wrapper) -> _Fit:
+    def synthesize(entry: MemberPlan, wrapper: Wrapper) -> SynthesisFit:
         if not libraries:
             from .analyze.synthesize import HookLibrary
 

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
-
-if TYPE_CHECKING:
-    from .analyze.synthesize import Synthesis
+from typing import Literal
 
 # Which model a use is made on, and which part a model class plays when SGLang serves it.
 UseRole = Literal["target", "draft", "unknown"]
@@ -223,3 +220,70 @@ class ModelPlan:
     @property
     def required_gaps(self) -> list[MemberPlan]:
         return [m for m in self.missing if m.required]
+
+
+# --------------------------------------------------------------------------- learned hooks (analyze/synthesize.py)
+
+
+@dataclass(frozen=True)
+class SelfUse:
+    """One `self.a.b.c` in a hook body: the chain after `self`, and how it is used."""
+
+    chain: tuple[str, ...]
+    store: bool  # assigned or deleted (not only read)
+
+
+@dataclass
+class Reference:
+    """A hook as a class of the tree implements it, with what its body needs."""
+
+    member: str
+    owner: ClassInfo
+    signature: Signature
+    backbone: InnerModel  # the bare backbone the body reaches through
+    config_path: tuple[str, ...] | None  # from `self.config` to the backbone's config; None: not seen
+    self_uses: list[SelfUse]
+    free_names: list[str]  # module-level names the body reads (imports, globals, builtins)
+    knows_pp: bool  # the class keeps `self.pp_group`
+    ties: bool  # its __init__ handles tie_word_embeddings
+    unportable: str = ""  # why this body cannot be taken anywhere else
+    shared_by: int = 1  # classes of the tree with the same body
+
+    @property
+    def label(self) -> str:
+        return f"{self.owner.file}:{self.owner.name}"
+
+    @property
+    def pp_in_body(self) -> bool:
+        return any(u.chain[0] == "pp_group" for u in self.self_uses) or "get_pp_group" in self.free_names
+
+    @property
+    def model_imports(self) -> int:
+        """Private names of its module the body reads: the fewer, the less it drags along."""
+        return sum(1 for name in self.free_names if name.startswith("_"))
+
+
+@dataclass(frozen=True)
+class Synthesis:
+    """How to write one learned hook into one class: the reference, and what its `self.` chains become."""
+
+    reference: Reference
+    backbone: str  # the attribute of the class fixed that holds its backbone
+    config_path: tuple[str, ...]  # the class's path from `self.config` to its backbone's config
+
+    def renames(self) -> dict[tuple[str, ...], tuple[str, ...]]:
+        """Prefix of a `self.` chain in the reference -> what it is in the class fixed."""
+        ref = self.reference
+        out: dict[tuple[str, ...], tuple[str, ...]] = {(ref.backbone.attribute,): (self.backbone,)}
+        if ref.config_path is not None:
+            key = ("config", *ref.config_path)  # not `out[("config", *...)]`: a syntax error before 3.11
+            out[key] = ("config", *self.config_path)
+        return out
+
+
+@dataclass
+class SynthesisFit:
+    """What HookLibrary.fit found for one member of one class: the learned body to write, else why none."""
+
+    synthesis: Synthesis | None = None
+    why: str = ""

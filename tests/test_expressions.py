@@ -17,12 +17,13 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from eaglepatch.read.bindings import assigned_value, one_line, statements
+from eaglepatch.read.bindings import assigned_value, statements
 from eaglepatch.read.expressions import (
     code_of,
     constant_as_name,
     dotted_name,
     on_self,
+    one_line,
     parse_value,
     remember,
     root_name,

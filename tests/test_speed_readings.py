@@ -124,11 +124,11 @@ def test_the_models_a_class_holds_are_read_again_once_members_are_adopted(tmp_pa
 def _per_line_attributes(lines, text) -> list[tuple[int, str]]:
     """The reading `_class_attributes` replaces: `_CLASS_ATTR` matched line by line at the body's indent."""
     from eaglepatch.analyze.class_index import _CLASS_ATTR
-    from eaglepatch.read.source import _indent
+    from eaglepatch.read.source import indent_width
 
     out = []
     for index, line in enumerate(lines[text.header + 1 : text.end], text.header + 1):
-        match = _CLASS_ATTR.match(line) if _indent(line) == text.body_indent else None
+        match = _CLASS_ATTR.match(line) if indent_width(line) == text.body_indent else None
         if match:
             out.append((index, match.group(1)))
     return out
@@ -137,10 +137,10 @@ def _per_line_attributes(lines, text) -> list[tuple[int, str]]:
 def _per_line_compound(lines, text) -> bool:
     import re
 
-    from eaglepatch.read.source import _indent
+    from eaglepatch.read.source import indent_width
 
     compound = re.compile(r"^[ \t]*(?:if|elif|else|try|except|finally|with|async[ \t]+with|for|async[ \t]+for|while|match)\b")
-    return any(_indent(line) == text.body_indent and compound.match(line) for line in lines[text.header + 1 : text.end])
+    return any(indent_width(line) == text.body_indent and compound.match(line) for line in lines[text.header + 1 : text.end])
 
 
 def _compound_by_search(lines, text) -> bool:
@@ -489,7 +489,7 @@ IMPORT_TEXTS = [
 
 @pytest.mark.parametrize("text", IMPORT_TEXTS)
 def test_one_line_imports_are_what_the_bracket_loop_gives(text):
-    from eaglepatch.read.source import _bracket_delta, _dedent_lines, _import_texts, _indent
+    from eaglepatch.read.source import _bracket_delta, _import_texts, dedent_lines, indent_width
 
     lines = text.split("\n")
     expected = []
@@ -505,7 +505,7 @@ def test_one_line_imports_are_what_the_bracket_loop_gives(text):
             if depth <= 0 and not lines[j].rstrip().endswith("\\"):
                 break
             j += 1
-        expected.append(_dedent_lines(lines[index : j + 1], _indent(line)))
+        expected.append(dedent_lines(lines[index : j + 1], indent_width(line)))
         index = j + 1
     assert _import_texts(lines) == expected
 
@@ -728,10 +728,10 @@ CODE_OF_LINES = [
 
 @pytest.mark.parametrize("line", CODE_OF_LINES)
 def test_code_of_a_line_is_the_comment_pattern_s(line):
-    from eaglepatch.read.bindings import _COMMENT, _code_of
+    from eaglepatch.read.expressions import _COMMENT, code_of_line
 
     expected = next((line[: m.start()] for m in _COMMENT.finditer(line) if m.group().startswith("#")), line)
-    assert _code_of(line) == expected
+    assert code_of_line(line) == expected
 
 
 # --------------------------------------------------------------------------- a shared body's key, from the slice's text

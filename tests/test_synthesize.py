@@ -22,10 +22,11 @@ import pytest
 from typer.testing import CliRunner
 
 from eaglepatch.analyze.body_reader import read_body
-from eaglepatch.analyze.synthesize import SelfUse, module_names_in
+from eaglepatch.analyze.synthesize import module_names_in
 from eaglepatch.cli import app
 from eaglepatch.codemods.retarget import body_reads
 from eaglepatch.read.source import SourceCache, block_start
+from eaglepatch.records import SelfUse
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHECKOUT = REPO_ROOT / "fixtures" / "checkout"
@@ -249,7 +250,8 @@ def test_same_shape_gets_bodies_learned_from_the_reference(tree: Path):
 LIBRARY_PROBE = """\
 import sys
 from pathlib import Path
-from eaglepatch.pipeline import Selection, analyze
+from eaglepatch.pipeline import analyze
+from eaglepatch.selection import Selection
 analysis = analyze(Selection(Path(sys.argv[1]), [sys.argv[2]]))
 fixes = sorted({e.fix.kind for p in analysis.plans for e in p.fixes})
 print("eaglepatch.analyze.synthesize" in sys.modules, ",".join(fixes))

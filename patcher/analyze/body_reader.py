@@ -14,7 +14,7 @@ import libcst as cst
 
 from ..codemods.names import cst_dotted_name
 from ..codemods.retarget import body_reads
-from .synthesize import SelfUse
+from ..records import SelfUse
 
 
 def receiver_of(node: cst.FunctionDef) -> str | None:

@@ -24,7 +24,7 @@ from ..read.bindings import CHAINED, assigned_value, assignment_lines, forwards_
 from ..read.expressions import code_of, dotted_node, dotted_parts, parse_statement, parse_value, remember, root_name, source_code
 from ..read.imports import ImportTable
 from ..read.locate import SourceTree
-from ..read.source import Outline, SourceCache, SourceFile, _indent, _is_code, _scan
+from ..read.source import Outline, SourceCache, SourceFile, bracket_scan, indent_width, is_code_line
 from ..records import ClassInfo, Signature, SignatureKind
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ class ClassText:
         lines = self.source.lines
         if not _at_indent(_COMPOUND_WORDS, self.body_indent).search(self.body_text()):
             return []
-        indented = _indent(lines[self.header]) > 0  # under a module-level `if`: parse it in one too
+        indented = indent_width(lines[self.header]) > 0  # under a module-level `if`: parse it in one too
         text = ("if 1:\n" if indented else "") + "\n".join(lines[self.header : self.end]) + "\n"
         try:
             node = ast.parse(text).body[0]
@@ -158,8 +158,8 @@ class ClassIndex:
             found = None
             if header is not None:
                 end = outline.ends.get(header, header + 1)
-                body = next((i for i in range(header + 1, end) if _is_code(source.lines[i]) and _indent(source.lines[i]) > _indent(source.lines[header])), None)
-                indent = _indent(source.lines[body]) if body is not None else _indent(source.lines[header]) + 4
+                body = next((i for i in range(header + 1, end) if is_code_line(source.lines[i]) and indent_width(source.lines[i]) > indent_width(source.lines[header])), None)
+                indent = indent_width(source.lines[body]) if body is not None else indent_width(source.lines[header]) + 4
                 found = ClassText(source, name, header, end, indent, inline=body is None)
             self._texts[key] = found
         return self._texts[key]
@@ -208,7 +208,7 @@ class ClassIndex:
             return None
         if source.path not in self._module_assignments:
             found = assignment_lines(source.lines, 0, len(source.lines))
-            at_top = {name: [i for i in lines if _indent(source.lines[i]) == 0] for name, lines in found.items()}
+            at_top = {name: [i for i in lines if indent_width(source.lines[i]) == 0] for name, lines in found.items()}
             self._module_assignments[source.path] = {name: lines[-1] for name, lines in at_top.items() if lines}
         index = self._module_assignments[source.path].get(expr.id)
         if index is None:
@@ -230,7 +230,7 @@ class ClassIndex:
         outline_end = text.header
         depth, in_string = 0, None
         for i in range(text.header, text.end):
-            depth, in_string = _scan(lines[i], depth, in_string)  # skips strings and comments
+            depth, in_string = bracket_scan(lines[i], depth, in_string)  # skips strings and comments
             outline_end = i
             if depth <= 0 and in_string is None:
                 break
@@ -339,7 +339,7 @@ class ClassIndex:
                 out.append(SelfAssignment(index, len(match.group(1)), match.group(2), match.group(3).strip()))
             elif match or may_bind_self(line):
                 for binding in other_self_bindings(source.lines, index):
-                    out.append(SelfAssignment(index, _indent(line), binding.attribute, binding.value, binding.unpacked_from, True, binding.starred, binding.position))
+                    out.append(SelfAssignment(index, indent_width(line), binding.attribute, binding.value, binding.unpacked_from, True, binding.starred, binding.position))
         return out
 
     def adopt(self, written: dict[tuple[str, str], dict[str, Signature]]) -> bool:
@@ -511,12 +511,12 @@ def _class_attributes(text: ClassText) -> list[tuple[int, str]]:
 
 def _in_except_clause(lines: Sequence[str], header: int) -> bool:
     """The class at line `header` is defined in an `except ...:` clause (its nearest enclosing line)."""
-    own = _indent(lines[header])
+    own = indent_width(lines[header])
     if own == 0:
         return False
     for index in range(header - 1, -1, -1):
         line = lines[index]
-        if _is_code(line) and _indent(line) < own:
+        if is_code_line(line) and indent_width(line) < own:
             return _EXCEPT_CLAUSE.match(line) is not None
     return False
 
@@ -539,9 +539,9 @@ def _inline_attributes(text: ClassText) -> list[str]:
 
 def _decorators_above(lines: Sequence[str], header: int) -> list[str]:
     names = []
-    own = _indent(lines[header])
+    own = indent_width(lines[header])
     i = header - 1
-    while i >= 0 and _indent(lines[i]) == own and lines[i].lstrip().startswith("@"):
+    while i >= 0 and indent_width(lines[i]) == own and lines[i].lstrip().startswith("@"):
         match = _DECORATOR.match(lines[i])
         if match:
             names.append(match.group(1))

@@ -61,7 +61,7 @@ class SignatureForm:
 
 
 @dataclass
-class _Pending:
+class PendingSpelling:
     """What spelling one expression needs, committed only if every name in it can be spelled."""
 
     imports: dict[str, Import] = field(default_factory=dict)  # local name -> import
@@ -91,7 +91,7 @@ class WrapperSpelling:
     def class_names(self, cls: str) -> set[str]:
         return self.scope.class_names(cls) | self.members.get(cls, set())
 
-    def local_for(self, local: str, target: str, spec: Spec | None, cls: str, lazy: bool, pending: _Pending) -> str | None:
+    def local_for(self, local: str, target: str, spec: Spec | None, cls: str, lazy: bool, pending: PendingSpelling) -> str | None:
         """A name that is bound to `target` where the class body of `cls` (or, `lazy`, the module)
         evaluates it, importing `spec` if needed; None when the wrapper cannot have one."""
         planned = pending.meanings.get(local, self.meanings.get(local))
@@ -132,26 +132,26 @@ class WrapperSpelling:
                 return False
         return True
 
-    def _fresh(self, wanted: str, pending: _Pending) -> str:
+    def _fresh(self, wanted: str, pending: PendingSpelling) -> str:
         alias = wanted
         while alias in self.taken or alias in self.imports or alias in pending.imports:
             alias = f"_{alias}"
         return alias
 
     @staticmethod
-    def _plan(local: str, spec: Spec, target: str, pending: _Pending, asname: str | None) -> str:
+    def _plan(local: str, spec: Spec, target: str, pending: PendingSpelling, asname: str | None) -> str:
         module, obj = spec
         pending.imports[local] = (module, obj, asname)
         pending.meanings[local] = target
         return local
 
-    def _reuse(self, local: str, pending: _Pending) -> str:
+    def _reuse(self, local: str, pending: PendingSpelling) -> str:
         """A name this run already imports: the delegation using it lists the import too (its marker)."""
         if local in self.imports:
             pending.imports.setdefault(local, self.imports[local])
         return local
 
-    def commit(self, pending: _Pending) -> None:
+    def commit(self, pending: PendingSpelling) -> None:
         self.imports.update(pending.imports)
         self.meanings.update(pending.meanings)
 
@@ -163,7 +163,7 @@ class WrapperSpelling:
         self.imports, self.meanings = dict(snapshot[0]), dict(snapshot[1])
 
     # -- one meaning ---------------------------------------------------------------------------
-    def spell(self, name: str, meaning: Meaning, cls: str, lazy: bool, default: bool, pending: _Pending) -> cst.BaseExpression | None:
+    def spell(self, name: str, meaning: Meaning, cls: str, lazy: bool, default: bool, pending: PendingSpelling) -> cst.BaseExpression | None:
         """The wrapper's spelling of what `name` meant to the inner method, or None when none is proven."""
         if meaning.kind == CONSTANT:
             return cst.Name(name)
@@ -232,7 +232,7 @@ def respelled_signature(spelling: WrapperSpelling, entry: MemberPlan, cls: str) 
     def respell(expression: cst.BaseExpression | None, default: bool) -> tuple[cst.BaseExpression | None, str]:
         if expression is None:
             return None, ""
-        pending = _Pending()
+        pending = PendingSpelling()
         spelled, why = _respell_expression(spelling, inner, expression, cls, default, pending)
         if spelled is not None:
             spelling.commit(pending)
@@ -291,7 +291,7 @@ def _fallback(why: str) -> SignatureForm:
 
 
 def _respell_expression(
-    spelling: WrapperSpelling, inner: _InnerSide, expression: cst.BaseExpression, cls: str, default: bool, pending: _Pending
+    spelling: WrapperSpelling, inner: _InnerSide, expression: cst.BaseExpression, cls: str, default: bool, pending: PendingSpelling
 ) -> tuple[cst.BaseExpression | None, str]:
     """(the expression in the wrapper's spelling, "") or (None, why not)."""
     annotation = not default

@@ -14,13 +14,10 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from ..read.bindings import parameters
-from ..records import CallShape, Fix, InnerModel, MemberPlan, ModelPlan, ModelRole, Protocol, ProtocolMember, Signature, Use, Wrapper
-
-if TYPE_CHECKING:
-    from .synthesize import _Fit as SynthesisFit
+from ..records import CallShape, Fix, InnerModel, MemberPlan, ModelPlan, ModelRole, Protocol, ProtocolMember, Signature, SynthesisFit, Use, Wrapper
 
 # what a backbone has (its decoder layers, its token embeddings), and the names of what is not one
 _DECODER_LAYERS = ("layers", "embed_tokens")

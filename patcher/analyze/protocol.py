@@ -42,7 +42,7 @@ from typing import Any
 from ..errors import EaglepatchError, UnreadableFiles
 from ..read.imports import ImportTable
 from ..read.locate import SourceTree
-from ..read.source import Outline, SourceCache, SourceFile, _dedent_lines, block_start, block_text, invalid_python, is_word_char
+from ..read.source import Outline, SourceCache, SourceFile, block_start, block_text, dedent_lines, invalid_python, is_word_char
 from ..records import CallShape, Protocol, ProtocolMember, Use, UseKind, UseRole
 
 _EAGLE_SPELLINGS = (b"eagle", b"EAGLE", b"Eagle")
@@ -1004,7 +1004,7 @@ def _parse_lines(lines: Sequence[str], start: int, end: int) -> ast.Module | Non
         return ast.Module(body=[], type_ignores=[])
     header = lines[start]
     try:
-        return ast.parse(_dedent_lines(lines[start:end], len(header) - len(header.lstrip(" \t"))))
+        return ast.parse(dedent_lines(lines[start:end], len(header) - len(header.lstrip(" \t"))))
     except (SyntaxError, ValueError):
         return None
 

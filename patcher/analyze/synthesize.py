@@ -35,7 +35,7 @@ from ..codemods.names import LINE_LENGTH
 from ..errors import EaglepatchError
 from ..read.expressions import dotted_name, dotted_parts, parse_value
 from ..read.source import SourceCache, SourceFile, block_text
-from ..records import ClassInfo, InnerModel, MemberPlan, Protocol, Signature, Wrapper
+from ..records import ClassInfo, InnerModel, MemberPlan, Protocol, Reference, SelfUse, Signature, Synthesis, SynthesisFit, Wrapper
 from .class_index import signature_node
 from .plan import ShapeCheck, backbones
 from .resolve import Resolver
@@ -48,62 +48,6 @@ CAPTURE_FLAG = "capture_aux_hidden_states"  # the class's switch its forward rea
 CAPTURE_LAYERS = "layers_to_capture"  # the backbone's list its forward collects
 # `self.<x>` a learned body may use besides the backbone: what each one requires of the class fixed
 _OWN_STATE = ("lm_head", "config", "pp_group", CAPTURE_FLAG)
-
-
-@dataclass(frozen=True)
-class SelfUse:
-    """One `self.a.b.c` in a hook body: the chain after `self`, and how it is used."""
-
-    chain: tuple[str, ...]
-    store: bool  # assigned or deleted (not only read)
-
-
-@dataclass
-class Reference:
-    """A hook as a class of the tree implements it, with what its body needs."""
-
-    member: str
-    owner: ClassInfo
-    signature: Signature
-    backbone: InnerModel  # the bare backbone the body reaches through
-    config_path: tuple[str, ...] | None  # from `self.config` to the backbone's config; None: not seen
-    self_uses: list[SelfUse]
-    free_names: list[str]  # module-level names the body reads (imports, globals, builtins)
-    knows_pp: bool  # the class keeps `self.pp_group`
-    ties: bool  # its __init__ handles tie_word_embeddings
-    unportable: str = ""  # why this body cannot be taken anywhere else
-    shared_by: int = 1  # classes of the tree with the same body
-
-    @property
-    def label(self) -> str:
-        return f"{self.owner.file}:{self.owner.name}"
-
-    @property
-    def pp_in_body(self) -> bool:
-        return any(u.chain[0] == "pp_group" for u in self.self_uses) or "get_pp_group" in self.free_names
-
-    @property
-    def model_imports(self) -> int:
-        """Private names of its module the body reads: the fewer, the less it drags along."""
-        return sum(1 for name in self.free_names if name.startswith("_"))
-
-
-@dataclass(frozen=True)
-class Synthesis:
-    """How to write one learned hook into one class: the reference, and what its `self.` chains become."""
-
-    reference: Reference
-    backbone: str  # the attribute of the class fixed that holds its backbone
-    config_path: tuple[str, ...]  # the class's path from `self.config` to its backbone's config
-
-    def renames(self) -> dict[tuple[str, ...], tuple[str, ...]]:
-        """Prefix of a `self.` chain in the reference -> what it is in the class fixed."""
-        ref = self.reference
-        out: dict[tuple[str, ...], tuple[str, ...]] = {(ref.backbone.attribute,): (self.backbone,)}
-        if ref.config_path is not None:
-            key = ("config", *ref.config_path)  # not `out[("config", *...)]`: a syntax error before 3.11
-            out[key] = ("config", *self.config_path)
-        return out
 
 
 # `def <name>(` in a file's bytes, any identifier's UTF-8 bytes: a member's `def <member>(` is in the bytes
@@ -136,12 +80,6 @@ def _node_of(cache: SourceCache, signature: Signature) -> cst.FunctionDef:
     node = signature_node(cache, signature)
     assert node is not None, "a reference's def is parsed when it is learned"
     return node
-
-
-@dataclass
-class _Fit:
-    synthesis: Synthesis | None = None
-    why: str = ""
 
 
 @dataclass
@@ -330,18 +268,18 @@ class HookLibrary:
         return self._ties_of[key]
 
     # -- fitting -------------------------------------------------------------------------------
-    def fit(self, entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | None = None) -> _Fit:
+    def fit(self, entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | None = None) -> SynthesisFit:
         """The best reference whose body means the same in `wrapper`'s class, or why there is none."""
         member = entry.member.name
         references = self.references(member)
         if not references:
-            return _Fit(why=f"no class of this tree implements {member} on a bare backbone to learn it from")
+            return SynthesisFit(why=f"no class of this tree implements {member} on a bare backbone to learn it from")
         if member not in self._captures:
             self._captures[member] = member_needs_capture(references)
         held = backbones(wrapper)  # once for every reference tried
         plumbing = self.plumbing(wrapper, references, held)
         if plumbing and self._captures[member]:
-            return _Fit(why=plumbing)
+            return SynthesisFit(why=plumbing)
         # tried best first: the first that fits is the answer, and when none does the first
         # rejection is the one to report
         first: tuple[Reference, str] | None = None
@@ -356,14 +294,14 @@ class HookLibrary:
                 continue  # fails as the one with the same requirements did
             synthesis, why = self._try(reference, wrapper, entry, shape_misfit, held)
             if synthesis is not None:
-                return _Fit(synthesis=synthesis)
+                return SynthesisFit(synthesis=synthesis)
             first = first or (reference, why)
             if requirements is not None:
                 failed.add(requirements)
         assert first is not None, "references were found, so one was tried"
         best, why = first
         more = f" (and {rejected - 1} other reference(s) do not fit either)" if rejected > 1 else ""
-        return _Fit(why=f"{best.label}.{member} ({best.signature.at}) does not fit: {why}{more}")
+        return SynthesisFit(why=f"{best.label}.{member} ({best.signature.at}) does not fit: {why}{more}")
 
     def _requirements(self, reference: Reference) -> int:
         """Everything that decides whether `_try` takes a reference, as a number: two references with the

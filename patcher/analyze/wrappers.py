@@ -24,14 +24,13 @@ from ..read.bindings import (
     Scope,
     assigned_value,
     may_bind_self,
-    one_line,
     other_self_bindings,
     statement_end,
     statements,
 )
-from ..read.expressions import code_of, constant_as_name, on_self, parse_value, root_name
+from ..read.expressions import code_of, constant_as_name, on_self, one_line, parse_value, root_name
 from ..read.imports import ImportTable
-from ..read.source import SourceFile, _indent, _is_code
+from ..read.source import SourceFile, indent_width, is_code_line
 from ..records import ClassInfo, InnerModel, Protocol, Signature, Unresolved, Wrapper
 from .class_index import MAX_BASE_DEPTH, ClassIndex, ClassText, definition_ast, function_read
 
@@ -267,8 +266,8 @@ class WrapperFinder:
     @staticmethod
     def _nested(source: SourceFile, init: tuple[int, int], index: int) -> bool:
         """True when the line sits deeper than __init__'s own body (inside an if/try/with)."""
-        first = next((i for i in range(init[0] + 1, init[1]) if _is_code(source.lines[i]) and not source.lines[i].lstrip().startswith(('"', "'", ")"))), None)
-        return first is not None and _indent(source.lines[index]) > _indent(source.lines[first])
+        first = next((i for i in range(init[0] + 1, init[1]) if is_code_line(source.lines[i]) and not source.lines[i].lstrip().startswith(('"', "'", ")"))), None)
+        return first is not None and indent_width(source.lines[index]) > indent_width(source.lines[first])
 
     def inner_models(self, source: SourceFile, name: str, protocol: Protocol) -> list[InnerModel]:
         """Attributes `__init__` fills with another model, and the class(es) each may hold.

@@ -11,9 +11,9 @@ from .report import protocol_json
 
 if TYPE_CHECKING:
     from ..errors import EaglepatchError
-    from ..pipeline import Analysis
     from ..records import MemberPlan, ModelPlan
     from ..rewrite.edits import FileEdit
+    from ..selection import Analysis
 
 
 def explain_json(analysis: Analysis, name: str) -> dict:

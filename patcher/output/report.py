@@ -7,14 +7,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from ..records import MemberPlan, ModelPlan, ProtocolMember
+from ..records import MemberPlan, ModelPlan, ProtocolMember, Synthesis
 from .baseline import gap_keys
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..analyze.synthesize import Synthesis
-    from ..pipeline import Analysis
+    from ..selection import Analysis
     from .baseline import Gate, Key
 
 

@@ -20,12 +20,11 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from .expressions import on_self, parse_statement, parse_value, source_code
-from .source import SourceFile, _indent, _scan, has_word
+from .expressions import code_of_line, on_self, parse_statement, parse_value, source_code
+from .source import SourceFile, bracket_scan, has_word, indent_width
 
 _CONTINUED = re.compile(r"\\[ \t]*$")
 _TARGET = re.compile(r"[ \t]*([A-Za-z_][\w.]*)[ \t]*(?::[^=\n]*)?=(?!=)")  # `name =`, `self.x: T =`
-_COMMENT = re.compile(r"""\"\"\"|'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|\#.*""")
 _SUPER_CALL = re.compile(r"\bsuper\([^)]*\)\.__init__\(|\b([\w.]+)\.__init__\(\s*self\b")
 
 
@@ -34,29 +33,10 @@ def statement_end(lines: Sequence[str], index: int) -> int:
     depth, in_string = 0, None
     for i in range(index, len(lines)):
         line = lines[i]
-        depth, in_string = _scan(line, depth, in_string)
+        depth, in_string = bracket_scan(line, depth, in_string)
         if depth <= 0 and in_string is None and not _CONTINUED.search(line):
             return i + 1
     return len(lines)
-
-
-def _code_of(line: str) -> str:
-    """The line without its comment (a `#` inside a string is not one)."""
-    if "#" not in line:  # most lines: no comment to find
-        return line
-    for match in _COMMENT.finditer(line):
-        if match.group().startswith("#"):
-            return line[: match.start()]
-    return line
-
-
-def one_line(lines: Sequence[str]) -> str:
-    """A multi-line statement as one line of code, for reports: `self.model = (\\n Foo(\\n x,\\n)\\n)`
-    reads `self.model = (Foo(x))`."""
-    text = " ".join(_code_of(line).strip().rstrip("\\").strip() for line in lines)
-    text = re.sub(r"([(\[{])\s+", r"\1", text)
-    text = re.sub(r",?\s+([)\]}])", r"\1", text)
-    return re.sub(r"\s{2,}", " ", text).strip()
 
 
 def assigned_value(lines: Sequence[str], start: int, target: str, end: int | None = None) -> str | None:
@@ -66,7 +46,7 @@ def assigned_value(lines: Sequence[str], start: int, target: str, end: int | Non
     if match is None or match.group(1) != target:
         return None
     rest = [lines[start][match.end() :], *lines[start + 1 : statement_end(lines, start) if end is None else end]]
-    return "\n".join(_code_of(line).rstrip().rstrip("\\") for line in rest).strip()
+    return "\n".join(code_of_line(line).rstrip().rstrip("\\") for line in rest).strip()
 
 
 def assignment_lines(lines: Sequence[str], start: int, end: int) -> dict[str, list[int]]:
@@ -245,7 +225,7 @@ class InitScope(Scope):
                 match = _SUPER_CALL.search(lines[index])
                 if match is None:
                     continue
-                call = _init_call(lines[index : statement_end(lines, index)], _indent(lines[index]))
+                call = _init_call(lines[index : statement_end(lines, index)], indent_width(lines[index]))
                 if call is not None:
                     key = (match.group(1) or "").rsplit(".", 1)[-1]
                     self._calls.setdefault(key, (call, bool(match.group(1))))
@@ -278,7 +258,7 @@ def _parse_signature(header: str) -> Function | None:
 
 def _init_call(lines: Sequence[str], indent: int) -> ast.Call | None:
     """The `....__init__(...)` call in a statement (`super().__init__(...)`, possibly wrapped)."""
-    return _parse_init_call("\n".join(line[indent:] if _indent(line) >= indent else line.lstrip() for line in lines))
+    return _parse_init_call("\n".join(line[indent:] if indent_width(line) >= indent else line.lstrip() for line in lines))
 
 
 @functools.lru_cache(maxsize=2048)

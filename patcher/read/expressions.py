@@ -14,11 +14,13 @@ import ast
 import functools
 import keyword
 import re
+from collections.abc import Sequence
 
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 _NOT_PLAIN_NAMES = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
 # a node's text: set on every node of a tree read here (ast nodes take attributes)
 _SOURCE = "_source"
+_COMMENT = re.compile(r"""\"\"\"|'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|\#.*""")
 
 
 def remember(tree: ast.AST, text: str) -> ast.AST:
@@ -137,11 +139,28 @@ def source_code(node: ast.AST) -> str:
     return text[start:end]
 
 
+def code_of_line(line: str) -> str:
+    """The line without its comment (a `#` inside a string is not one)."""
+    if "#" not in line:  # most lines: no comment to find
+        return line
+    for match in _COMMENT.finditer(line):
+        if match.group().startswith("#"):
+            return line[: match.start()]
+    return line
+
+
+def one_line(lines: Sequence[str]) -> str:
+    """A multi-line statement as one line of code, for reports: `self.model = (\\n Foo(\\n x,\\n)\\n)`
+    reads `self.model = (Foo(x))`."""
+    text = " ".join(code_of_line(line).strip().rstrip("\\").strip() for line in lines)
+    text = re.sub(r"([(\[{])\s+", r"\1", text)
+    text = re.sub(r",?\s+([)\]}])", r"\1", text)
+    return re.sub(r"\s{2,}", " ", text).strip()
+
+
 def code_of(node: ast.AST) -> str:
     """A node's code on one line, as the report quotes it: `self.model = (\\n Foo(\\n x,\\n)\\n)`
     reads `self.model = (Foo(x))`."""
-    from .bindings import one_line  # bindings reads values through this module
-
     return one_line(source_code(node).split("\n"))
 
 
@@ -157,14 +176,12 @@ def _offset(text: str, line: int, column: int) -> int:
 
 def _skip_space_back(text: str, index: int) -> int:
     """Back over whitespace, line continuations and comments (a comment ends the line before a newline)."""
-    from .bindings import _code_of
-
     while index > 0:
         if text[index - 1] in " \t\\":
             index -= 1
         elif text[index - 1] == "\n":
             line_start = text.rfind("\n", 0, index - 1) + 1
-            index = line_start + len(_code_of(text[line_start : index - 1]))
+            index = line_start + len(code_of_line(text[line_start : index - 1]))
         else:
             break
     return index

@@ -12,8 +12,9 @@ from ..errors import EaglepatchError
 from .bindings import statement_end
 from .expressions import dotted_name
 from .locate import SourceTree
-from .source import _IMPORT, SourceCache, SourceFile, _indent
+from .source import IMPORT_LINE, SourceCache, SourceFile, indent_width
 
+_TOP_ASSIGN = re.compile(r"^(\w+)\s*(?::[^=]*)?=", re.MULTILINE)
 _EXCEPT = re.compile(r"^([ \t]*)except\b[^\n]*:[ \t]*(?:#.*)?$")
 
 PACKAGE = "sglang.srt"
@@ -102,8 +103,8 @@ class ImportTable:
                 continue
             own = len(match.group(1))
             inner = index + 1
-            while inner < len(lines) and (not lines[inner].strip() or _indent(lines[inner]) > own):
-                if _IMPORT.match(lines[inner]):
+            while inner < len(lines) and (not lines[inner].strip() or indent_width(lines[inner]) > own):
+                if IMPORT_LINE.match(lines[inner]):
                     end = statement_end(lines, inner)
                     texts.append("\n".join(line.strip() for line in lines[inner:end]))
                     inner = end
@@ -196,3 +197,20 @@ def _assigned_at_top(text: str, name: str) -> bool:
         if match.start() == 0 or text[match.start() - 1] == "\n":
             return True
     return False
+
+
+def defined_here(cache: SourceCache, source: SourceFile) -> set[str]:
+    """Names a module defines itself at top level: classes, functions, assignments (once per file)."""
+    table = cache.defined_here
+    names = table.get(source.path)
+    if names is None:
+        names = {name for _, indent, _, name in cache.outline(source).headers if indent == 0}
+        names |= set(_TOP_ASSIGN.findall(source.text))
+        table[source.path] = names
+    return names
+
+
+def module_names(cache: SourceCache, source: SourceFile, tree: SourceTree) -> set[str]:
+    """Names a module binds at top level: its imports and what it defines itself (a cheap reading, for
+    revert; what a copied signature needs is read with scope analysis, patcher/read/scopes.py)."""
+    return set(ImportTable.of(cache, source, tree).names) | defined_here(cache, source)

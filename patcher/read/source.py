@@ -44,8 +44,8 @@ _HEADER = re.compile(r"^([ \t]*)(?:async[ \t]+def|def|class)[ \t]+(\w+)")
 # Python (and the ast module) end lines at \r\n, \r or \n only; str.splitlines also splits on \f and others
 _NEWLINES = re.compile(r"\r\n|\r|\n")
 _NEWLINES_BYTES = re.compile(rb"\r\n|\r|\n")
-_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import\b|import[ \t]+\w)")
-_IMPORT_ANYWHERE = re.compile(_IMPORT.pattern, re.MULTILINE)
+IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import\b|import[ \t]+\w)")
+_IMPORT_ANYWHERE = re.compile(IMPORT_LINE.pattern, re.MULTILINE)
 _IMPORT_WORD = re.compile(r"import\b")  # a literal: the regex engine skips to it fast
 _OPENS_OR_CONTINUES = re.compile(r"[(\[{\\]")  # a line without these is a whole import statement
 # PEP 263, as the tokenize module reads it: on line 1, or on line 2 below a comment or blank line
@@ -422,11 +422,11 @@ def _align(cst_body: Sequence[cst.CSTNode], ast_body: Sequence[Any], out: dict[i
     return used
 
 
-def _indent(line: str) -> int:
+def indent_width(line: str) -> int:
     return len(line) - len(line.lstrip(" \t"))
 
 
-def _is_code(line: str) -> bool:
+def is_code_line(line: str) -> bool:
     stripped = line.strip()
     return bool(stripped) and not stripped.startswith("#")
 
@@ -513,7 +513,7 @@ class Outline:
     def enclosing(self, index: int) -> list[tuple[int, int, str, str]]:
         """Blocks around line `index` (a header line is inside its own block), innermost first."""
         line = self.lines[index]
-        limit = _indent(line) if _is_code(line) else 10**6
+        limit = indent_width(line) if is_code_line(line) else 10**6
         out = []
         position = bisect.bisect_right(self._indices, index) - 1
         if position >= 0 and self.headers[position][0] == index:  # a header at column 0 lists itself too
@@ -553,7 +553,7 @@ _CLOSE = {
 }
 
 
-def _scan(line: str, depth: int, in_string: str | None) -> tuple[int, str | None]:
+def bracket_scan(line: str, depth: int, in_string: str | None) -> tuple[int, str | None]:
     """Bracket depth and the string still open after `line`, skipping strings and comments."""
     depth, in_string, _ = _scan_line(line, depth, in_string)
     return depth, in_string
@@ -594,15 +594,15 @@ def _scan_line(line: str, depth: int, in_string: str | None) -> tuple[int, str |
 def _block_end(lines: Sequence[str], header: int) -> int:
     """One past the last line of the block whose header is at `header`, line by line: the exact
     scanner (brackets, strings, comments, backslash continuations), and the reference for the fast one."""
-    own = _indent(lines[header])
+    own = indent_width(lines[header])
     depth, in_string, backslash = 0, None, False
     end = header + 1
     for i in range(header, len(lines)):
         line = lines[i]
         starts_statement = depth == 0 and in_string is None and not backslash
-        if i > header and starts_statement and _is_code(line) and _indent(line) <= own:
+        if i > header and starts_statement and is_code_line(line) and indent_width(line) <= own:
             break
-        if line.strip() and (not starts_statement or _is_code(line)):
+        if line.strip() and (not starts_statement or is_code_line(line)):
             end = i + 1
         if in_string or "#" in line or "'" in line or '"' in line or "\\" in line or any(c in line for c in "()[]{}"):
             depth, in_string, backslash = _scan_line(line, depth, in_string)
@@ -671,7 +671,7 @@ def _block_end_fast(outline: Outline, header: int) -> int:
     masked, starts = outline.masked(), outline._starts
     if masked.startswith("\x00", starts[header]):
         return header + 1  # a `def` line inside a string (a docstring's example) is no block
-    own = _indent(lines[header])
+    own = indent_width(lines[header])
     pattern = _DEDENTS.get(own)
     if pattern is None:
         # from the newline before the line, not `^`: a pattern that starts with a literal is searched for
@@ -710,11 +710,11 @@ _CLOSES_A_LINE = re.compile(r"[)\]}][ \t]*(?:#.*)?$")
 
 def block_start(lines: Sequence[str], header: int) -> int:
     """Include the decorators above a header, a decorator spanning lines (`@torch.compile(\\n...\\n)`) too."""
-    own = _indent(lines[header])
+    own = indent_width(lines[header])
     i = header
     while i > 0:
         above = lines[i - 1]
-        if _indent(above) == own and above.lstrip().startswith("@"):
+        if indent_width(above) == own and above.lstrip().startswith("@"):
             i -= 1
             continue
         start = _decorator_above(lines, i, own) if _CLOSES_A_LINE.search(above) else None
@@ -727,12 +727,12 @@ def block_start(lines: Sequence[str], header: int) -> int:
 def _decorator_above(lines: Sequence[str], below: int, own: int) -> int | None:
     """The `@` line of a decorator at indentation `own` that spans lines and ends just above `below`."""
     j = below - 1
-    if _indent(lines[j]) < own:
+    if indent_width(lines[j]) < own:
         return None
-    while j > 0 and not (_indent(lines[j]) <= own and _is_code(lines[j]) and j < below - 1):
+    while j > 0 and not (indent_width(lines[j]) <= own and is_code_line(lines[j]) and j < below - 1):
         j -= 1
     line = lines[j]
-    if j == below - 1 or _indent(line) != own or not line.lstrip().startswith("@"):
+    if j == below - 1 or indent_width(line) != own or not line.lstrip().startswith("@"):
         return None
     depth, in_string, backslash = 0, None, False
     for k in range(j, below):
@@ -746,13 +746,13 @@ def _decorator_above(lines: Sequence[str], below: int, own: int) -> int | None:
 def block_text(lines: Sequence[str]) -> str:
     """Lines of a block, dedented by the indentation of its least indented code line: a text that
     parses on its own."""
-    return _dedent_lines(lines, min((_indent(line) for line in lines if _is_code(line)), default=0))
+    return dedent_lines(lines, min((indent_width(line) for line in lines if is_code_line(line)), default=0))
 
 
-def _dedent_lines(lines: Sequence[str], amount: int) -> str:
+def dedent_lines(lines: Sequence[str], amount: int) -> str:
     out = []
     for line in lines:
-        if _indent(line) >= amount:
+        if indent_width(line) >= amount:
             out.append(line[amount:])
         else:
             out.append(line.lstrip(" \t"))
@@ -780,7 +780,7 @@ def _import_texts(lines: Sequence[str], joined: str | None = None, masked: str |
             continue
         line = lines[index]
         if not _OPENS_OR_CONTINUES.search(line):  # one line, the common case: what the loop below gives for it
-            statements.append(line[_indent(line) :] + "\n")
+            statements.append(line[indent_width(line) :] + "\n")
             after = index + 1
             continue
         depth = 0
@@ -790,7 +790,7 @@ def _import_texts(lines: Sequence[str], joined: str | None = None, masked: str |
             if depth <= 0 and not lines[j].rstrip().endswith("\\"):
                 break
             j += 1
-        statements.append(_dedent_lines(lines[index : j + 1], _indent(line)))
+        statements.append(dedent_lines(lines[index : j + 1], indent_width(line)))
         after = j + 1
     return statements
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, overload
@@ -12,7 +11,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
 from ..analyze.class_index import signature_node
-from ..analyze.forms import Import, WrapperSpelling, _Pending, respelled_signature
+from ..analyze.forms import Import, PendingSpelling, WrapperSpelling, respelled_signature
 from ..analyze.resolve import one_path_per_file
 from ..analyze.synthesize import learned_synthesis
 from ..codemods.add_delegations import LINE_LENGTH, AddDelegations, Delegation
@@ -20,18 +19,16 @@ from ..codemods.contract import run_command
 from ..codemods.normalize_imports import NormalizeAddedImports, space_opened_block
 from ..codemods.retarget import ExplodeLongLiterals, Retarget, body_reads
 from ..errors import EaglepatchError
-from ..read.imports import ImportTable
 from ..read.meanings import TYPE_ONLY, UNKNOWN, inner_meaning
 from ..read.scopes import scope_of
 from ..read.source import CutText, SourceCache, SourceFile, parse_module
 from ..read.style import DEFAULT_STYLE, FormatStyle
 from ..records import MemberPlan, ModelPlan
+from .star_imports import star_imported_names
 from .verify import prove_edit
 
 if TYPE_CHECKING:
     from ..read.locate import SourceTree
-
-_TOP_ASSIGN = re.compile(r"^(\w+)\s*(?::[^=]*)?=", re.MULTILINE)
 
 
 @dataclass
@@ -49,23 +46,6 @@ class FileEdit:
     @property
     def changed(self) -> bool:
         return self.original != self.updated
-
-
-def defined_here(cache: SourceCache, source: SourceFile) -> set[str]:
-    """Names a module defines itself at top level: classes, functions, assignments (once per file)."""
-    table = cache.defined_here
-    names = table.get(source.path)
-    if names is None:
-        names = {name for _, indent, _, name in cache.outline(source).headers if indent == 0}
-        names |= set(_TOP_ASSIGN.findall(source.text))
-        table[source.path] = names
-    return names
-
-
-def module_names(cache: SourceCache, source: SourceFile, tree: SourceTree) -> set[str]:
-    """Names a module binds at top level: its imports and what it defines itself (a cheap reading, for
-    revert; what a copied signature needs is read with scope analysis, patcher/read/scopes.py)."""
-    return set(ImportTable.of(cache, source, tree).names) | defined_here(cache, source)
 
 
 def delegation_for(
@@ -121,7 +101,7 @@ def learned_for(
     reference_scope = scope_of(cache, reference_source, frozenset({reference.owner.name}))
     func = node.with_changes(params=form.params, returns=form.returns, leading_lines=[], decorators=[])
     module, reads = body_reads(func)
-    pending = _Pending()
+    pending = PendingSpelling()
     spelled: dict = {}
     for name, nodes in reads.items():
         meaning = inner_meaning(reference_scope, spelling.exports, name, None, None, lazy=True)
@@ -248,7 +228,6 @@ def revert_edits(
     (a delegation counts as unchanged at the tree's line length, or at black's default)."""
     from ..codemods.add_delegations import LEARNED, MARKER
     from ..codemods.remove_delegations import RemoveDelegations
-    from .star_imports import star_imported_names
 
     if models:
         paths: list[Path] = []

@@ -10,9 +10,8 @@ import libcst as cst
 
 from ..codemods.names import cst_dotted_name
 from ..errors import EaglepatchError
-from ..read.imports import module_path
+from ..read.imports import module_names, module_path
 from ..read.source import SourceCache, SourceFile
-from .edits import module_names
 
 if TYPE_CHECKING:
     from ..read.locate import SourceTree

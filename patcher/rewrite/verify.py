@@ -31,7 +31,7 @@ from libcst.metadata import BuiltinAssignment, Scope
 from ..analyze.class_index import signature_node
 from ..analyze.synthesize import learned_synthesis
 from ..codemods.names import LEARNED, MARKER, cst_dotted_name
-from ..codemods.respell import _is_literal_subscript, _parse_string
+from ..codemods.respell import is_literal_subscript, parse_string
 from ..errors import EaglepatchError
 from ..read.meanings import CLASS_ATTRIBUTE, TYPE_ONLY, UNKNOWN, immutable_literal, inner_meaning, same_literal, wrapper_binding
 from ..read.scopes import Exports, ModuleScope, dotted_module, scope_of
@@ -288,7 +288,7 @@ class _Sides:
             self.same(mine.value, theirs.value, annotation, in_string, literal)
             return
         if annotation and not literal and isinstance(theirs, cst.SimpleString) and isinstance(mine, cst.SimpleString):
-            parsed_mine, parsed_theirs = _parse_string(mine), _parse_string(theirs)
+            parsed_mine, parsed_theirs = parse_string(mine), parse_string(theirs)
             if parsed_mine is None or parsed_theirs is None:
                 if mine.evaluated_value == theirs.evaluated_value:
                     return
@@ -297,7 +297,7 @@ class _Sides:
             return
         if type(mine) is not type(theirs):
             raise Unproven(_flat_code(mine), f"it is not the inner's {_flat_code(theirs)}")
-        if isinstance(theirs, cst.Subscript) and annotation and _is_literal_subscript(theirs):
+        if isinstance(theirs, cst.Subscript) and annotation and is_literal_subscript(theirs):
             literal = True
         self._children(mine, theirs, annotation, in_string, literal)
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import EaglepatchError
 from ..records import ClassInfo, Fix, InnerModel, MemberPlan, ModelPlan, Protocol, Signature, Status, Unresolved, Wrapper
+from ..selection import DEFAULT_MODEL, Analysis
 from .protocol import BASE, MIXIN, VllmProtocol
 from .tree import INTERFACES, TARGET_DICTS, ClassRef, VllmTree, is_stub, methods, module_of
 
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ..analyze.resolve import Progress
-    from ..pipeline import Analysis
     from ..read.locate import SourceTree
 
 LM_ATTRIBUTES = ("language_model", "llm", "decoder", "text_model")
@@ -479,10 +479,9 @@ def _short_code(node: ast.expr, limit: int = 100) -> str:
 def analyze_vllm(
     tree: SourceTree, models: list[str], all_models: bool, progress: Progress | None = None, excluded: frozenset[Path] = frozenset()
 ) -> Analysis:
-    """The vLLM profile's pipeline: protocol -> wrappers -> plans, as a pipeline.Analysis.  A module the
+    """The vLLM profile's pipeline: protocol -> wrappers -> plans, as a selection.Analysis.  A module the
     answer needed that could not be read stops it, every such module named (exit 2)."""
     from ..errors import UnreadableFiles
-    from ..pipeline import DEFAULT_MODEL, Analysis
     from ..read.source import SourceCache
     from .protocol import read_protocol
 

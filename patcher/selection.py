@@ -1,0 +1,54 @@
+"""What a command asks for and what the analysis answers, as records: the floor below the pipeline
+(pipeline.py builds them, vllm_profile/plan.py builds an Analysis too, the output stage reads them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .read.style import DEFAULT_STYLE, FormatStyle
+
+if TYPE_CHECKING:
+    from .read.locate import SourceTree
+    from .read.source import SourceCache
+    from .records import ModelPlan, Protocol
+
+DEFAULT_MODEL = "kimi_k25"
+
+
+@dataclass
+class Analysis:
+    tree: SourceTree
+    cache: SourceCache
+    protocol: Protocol
+    plans: list[ModelPlan]
+    warnings: list[str] = field(default_factory=list)
+    all_models: bool = False
+    style: FormatStyle = DEFAULT_STYLE  # the tree's black and isort settings: what apply writes is laid out for them
+
+    @property
+    def missing_count(self) -> int:
+        """Required members absent from the classes looked at, writable or not."""
+        return sum(len(p.required_gaps) for p in self.plans)
+
+    @property
+    def fix_count(self) -> int:
+        """Members `apply` would write."""
+        return sum(len(p.fixes) for p in self.plans)
+
+
+@dataclass
+class Selection:
+    """What the user asked for, flags and [tool.eaglepatch] merged (flags win)."""
+
+    path: Path | str | None = None
+    models: list[str] = field(default_factory=list)
+    all_models: bool = False
+    consumers: list[str] = field(default_factory=list)  # paths or globs, relative to srt or absolute
+    ignore: list[str] = field(default_factory=list)
+    installed: bool = False
+    python: str | None = None
+    engine: str | None = None  # "sglang" | "vllm"; None: what the tree's shape says
+    exclude: list[str] = field(default_factory=list)  # paths or globs never read, relative to srt or absolute
+    ignore_from: dict[str, str] = field(default_factory=dict)  # member -> "--ignore" or the pyproject.toml naming it
