@@ -78,3 +78,16 @@ def write_srt_tree(root: Path, files: dict[str, str]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
     return root
+
+
+def invoke(*args):
+    """The CLI in this process (typer's runner), every argument a string; an exception other than the
+    exit the CLI raises propagates, so a crash is a traceback, not an exit code."""
+    from typer.testing import CliRunner
+
+    from eaglepatch.cli import app
+
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result

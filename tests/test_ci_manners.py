@@ -18,10 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import git, isolate_git
-from typer.testing import CliRunner
-
-from eaglepatch.cli import app
+from helpers import git, invoke, isolate_git
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHECKOUT = REPO_ROOT / "fixtures" / "checkout"
@@ -42,13 +39,6 @@ def root(tmp_path: Path) -> Path:
     target = tmp_path / "my tree"  # a space: the hint must quote it
     shutil.copytree(CHECKOUT, target, ignore=shutil.ignore_patterns("__pycache__"))
     return target
-
-
-def invoke(*args):
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
 
 
 def hint_of(stdout: str) -> str:

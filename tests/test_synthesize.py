@@ -19,11 +19,10 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
-from typer.testing import CliRunner
+from helpers import invoke
 
 from eaglepatch.analyze.body_reader import read_body
 from eaglepatch.analyze.synthesize import module_names_in
-from eaglepatch.cli import app
 from eaglepatch.codemods.retarget import body_reads
 from eaglepatch.read.source import SourceCache, block_start
 from eaglepatch.records import SelfUse
@@ -211,13 +210,6 @@ def _tree(tmp_path: Path) -> Path:
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     return _tree(tmp_path)
-
-
-def invoke(*args):
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
 
 
 def check(tree: Path, *models: str) -> tuple[int, dict]:

@@ -12,11 +12,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from helpers import invoke
 
 from eaglepatch.analyze.plan import call_misfit
 from eaglepatch.analyze.roles import RoleBook, learn_roles
-from eaglepatch.cli import app
 from eaglepatch.read.locate import locate_tree
 from eaglepatch.records import CallShape, ClassInfo
 
@@ -31,13 +30,6 @@ def root(tmp_path: Path) -> Path:
     target = tmp_path / "tree"
     shutil.copytree(CHECKOUT, target)
     return target
-
-
-def invoke(*args):
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
 
 
 def check_json(root: Path, *args) -> tuple[int, dict]:
