@@ -9,6 +9,7 @@ class EaglepatchError(Exception):
     def __init__(self, message: str, *, path: str | None = None, line: int | None = None):
         self.path = path
         self.line = line
+        self.message = message
         where = ""
         if path:
             where = f"{path}:{line}: " if line else f"{path}: "

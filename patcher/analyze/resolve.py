@@ -147,16 +147,23 @@ class Resolver:
             except OSError as exc:
                 unread.append((path, EaglepatchError(f"cannot be read ({exc.strerror}); check its permissions", path=self.cache.rel(path))))
         found: list[Wrapper] = []
+        failed: dict[Path, Exception] = {}
+        join = self.cache.validate_aside(files)  # each file compiled whole, beside this reading of it
         for path in files:
             if progress is not None:
                 progress(self.tree.rel(path), len(files))
+            try:
+                source = self.cache.read(path)
+                found += [self.wrapper(source, name, protocol) for name in self.wrapper_candidates(source, entry_only=True)]
+            except Exception as exc:  # a file that does not compile may trip the reading: said below, if so
+                failed[path] = exc
+        join()
+        for path in files:
             error = self.cache.unreadable(path)  # its classes read off a file Python refuses would be a guess
             if error is not None:
                 unread.append((path, error))
-                continue
-            source = self.cache.read(path)
-            for name in self.wrapper_candidates(source, entry_only=True):
-                found.append(self.wrapper(source, name, protocol))
+            elif path in failed:
+                raise failed[path]
         if unread:
             raise UnreadableFiles([error for _, error in unread], [self.cache.rel(path) for path, _ in unread])
         return found

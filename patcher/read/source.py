@@ -14,11 +14,12 @@ import ast
 import bisect
 import codecs
 import difflib
+import os
 import re
 import warnings
 from array import array
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -34,6 +35,7 @@ Statement: TypeAlias = "cst.SimpleStatementLine | cst.BaseSmallStatement | cst.B
 
 BOM = b"\xef\xbb\xbf"
 MAX_FILE_BYTES = 20 * 1024 * 1024
+ASIDE_MINIMUM = 16  # files: fewer are compiled in this process, when asked (a fork costs more)
 
 _LF = re.compile("\n")
 # a header after a newline: the engine jumps from newline to newline, where a MULTILINE `^` made it try every
@@ -1020,6 +1022,54 @@ class SourceCache:
             except EaglepatchError as exc:
                 self._validity[path] = exc
         return self._validity[path]
+
+    def validate_aside(self, paths: list[Path]) -> Callable[[], None]:
+        """Compile `paths` in a forked child while this process goes on reading them (the gate's whole-file
+        compile is a quarter of `check --all`, and a second core is idle); the returned join stores the
+        child's answers, as `unreadable` would have found them.  Where forking is unsafe or not worth it (no
+        fork, other threads running, a handful of files), nothing happens now and `unreadable` compiles
+        each file when asked."""
+        import json
+        import threading
+
+        todo = [path for path in paths if path not in self._validity]
+        if len(todo) < ASIDE_MINIMUM or not hasattr(os, "fork") or threading.active_count() > 1:
+            return lambda: None
+        read_end, write_end = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read_end)
+            os.close(write_end)
+            return lambda: None
+        if pid == 0:  # the child: answer, then leave without running anything of the parent's
+            code = 1
+            try:
+                os.close(read_end)
+                answers: list[list[str | int | None]] = []
+                for path in todo:
+                    error = self.unreadable(path)
+                    answers.append([str(path), *(() if error is None else (error.message, error.path, error.line))])
+                data = json.dumps(answers).encode("utf-8", "surrogateescape")
+                while data:
+                    data = data[os.write(write_end, data) :]
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_end)
+
+        def join() -> None:
+            chunks = []
+            with os.fdopen(read_end, "rb") as pipe:
+                while chunk := pipe.read(65536):
+                    chunks.append(chunk)
+            _, status = os.waitpid(pid, 0)
+            if status != 0:
+                return  # the child failed: each file is compiled here when asked
+            for path, *error in json.loads(b"".join(chunks).decode("utf-8", "surrogateescape")):
+                self._validity.setdefault(Path(path), EaglepatchError(error[0], path=error[1], line=error[2]) if error else None)
+
+        return join
 
     def parse_whole(self, source: SourceFile) -> Parsed:
         key = (source.path, 0, -1)
