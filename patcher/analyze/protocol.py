@@ -747,19 +747,34 @@ class ProtocolReader:
 
     # -- reading -----------------------------------------------------------------------
     def read(self) -> Extraction:
+        wanted: list[tuple[SourceFile, bool]] = []
         for path, eagle_module in self.candidate_files():
             if self.excluded and path.resolve() in self.excluded:
                 continue
             try:
                 source = self.cache.read(path)
-                if not eagle_module and not _EAGLE_GUARD.search(source.text):
-                    continue  # no EAGLE branch anywhere in the file: nothing can count here
-                error = self.cache.unreadable(path)  # a slice that parses alone is no reading of a file that does not
-                if error is not None:
-                    raise error
-                self._read_file(source, eagle_module)
             except EaglepatchError as exc:
                 self.extraction.unread.append((path, exc))
+                continue
+            if eagle_module or _EAGLE_GUARD.search(source.text):  # else no EAGLE branch: nothing can count here
+                wanted.append((source, eagle_module))
+        join = self.cache.validate_aside([source.path for source, _ in wanted])  # whole files, beside the slices
+        failed: dict[Path, Exception] = {}
+        for source, eagle_module in wanted:
+            try:
+                self._read_file(source, eagle_module)
+            except Exception as exc:  # a file that does not compile may trip the reading: said below, if so
+                failed[source.path] = exc
+        join()
+        for source, _ in wanted:
+            error = self.cache.unreadable(source.path)  # a slice that parses alone is no reading of a file that does not
+            trouble = failed.get(source.path)
+            if error is None and trouble is not None:
+                if not isinstance(trouble, EaglepatchError):
+                    raise trouble
+                error = trouble
+            if error is not None:
+                self.extraction.unread.append((source.path, error))
         return self.extraction
 
     def _read_file(self, source: SourceFile, eagle_module: bool) -> None:
