@@ -105,8 +105,8 @@ def analyze(
 
         return analyze_vllm(tree, models or [], all_models, progress, excluded)
     cache = SourceCache(tree.srt, excluded)
-    protocol = extract_protocol(tree, cache, extra_consumers, ignore, excluded, ignore_from)
-    resolver = Resolver(tree, cache, excluded)
+    protocol = extract_protocol(tree, cache, extra_consumers, ignore, ignore_from)
+    resolver = Resolver(tree, cache)
     if all_models:
         wrappers = resolver.all_wrappers(protocol, progress)
     else:
@@ -146,7 +146,7 @@ def analyze(
         written = now
         plans = plan_all()
     _settle_inherited(plans)
-    _require_read(tree, cache, plans, excluded)
+    _require_read(tree, cache, plans)
     warnings = list(protocol.warnings) + resolver.warnings + [_not_followed(style, note) for note in style.not_followed]
     warnings += [f"{cache.rel(path)}: left out by --exclude: not read, and not checked" for path in sorted(excluded)]
     return Analysis(tree, cache, protocol, plans, warnings, all_models, style)
@@ -171,7 +171,7 @@ def depended_on(plans: list[ModelPlan]) -> list[str]:
     return [f for f in files if f]
 
 
-def _require_read(tree: SourceTree, cache: SourceCache, plans: list[ModelPlan], excluded: frozenset[Path]) -> None:
+def _require_read(tree: SourceTree, cache: SourceCache, plans: list[ModelPlan]) -> None:
     """Every file a verdict depends on parses, or the run stops naming each one that does not (exit 2):
     a gate that passed over an unreadable file would pass on a guess."""
     from .errors import UnreadableFiles
@@ -179,7 +179,7 @@ def _require_read(tree: SourceTree, cache: SourceCache, plans: list[ModelPlan], 
     unread = []
     for rel in depended_on(plans):
         path = Path(rel) if Path(rel).is_absolute() else tree.srt / rel
-        if not path.is_file() or (excluded and path.resolve() in excluded):
+        if not path.is_file() or cache.is_excluded(path):
             continue
         error = cache.unreadable(path)
         if error is not None:

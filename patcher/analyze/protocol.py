@@ -700,13 +700,11 @@ class ProtocolReader:
         tree: SourceTree,
         cache: SourceCache,
         extra_consumers: list[Path] | None = None,
-        excluded: frozenset[Path] = frozenset(),
     ):
         self.tree = tree
         self.cache = cache
         self.extraction = Extraction()
         self.extra = extra_consumers or []
-        self.excluded = excluded  # resolved paths the user left out (--exclude): never read
         self._blocks: dict[tuple[Path, int, int], Block] = {}  # (file, start, end) -> the slice read
 
     # -- discovery -------------------------------------------------------------------
@@ -749,7 +747,7 @@ class ProtocolReader:
     def read(self) -> Extraction:
         wanted: list[tuple[SourceFile, bool]] = []
         for path, eagle_module in self.candidate_files():
-            if self.excluded and path.resolve() in self.excluded:
+            if self.cache.is_excluded(path):
                 continue
             try:
                 source = self.cache.read(path)
@@ -928,7 +926,7 @@ class ProtocolReader:
         origin = imports.lookup(name)
         if origin is None or origin.path is None:
             return None
-        if self.excluded and origin.path.resolve() in self.excluded:
+        if self.cache.is_excluded(origin.path):
             return None
         error = self.cache.unreadable(origin.path)
         if error is not None:  # a helper the consumer calls is part of the consumer
@@ -950,7 +948,7 @@ class ProtocolReader:
         if not executor.is_dir():
             return found
         for path in sorted(executor.rglob("*.py")):
-            if self.excluded and path.resolve() in self.excluded:
+            if self.cache.is_excluded(path):
                 continue
             try:
                 source = self.cache.read(path)
@@ -1113,12 +1111,11 @@ def extract_protocol(
     cache: SourceCache,
     extra_consumers: list[Path] | None = None,
     ignore: list[str] | None = None,
-    excluded: frozenset[Path] = frozenset(),
     ignore_from: dict[str, str] | None = None,
 ) -> Protocol:
     """The members EAGLE-3 code uses, less `ignore`; a name in `ignore` that is no member is an
     error naming where it was asked for (`ignore_from`: "--ignore" or a pyproject.toml; default "--ignore")."""
-    reader = ProtocolReader(tree, cache, extra_consumers, excluded)
+    reader = ProtocolReader(tree, cache, extra_consumers)
     extraction = reader.read()
     general = reader.general_interface()
     if extraction.unread:  # the protocol read around a consumer is not the tree's protocol

@@ -74,13 +74,12 @@ def entry_assignments(text: str) -> list[re.Match]:
 class Resolver:
     """The class index and the wrapper finder of one run, and which classes the run looks at."""
 
-    def __init__(self, tree: SourceTree, cache: SourceCache, excluded: frozenset[Path] = frozenset()):
+    def __init__(self, tree: SourceTree, cache: SourceCache):
         self.tree = tree
         self.cache = cache
         self.index = ClassIndex(tree, cache)
         self.finder = WrapperFinder(self.index)
         self.warnings: list[str] = []
-        self.excluded = excluded  # resolved paths the user left out (--exclude): never listed
         self._model_files: list[Path] | None = None
 
     def model_files(self) -> list[Path]:
@@ -138,7 +137,7 @@ class Resolver:
         files = []
         unread: list[tuple[Path, EaglepatchError]] = []
         for path in self.model_files():
-            if self.excluded and path.resolve() in self.excluded:
+            if self.cache.is_excluded(path):
                 continue
             try:
                 with open(path, "rb") as handle:
@@ -194,7 +193,7 @@ def select_wrappers(tree: SourceTree, cache: SourceCache, resolver: Resolver, se
             "(e.g. kimi_k25 or kimi_k25:KimiK25ForConditionalGeneration)",
             path=rel,
         )
-    if resolver.excluded and path.resolve() in resolver.excluded:
+    if cache.is_excluded(path):
         raise EaglepatchError("is left out by --exclude (or [tool.eaglepatch] exclude); drop it there to check it", path=rel)
     source = cache.read(path)
     resolver.require_valid(source)

@@ -994,7 +994,7 @@ class SourceCache:
         if cached is not None:
             return cached
         rel = self.rel(path)
-        if self.excluded and path.resolve() in self.excluded:
+        if self.is_excluded(path):
             raise EaglepatchError("is left out by --exclude (or the exclude setting), so it is not read", path=rel)
         try:
             size = path.stat().st_size
@@ -1011,6 +1011,10 @@ class SourceCache:
         source = decode_source(path, rel, data)
         self._files[path] = source
         return source
+
+    def is_excluded(self, path: Path) -> bool:
+        """The user left `path` out (--exclude): no stage reads it, and the gate does not ask it to parse."""
+        return bool(self.excluded) and path.resolve() in self.excluded
 
     def unreadable(self, path: Path) -> EaglepatchError | None:
         """Why `path` cannot be read as Python (not decodable, not compilable), or None; once per run.

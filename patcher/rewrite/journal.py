@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .edits import FileEdit
 
 SCHEMA = 1
+TEMP_SUFFIX = ".eaglepatch-tmp"  # a staged file: `.<name>.<writer's pid>.<random><suffix>` beside its target
 
 
 def state_dir() -> Path:
@@ -117,15 +118,14 @@ def _listed(rels: tuple[str, ...], limit: int = 3) -> str:
     return shown + (f" and {len(rels) - limit} more" if len(rels) > limit else "")
 
 
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False  # this process is not writing yet: a journal with its pid is an earlier process's
+def running(pid: int) -> bool:
+    """A process `pid` exists (someone else's counts: it refuses the signal, but it is there)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True  # someone else's live process
+        return True
     return True
 
 
@@ -134,7 +134,8 @@ def leftover(tree_root: Path) -> Leftover | None:
     path = journal_path(tree_root)
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-        if record.get("schema") != SCHEMA or _alive(int(record["pid"])):
+        pid = int(record["pid"])  # this process is not writing yet: a journal with its pid is an earlier one's
+        if record.get("schema") != SCHEMA or (pid != os.getpid() and running(pid)):
             return None
         files = list(record["files"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -157,7 +158,7 @@ def leftover(tree_root: Path) -> Leftover | None:
 def forget(found: Leftover) -> None:
     """Said once: the run that reported it clears it, and the files that run had staged but not renamed."""
     for target in found.targets:
-        for temp in target.parent.glob(f".{target.name}.{found.pid}.*.eaglepatch-tmp"):
+        for temp in target.parent.glob(f".{target.name}.{found.pid}.*{TEMP_SUFFIX}"):
             with contextlib.suppress(OSError):
                 temp.unlink()
     with contextlib.suppress(OSError):

@@ -29,9 +29,8 @@ from typing import IO
 
 from ..errors import EaglepatchError
 from .edits import FileEdit
-from .journal import Journal
+from .journal import TEMP_SUFFIX, Journal, running
 
-TEMP_SUFFIX = ".eaglepatch-tmp"
 LOCK_TIMEOUT_VARIABLE = "EAGLEPATCH_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 10.0  # seconds: an apply racing another finishes in well under one
 
@@ -64,22 +63,12 @@ def _remove_leftovers(target: Path) -> None:
     apply staging its files before it takes the locks, or this one) are its own."""
     for stale in target.parent.glob(f".{target.name}.*{TEMP_SUFFIX}"):
         pid = stale.name[len(target.name) + 2 :].split(".", 1)[0]
-        if pid.isdigit() and (int(pid) == os.getpid() or _running(int(pid))):
+        if pid.isdigit() and (int(pid) == os.getpid() or running(int(pid))):
             continue
         try:
             stale.unlink()
         except OSError:
             pass
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _read_only(edit: FileEdit) -> EaglepatchError:
