@@ -9,7 +9,7 @@ from __future__ import annotations
 import codecs
 import enum
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, Optional
@@ -299,8 +299,8 @@ def _selection(
     from .selection import Selection
 
     return Selection(
-        path, list(models or []), all_models, list(consumers or []), list(ignore or []), installed, python,
-        engine.value if engine is not None else None, list(exclude or []),
+        path, tuple(models or ()), all_models, tuple(consumers or ()), tuple(ignore or ()), installed, python,
+        engine.value if engine is not None else None, tuple(exclude or ()),
     )
 
 
@@ -726,7 +726,7 @@ def apply(
     raise typer.Exit(code or (1 if remaining else 0))
 
 
-def still_missing(plans: list[ModelPlan], written: list[FileEdit]) -> list[tuple[ModelPlan, MemberPlan]]:
+def still_missing(plans: Sequence[ModelPlan], written: list[FileEdit]) -> list[tuple[ModelPlan, MemberPlan]]:
     """(plan, member plan) for each required member no written edit adds: what apply leaves for people."""
     added = {(e.rel, cls, m) for e in written for cls, members in e.added.items() for m in members}
     fixes = {(p.wrapper.cls.file, p.wrapper.cls.name, e.member.name): e.fix for p in plans for e in p.missing}
@@ -771,7 +771,7 @@ def revert(
             tree = vllm
             edits, errors, kept = revert_vllm_edits(tree, None if all_models else list(model or []) or None)
         else:
-            tree, selection, _ = resolve_selection(Selection(path, list(model or []), all_models, installed=installed, python=python))
+            tree, selection, _ = resolve_selection(Selection(path, tuple(model or ()), all_models, installed=installed, python=python))
             cache = SourceCache(tree.srt)
             style = load_style(tree.models, tree.given)
             edits, errors, kept = revert_edits(cache, tree, None if selection.all_models else selection.models, style)

@@ -25,7 +25,7 @@ else:  # pragma: no cover - Python 3.10
 KNOWN_KEYS = {"models", "all", "consumers", "ignore", "exclude"}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
     models: list[str] = field(default_factory=list)
     all_models: bool = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,7 @@ from .read.style import FormatStyle
 from .selection import DEFAULT_MODEL, Analysis, Selection
 
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
+    from .analyze.overlay import Written
     from .analyze.resolve import Progress
     from .analyze.synthesize import HookLibrary
     from .read.source import SourceCache
@@ -36,12 +38,12 @@ def resolve_selection(selection: Selection) -> tuple[SourceTree, Selection, list
         raise EaglepatchError("--all and --model do not go together; pass one of them", path=str(tree.given))
     merged = Selection(
         path=path,
-        models=selection.models or ([] if selection.all_models else settings.models),
+        models=tuple(selection.models or (() if selection.all_models else settings.models)),
         all_models=selection.all_models or (settings.all_models and not selection.models),
-        consumers=selection.consumers or settings.consumers,
-        ignore=sorted(set(selection.ignore) | set(settings.ignore)),
+        consumers=tuple(selection.consumers or settings.consumers),
+        ignore=tuple(sorted(set(selection.ignore) | set(settings.ignore))),
         engine=selection.engine,
-        exclude=list(dict.fromkeys([*selection.exclude, *settings.exclude])),
+        exclude=tuple(dict.fromkeys([*selection.exclude, *settings.exclude])),
         ignore_from={
             **{name: str(settings.source) for name in settings.ignore},
             **{name: "--ignore" for name in selection.ignore},
@@ -68,14 +70,14 @@ def _matches(tree: SourceTree, pattern: str) -> list[Path]:
     return [m for m in matches if m.is_file()]
 
 
-def excluded_files(tree: SourceTree, patterns: list[str]) -> frozenset[Path]:
+def excluded_files(tree: SourceTree, patterns: Iterable[str]) -> frozenset[Path]:
     """The resolved paths the user left out: no stage reads them, and the gate does not ask them to parse."""
     return frozenset(m.resolve() for pattern in patterns for m in _matches(tree, pattern))
 
 
 def analyze(
     path: Path | str | None | Selection,
-    models: list[str] | None = None,
+    models: Sequence[str] | None = None,
     extra_consumers: list[Path] | None = None,
     all_models: bool = False,
     progress: Progress | None = None,
@@ -84,6 +86,7 @@ def analyze(
     """The protocol is extracted once and shared by every wrapper looked at.  `resolved` is what
     resolve_selection already returned for this Selection (the result cache needs it first)."""
     from .analyze.class_index import definition_ast
+    from .analyze.overlay import WrittenOverlay
     from .analyze.plan import call_misfit, plan_wrapper
     from .analyze.protocol import extract_protocol
     from .analyze.resolve import Resolver, select_wrappers
@@ -99,7 +102,7 @@ def analyze(
         extra_consumers = (extra_consumers or []) + consumers
         excluded = excluded_files(tree, selection.exclude)
     else:
-        tree, ignore, ignore_from = locate_tree(path), [], {}
+        tree, ignore, ignore_from = locate_tree(path), (), {}
     if tree.engine == "vllm":  # the vLLM profile (patcher/vllm_profile/)
         from .vllm_profile.plan import analyze_vllm
 
@@ -130,29 +133,28 @@ def analyze(
             libraries.append(HookLibrary(resolver, protocol, style.line_length))
         return libraries[0].fit(entry, wrapper, shape_misfit)
 
-    written: dict[tuple[str, str], dict[str, Signature]] = {}
+    def plan_all(written: Written) -> list[ModelPlan]:
+        seen = WrittenOverlay(written)
+        return [plan_wrapper(protocol, seen.wrapper(w), *roles.role_of(w.cls), shape_misfit, synthesize, written) for w in wrappers]
 
-    def plan_all() -> list[ModelPlan]:
-        return [plan_wrapper(protocol, w, *roles.role_of(w.cls), shape_misfit, synthesize, written) for w in wrappers]
-
-    plans = plan_all()
-    # what apply writes into a class serves, in the same run, its subclasses (they inherit it) and
-    # the wrappers that hold it (they can forward to it)
+    # what apply writes into a class serves, in the same run, its subclasses (they inherit it) and the
+    # wrappers that hold it (they can forward to it): plan again through this round's writes until they
+    # no longer change (analyze/overlay.py)
+    written: Written = {}
+    plans = plan_all(written)
     for _ in range(MAX_ADOPTION_ROUNDS):
         now = {(p.wrapper.cls.file, p.wrapper.cls.name): _written(p) for p in plans if p.writes}
-        adopted = resolver.adopt(now) if now else False
-        if not adopted and now == written:
+        if now == written:
             break
         written = now
-        plans = plan_all()
-    _settle_inherited(plans)
+        plans = plan_all(written)
     _require_read(tree, cache, plans)
     warnings = list(protocol.warnings) + resolver.warnings + [_not_followed(style, note) for note in style.not_followed]
     warnings += [f"{cache.rel(path)}: left out by --exclude: not read, and not checked" for path in sorted(excluded)]
-    return Analysis(tree, cache, protocol, plans, warnings, all_models, style)
+    return Analysis(tree, cache, protocol, tuple(plans), tuple(warnings), all_models, style)
 
 
-def depended_on(plans: list[ModelPlan]) -> list[str]:
+def depended_on(plans: Iterable[ModelPlan]) -> list[str]:
     """The files (relative to srt) the verdicts were read from: each class's module and those of its
     bases, inner models and members, and each learned body's reference."""
     files: dict[str, None] = {}
@@ -171,7 +173,7 @@ def depended_on(plans: list[ModelPlan]) -> list[str]:
     return [f for f in files if f]
 
 
-def _require_read(tree: SourceTree, cache: SourceCache, plans: list[ModelPlan]) -> None:
+def _require_read(tree: SourceTree, cache: SourceCache, plans: Iterable[ModelPlan]) -> None:
     """Every file a verdict depends on parses, or the run stops naming each one that does not (exit 2):
     a gate that passed over an unreadable file would pass on a guess."""
     from .errors import UnreadableFiles
@@ -190,28 +192,6 @@ def _require_read(tree: SourceTree, cache: SourceCache, plans: list[ModelPlan]) 
 
 def _not_followed(style: FormatStyle, note: str) -> str:
     return f"{note} ({', '.join(style.sources)}): apply does not lay out imports that way; run the tree's formatters after it"
-
-
-def _settle_inherited(plans: list[ModelPlan]) -> None:
-    """Point each inherited fix at the class apply writes the member into. Adoption goes in rounds: a
-    base that wrote a member in an early round may, once it adopts it from a base of its own, inherit it
-    in the last (sglang 0.5.9: Qwen3VLMoeForConditionalGeneration inherits get_embed_and_head from
-    Qwen3VLForConditionalGeneration, which apply fixes), while a subclass adopted it from the first
-    and keeps naming it; follow the chain to the class that writes it."""
-    by_class = {f"{p.wrapper.cls.file}:{p.wrapper.cls.name}": p for p in plans}
-    for plan in plans:
-        for entry in plan.missing:
-            seen: set[str] = set()
-            while entry.fix is not None and entry.fix.kind == "inherit" and entry.fix.to not in seen:
-                seen.add(entry.fix.to)
-                base = by_class.get(entry.fix.to)
-                onward = None if base is None else next(
-                    (m.fix for m in base.missing if m.member.name == entry.member.name and m.fix is not None and m.fix.kind == "inherit"),
-                    None,
-                )
-                if onward is None:
-                    break
-                entry.fix = onward
 
 
 def _written(plan: ModelPlan) -> dict[str, Signature]:
