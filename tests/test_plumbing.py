@@ -462,3 +462,20 @@ def test_tree_classes_share_one_lookup(tmp_path: Path) -> None:
     again = tree_plumbing(resolver, NO_PROTOCOL, "models/llama_like.py", "LikeForCausalLM", classes=classes)
     assert first == again and first.complete
     assert classes.mro("models/llama_like.py:Nowhere") == ()
+
+
+def test_the_files_read_are_reported(tmp_path: Path) -> None:
+    """What the verdict depends on, for a result cache: the base's module too, not only the class's."""
+    other = "from sglang.srt.models.llama_like import LikeForCausalLM\n\n\nclass OtherForCausalLM(LikeForCausalLM):\n    pass\n"
+    report = tree_report(tmp_path, {"models/llama_like.py": LLAMA_LIKE, "models/other.py": other}, "models/other.py", "OtherForCausalLM")
+    assert report.complete and report.read == ("models/llama_like.py", "models/other.py")
+
+
+def test_a_class_under_a_module_level_if(tmp_path: Path) -> None:
+    """A class is parsed on its own lines, numbered as in its file: one under `if` too."""
+    header, classes = LLAMA_LIKE.split("\n\n\n", 1)
+    nested = f"{header}\nimport sys\n\nif sys.platform:\n" + textwrap.indent(classes, "    ")
+    assert tree_report(tmp_path, {FILE: nested}, FILE, "LikeForCausalLM").complete
+    broken = edited(nested, [(LOGITS, "forward_batch)")])
+    report = tree_report(tmp_path / "broken", {FILE: broken}, FILE, "LikeForCausalLM")
+    assert [(g.piece, g.at) for g in report.gaps] == [("logits-aux", line_after(broken, "class LikeForCausalLM(", "def forward("))]

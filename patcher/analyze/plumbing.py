@@ -26,8 +26,10 @@ from __future__ import annotations
 import ast
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Protocol
+
+from ..errors import EaglepatchError
 
 if TYPE_CHECKING:
     from ..read.source import SourceFile
@@ -119,6 +121,7 @@ class PlumbingReport:
     gaps: tuple[PlumbingGap, ...] = ()
     inert: tuple[str, ...] = ()
     unresolved: tuple[str, ...] = ()
+    read: tuple[str, ...] = ()  # the files of every class read: what the verdict depends on (a result cache's key)
 
     @property
     def complete(self) -> bool:
@@ -704,17 +707,39 @@ class _Findings:
         self.gaps.setdefault((piece, at), PlumbingGap(piece, why, at))
 
 
-def analyze_plumbing(classes: ClassLookup, key: str, hook: str = HOOK, depth: int = 0) -> PlumbingReport:
-    """Every missing or broken piece of the plumbing behind the class's `hook` ("file:Class" `key`).
+def analyze_plumbing(classes: ClassLookup, key: str, hook: str = HOOK) -> PlumbingReport:
+    """Every missing or broken piece of the plumbing behind the class's `hook` ("file:Class" `key`),
+    and the mechanism the hook uses.  The class must have the hook (its own or inherited); a class
+    without one gets a `hook` gap."""
+    recorder = _Recorder(classes)
+    report = _analyze(recorder, key, hook, 0)
+    return replace(report, read=tuple(sorted(recorder.files)))
 
-    The class must have the hook (its own or inherited); a class without one gets a `hook` gap."""
+
+class _Recorder:
+    """A ClassLookup that notes the file of every class it hands out."""
+
+    def __init__(self, classes: ClassLookup):
+        self.classes = classes
+        self.files: set[str] = set()
+
+    def mro(self, key: str) -> tuple[ClassSource, ...]:
+        found = self.classes.mro(key)
+        self.files.update(cls.file for cls in found)
+        return found
+
+    def holds(self, key: str, attribute: str) -> tuple[str, ...] | None:
+        return self.classes.holds(key, attribute)
+
+
+def _analyze(classes: ClassLookup, key: str, hook: str, depth: int) -> PlumbingReport:
     mro = classes.mro(key)
     found = _Findings()
     method = _resolve(mro, hook) if mro else None
     if method is None:
         found.gap("hook", f"{key.rpartition(':')[2]} has no {hook}", f"{mro[0].file}:{mro[0].node.lineno}" if mro else key)
         return _report(key, hook, "none", [], found)
-    views, holders = _views(classes, key, mro, method, hook, found)
+    views = _views(classes, key, mro, method, hook, found)
     all_writes: list[StateWrite] = []
     mechanisms: list[Mechanism] = []
     for view in views:
@@ -722,7 +747,7 @@ def analyze_plumbing(classes: ClassLookup, key: str, hook: str = HOOK, depth: in
         own_flags = [w for w in writes if w.holder == SELF and w.kind == "flag"]
         if calls and not own_flags and not any(w.holder == SELF for w in writes):
             mechanisms.append("delegate")
-            _check_delegation(classes, key, mro, method, hook, calls, view, holders, found, depth)
+            _check_delegation(classes, mro, hook, calls, view, found, depth)
             continue
         for call in calls:
             writes += _backbone_hook_writes(classes, call, view, hook, found)
@@ -731,7 +756,7 @@ def analyze_plumbing(classes: ClassLookup, key: str, hook: str = HOOK, depth: in
         if not [w for w in writes if w.kind != "flag"] and not own_flags:
             found.gap("hook", f"{method.label} writes no capture state (no flag, no layers to capture)", method.at)
             continue
-        _check_class(classes, mro, writes, view, holders, found)
+        _check_class(classes, mro, writes, view, found)
     mechanism: Mechanism = next((m for m in mechanisms if m != "none"), "none")
     return _report(key, hook, mechanism, all_writes, found)
 
@@ -757,9 +782,7 @@ def _mechanism(writes: Sequence[StateWrite]) -> Mechanism:
     return "list" if "list" in kinds else "none"
 
 
-def _views(
-    classes: ClassLookup, key: str, mro: Sequence[ClassSource], method: _Method, hook: str, found: _Findings
-) -> tuple[list[dict[str, str]], dict[str, tuple[str, ...]]]:
+def _views(classes: ClassLookup, key: str, mro: Sequence[ClassSource], method: _Method, hook: str, found: _Findings) -> list[dict[str, str]]:
     """One assignment of a class to each backbone attribute the hook writes on, per combination of
     the classes each may be built as (usually one)."""
     writes, calls = _hook_writes(mro, method, hook, lambda test: None)
@@ -773,7 +796,7 @@ def _views(
         holders[attribute] = held
     names = list(holders)
     views = [dict(zip(names, choice)) for choice in itertools.product(*(holders[n] for n in names))]
-    return views or [{}], holders
+    return views or [{}]
 
 
 def _backbone_hook_writes(classes: ClassLookup, call: _HookCall, view: Mapping[str, str], hook: str, found: _Findings) -> list[StateWrite]:
@@ -795,16 +818,7 @@ def _name(key: str) -> str:
 
 
 def _check_delegation(
-    classes: ClassLookup,
-    key: str,
-    mro: Sequence[ClassSource],
-    method: _Method,
-    hook: str,
-    calls: Sequence[_HookCall],
-    view: Mapping[str, str],
-    holders: Mapping[str, tuple[str, ...]],
-    found: _Findings,
-    depth: int,
+    classes: ClassLookup, mro: Sequence[ClassSource], hook: str, calls: Sequence[_HookCall], view: Mapping[str, str], found: _Findings, depth: int
 ) -> None:
     """The hook hands the call on to an inner model: its class must have the hook, and its plumbing
     must hold; the class's own forward must reach that model."""
@@ -822,7 +836,7 @@ def _check_delegation(
         if depth >= MAX_DEPTH:
             found.unresolved[f"self.{call.holder}: delegations nested deeper than {MAX_DEPTH}"] = None
             continue
-        report = analyze_plumbing(classes, inner, hook, depth + 1)
+        report = _analyze(classes, inner, hook, depth + 1)
         for gap in report.gaps:
             found.gap(gap.piece, f"self.{call.holder} ({_name(inner)}): {gap.why}", gap.at)
         for note in report.inert:
@@ -835,14 +849,9 @@ def _references(path: Sequence[_Method], holder: str) -> bool:
     return any(_self_attr(node) == holder for _, node in _walk(path))
 
 
-def _check_class(
-    classes: ClassLookup,
-    mro: Sequence[ClassSource],
-    writes: Sequence[StateWrite],
-    view: Mapping[str, str],
-    holders: Mapping[str, tuple[str, ...]],
-    found: _Findings,
-) -> None:
+def _check_class(classes: ClassLookup, mro: Sequence[ClassSource], writes: Sequence[StateWrite], view: Mapping[str, str], found: _Findings) -> None:
+    """The class's own forward reads its flag and unpacks what the backbone returns; each backbone
+    the hook writes on reads the layer choice (or the class is its own backbone)."""
     forward = _resolve(mro, FORWARD)
     if forward is None:
         found.gap("forward", f"{mro[0].name} has no forward to read what the hook writes", f"{mro[0].file}:{mro[0].node.lineno}")
@@ -1110,7 +1119,6 @@ class TreeClasses:
     def __init__(self, resolver: Resolver, protocol: EagleProtocol):
         self.resolver = resolver
         self.protocol = protocol
-        self._modules: dict[str, ast.Module | None] = {}
         self._classes: dict[str, ClassSource | None] = {}
         self._bases: dict[str, list[str]] = {}
         self._mro: dict[str, tuple[ClassSource, ...]] = {}
@@ -1119,26 +1127,21 @@ class TreeClasses:
         path = self.resolver.tree.srt / file
         if not path.is_file():
             return None
-        return self.resolver.cache.read(path)
+        try:
+            return self.resolver.cache.read(path)
+        except EaglepatchError:  # not UTF-8, too large...: the pipeline's own gate says so
+            return None
 
     def _class(self, key: str) -> ClassSource | None:
         if key in self._classes:
             return self._classes[key]
         file, _, name = key.rpartition(":")
         source = self._source(file)
-        found = None
         text = self.resolver.class_text(source, name) if source is not None else None
-        if source is not None and text is not None:
-            if file not in self._modules:
-                try:
-                    self._modules[file] = ast.parse(source.text)
-                except (SyntaxError, ValueError):
-                    self._modules[file] = None
-            module = self._modules[file]
-            node = next((n for n in ast.walk(module) if isinstance(n, ast.ClassDef) and n.lineno == text.header + 1), None) if module else None
-            if node is not None:
-                found = ClassSource(name, file, node)
-                self._bases[key] = self._direct_bases(source, text)
+        node = _class_node(text) if text is not None else None
+        found = ClassSource(name, file, node) if node is not None else None
+        if found is not None and source is not None and text is not None:
+            self._bases[key] = self._direct_bases(source, text)
         self._classes[key] = found
         return found
 
@@ -1174,3 +1177,18 @@ def tree_plumbing(resolver: Resolver, protocol: EagleProtocol, file: str, name: 
     """`analyze_plumbing` for the class `name` of `file` (relative to srt) of a resolved tree; pass
     one `classes` for every class of a run."""
     return analyze_plumbing(classes or TreeClasses(resolver, protocol), f"{file}:{name}", hook)
+
+
+def _class_node(text: ClassText) -> ast.ClassDef | None:
+    """The class's own lines parsed (not its whole module: a model file runs to thousands of lines),
+    numbered as in its file.  One under a module-level `if` is parsed inside one."""
+    lines = text.source.lines[text.header : text.end]
+    indented = bool(lines) and lines[0][:1] in (" ", "\t")
+    try:
+        module = ast.parse(("if 1:\n" if indented else "") + "\n".join(lines) + "\n")
+    except (SyntaxError, ValueError):
+        return None
+    node = module.body[0].body[0] if indented and isinstance(module.body[0], ast.If) else module.body[0] if module.body else None
+    if not isinstance(node, ast.ClassDef):
+        return None
+    return ast.increment_lineno(node, text.header - (1 if indented else 0))
