@@ -114,6 +114,9 @@ def markdown(releases: list[Release]) -> str:
             out += [f"  - {gap.piece}: {gap.why} ({gap.at})" for gap in report.gaps]
         for row in release.unjudged:
             out.append(f"- not judged: {row.report.cls} ({row.status}, {row.role}): {'; '.join(row.report.unresolved)}")
+        for row in (r for r in release.broken if r.role != "target" and any(g.piece == "flag-default" for g in r.report.gaps)):
+            out.append(f"- **{row.report.cls}** ({row.status}, {row.role}): its forward raises whatever the role")
+            out += [f"  - {gap.piece}: {gap.why} ({gap.at})" for gap in row.report.gaps if gap.piece == "flag-default"]
         others = [r for r in release.broken if r.role != "target"]
         if others:
             pieces = Counter(g.piece for r in others for g in r.report.gaps)

@@ -1055,7 +1055,7 @@ def _check_unpack(
                 gated_by |= {a for t in tests for n in ast.walk(t) if (a := _self_attr(n)) is not None and any(w in a for w in _AUX_WORDS)}
     returned = pair is not None and pair.returned
     if pair is not None and not pair.returned:
-        tail = f"while {forward.label} unpacks a pair" if count else "so there is nothing to unpack"
+        tail = f"while {forward.label} unpacks a pair ({lines[0]})" if count else "so there is nothing to unpack"
         found.gap("pair-return", f"{backbone}.forward returns a bare tensor, never (hidden, aux), {tail}", pair.at)
     if count == 0 and pair is not None:
         found.gap("unpack", f"{forward.label} never unpacks (hidden_states, aux_hidden_states) from self.{holder}", forward.at)
