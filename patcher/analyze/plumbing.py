@@ -493,7 +493,7 @@ def _exits(block: Sequence[ast.stmt]) -> bool:
     return bool(block) and isinstance(block[-1], (ast.Return, ast.Raise))
 
 
-def _mentions(test: ast.expr, names: set[str]) -> bool:
+def _says_captured(test: ast.expr, names: set[str]) -> bool:
     """The test names one of `names` (a local, an attribute, a string) or says aux/capture."""
     for node in ast.walk(test):
         word = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else _constant_str(node)
@@ -738,7 +738,7 @@ def _analyze(classes: ClassLookup, key: str, hook: str, depth: int) -> PlumbingR
     method = _resolve(mro, hook) if mro else None
     if method is None:
         found.gap("hook", f"{key.rpartition(':')[2]} has no {hook}", f"{mro[0].file}:{mro[0].node.lineno}" if mro else key)
-        return _report(key, hook, "none", [], found)
+        return _plumbing_report(key, hook, "none", [], found)
     views = _views(classes, key, mro, method, hook, found)
     all_writes: list[StateWrite] = []
     mechanisms: list[Mechanism] = []
@@ -758,10 +758,10 @@ def _analyze(classes: ClassLookup, key: str, hook: str, depth: int) -> PlumbingR
             continue
         _check_class(classes, mro, writes, view, found)
     mechanism: Mechanism = next((m for m in mechanisms if m != "none"), "none")
-    return _report(key, hook, mechanism, all_writes, found)
+    return _plumbing_report(key, hook, mechanism, all_writes, found)
 
 
-def _report(key: str, hook: str, mechanism: Mechanism, writes: list[StateWrite], found: _Findings) -> PlumbingReport:
+def _plumbing_report(key: str, hook: str, mechanism: Mechanism, writes: list[StateWrite], found: _Findings) -> PlumbingReport:
     return PlumbingReport(
         cls=key,
         hook=hook,
@@ -989,7 +989,7 @@ def _pair_return(mro: Sequence[ClassSource], forward: _Method, hook_state: set[s
                 if isinstance(value, ast.Tuple) and len(value.elts) == 2:
                     second = value.elts[1]
                     names = set(hook_state) | ({second.id} if isinstance(second, ast.Name) else set())
-                    pairs.append((f"{method.owner.file}:{node.lineno}", any(_mentions(t, names) for t in [*tests, *extra])))
+                    pairs.append((f"{method.owner.file}:{node.lineno}", any(_says_captured(t, names) for t in [*tests, *extra])))
                     continue
                 if isinstance(value, ast.Name) and value.id not in unpacked and isinstance(bound.get(value.id), ast.Call):
                     value = bound[value.id]
@@ -1051,7 +1051,7 @@ def _check_unpack(
                 aux.add(_unpack_of(node, holder, results) or "")
                 lines.append(f"{method.owner.file}:{node.lineno}")
                 tests = guards.get(id(node), [])
-                unpack_guarded = unpack_guarded and any(_mentions(t, flags | results) for t in tests)
+                unpack_guarded = unpack_guarded and any(_says_captured(t, flags | results) for t in tests)
                 gated_by |= {a for t in tests for n in ast.walk(t) if (a := _self_attr(n)) is not None and any(w in a for w in _AUX_WORDS)}
     returned = pair is not None and pair.returned
     if pair is not None and not pair.returned:
