@@ -14,7 +14,7 @@ from .selection import DEFAULT_MODEL, Analysis, Selection
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
     from .analyze.resolve import Progress
     from .analyze.synthesize import HookLibrary
-    from .read.source import SourceCache
+    from .read.source_cache import SourceCache
     from .records import CallShape, MemberPlan, ModelPlan, Signature, SynthesisFit, Wrapper
 
 MAX_ADOPTION_ROUNDS = 3
@@ -88,7 +88,7 @@ def analyze(
     from .analyze.protocol import extract_protocol
     from .analyze.resolve import Resolver, select_wrappers
     from .analyze.roles import learn_roles
-    from .read.source import SourceCache
+    from .read.source_cache import SourceCache
     from .read.style import load_style
 
     excluded: frozenset[Path] = frozenset()

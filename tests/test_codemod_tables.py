@@ -27,7 +27,7 @@ from eaglepatch.codemods.add_delegations import Delegation, render_delegation
 from eaglepatch.codemods.remove_delegations import RemoveDelegations
 from eaglepatch.codemods.respell import FreeName, Respell, free_names
 from eaglepatch.codemods.retarget import ExplodeLongLiterals, Retarget, body_reads, overlong_lines
-from eaglepatch.read.source import decode_source
+from eaglepatch.read.text import decode_source
 from eaglepatch.rewrite.edits import apply_codemod
 
 

@@ -12,7 +12,9 @@ from ..errors import EaglepatchError
 from .bindings import statement_end
 from .expressions import dotted_name
 from .locate import SourceTree
-from .source import IMPORT_LINE, SourceCache, SourceFile, indent_width
+from .slices import IMPORT_LINE
+from .source_cache import SourceCache
+from .text import SourceFile, indent_width
 
 _TOP_ASSIGN = re.compile(r"^(\w+)\s*(?::[^=]*)?=", re.MULTILINE)
 _EXCEPT = re.compile(r"^([ \t]*)except\b[^\n]*:[ \t]*(?:#.*)?$")

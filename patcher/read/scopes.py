@@ -29,7 +29,8 @@ import libcst as cst
 
 from ..codemods.names import cst_dotted_name
 from .imports import PACKAGE, module_path
-from .source import SourceCache, SourceFile
+from .source_cache import SourceCache
+from .text import SourceFile
 
 if typing.TYPE_CHECKING:  # (TYPE_CHECKING below is this module's own name for a context)
     from libcst.metadata import Scope

@@ -11,7 +11,8 @@ import libcst as cst
 from ..codemods.names import cst_dotted_name
 from ..errors import EaglepatchError
 from ..read.imports import module_names, module_path
-from ..read.source import SourceCache, SourceFile
+from ..read.source_cache import SourceCache
+from ..read.text import SourceFile
 
 if TYPE_CHECKING:
     from ..read.locate import SourceTree

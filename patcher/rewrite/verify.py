@@ -35,7 +35,9 @@ from ..codemods.respell import is_literal_subscript, parse_string
 from ..errors import EaglepatchError
 from ..read.meanings import CLASS_ATTRIBUTE, TYPE_ONLY, UNKNOWN, immutable_literal, inner_meaning, same_literal, wrapper_binding
 from ..read.scopes import Exports, ModuleScope, dotted_module, scope_of
-from ..read.source import Parsed, SourceCache, SourceFile, decode_source, parse_cut
+from ..read.slices import Parsed, parse_cut
+from ..read.source_cache import SourceCache
+from ..read.text import SourceFile, decode_source
 from ..records import MemberPlan
 
 if TYPE_CHECKING:
