@@ -1,7 +1,8 @@
 """Read stage, the cache: each file read once and each slice parsed once for a whole run.
 
-The cache is what every stage of one run shares: what a later stage derives from a file once per
-run (import tables, scope analyses) is kept here too.
+The cache is what every stage of one run shares.  What a later stage derives from a file once per
+run (import tables, scope analyses) is kept in the cache's memo, under a `MemoKey` that the stage
+owns and keeps private: its type says what the slot holds, and no other module writes there.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import ast
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..errors import EaglepatchError
 from .outline import Outline, block_start, mask, outline
@@ -20,8 +21,24 @@ from .text import SourceFile, block_text, decode_source
 if TYPE_CHECKING:  # libcst is imported where code is parsed with it: `check` reads with CPython's parser
     import libcst as cst
 
+V = TypeVar("V")
+
 MAX_FILE_BYTES = 20 * 1024 * 1024
 ASIDE_MINIMUM = 16  # files: fewer are compiled in this process, when asked (a fork costs more)
+
+
+class MemoKey(Generic[V]):
+    """Names one value a stage keeps in `SourceCache.memo` for the run, and says its type.  Compared by
+    identity: the stage that derives the value holds the key in a private module name (`_TABLES`), so
+    no other module can write that slot (tests/test_architecture.py forbids importing `_x`)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"MemoKey({self.name!r})"
 
 
 class SourceCache:
@@ -40,18 +57,19 @@ class SourceCache:
         self._ast_alone: set[tuple[Path, int]] = set()  # the defs CPython parsed on their own (their _ast_texts are the slice)
         # a member's libcst def by (file, line, name): class_index.signature_node parses it once
         self.definitions: dict[tuple[Path, int, str], cst.FunctionDef | None] = {}
-        # the names such a def binds itself (verify: a learned body is checked against its reference's)
-        self.definition_locals: dict[tuple[Path, int, str], frozenset[str]] = {}
-        # what later stages derive from a file once per run, kept here because the cache is what
-        # every stage of one run shares (filled by imports.py, edits.py and scopes.py)
-        self.module_paths: dict[Path | None, dict[str, Path | None]] = {}  # srt -> module -> its in-tree file
-        self.import_tables: dict[str, dict[Path, Any]] = {}  # ImportTable kind -> file -> table
-        self.defined_here: dict[Path, set[str]] = {}  # file -> names it defines at top level
-        self.module_scopes: dict[tuple[Path, frozenset[str] | None], Any] = {}  # scopes.scope_of
-        self.exports: Any = None  # scopes.Exports of the tree, made on first use
+        # what later stages derive from a file once per run, each under its stage's own key (`memo`)
+        self._memo: dict[MemoKey[Any], Any] = {}
         self._validity: dict[Path, EaglepatchError | None] = {}  # unreadable(): each file compiled once per run
         self.bytes_read = 0
         self.lines_parsed = 0
+
+    def memo(self, key: MemoKey[V], make: Callable[[], V]) -> V:
+        """The value kept under `key` for this run, made by `make` when first asked for."""
+        try:
+            return self._memo[key]
+        except KeyError:
+            value = self._memo[key] = make()
+            return value
 
     def rel(self, path: Path) -> str:
         try:
