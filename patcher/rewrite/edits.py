@@ -23,10 +23,10 @@ from ..read.meanings import TYPE_ONLY, UNKNOWN, inner_meaning
 from ..read.scopes import scope_of
 from ..read.slices import CutText, parse_module, rewrite_cut
 from ..read.source_cache import SourceCache
+from ..read.star_imports import star_imported_names
 from ..read.style import DEFAULT_STYLE, FormatStyle
 from ..read.text import SourceFile
 from ..records import MemberPlan, ModelPlan
-from .star_imports import star_imported_names
 from .verify import prove_edit
 
 if TYPE_CHECKING:
