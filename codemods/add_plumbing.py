@@ -92,9 +92,15 @@ def marker_line(marker: PlumbingMarker) -> cst.EmptyLine:
     return cst.EmptyLine(indent=True, comment=cst.Comment(marker.text))
 
 
+def leading_lines(statement: cst.BaseStatement) -> list[cst.EmptyLine]:
+    """The blank and comment lines above a statement (every kind of statement has them)."""
+    lines: Sequence[cst.EmptyLine] = getattr(statement, "leading_lines", ())
+    return list(lines)
+
+
 def marker_of(statement: cst.BaseStatement) -> PlumbingMarker | None:
     """The marker of a group's first statement: the last of its leading lines."""
-    leading = list(statement.leading_lines)
+    leading = leading_lines(statement)
     if not leading or leading[-1].comment is None:
         return None
     return parse_plumbing_marker(leading[-1].comment.value)
@@ -487,7 +493,7 @@ class AddPlumbing(VisitorCommand):
     def _edit(self, piece: PlumbingPiece, column: int, unit: str, newline: str, width: int, config: cst.PartialParserConfig) -> Edit:
         def before(statement: cst.BaseStatement) -> list[cst.BaseStatement]:
             group = _group(piece.code, column, unit, newline, width, config)
-            return [*_marked(group, list(statement.leading_lines), piece, unit, newline), statement.with_changes(leading_lines=())]
+            return [*_marked(group, leading_lines(statement), piece, unit, newline), statement.with_changes(leading_lines=())]
 
         def after(statement: cst.BaseStatement) -> list[cst.BaseStatement]:
             group = _group(piece.code, column, unit, newline, width, config)
@@ -504,7 +510,7 @@ class AddPlumbing(VisitorCommand):
                 group[0] = group[0].with_changes(trailing_whitespace=statement.trailing_whitespace)
             else:
                 raise PlumbingNotWritten(f"{piece.target}: a tail the codemod does not know")
-            return _marked(group, list(statement.leading_lines), piece, unit, newline)
+            return _marked(group, leading_lines(statement), piece, unit, newline)
 
         def argument(statement: cst.BaseStatement) -> list[cst.BaseStatement]:
             if not isinstance(statement, cst.SimpleStatementLine):

@@ -13,7 +13,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.metadata import PositionProvider
 
-from .add_plumbing import group_digest, marker_of, statement_columns, without_argument
+from .add_plumbing import group_digest, leading_lines, marker_of, statement_columns, without_argument
 from .contract import VisitorCommand, run_command
 from .names import LINE_LENGTH, PLUMBING
 
@@ -100,7 +100,7 @@ class _Reverter(cst.CSTTransformer):
                 carried = []
                 index += 1
                 continue
-            above = list(statement.leading_lines)[:-1]
+            above = leading_lines(statement)[:-1]
             if marker.count == 0:  # an argument
                 restored = self._argument(statement, marker.digest, marker.in_place, columns[index])
                 if restored is None:
@@ -140,7 +140,7 @@ class _Reverter(cst.CSTTransformer):
 
     @staticmethod
     def _carry(statement: cst.BaseStatement, carried: list[cst.EmptyLine]) -> cst.BaseStatement:
-        return statement.with_changes(leading_lines=[*carried, *statement.leading_lines]) if carried else statement
+        return statement.with_changes(leading_lines=[*carried, *leading_lines(statement)]) if carried else statement
 
     def _argument(self, statement: cst.BaseStatement, digest: str, in_place: bool, column: int) -> cst.SimpleStatementLine | None:
         if not isinstance(statement, cst.SimpleStatementLine) or group_digest([statement], self.unit, self.newline) != digest:
