@@ -7,8 +7,9 @@ carries one marker comment line, `# eaglepatch: plumbing learned from <origin> (
 digest <d>)`: the digest is the group's code as written, so codemods/remove_plumbing.py takes out exactly
 what this wrote and leaves a group edited by hand.  What goes in place of a statement keeps it: a tail
 keeps the `return` it replaces (its trailing comment too), an argument is added to the call the
-statement holds, the call laid out again as black would (or, where it has a magic trailing comma or is
-not black's layout, the argument put in where it stands: `, in place` in the marker).  Blank lines and comments above an anchor stay above what is written before it.
+statement holds, the call laid out again as black would (the marker says how it was laid out before:
+`one line` or `hugged`), or, where it has a magic trailing comma or is not black's layout, the argument
+put in where it stands (`in place`).  Blank lines and comments above an anchor stay above what is written before it.
 
 Idempotent: a method that already holds a marker of a piece's kind gets no second one.  A piece whose
 anchor is not where the plan says (the file changed since it was planned), or whose code black would
@@ -55,7 +56,7 @@ class PlumbingMarker:
     origin: str
     kind: str
     count: int  # statements in the group; 0 for an argument
-    in_place: bool  # an argument added where it stands, the call not laid out again
+    layout: str  # for an argument, how the call was laid out before: "one line", "hugged" or "in place"
     digest: str
 
     @property
@@ -63,13 +64,13 @@ class PlumbingMarker:
         if self.count:
             what = f"{self.count} statement{'s' if self.count > 1 else ''}"
         else:
-            what = "argument, in place" if self.in_place else "argument"
+            what = f"argument, {self.layout}"
         return f"{PLUMBING}{self.origin} ({self.kind}, {what}, digest {self.digest})"
 
 
 _MARKER = re.compile(
     rf"^{re.escape(PLUMBING)}(?P<origin>\S+) \((?P<kind>[a-z-]+), "
-    r"(?:(?P<count>\d+) statements?|argument(?P<in_place>, in place)?), digest (?P<digest>[0-9a-f]{12})\)$"
+    r"(?:(?P<count>\d+) statements?|argument, (?P<layout>one line|hugged|in place)), digest (?P<digest>[0-9a-f]{12})\)$"
 )
 
 
@@ -78,7 +79,7 @@ def parse_plumbing_marker(comment: str) -> PlumbingMarker | None:
     if found is None:
         return None
     count = int(found["count"]) if found["count"] else 0
-    return PlumbingMarker(found["origin"], found["kind"], count, bool(found["in_place"]), found["digest"])
+    return PlumbingMarker(found["origin"], found["kind"], count, found["layout"] or "", found["digest"])
 
 
 def group_digest(statements: Sequence[cst.BaseStatement], unit: str = "    ", newline: str = "\n") -> str:
@@ -164,7 +165,8 @@ def _ternary(text: str) -> list[str] | None:
 
 def lay_out(code: str, column: int, unit: str = "    ", width: int = LINE_LENGTH) -> list[str]:
     """A piece's code (one logical line a statement line, INDENT a level) as lines at its depth: each line
-    black leaves alone as it is, a call split as black splits it, an `if` test wrapped in parentheses.
+    black leaves alone as it is, a call split as black splits it (an `if` header black would wrap in
+    parentheses never fits there either: PlumbingNotWritten).
     The lines are relative to `column` (the depth of the group's first statement)."""
     out: list[str] = []
     step = len(unit.expandtabs(4))
@@ -180,9 +182,6 @@ def lay_out(code: str, column: int, unit: str = "    ", width: int = LINE_LENGTH
 
         if fits(raw):
             out.append(indent + raw)
-            continue
-        if raw.startswith("if ") and raw.endswith(":") and fits(raw[3:-1], 1):
-            out += [f"{indent}if (", f"{indent}{unit}{raw[3:-1]}", f"{indent}):"]
             continue
         pair = _final_call(raw)
         if pair is None:
@@ -274,47 +273,45 @@ def _taken_out(line: _CallLine) -> cst.BaseSmallStatement:
     return line.small.with_changes(value=line.call.with_changes(args=args))
 
 
-def with_argument(statement: cst.SimpleStatementLine, argument: str, column: int, unit: str, newline: str, width: int, config: cst.PartialParserConfig) -> tuple[cst.SimpleStatementLine, bool]:
-    """The statement with `argument` added to its logits processor call, and whether it was edited in place.
-    A call laid out as black would, without a magic trailing comma, is laid out again (black's layout of
-    the longer call); any other (exploded, or not black's) gets the argument in place."""
+def with_argument(statement: cst.SimpleStatementLine, argument: str, column: int, unit: str, newline: str, width: int, config: cst.PartialParserConfig) -> tuple[cst.SimpleStatementLine, str]:
+    """The statement with `argument` added to its logits processor call, and how the call was laid out
+    before ("one line", "hugged": laid out again as black lays the longer call out; "in place": a call
+    with a magic trailing comma, or not in black's layout, gets the argument where it stands)."""
     line = _call_line(statement)
     printer = cst.Module(body=[], default_indent=unit, default_newline=newline)
     written = printer.code_for_node(statement.with_changes(leading_lines=()))
-    if line.items is not None and line.items and not line.magic and newline.join(_black_lines(line, line.items, column, unit, width)) + newline == written:
-        text = newline.join(_black_lines(line, [*line.items, argument], column, unit, width)) + newline
-        parsed = cst.parse_statement(text, config=config)
-        assert isinstance(parsed, cst.SimpleStatementLine)
-        return parsed.with_changes(leading_lines=statement.leading_lines, trailing_whitespace=statement.trailing_whitespace), False
+    if line.items and not line.magic:
+        was = _black_lines(line, line.items, column, unit, width)
+        if newline.join(was) + newline == written and len(was) in (1, 3):
+            text = newline.join(_black_lines(line, [*line.items, argument], column, unit, width)) + newline
+            parsed = cst.parse_statement(text, config=config)
+            assert isinstance(parsed, cst.SimpleStatementLine)
+            layout = "one line" if len(was) == 1 else "hugged"
+            return parsed.with_changes(leading_lines=statement.leading_lines, trailing_whitespace=statement.trailing_whitespace), layout
     if not line.call.args:
         raise PlumbingNotWritten("the logits processor call takes no argument to add the aux states after")
-    return statement.with_changes(body=[_in_place(line, argument)]), True
+    return statement.with_changes(body=[_in_place(line, argument)]), "in place"
 
 
-def without_argument(statement: cst.SimpleStatementLine, in_place: bool, column: int, unit: str, newline: str, width: int, config: cst.PartialParserConfig) -> cst.SimpleStatementLine | None:
-    """The statement as it was before `with_argument` (its last argument taken out), or None when adding the
-    argument back would not give this statement (it was written at another width, or edited)."""
+def without_argument(statement: cst.SimpleStatementLine, layout: str, unit: str, newline: str, config: cst.PartialParserConfig) -> cst.SimpleStatementLine | None:
+    """The statement as it was before `with_argument` wrote it with `layout` (its last argument taken out),
+    or None when it cannot be: fewer than two arguments, or an argument that spans lines."""
     line = _call_line(statement)
     if len(line.call.args) < 2:
         return None
-    if in_place:
+    if layout == "in place":
         before = statement.with_changes(body=[_taken_out(line)])
-    else:
-        if line.items is None:
-            return None
-        text = newline.join(_black_lines(line, line.items[:-1], column, unit, width)) + newline
-        parsed = cst.parse_statement(text, config=config)
-        assert isinstance(parsed, cst.SimpleStatementLine)
-        before = parsed.with_changes(trailing_whitespace=statement.trailing_whitespace)
-    argument = cst.Module(body=[]).code_for_node(line.call.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip()
-    try:
-        again, again_in_place = with_argument(before, argument, column, unit, newline, width, config)
-    except PlumbingNotWritten:
+        argument = cst.Module(body=[]).code_for_node(line.call.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip()
+        again = statement.with_changes(body=[_in_place(_call_line(before), argument)])
+        printer = cst.Module(body=[], default_indent=unit, default_newline=newline)
+        return before if printer.code_for_node(again) == printer.code_for_node(statement) else None
+    if line.items is None:
         return None
-    printer = cst.Module(body=[], default_indent=unit, default_newline=newline)
-    if again_in_place != in_place or printer.code_for_node(again) != printer.code_for_node(statement):
-        return None
-    return before
+    items = ", ".join(line.items[:-1])
+    lines = [f"{line.head}{items}{line.tail}"] if layout == "one line" else [line.head, f"{unit}{items}", line.tail]
+    parsed = cst.parse_statement(newline.join(lines) + newline, config=config)
+    assert isinstance(parsed, cst.SimpleStatementLine)
+    return parsed.with_changes(trailing_whitespace=statement.trailing_whitespace)
 
 
 # --------------------------------------------------------------------------- the codemod
@@ -515,9 +512,9 @@ class AddPlumbing(VisitorCommand):
         def argument(statement: cst.BaseStatement) -> list[cst.BaseStatement]:
             if not isinstance(statement, cst.SimpleStatementLine):
                 raise PlumbingNotWritten(f"{piece.target}: line {piece.line} is not a simple statement")
-            edited, in_place = with_argument(statement, piece.code, column, unit, newline, width, config)
+            edited, layout = with_argument(statement, piece.code, column, unit, newline, width, config)
             digest = group_digest([edited], unit, newline)
-            marker = PlumbingMarker(piece.origin, piece.kind, 0, in_place, digest)
+            marker = PlumbingMarker(piece.origin, piece.kind, 0, layout, digest)
             return [edited.with_changes(leading_lines=[*statement.leading_lines, marker_line(marker)])]
 
         return {"before": before, "after": after, "replace": replace, "argument": argument}[piece.where]
@@ -537,7 +534,7 @@ def _defined_methods(block: cst.BaseSuite) -> list[str]:
 
 def _marked(group: list[cst.BaseStatement], above: list[cst.EmptyLine], piece: PlumbingPiece, unit: str, newline: str) -> list[cst.BaseStatement]:
     """The group with its marker line (and, above it, the lines that stood above its anchor)."""
-    marker = PlumbingMarker(piece.origin, piece.kind, len(group), False, group_digest(group, unit, newline))
+    marker = PlumbingMarker(piece.origin, piece.kind, len(group), "", group_digest(group, unit, newline))
     return [group[0].with_changes(leading_lines=[*above, marker_line(marker)]), *group[1:]]
 
 

@@ -3,7 +3,7 @@
 A group goes only when it carries eaglepatch's plumbing marker AND its code is still what the marker's
 digest says; a group edited by hand stays, and is reported.  What a group took the place of comes
 back: a tail gives back the `return` it kept inside it, an argument is taken out of its call and the
-call laid out as it was (at one of the line lengths `widths`, checked by adding the argument again),
+call laid out as the marker says it was,
 and the blank lines and comments that stood above a group go back to the statement below it.
 """
 
@@ -11,20 +11,17 @@ from __future__ import annotations
 
 import libcst as cst
 from libcst.codemod import CodemodContext
-from libcst.metadata import PositionProvider
 
-from .add_plumbing import group_digest, leading_lines, marker_of, statement_columns, without_argument
+from .add_plumbing import group_digest, leading_lines, marker_of, without_argument
 from .contract import VisitorCommand, run_command
-from .names import LINE_LENGTH, PLUMBING
+from .names import PLUMBING
 
 
 class RemovePlumbing(VisitorCommand):
     DESCRIPTION = "Remove the capture plumbing that eaglepatch added."
-    METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, context: CodemodContext, widths: tuple[int, ...] = (LINE_LENGTH,)):
+    def __init__(self, context: CodemodContext):
         super().__init__(context)
-        self.widths = widths
         self.removed: dict[str, list[str]] = {}  # "Class.method" -> the kinds taken out
         self.kept: dict[str, list[str]] = {}  # marked, but edited by hand
         self._module: cst.Module | None = None
@@ -56,10 +53,9 @@ class RemovePlumbing(VisitorCommand):
         if not self._classes or PLUMBING not in module.code_for_node(original_node):
             return updated_node
         label = f"{self._classes[-1].name.value}.{original_node.name.value}"
-        columns = {key: column for key, (_, _, column) in statement_columns(self, original_node).items()}
         block = original_node.body
         unit = block.indent if isinstance(block, cst.IndentedBlock) and block.indent is not None else module.default_indent
-        reverter = _Reverter(original_node, columns, unit, module, self.widths)
+        reverter = _Reverter(original_node, unit, module)
         updated = original_node.visit(reverter)
         if reverter.removed:
             self.removed.setdefault(label, []).extend(reverter.removed)
@@ -69,14 +65,12 @@ class RemovePlumbing(VisitorCommand):
 
 
 class _Reverter(cst.CSTTransformer):
-    def __init__(self, root: cst.FunctionDef, columns: dict[int, int], unit: str, module: cst.Module, widths: tuple[int, ...]):
+    def __init__(self, root: cst.FunctionDef, unit: str, module: cst.Module):
         super().__init__()
         self.root = root
-        self.columns = columns
         self.unit = unit
         self.newline = module.default_newline
         self.config = module.config_for_parsing
-        self.widths = widths
         self.removed: list[str] = []
         self.kept: list[str] = []
 
@@ -88,7 +82,6 @@ class _Reverter(cst.CSTTransformer):
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
         body = list(updated_node.body)
-        columns = [self.columns.get(id(s), 0) for s in original_node.body]
         out: list[cst.BaseStatement] = []
         carried: list[cst.EmptyLine] = []  # what stood above a group taken out: the next statement's
         index = 0
@@ -102,7 +95,7 @@ class _Reverter(cst.CSTTransformer):
                 continue
             above = leading_lines(statement)[:-1]
             if marker.count == 0:  # an argument
-                restored = self._argument(statement, marker.digest, marker.in_place, columns[index])
+                restored = self._argument(statement, marker.digest, marker.layout)
                 if restored is None:
                     self.kept.append(marker.kind)
                     out.append(self._carry(statement, carried))
@@ -142,17 +135,13 @@ class _Reverter(cst.CSTTransformer):
     def _carry(statement: cst.BaseStatement, carried: list[cst.EmptyLine]) -> cst.BaseStatement:
         return statement.with_changes(leading_lines=[*carried, *leading_lines(statement)]) if carried else statement
 
-    def _argument(self, statement: cst.BaseStatement, digest: str, in_place: bool, column: int) -> cst.SimpleStatementLine | None:
+    def _argument(self, statement: cst.BaseStatement, digest: str, layout: str) -> cst.SimpleStatementLine | None:
         if not isinstance(statement, cst.SimpleStatementLine) or group_digest([statement], self.unit, self.newline) != digest:
             return None
-        for width in self.widths:
-            try:
-                restored = without_argument(statement.with_changes(leading_lines=()), in_place, column, self.unit, self.newline, width, self.config)
-            except ValueError:
-                restored = None
-            if restored is not None:
-                return restored
-        return None
+        try:
+            return without_argument(statement.with_changes(leading_lines=()), layout, self.unit, self.newline, self.config)
+        except ValueError:
+            return None
 
 
 def _tail_return(group: list[cst.BaseStatement]) -> cst.BaseStatement | None:
@@ -169,10 +158,10 @@ def _tail_return(group: list[cst.BaseStatement]) -> cst.BaseStatement | None:
     return None
 
 
-def revert_plumbing(code: str, widths: tuple[int, ...] = (LINE_LENGTH,)) -> tuple[str, dict[str, list[str]], dict[str, list[str]]]:
+def revert_plumbing(code: str) -> tuple[str, dict[str, list[str]], dict[str, list[str]]]:
     """(the module without eaglepatch's plumbing, what was taken out, what was kept as edited by hand)."""
     if PLUMBING not in code:
         return code, {}, {}
-    command = RemovePlumbing(CodemodContext(), widths)
+    command = RemovePlumbing(CodemodContext())
     updated = run_command(command, cst.parse_module(code)).code
     return updated, command.removed, command.kept

@@ -62,6 +62,7 @@ PIECE_KINDS: tuple[PieceKind, ...] = ("flag-default", "selector-default", "aux-i
 Where = Literal["end", "before", "after", "replace", "argument"]
 INDENT = "    "  # the unit of a piece's code; codemods/add_plumbing.py writes it in the file's own
 SELF = "self"
+FLAG = "capture_aux_hidden_states"  # the class's switch, when the class has no hook to name it
 LOGITS = "logits_processor"
 _TBO = re.compile(r"(^|_)tbo($|_)|two_batch", re.IGNORECASE)
 _ROUTED = ("residual", "communicator")  # a name holding one of these words outside the layer call's targets
@@ -280,6 +281,8 @@ class _Loop:
     residual: str | None
     call_top: ast.stmt  # the statement of the loop's body that holds the layer call
     call_position: int
+    anchor: ast.stmt  # what the capture goes right before: the layer call's statement (or call_top, for several)
+    before: tuple[ast.stmt, ...]  # the statements that run before it in the loop, nearest last
 
 
 def _layer_names(loop: ast.For) -> tuple[set[str], str | None]:
@@ -410,12 +413,45 @@ def read_loop(owner: ClassSource, function: FunctionNode) -> _Loop | PlumbingBlo
         return PlumbingBlocker("layer-call", "the layer calls sit in different statements of the loop", at)
     position = tops[0]
     call_top = loop.body[position]
-    first = min(c.lineno for _, c in calls)
-    stream = {hidden, residual} - {None}
-    for statement, _ in _statements([call_top]):
-        if statement.lineno < first and isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _stored_names(statement) & stream:
-            return PlumbingBlocker("layer-call", f"line {statement.lineno} changes the stream inside the statement that calls the layer", at)
-    return _Loop(loop, top, index[0], index[1], hidden, residual, call_top, position)
+    spelled_index = _rebound_index(loop, position, index)
+    if spelled_index is None:
+        return PlumbingBlocker("loop", "the loop rebinds its index before the layer call", at)
+    index = (spelled_index, index[1])
+    before = list(loop.body[:position])
+    if len(calls) == 1 and calls[0][0] is not None:
+        anchor = calls[0][0]
+        block = next(b for s, b in _statements(loop.body) if s is anchor)
+        if block is not loop.body:
+            before += block[: block.index(anchor)]
+    else:
+        anchor = call_top
+        first = min(c.lineno for _, c in calls)
+        stream = {hidden, residual} - {None}
+        for statement, _ in _statements([call_top]):
+            if statement.lineno < first and isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _stored_names(statement) & stream:
+                return PlumbingBlocker("layer-call", f"line {statement.lineno} changes the stream inside the statement that calls the layer", at)
+    return _Loop(loop, top, index[0], index[1], hidden, residual, call_top, position, anchor, tuple(before))
+
+
+def _rebound_index(loop: ast.For, position: int, index: tuple[str, str]) -> str | None:
+    """The layer id as the layer call sees it: `i` where the loop body first adds the slice's offset back
+    (`i = i + self.start_layer`); None when it rebinds the index otherwise."""
+    target = loop.target
+    name = target.elts[0].id if isinstance(target, ast.Tuple) and isinstance(target.elts[0], ast.Name) else target.id if isinstance(target, ast.Name) else ""
+    spelled = index[0]
+    for statement in loop.body[:position]:
+        if name not in _stored_names(statement):
+            continue
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name)):
+            return None
+        value = statement.value
+        if index[1] != "enumerate-slice" or not (isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add)):
+            return None
+        lower = spelled.rpartition(" + ")[0]
+        if {ast.unparse(value.left), ast.unparse(value.right)} != {name, lower}:
+            return None
+        spelled = name
+    return spelled
 
 
 def routed_elsewhere(function: FunctionNode, loop: _Loop) -> str:
@@ -438,15 +474,15 @@ def two_batch_overlap(function: FunctionNode) -> str:
     return ""
 
 
-def _pp_proxy(node: ast.Return, guards: Sequence[ast.expr]) -> bool:
-    """A pipeline-parallel rank's hand-off: `PPProxyTensors(...)`, `....to_pp(...)`, or under a test
-    of `is_last_rank`."""
+def _pp_proxy(node: ast.Return) -> bool:
+    """A pipeline-parallel rank's hand-off: `PPProxyTensors(...)`, `....to_pp(...)`.  (A return of a name on
+    a rank that is not the last gets the tail like any other: nothing is captured there, so it returns as
+    before.)"""
     value = node.value
     if isinstance(value, ast.Call):
         name = _dotted(value.func)
-        if "PPProxy" in name or name.rpartition(".")[2] in ("to_pp", "to_pp_proxy"):
-            return True
-    return any(isinstance(n, ast.Attribute) and n.attr == "is_last_rank" for test in guards for n in ast.walk(test))
+        return "PPProxy" in name or name.rpartition(".")[2] in ("to_pp", "to_pp_proxy")
+    return False
 
 
 def _returns(function: FunctionNode) -> list[tuple[ast.Return, list[ast.expr], bool]]:
@@ -481,13 +517,6 @@ class _Reference:
     attribute: str  # the class's backbone attribute
     flag: str
     selector: str
-    arity: int  # 2 when the capture reads a residual
-    index_kind: str
-    capture: ast.expr  # the appended expression, in `hidden` / `residual`
-    hidden: str
-    residual: str | None
-    aux: str  # the backbone's aux list
-    tail: tuple[str, ast.expr]  # ("if", test) | ("ifexp", test), in `aux`
     unpack_test: ast.expr
     unpack_default: bool
     class_aux: str  # the class forward's aux name
@@ -496,10 +525,21 @@ class _Reference:
     logits_class: str
     shift: int | None
     hook: FunctionNode
+    # the backbone side, when it teaches one (else `backbone_why` says why not)
+    backbone_why: str = ""
+    arity: int = 0  # 2 when the capture reads a residual
+    index_kind: str = ""
+    capture: ast.expr | None = None  # the appended expression, in `hidden` / `residual`
+    hidden: str = ""
+    residual: str | None = None
+    aux: str = ""  # the backbone's aux list
+    tail: tuple[str, ast.expr] | None = None  # ("if", test) | ("ifexp", test), in `aux`
 
     @property
     def form(self) -> str:
         """The capture with the stream's names made generic: which references capture alike."""
+        if self.capture is None:
+            return ""
         names = {self.hidden: "H", **({self.residual: "R"} if self.residual else {})}
         return ast.unparse(_renamed(self.capture, names))
 
@@ -549,7 +589,11 @@ def _logits_calls(path: Sequence[tuple[ClassSource, FunctionNode]]) -> list[tupl
 
 
 def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None = None) -> _Reference | str:
-    """A class whose plumbing is complete, read as a reference; or why it cannot be one."""
+    """A class whose plumbing is complete, read as a reference; or why it cannot be one.  Its class side
+    (the unpack, the argument, the flag) is read whatever its backbone does; its backbone side (the
+    capture, the aux list, the tail) only when the capture is a statement of the loop that reads the
+    stream alone (`backbone_why` says why not: a capture handed to the layer call teaches nothing a
+    target's layers can be trusted to do)."""
     report = report or analyze_plumbing(classes, key)
     if not report.complete:
         return "its plumbing is not complete" if report.gaps else "its plumbing could not be judged"
@@ -557,7 +601,7 @@ def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None
         return f"its hook selects layers by {report.mechanism}"
     flags = [w for w in report.writes if w.holder == SELF and w.kind == "flag"]
     lists = [w for w in report.writes if w.holder != SELF and "." not in w.holder and w.kind == "list"]
-    if len(flags) != 1 or len({(w.holder, w.attribute) for w in lists}) != 1:
+    if len({w.attribute for w in flags}) != 1 or len({(w.holder, w.attribute) for w in lists}) != 1:
         return "its hook does not write one flag and one list"
     flag, listed = flags[0].attribute, lists[0]
     mro = classes.mro(key)
@@ -566,27 +610,11 @@ def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None
     held = classes.holds(key, listed.holder)
     if hook is None or forward is None or not held:
         return "its hook, forward or backbone cannot be read"
-    backbone_key = held[0]
-    found = method_of(classes.mro(backbone_key), "forward")
+    found = method_of(classes.mro(held[0]), "forward")
     if found is None:
         return "its backbone has no forward"
     owner, function = found
-    loop = read_loop(owner, function)
-    if isinstance(loop, PlumbingBlocker):
-        return f"its backbone's loop: {loop.why}"
-    capture = _capture_in(loop, listed.attribute)
-    if isinstance(capture, str):
-        return capture
-    aux, expression = capture
-    if expression is None:
-        return "it captures inside the layer call"
-    if not {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)} <= {loop.hidden, loop.residual}:
-        return f"its capture reads more than the stream: {ast.unparse(expression)}"
-    if not any(isinstance(s, ast.Assign) and _is_empty_list_of(s, aux) for s, _ in _statements(function.body)):
-        return f"its backbone does not bind {aux} = []"
-    tail = _tail_form(function, aux)
-    if tail is None:
-        return "its backbone's pair return is not one the plan knows"
+    backbone = _backbone_forms(owner, function, listed.attribute)
     path = reached_methods(mro, "forward")
     calls = _backbone_call(path, listed.holder)
     if len(calls) != 1:
@@ -613,19 +641,12 @@ def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None
                 keyword = k.arg
     if position is None and keyword is None:
         return "its forward does not hand the aux states to self.logits_processor"
-    return _Reference(
+    common = dict(
         key=key,
         backbone=owner.key,
         attribute=listed.holder,
         flag=flag,
         selector=listed.attribute,
-        arity=2 if loop.residual is not None and loop.residual in {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)} else 1,
-        index_kind=loop.index_kind,
-        capture=expression,
-        hidden=loop.hidden,
-        residual=loop.residual,
-        aux=aux,
-        tail=tail,
         unpack_test=statement.test,
         unpack_default=default,
         class_aux=class_aux,
@@ -635,6 +656,42 @@ def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None
         shift=_hook_shift(hook[1]),
         hook=hook[1],
     )
+    if isinstance(backbone, str):
+        return _Reference(**common, backbone_why=backbone)  # type: ignore[arg-type]
+    loop, aux, expression, tail = backbone
+    names = {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)}
+    return _Reference(
+        **common,  # type: ignore[arg-type]
+        arity=2 if loop.residual is not None and loop.residual in names else 1,
+        index_kind=loop.index_kind,
+        capture=expression,
+        hidden=loop.hidden,
+        residual=loop.residual,
+        aux=aux,
+        tail=tail,
+    )
+
+
+def _backbone_forms(owner: ClassSource, function: FunctionNode, selector: str) -> tuple[_Loop, str, ast.expr, tuple[str, ast.expr]] | str:
+    """(the loop, the aux list, the captured expression, the tail's form) of a reference backbone, or why
+    it teaches no backbone piece."""
+    loop = read_loop(owner, function)
+    if isinstance(loop, PlumbingBlocker):
+        return f"its backbone's loop: {loop.why}"
+    capture = _capture_in(loop, selector)
+    if isinstance(capture, str):
+        return capture
+    aux, expression = capture
+    if expression is None:
+        return "it captures inside the layer call"
+    if not {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)} <= {loop.hidden, loop.residual}:
+        return f"its capture reads more than the stream: {ast.unparse(expression)}"
+    if not any(isinstance(s, ast.Assign) and _is_empty_list_of(s, aux) for s, _ in _statements(function.body)):
+        return f"its backbone does not bind {aux} = []"
+    tail = _tail_form(function, aux)
+    if tail is None:
+        return "its backbone's pair return is not one the plan knows"
+    return loop, aux, expression, tail
 
 
 def _is_empty_list_of(statement: ast.Assign, name: str) -> bool:
@@ -645,7 +702,7 @@ def _is_empty_list_of(statement: ast.Assign, name: str) -> bool:
 def _capture_in(loop: _Loop, selector: str) -> tuple[str, ast.expr | None] | str:
     """(the aux list, the expression appended to it before the layer call) of a reference loop; the
     expression is None when the capture is handed to the layer call instead."""
-    for statement in loop.node.body[: loop.call_position]:
+    for statement in loop.before:
         if not (isinstance(statement, ast.If) and not statement.orelse and len(statement.body) == 1):
             continue
         test = statement.test
@@ -787,7 +844,7 @@ class PlumbingPlanner:
             unfixable = [g for g in report.gaps if g.piece in ("hook", "delegate", "backbone-call", "forward", "capture")]
             for gap in unfixable:
                 found.block(gap.piece, gap.why, gap.at)
-            if report.mechanism != "list" or len(flags) != 1 or len({w.attribute for w in lists}) != 1:
+            if report.mechanism != "list" or len({w.attribute for w in flags}) != 1 or len({(w.holder, w.attribute) for w in lists}) != 1:
                 found.block("hook", f"its hook selects layers by {report.mechanism}: the plumbing plan writes list capture only", own_hook[0].key)
             else:
                 flag, selector, attribute = flags[0].attribute, lists[0].attribute, lists[0].holder
@@ -799,6 +856,8 @@ class PlumbingPlanner:
         backbone = self._backbone_side(key, attribute, selector, found)
         if side is None or backbone is None:
             return PlumbingPlan(key, attribute, needs_hook=own_hook is None, blockers=tuple(found.blockers.values()))
+        if not found.blockers and _nothing_missing(side, backbone, flag or FLAG):
+            return PlumbingPlan(key, attribute, needs_hook=own_hook is None)  # the hook alone is missing
         reference = self._choose(side, backbone, flag, selector, found)
         if reference is None:
             return PlumbingPlan(key, attribute, needs_hook=own_hook is None, blockers=tuple(found.blockers.values()))
@@ -906,12 +965,12 @@ class PlumbingPlanner:
         if routed:
             found.block("residual", f"{owner.name}.forward routes the stream through {routed}: the layer call's targets are not the stream entering a layer", _at(owner, function))
         returns: list[ast.Return] = []
-        for node, tests, looped in _returns(function):
+        for node, _tests, looped in _returns(function):
             if looped:
                 found.block("tail", f"line {node.lineno} returns from inside the layer loop", _at(owner, node))
             elif node.lineno < loop.top.lineno:
                 continue  # before the loop: nothing can have been captured, the bare tensor is right
-            elif _pp_proxy(node, tests):
+            elif _pp_proxy(node):
                 continue
             elif isinstance(node.value, ast.Name) and node.value.id not in (loop.residual,):
                 returns.append(node)
@@ -934,6 +993,8 @@ class PlumbingPlanner:
         for ref in refs:
             if flag is not None and (ref.flag, ref.selector) != (flag, selector):
                 why["its hook writes other names"] += 1
+            elif needs_capture and ref.capture is None:
+                why[ref.backbone_why] += 1
             elif needs_capture and loop is not None and ref.arity != (2 if loop.residual else 1):
                 why[f"it captures {'hidden and residual' if ref.arity == 2 else 'the hidden states alone'}"] += 1
             elif side.logits_class and ref.logits_class and side.logits_class != ref.logits_class:
@@ -941,25 +1002,32 @@ class PlumbingPlanner:
             else:
                 fitting.append(ref)
         if not fitting:
-            stream = "hidden and residual" if loop is not None and loop.residual else "the hidden states alone"
+            if needs_capture and loop is not None:
+                stream = "hidden and residual" if loop.residual else "the hidden states alone"
+                wanted = f"captures {stream} in a statement of its layer loop"
+            else:
+                wanted = "can teach this class's forward its part"
             tried = [f"{n} because {w}" for w, n in why.most_common(3)]
             broken = [k for k in self.reference_keys if isinstance(self.reference(k), str)]
             detail = f"; {len(refs)} complete, not taken: {', '.join(tried)}" if tried else ""
             found.block(
                 "reference",
-                f"no class of this tree with complete plumbing captures {stream} the way this one would{detail}"
+                f"no class of this tree with complete plumbing {wanted}{detail}"
                 f"{f' ({len(broken)} more not complete or not readable)' if broken else ''}",
                 side.owner.key,
             )
             return None
         forms = Counter(r.form for r in fitting)
         lineage = {c.key for c in self.classes.mro(backbone.owner.key)}
+        unset = loop is not None and loop.residual is not None and _may_be_none(backbone.method, loop.residual)
 
         def rank(ref: _Reference) -> tuple:
             related = ref.backbone in lineage or backbone.owner.key in {c.key for c in self.classes.mro(ref.backbone)}
             same_file = ref.key.partition(":")[0] == side.owner.file
             same_loop = loop is None or ref.index_kind == loop.index_kind
-            return (not related, not same_file, not same_loop, -forms[ref.form], ref.key)
+            # a residual that starts as None wants a capture that says what to take then
+            safe = not unset or ref.residual is None or ref.capture is None or _tests_none(ref.capture, ref.residual)
+            return (not related, not same_file, not safe, not same_loop, -forms[ref.form], ref.key)
 
         return min(fitting, key=rank)
 
@@ -984,10 +1052,8 @@ class PlumbingPlanner:
         if not side.logits:
             found.block("logits-aux", f"{side.owner.name}.forward never calls self.{LOGITS}", _at(side.owner, side.method))
             return
-        for owner, method, call in side.logits:
+        for owner, method, call in _logits_lacking(side, aux):
             given = [*call.args, *(k.value for k in call.keywords)]
-            if any(isinstance(a, ast.Name) and a.id == aux for a in given) or any(k.arg == "aux_hidden_states" for k in call.keywords):
-                continue
             statement = _holding_statement(method, call)
             if statement is None:
                 found.block("logits-aux", f"the self.{LOGITS} call at line {call.lineno} is not in a statement of its own", _at(owner, call))
@@ -1020,6 +1086,7 @@ class PlumbingPlanner:
         if backbone.captures or loop is None:
             return
         owner, function = backbone.owner, backbone.method
+        assert ref.tail is not None and ref.capture is not None, "a reference is chosen for a capture only when it teaches one"
         aux = ref.aux
         if aux in {n.id for n in _walk_body(function) if isinstance(n, ast.Name)}:
             found.block("aux-init", f"{owner.name}.forward already uses the name {aux}", _at(owner, function))
@@ -1028,7 +1095,7 @@ class PlumbingPlanner:
         expression = ast.unparse(_renamed(ref.capture, names))
         found.add("aux-init", owner, function, "before", f"{aux} = []", origin, loop.top)
         capture = f"if {loop.index} in self.{selector}:\n{INDENT}{aux}.append({expression})"
-        found.add("capture", owner, function, "before", capture, origin, loop.call_top)
+        found.add("capture", owner, function, "before", capture, origin, loop.anchor)
         form, test = ref.tail
         for node in backbone.returns:
             assert isinstance(node.value, ast.Name)
@@ -1041,20 +1108,65 @@ class PlumbingPlanner:
             found.add("tail", owner, function, "replace", code, origin, node)
 
 
+def _logits_lacking(side: _ClassSide, aux: str) -> list[tuple[ClassSource, FunctionNode, ast.Call]]:
+    """The class forward's logits processor calls that do not hand the aux states on."""
+    out = []
+    for owner, method, call in side.logits:
+        given = [*call.args, *(k.value for k in call.keywords)]
+        if not (any(isinstance(a, ast.Name) and a.id == aux for a in given) or any(k.arg == "aux_hidden_states" for k in call.keywords)):
+            out.append((owner, method, call))
+    return out
+
+
+def _nothing_missing(side: _ClassSide, backbone: _BackboneSide, flag: str) -> bool:
+    """Every piece is there already: the class lacks (at most) the hook itself."""
+    aux = side.aux or "aux_hidden_states"
+    class_done = _sets(side.target, flag) and side.has_unpack and bool(side.logits) and not _logits_lacking(side, aux)
+    return class_done and backbone.captures and backbone.has_default
+
+
 def _own_capture(path: Sequence[tuple[ClassSource, FunctionNode]]) -> str:
     """What a backbone forward captures by, when it does so without the list: a per-layer flag read,
-    an aux list handed on ("" when it captures nothing)."""
-    for _, method in path:
-        for node in _walk_body(method):
-            if isinstance(node, ast.Call) and _dotted(node.func) == "getattr" and len(node.args) > 1:
-                name = node.args[1]
-                if isinstance(name, ast.Constant) and isinstance(name.value, str) and "capture" in name.value:
-                    return f"the per-layer flag {name.value}"
-            if isinstance(node, ast.Name) and "aux_hidden" in node.id:
-                return f"its own {node.id}"
-            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and "capture" in node.attr and _self_attr(node) is not None:
-                return f"self.{node.attr}"
+    a capture attribute of its own, an aux list it keeps ("" when it captures nothing)."""
+    nodes = [node for _, method in path for node in _walk_body(method)]
+    for node in nodes:
+        if isinstance(node, ast.Call) and _dotted(node.func) == "getattr" and len(node.args) > 1:
+            name = node.args[1]
+            if isinstance(name, ast.Constant) and isinstance(name.value, str) and "capture" in name.value:
+                return f"the per-layer flag {name.value}"
+    for node in nodes:
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and "capture" in node.attr and _self_attr(node) is not None:
+            return f"self.{node.attr}"
+    for node in nodes:
+        if isinstance(node, ast.Name) and "aux_hidden" in node.id:
+            return f"its own {node.id}"
     return ""
+
+
+def _may_be_none(function: FunctionNode, name: str) -> bool:
+    """The function binds `name` to None somewhere (`residual = None`, `h, residual = x, None`)."""
+    for node in _walk_body(function):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id == name and _is_none(node.value):
+                    return True
+                if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) and len(target.elts) == len(node.value.elts):
+                    if any(isinstance(t, ast.Name) and t.id == name and _is_none(v) for t, v in zip(target.elts, node.value.elts)):
+                        return True
+    return False
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _tests_none(expression: ast.expr, name: str) -> bool:
+    """The expression compares `name` with None (`h + r if r is not None else h`)."""
+    for node in ast.walk(expression):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == name:
+            if isinstance(node.ops[0], (ast.Is, ast.IsNot)) and _is_none(node.comparators[0]):
+                return True
+    return False
 
 
 def _holding_statement(method: FunctionNode, call: ast.Call) -> ast.stmt | None:
