@@ -28,7 +28,7 @@ from helpers import write_srt_tree
 from plumbing_harness import INPUTS, Config, PPGroup, PPProxyTensors, Sym, build, load, set_rank
 
 from eaglepatch.analyze.plumbing import HOOK, SourceClasses, TreeClasses, analyze_plumbing
-from eaglepatch.analyze.plumbing_plan import PatchedClasses, PlumbingPlan, plan_plumbing, tree_planner, with_hook
+from eaglepatch.analyze.plumbing_plan import PlumbingPlan, PlumbingPlanner, check_written, plan_plumbing, reference_hook, tree_planner
 from eaglepatch.analyze.resolve import Resolver
 from eaglepatch.codemods.add_plumbing import PlumbingNotWritten, apply_plumbing, lay_out, parse_plumbing_marker
 from eaglepatch.codemods.remove_plumbing import revert_plumbing
@@ -1020,19 +1020,28 @@ def test_a_rank_that_is_not_the_last_returns_as_before(target: str) -> None:
 
 
 def test_the_analysis_of_every_patched_target_finds_nothing_missing() -> None:
+    """check_written: the files as written, the reference's hook added where the class has none."""
     for target in TARGETS:
-        file, source, cls, reference, _ = TARGETS[target]
-        plan, out = patched(target)
-        base = SourceClasses(files_with(file, out))
-        start = {}
-        if plan.needs_hook:
-            ref = SourceClasses(REFERENCE_FILES)
-            owner = ref.mro(reference)[0]
-            hook = owner.method(HOOK)
-            assert hook is not None
-            start = with_hook(base, f"{file}:{cls}", reference, hook, "model", "model")
-        report = analyze_plumbing(PatchedClasses(base, start), f"{file}:{cls}")
-        assert report.complete, (target, report.gaps)
+        file, source, cls, _, _ = TARGETS[target]
+        planner = PlumbingPlanner(SourceClasses(files_with(file, source)), REFERENCES)
+        plan = planner.plan(f"{file}:{cls}")
+        out = apply_plumbing(source, plan.pieces_in(file))
+        hook = reference_hook(planner, plan) if plan.needs_hook else None
+        assert check_written(planner.classes, plan, {file: out}, *(hook or ())) == (), target
+
+
+def test_check_written_sees_a_piece_that_did_not_land() -> None:
+    file, source, cls, _, _ = TARGETS["plain"]
+    planner = PlumbingPlanner(SourceClasses(files_with(file, source)), REFERENCES)
+    plan = planner.plan(f"{file}:{cls}")
+    out = apply_plumbing(source, plan.pieces_in(file))
+    tail = "        if len(aux_hidden_states) == 0:\n            return hidden_states\n        return hidden_states, aux_hidden_states\n"
+    assert out.count(tail) == 1
+    hook = reference_hook(planner, plan)
+    assert hook is not None
+    gaps = check_written(planner.classes, plan, {file: out.replace(tail, "        return hidden_states\n")}, *hook)
+    assert [b.piece for b in gaps] == ["pair-return"]
+    assert check_written(planner.classes, plan, {file: out.replace(tail, "        return hidden_states,\n(")}, *hook)[0].piece == "verify"
 
 
 # --------------------------------------------------------------------------- through eaglepatch's resolver

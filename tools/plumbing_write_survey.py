@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eaglepatch.analyze.plumbing import HOOK, TreeClasses, analyze_plumbing
-from eaglepatch.analyze.plumbing_plan import PatchedClasses, PlumbingPlan, PlumbingPlanner, tree_references, with_hook
+from eaglepatch.analyze.plumbing_plan import PlumbingPlan, PlumbingPlanner, check_written, reference_hook, tree_references
 from eaglepatch.analyze.resolve import Resolver
 from eaglepatch.analyze.synthesize import HookLibrary
 from eaglepatch.codemods.add_plumbing import PlumbingNotWritten, apply_plumbing
@@ -112,10 +112,6 @@ def write(srt: Path, classes: TreeClasses, planner: PlumbingPlanner, plan: Plumb
             out = apply_plumbing(text, plan.pieces_in(file), width)
         except PlumbingNotWritten as exc:
             return f"not written: {exc}", None
-        try:
-            compile(out, file, "exec")
-        except SyntaxError as exc:
-            return f"does not compile: {exc}", None
         if apply_plumbing(out, plan.pieces_in(file), width) != out:
             return "a second run changes it", None
         back, _, kept = revert_plumbing(out, (width,))
@@ -127,20 +123,11 @@ def write(srt: Path, classes: TreeClasses, planner: PlumbingPlanner, plan: Plumb
         elif black.format_str(out, mode=mode) != out:
             stable = False
         patched[file] = out
-    start = {}
-    if plan.needs_hook:
-        reference = planner.reference(plan.reference)
-        assert not isinstance(reference, str)
-        start = with_hook(PatchedClasses(classes, files=patched), plan.cls, reference.key, reference.hook, plan.attribute, reference.attribute)
-    report = analyze_plumbing(PatchedClasses(classes, start, patched), plan.cls)
-    if report.gaps:
-        return "gaps left: " + "; ".join(f"{g.piece}: {g.why}" for g in report.gaps), stable
+    hook = reference_hook(planner, plan) if plan.needs_hook else None
+    left = check_written(classes, plan, patched, *hook) if hook is not None else check_written(classes, plan, patched)
+    if left:
+        return "gaps left: " + "; ".join(f"{b.piece}: {b.why}" for b in left), stable
     return "ok", stable
-
-
-def _short(why: str) -> str:
-    """A blocker's kind, for counting: its first clause, names left out."""
-    return why.split(" (")[0].split(":")[0]
 
 
 def markdown(releases: list[Release]) -> str:

@@ -518,7 +518,7 @@ class _Reference:
     flag: str
     selector: str
     unpack_test: ast.expr
-    unpack_default: bool
+    unpack_default: bool  # it binds the aux name to None right before its unpack (the plan always does)
     class_aux: str  # the class forward's aux name
     logits_position: int | None
     logits_keyword: str | None
@@ -1046,7 +1046,8 @@ class PlumbingPlanner:
             if aux in taken:
                 found.block("unpack", f"{side.owner.name}.{side.method.name} already uses the name {aux}", _at(side.owner, side.method))
             test = ast.unparse(_renamed(ref.unpack_test, {}, {ref.flag: flag}))
-            lines = [f"{aux} = None"] if ref.unpack_default else []
+            # the default whatever the reference binds it by: the logits processor is handed it either way
+            lines = [f"{aux} = None"]
             lines += [f"if {test}:", f"{INDENT}{side.result}, {aux} = {side.result}"]
             found.add("unpack", side.owner, side.method, "after", "\n".join(lines), origin, side.statement)
         if not side.logits:
@@ -1294,6 +1295,26 @@ def verify_plan(classes: ClassLookup, plan: PlumbingPlan, reference: _Reference 
     left = tuple(PlumbingBlocker(g.piece, f"after the plumbing is written, {g.why}", g.at) for g in report.gaps)
     left += tuple(PlumbingBlocker("backbone", note, plan.cls) for note in report.unresolved)
     return left
+
+
+def check_written(classes: ClassLookup, plan: PlumbingPlan, texts: Mapping[str, str], hook: FunctionNode | None = None, hook_attribute: str = "model") -> tuple[PlumbingBlocker, ...]:
+    """The analysis run on the files as the codemod wrote them (`texts`: file -> patched source), with `hook`
+    (the reference's, as the synthesis writes it) added to a class that has none: each gap is a blocker."""
+    for file, text in texts.items():
+        try:
+            compile(text, file, "exec")
+        except SyntaxError as exc:
+            return (PlumbingBlocker("verify", f"the patched file does not compile: {exc}", file),)
+    seen = PatchedClasses(classes, files=texts)
+    start = with_hook(seen, plan.cls, plan.reference, hook, plan.attribute, hook_attribute) if hook is not None else {}
+    report = analyze_plumbing(PatchedClasses(classes, start, texts), plan.cls)
+    return tuple(PlumbingBlocker(g.piece, f"as written, {g.why}", g.at) for g in report.gaps)
+
+
+def reference_hook(planner: PlumbingPlanner, plan: PlumbingPlan) -> tuple[FunctionNode, str] | None:
+    """(the hook of the plan's reference, the backbone attribute it writes on): what the synthesis learns."""
+    reference = planner.reference(plan.reference) if plan.reference else None
+    return (reference.hook, reference.attribute) if isinstance(reference, _Reference) else None
 
 
 # --------------------------------------------------------------------------- entry points
