@@ -114,7 +114,7 @@ def write(srt: Path, classes: TreeClasses, planner: PlumbingPlanner, plan: Plumb
             return f"not written: {exc}", None
         if apply_plumbing(out, plan.pieces_in(file), width) != out:
             return "a second run changes it", None
-        back, _, kept = revert_plumbing(out, (width,))
+        back, _, kept = revert_plumbing(out)
         if back != text or kept:
             return "revert does not give the file back", None
         mode = black.Mode(line_length=width)
