@@ -131,7 +131,7 @@ def _final_call(text: str) -> tuple[int, int] | None:
     return None
 
 
-def _top_level(text: str, words: Sequence[str]) -> list[int]:
+def _top_level_at(text: str, words: Sequence[str]) -> list[int]:
     """Where `words` (a comma, `if`, `else`) stand outside brackets in one line of code."""
     depth, found = 0, []
     for token in _tokens(text):
@@ -145,7 +145,7 @@ def _top_level(text: str, words: Sequence[str]) -> list[int]:
 
 
 def _items(body: str) -> list[str]:
-    cuts = _top_level(body, [","])
+    cuts = _top_level_at(body, [","])
     parts, begin = [], 0
     for cut in cuts:
         parts.append(body[begin:cut].strip())
@@ -156,7 +156,7 @@ def _items(body: str) -> list[str]:
 
 def _ternary(text: str) -> list[str] | None:
     """`a if b else c` as black splits it: ["a", "if b", "else c"]."""
-    cuts = _top_level(text, ["if", "else"])
+    cuts = _top_level_at(text, ["if", "else"])
     if len(cuts) != 2:
         return None
     first, second = cuts
@@ -329,20 +329,20 @@ def statement_columns(owner: cst.MetadataDependent, function: cst.FunctionDef) -
             found[id(statement)] = (statement, start.line, start.column)
             if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
                 continue
-            for suite in _suites(statement):
+            for suite in _statement_suites(statement):
                 visit(suite)
 
     visit(function.body)
     return found
 
 
-def _suites(statement: cst.BaseStatement) -> list[cst.BaseSuite]:
+def _statement_suites(statement: cst.BaseStatement) -> list[cst.BaseSuite]:
     suites: list[cst.BaseSuite] = []
     if isinstance(statement, (cst.If, cst.For, cst.While, cst.With, cst.Try, cst.TryStar)):
         suites.append(statement.body)
         orelse = getattr(statement, "orelse", None)
         if isinstance(orelse, cst.If):
-            suites += _suites(orelse)
+            suites += _statement_suites(orelse)
         elif orelse is not None:
             suites.append(orelse.body)
         suites += [h.body for h in getattr(statement, "handlers", ())]
@@ -482,7 +482,7 @@ class AddPlumbing(VisitorCommand):
             out: list[cst.BaseStatement] = []
             for piece in end:
                 group = _group(piece.code, column, unit, newline, width, config)
-                out += _marked(group, [], piece, unit, newline)
+                out += _group_with_marker(group, [], piece, unit, newline)
             return out
 
         return function.visit(BlockEdits(function, edits, at_end if end else None))  # type: ignore[return-value]
@@ -490,11 +490,11 @@ class AddPlumbing(VisitorCommand):
     def _edit(self, piece: PlumbingPiece, column: int, unit: str, newline: str, width: int, config: cst.PartialParserConfig) -> Edit:
         def before(statement: cst.BaseStatement) -> list[cst.BaseStatement]:
             group = _group(piece.code, column, unit, newline, width, config)
-            return [*_marked(group, leading_lines(statement), piece, unit, newline), statement.with_changes(leading_lines=())]
+            return [*_group_with_marker(group, leading_lines(statement), piece, unit, newline), statement.with_changes(leading_lines=())]
 
         def after(statement: cst.BaseStatement) -> list[cst.BaseStatement]:
             group = _group(piece.code, column, unit, newline, width, config)
-            return [statement, *_marked(group, [], piece, unit, newline)]
+            return [statement, *_group_with_marker(group, [], piece, unit, newline)]
 
         def replace(statement: cst.BaseStatement) -> list[cst.BaseStatement]:
             if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(statement.body[0], cst.Return)):
@@ -507,7 +507,7 @@ class AddPlumbing(VisitorCommand):
                 group[0] = group[0].with_changes(trailing_whitespace=statement.trailing_whitespace)
             else:
                 raise PlumbingNotWritten(f"{piece.target}: a tail the codemod does not know")
-            return _marked(group, leading_lines(statement), piece, unit, newline)
+            return _group_with_marker(group, leading_lines(statement), piece, unit, newline)
 
         def argument(statement: cst.BaseStatement) -> list[cst.BaseStatement]:
             if not isinstance(statement, cst.SimpleStatementLine):
@@ -527,12 +527,12 @@ def _defined_methods(block: cst.BaseSuite) -> list[str]:
         if isinstance(statement, cst.FunctionDef):
             out.append(statement.name.value)
         elif not isinstance(statement, cst.ClassDef):
-            for suite in _suites(statement):
+            for suite in _statement_suites(statement):
                 out += _defined_methods(suite)
     return out
 
 
-def _marked(group: list[cst.BaseStatement], above: list[cst.EmptyLine], piece: PlumbingPiece, unit: str, newline: str) -> list[cst.BaseStatement]:
+def _group_with_marker(group: list[cst.BaseStatement], above: list[cst.EmptyLine], piece: PlumbingPiece, unit: str, newline: str) -> list[cst.BaseStatement]:
     """The group with its marker line (and, above it, the lines that stood above its anchor)."""
     marker = PlumbingMarker(piece.origin, piece.kind, len(group), "", group_digest(group, unit, newline))
     return [group[0].with_changes(leading_lines=[*above, marker_line(marker)]), *group[1:]]

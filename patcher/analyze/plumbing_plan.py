@@ -156,22 +156,22 @@ def statement_fingerprint(statement: ast.stmt) -> str:
     return " ".join(text.split("\n", 1)[0].split())
 
 
-def _self_attr(node: ast.AST | None) -> str | None:
+def _attr_of_self(node: ast.AST | None) -> str | None:
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == SELF:
         return node.attr
     return None
 
 
-def _dotted(node: ast.AST | None) -> str:
+def _dotted_text(node: ast.AST | None) -> str:
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
-        head = _dotted(node.value)
+        head = _dotted_text(node.value)
         return f"{head}.{node.attr}" if head else ""
     return ""
 
 
-def _walk(node: ast.AST) -> Iterator[ast.AST]:
+def _walk_code(node: ast.AST) -> Iterator[ast.AST]:
     """`ast.walk`, not into nested functions, classes or lambdas."""
     todo = [node]
     while todo:
@@ -184,10 +184,10 @@ def _walk(node: ast.AST) -> Iterator[ast.AST]:
 
 def _walk_body(function: FunctionNode) -> Iterator[ast.AST]:
     for statement in function.body:
-        yield from _walk(statement)
+        yield from _walk_code(statement)
 
 
-def _blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
+def _sub_blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
     if isinstance(statement, (ast.For, ast.AsyncFor, ast.While, ast.If)):
         return [statement.body, statement.orelse]
     if isinstance(statement, (ast.With, ast.AsyncWith)):
@@ -199,17 +199,17 @@ def _blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
     return []
 
 
-def _statements(block: list[ast.stmt]) -> Iterator[tuple[ast.stmt, list[ast.stmt]]]:
+def _nested_statements(block: list[ast.stmt]) -> Iterator[tuple[ast.stmt, list[ast.stmt]]]:
     """Every statement under `block` with the block that holds it, not into nested defs or classes."""
     for statement in block:
         yield statement, block
         if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            for part in _blocks(statement):
-                yield from _statements(part)
+            for part in _sub_blocks(statement):
+                yield from _nested_statements(part)
 
 
 def _stored_names(node: ast.AST) -> set[str]:
-    return {n.id for n in _walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return {n.id for n in _walk_code(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
 def _arg_names(call: ast.Call) -> set[str]:
@@ -222,7 +222,7 @@ def _renamed(node: ast.expr, names: Mapping[str, str], attributes: Mapping[str, 
     for sub in ast.walk(out):
         if isinstance(sub, ast.Name) and sub.id in names:
             sub.id = names[sub.id]
-        elif attributes and isinstance(sub, ast.Attribute) and _self_attr(sub) in attributes:
+        elif attributes and isinstance(sub, ast.Attribute) and _attr_of_self(sub) in attributes:
             sub.attr = attributes[sub.attr]
     return out
 
@@ -240,20 +240,20 @@ def _sets(mro: Sequence[ClassSource], attribute: str) -> bool:
         for node in _walk_body(init) if init is not None else ():
             targets: list[ast.expr] = []
             if isinstance(node, ast.Assign):
-                targets = [t for target in node.targets for t in _flat(target)]
+                targets = [t for target in node.targets for t in _flattened(target)]
             elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
                 targets = [node.target]
-            elif isinstance(node, ast.Call) and _dotted(node.func) == "setattr" and len(node.args) == 3:
+            elif isinstance(node, ast.Call) and _dotted_text(node.func) == "setattr" and len(node.args) == 3:
                 first, name = node.args[0], node.args[1]
                 if isinstance(first, ast.Name) and first.id == SELF and isinstance(name, ast.Constant) and name.value == attribute:
                     return True
-            if any(_self_attr(t) == attribute for t in targets):
+            if any(_attr_of_self(t) == attribute for t in targets):
                 return True
     return False
 
 
-def _flat(target: ast.expr) -> list[ast.expr]:
-    return [e for elt in target.elts for e in _flat(elt)] if isinstance(target, (ast.Tuple, ast.List)) else [target]
+def _flattened(target: ast.expr) -> list[ast.expr]:
+    return [e for elt in target.elts for e in _flattened(elt)] if isinstance(target, (ast.Tuple, ast.List)) else [target]
 
 
 def _built_as(mro: Sequence[ClassSource], attribute: str) -> str:
@@ -261,8 +261,8 @@ def _built_as(mro: Sequence[ClassSource], attribute: str) -> str:
     for cls in mro:
         init = cls.method("__init__")
         for node in _walk_body(init) if init is not None else ():
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(_self_attr(t) == attribute for t in node.targets):
-                return _dotted(node.value.func)
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(_attr_of_self(t) == attribute for t in node.targets):
+                return _dotted_text(node.value.func)
     return ""
 
 
@@ -291,7 +291,7 @@ def _layer_names(loop: ast.For) -> tuple[set[str], str | None]:
     layers: set[str] = set()
     index = None
     if isinstance(target, ast.Name):
-        if isinstance(loop.iter, ast.Call) and _dotted(loop.iter.func) == "range":
+        if isinstance(loop.iter, ast.Call) and _dotted_text(loop.iter.func) == "range":
             index = target.id
         else:
             layers.add(target.id)
@@ -300,10 +300,10 @@ def _layer_names(loop: ast.For) -> tuple[set[str], str | None]:
         assert isinstance(first, ast.Name) and isinstance(second, ast.Name)
         index = first.id
         layers.add(second.id)
-    for statement, _ in _statements(loop.body):
+    for statement, _ in _nested_statements(loop.body):
         if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
             value = statement.value
-            if isinstance(value, ast.Subscript) and _self_attr(value.value) is not None and index is not None:
+            if isinstance(value, ast.Subscript) and _attr_of_self(value.value) is not None and index is not None:
                 if isinstance(value.slice, ast.Name) and value.slice.id == index:
                     layers.add(statement.targets[0].id)
     return layers, index
@@ -315,7 +315,7 @@ def _is_layer_call(call: ast.Call, layers: set[str], index: str | None) -> bool:
         func = func.value
     if isinstance(func, ast.Name):
         return func.id in layers
-    if isinstance(func, ast.Subscript) and _self_attr(func.value) is not None:
+    if isinstance(func, ast.Subscript) and _attr_of_self(func.value) is not None:
         return index is not None and isinstance(func.slice, ast.Name) and func.slice.id == index
     return False
 
@@ -324,12 +324,12 @@ def _layer_calls(loop: ast.For) -> list[tuple[ast.stmt | None, ast.Call]]:
     """Each layer call of the loop, with the assignment whose value it is (None when it is not one)."""
     layers, index = _layer_names(loop)
     direct: dict[int, ast.stmt] = {}
-    for statement, _ in _statements(loop.body):
+    for statement, _ in _nested_statements(loop.body):
         if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call):
             direct[id(statement.value)] = statement
     out: list[tuple[ast.stmt | None, ast.Call]] = []
     for statement in loop.body:
-        for node in _walk(statement):
+        for node in _walk_code(statement):
             if isinstance(node, ast.Call) and _is_layer_call(node, layers, index):
                 out.append((direct.get(id(node)), node))
     return out
@@ -338,7 +338,7 @@ def _layer_calls(loop: ast.For) -> list[tuple[ast.stmt | None, ast.Call]]:
 def _layer_loops(function: FunctionNode) -> list[tuple[ast.For, ast.stmt]]:
     found = []
     for top in function.body:
-        for node in _walk(top):
+        for node in _walk_code(top):
             if isinstance(node, ast.For) and _layer_calls(node):
                 found.append((node, top))
     return found
@@ -347,9 +347,9 @@ def _layer_loops(function: FunctionNode) -> list[tuple[ast.For, ast.stmt]]:
 def _loop_index(loop: ast.For) -> tuple[str, str] | str:
     """(the layer id spelled, the kind of loop), or why there is none."""
     target, it = loop.target, loop.iter
-    if isinstance(target, ast.Name) and isinstance(it, ast.Call) and _dotted(it.func) == "range":
+    if isinstance(target, ast.Name) and isinstance(it, ast.Call) and _dotted_text(it.func) == "range":
         return target.id, "range"
-    enumerated = isinstance(it, ast.Call) and _dotted(it.func) == "enumerate" and it.args
+    enumerated = isinstance(it, ast.Call) and _dotted_text(it.func) == "enumerate" and it.args
     if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(target.elts[0], ast.Name) and enumerated:
         assert isinstance(it, ast.Call)
         name = target.elts[0].id
@@ -358,7 +358,7 @@ def _loop_index(loop: ast.For) -> tuple[str, str] | str:
         lower: ast.expr | None = None
         if isinstance(over, ast.Subscript) and isinstance(over.slice, ast.Slice):
             lower = over.slice.lower
-        elif isinstance(over, ast.Call) and _dotted(over.func).rpartition(".")[2] == "islice" and len(over.args) >= 3:
+        elif isinstance(over, ast.Call) and _dotted_text(over.func).rpartition(".")[2] == "islice" and len(over.args) >= 3:
             lower = over.args[1]
         zero = lower is None or (isinstance(lower, ast.Constant) and lower.value == 0)
         no_start = start is None or (isinstance(start, ast.Constant) and start.value == 0)
@@ -394,7 +394,7 @@ def read_loop(owner: ClassSource, function: FunctionNode) -> _Loop | PlumbingBlo
         if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
             return PlumbingBlocker("layer-call", f"the layer call at line {call.lineno} is not assigned to the stream's names", at)
         target = statement.targets[0]
-        names = [e for e in _flat(target)] if isinstance(target, (ast.Tuple, ast.List)) else [target]
+        names = [e for e in _flattened(target)] if isinstance(target, (ast.Tuple, ast.List)) else [target]
         if not all(isinstance(n, ast.Name) for n in names):
             return PlumbingBlocker("layer-call", f"the layer call at line {call.lineno} is unpacked into {ast.unparse(target)}", at)
         spelled = [n.id for n in names if isinstance(n, ast.Name)]
@@ -408,7 +408,7 @@ def read_loop(owner: ClassSource, function: FunctionNode) -> _Loop | PlumbingBlo
         targets.add(" ".join(spelled))
     if len(targets) > 1:
         return PlumbingBlocker("layer-call", f"the layer calls assign different names ({'; '.join(sorted(targets))})", at)
-    tops = [i for i, statement in enumerate(loop.body) if any(n is c for _, c in calls for n in _walk(statement))]
+    tops = [i for i, statement in enumerate(loop.body) if any(n is c for _, c in calls for n in _walk_code(statement))]
     if len(set(tops)) != 1:
         return PlumbingBlocker("layer-call", "the layer calls sit in different statements of the loop", at)
     position = tops[0]
@@ -420,14 +420,14 @@ def read_loop(owner: ClassSource, function: FunctionNode) -> _Loop | PlumbingBlo
     before = list(loop.body[:position])
     if len(calls) == 1 and calls[0][0] is not None:
         anchor = calls[0][0]
-        block = next(b for s, b in _statements(loop.body) if s is anchor)
+        block = next(b for s, b in _nested_statements(loop.body) if s is anchor)
         if block is not loop.body:
             before += block[: block.index(anchor)]
     else:
         anchor = call_top
         first = min(c.lineno for _, c in calls)
         stream = {hidden, residual} - {None}
-        for statement, _ in _statements([call_top]):
+        for statement, _ in _nested_statements([call_top]):
             if statement.lineno < first and isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _stored_names(statement) & stream:
                 return PlumbingBlocker("layer-call", f"line {statement.lineno} changes the stream inside the statement that calls the layer", at)
     return _Loop(loop, top, index[0], index[1], hidden, residual, call_top, position, anchor, tuple(before))
@@ -480,12 +480,12 @@ def _pp_proxy(node: ast.Return) -> bool:
     before.)"""
     value = node.value
     if isinstance(value, ast.Call):
-        name = _dotted(value.func)
+        name = _dotted_text(value.func)
         return "PPProxy" in name or name.rpartition(".")[2] in ("to_pp", "to_pp_proxy")
     return False
 
 
-def _returns(function: FunctionNode) -> list[tuple[ast.Return, list[ast.expr], bool]]:
+def _backbone_returns(function: FunctionNode) -> list[tuple[ast.Return, list[ast.expr], bool]]:
     """Each return of the function with the tests of the `if`s around it, and whether a loop holds it."""
     found: list[tuple[ast.Return, list[ast.expr], bool]] = []
 
@@ -498,7 +498,7 @@ def _returns(function: FunctionNode) -> list[tuple[ast.Return, list[ast.expr], b
                 visit(statement.orelse, [*tests, statement.test], looped)
             elif not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 inner = looped or isinstance(statement, (ast.For, ast.AsyncFor, ast.While))
-                for part in _blocks(statement):
+                for part in _sub_blocks(statement):
                     visit(part, tests, inner)
 
     visit(function.body, [], False)
@@ -562,22 +562,22 @@ def _backbone_call(path: Sequence[tuple[ClassSource, FunctionNode]], attribute: 
 
 
 def _assignment_of(method: FunctionNode, call: ast.Call) -> tuple[ast.Assign, list[ast.stmt]] | None:
-    for statement, block in _statements(method.body):
+    for statement, block in _nested_statements(method.body):
         if isinstance(statement, ast.Assign) and statement.value is call and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
             return statement, block
     return None
 
 
-def _unpack(method: FunctionNode, result: str) -> tuple[ast.If | ast.Assign, str, list[ast.stmt]] | None:
+def _unpack_statement(method: FunctionNode, result: str) -> tuple[ast.If | ast.Assign, str, list[ast.stmt]] | None:
     """The statement that takes the backbone's pair apart (`if <test>: h, aux = h`, or unguarded), the aux
     name, and its block."""
-    for statement, block in _statements(method.body):
+    for statement, block in _nested_statements(method.body):
         if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
             target = statement.targets[0]
             if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(statement.value, ast.Name) and statement.value.id == result:
                 second = target.elts[1]
                 if isinstance(second, ast.Name):
-                    for holder, holder_block in _statements(method.body):
+                    for holder, holder_block in _nested_statements(method.body):
                         if isinstance(holder, ast.If) and holder.body == [statement] and not holder.orelse:
                             return holder, second.id, holder_block
                     return statement, second.id, block
@@ -585,7 +585,7 @@ def _unpack(method: FunctionNode, result: str) -> tuple[ast.If | ast.Assign, str
 
 
 def _logits_calls(path: Sequence[tuple[ClassSource, FunctionNode]]) -> list[tuple[ClassSource, FunctionNode, ast.Call]]:
-    return [(o, m, n) for o, m in path for n in _walk_body(m) if isinstance(n, ast.Call) and _self_attr(n.func) == LOGITS]
+    return [(o, m, n) for o, m in path for n in _walk_body(m) if isinstance(n, ast.Call) and _attr_of_self(n.func) == LOGITS]
 
 
 def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None = None) -> _Reference | str:
@@ -625,7 +625,7 @@ def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None
         return "its forward does not assign the backbone's result to a name"
     result = assigned[0].targets[0]
     assert isinstance(result, ast.Name)
-    unpack = _unpack(method, result.id)
+    unpack = _unpack_statement(method, result.id)
     if unpack is None or not isinstance(unpack[0], ast.If):
         return "its forward does not unpack the pair under a test"
     statement, class_aux, block = unpack
@@ -686,7 +686,7 @@ def _backbone_forms(owner: ClassSource, function: FunctionNode, selector: str) -
         return "it captures inside the layer call"
     if not {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)} <= {loop.hidden, loop.residual}:
         return f"its capture reads more than the stream: {ast.unparse(expression)}"
-    if not any(isinstance(s, ast.Assign) and _is_empty_list_of(s, aux) for s, _ in _statements(function.body)):
+    if not any(isinstance(s, ast.Assign) and _is_empty_list_of(s, aux) for s, _ in _nested_statements(function.body)):
         return f"its backbone does not bind {aux} = []"
     tail = _tail_form(function, aux)
     if tail is None:
@@ -708,7 +708,7 @@ def _capture_in(loop: _Loop, selector: str) -> tuple[str, ast.expr | None] | str
         test = statement.test
         if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.In)):
             continue
-        if _self_attr(test.comparators[0]) != selector:
+        if _attr_of_self(test.comparators[0]) != selector:
             continue
         if ast.unparse(test.left) != loop.index:
             return f"its capture tests {ast.unparse(test.left)}, not the layer index {loop.index}"
@@ -719,13 +719,13 @@ def _capture_in(loop: _Loop, selector: str) -> tuple[str, ast.expr | None] | str
                 return func.value.id, body.value.args[0]
         return f"its capture is `{statement_fingerprint(body)}`, not an append"
     for node in ast.walk(loop.call_top):
-        if isinstance(node, ast.Attribute) and _self_attr(node) == selector:
+        if isinstance(node, ast.Attribute) and _attr_of_self(node) == selector:
             return "", None
     return "its loop captures after the layer call, or not in the loop"
 
 
 def _tail_form(function: FunctionNode, aux: str) -> tuple[str, ast.expr] | None:
-    for statement, block in _statements(function.body):
+    for statement, block in _nested_statements(function.body):
         if not isinstance(statement, ast.Return) or statement.value is None:
             continue
         value = statement.value
@@ -905,7 +905,7 @@ class PlumbingPlanner:
         statement = assigned[0]
         target = statement.targets[0]
         assert isinstance(target, ast.Name)
-        unpack = _unpack(method, target.id)
+        unpack = _unpack_statement(method, target.id)
         logits = tuple(_logits_calls(path))
         return _ClassSide(
             forward=owner,
@@ -943,7 +943,7 @@ class PlumbingPlanner:
         owner, function = next(iter(forwards.values()))
         bmro = classes.mro(owner.key)
         path = reached_methods(bmro, "forward")
-        reads = {_self_attr(n) for _, m in path for n in _walk_body(m) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}
+        reads = {_attr_of_self(n) for _, m in path for n in _walk_body(m) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}
         wanted = selector or "layers_to_capture"
         captures = wanted in reads
         init = method_of(bmro, "__init__")
@@ -965,7 +965,7 @@ class PlumbingPlanner:
         if routed:
             found.block("residual", f"{owner.name}.forward routes the stream through {routed}: the layer call's targets are not the stream entering a layer", _at(owner, function))
         returns: list[ast.Return] = []
-        for node, _tests, looped in _returns(function):
+        for node, _tests, looped in _backbone_returns(function):
             if looped:
                 found.block("tail", f"line {node.lineno} returns from inside the layer loop", _at(owner, node))
             elif node.lineno < loop.top.lineno:
@@ -1131,12 +1131,12 @@ def _own_capture(path: Sequence[tuple[ClassSource, FunctionNode]]) -> str:
     a capture attribute of its own, an aux list it keeps ("" when it captures nothing)."""
     nodes = [node for _, method in path for node in _walk_body(method)]
     for node in nodes:
-        if isinstance(node, ast.Call) and _dotted(node.func) == "getattr" and len(node.args) > 1:
+        if isinstance(node, ast.Call) and _dotted_text(node.func) == "getattr" and len(node.args) > 1:
             name = node.args[1]
             if isinstance(name, ast.Constant) and isinstance(name.value, str) and "capture" in name.value:
                 return f"the per-layer flag {name.value}"
     for node in nodes:
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and "capture" in node.attr and _self_attr(node) is not None:
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and "capture" in node.attr and _attr_of_self(node) is not None:
             return f"self.{node.attr}"
     for node in nodes:
         if isinstance(node, ast.Name) and "aux_hidden" in node.id:
@@ -1172,7 +1172,7 @@ def _tests_none(expression: ast.expr, name: str) -> bool:
 
 def _holding_statement(method: FunctionNode, call: ast.Call) -> ast.stmt | None:
     """The simple statement (`return ...`, `x = ...`, an expression) whose value is `call`."""
-    for statement, _ in _statements(method.body):
+    for statement, _ in _nested_statements(method.body):
         value = getattr(statement, "value", None)
         if isinstance(statement, (ast.Return, ast.Assign, ast.AnnAssign, ast.Expr)) and value is call:
             return statement
@@ -1218,7 +1218,7 @@ def with_hook(classes: ClassLookup, key: str, reference_key: str, hook: Function
     written = copy.deepcopy(hook)
     if attribute != reference_attribute:
         for sub in ast.walk(written):
-            if isinstance(sub, ast.Attribute) and _self_attr(sub) == reference_attribute:
+            if isinstance(sub, ast.Attribute) and _attr_of_self(sub) == reference_attribute:
                 sub.attr = attribute
     node.body.append(written)
     return {cls.key: ClassSource(cls.name, cls.file, node)}
@@ -1250,13 +1250,13 @@ def _apply_piece(node: ast.ClassDef, piece: PlumbingPiece, inserted: set[int]) -
         new = _parsed(piece.code, method.body[-1].lineno, inserted)
         method.body.extend(new)
         return
-    found = next(((s, b) for s, b in _statements(method.body) if s.lineno == piece.line and id(s) not in inserted), None)
+    found = next(((s, b) for s, b in _nested_statements(method.body) if s.lineno == piece.line and id(s) not in inserted), None)
     if found is None:
         raise ValueError(f"{piece.target}: no statement at line {piece.line}")
     statement, block = found
     position = block.index(statement)
     if piece.where == "argument":
-        call = next(n for n in _walk(statement) if isinstance(n, ast.Call) and _self_attr(n.func) == LOGITS)
+        call = next(n for n in _walk_code(statement) if isinstance(n, ast.Call) and _attr_of_self(n.func) == LOGITS)
         added = ast.parse(f"f({piece.code})", mode="eval").body
         assert isinstance(added, ast.Call)
         call.args += added.args
@@ -1278,7 +1278,7 @@ def _parsed(code: str, line: int, inserted: set[int]) -> list[ast.stmt]:
             if isinstance(sub, (ast.stmt, ast.expr)):
                 sub.lineno = sub.end_lineno = line
         inserted.add(id(statement))
-        for nested, _ in _statements([statement]):
+        for nested, _ in _nested_statements([statement]):
             inserted.add(id(nested))
     return body
 
