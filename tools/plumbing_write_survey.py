@@ -69,7 +69,7 @@ def _bare_backbone(plan) -> str | None:
         return None
     bare = [i for i in plan.wrapper.inners if i.classes and all("lm_head" not in c.members for c in i.classes)]
     names = [i.attribute for i in bare]
-    return "model" if "model" in names else names[0] if names else None
+    return next((n for n in ("model", "language_model", "llm") if n in names), names[0] if names else None)
 
 
 def survey(version: str) -> Release:

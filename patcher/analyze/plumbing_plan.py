@@ -952,7 +952,12 @@ class PlumbingPlanner:
             return _BackboneSide(owner, function, True, has_default, init, None, ())
         own = _own_capture(path)
         if own:
-            found.block("capture", f"{owner.name}.forward captures by its own means ({own}), not by self.{wanted}", _at(owner, function))
+            found.block(
+                "capture",
+                f"{owner.name}.forward captures by its own means ({own}), not by self.{wanted}: the hook must choose layers its way,"
+                " which a list-capture plan does not write",
+                _at(owner, function),
+            )
             return None
         tbo = two_batch_overlap(function)
         if tbo:
