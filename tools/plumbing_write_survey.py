@@ -67,6 +67,8 @@ def _bare_backbone(plan) -> str | None:
     cls = plan.wrapper.cls
     if "lm_head" not in cls.members:
         return None
+    if any(i.classes and any("lm_head" in c.members for c in i.classes) for i in plan.wrapper.inners):
+        return None  # it holds a whole causal LM: a wrapper, whose hooks are delegations
     bare = [i for i in plan.wrapper.inners if i.classes and all("lm_head" not in c.members for c in i.classes)]
     names = [i.attribute for i in bare]
     return next((n for n in ("model", "language_model", "llm") if n in names), names[0] if names else None)
