@@ -11,6 +11,7 @@ if TYPE_CHECKING:  # the constants below are read by `check`, which does not loa
 # never imports libcst.codemod (a third of a second of start-up, for matchers it does not use).
 MARKER = "# eaglepatch: forwards to self."
 LEARNED = "# eaglepatch: learned from "  # a hook body taken from another class of the tree (patcher/analyze/synthesize.py)
+PLUMBING = "# eaglepatch: plumbing learned from "  # a statement group (or an argument) of capture plumbing (codemods/add_plumbing.py)
 NOTE = "# eaglepatch: "  # the prefix of the line under the marker saying why a signature is not the inner's
 LINE_LENGTH = 88  # black's default width; the target tree's own (patcher/read/style.py) is passed to each codemod
 

@@ -341,6 +341,19 @@ def _resolve(mro: Sequence[ClassSource], name: str, after: int = -1) -> _Method 
     return None
 
 
+def method_of(mro: Sequence[ClassSource], name: str) -> tuple[ClassSource, FunctionNode] | None:
+    """The `def name` the MRO gives, with the class that defines it (what a fix must go into)."""
+    found = _resolve(mro, name)
+    return (found.owner, found.node) if found is not None else None
+
+
+def reached_methods(mro: Sequence[ClassSource], name: str) -> tuple[tuple[ClassSource, FunctionNode], ...]:
+    """The `def name` the MRO gives and the methods it calls on self or through super(), transitively:
+    the code that runs when it is called, as the analysis follows it."""
+    start = _resolve(mro, name)
+    return tuple((m.owner, m.node) for m in _reach(mro, start)) if start is not None else ()
+
+
 def _position(mro: Sequence[ClassSource], owner: ClassSource) -> int:
     return next((i for i, cls in enumerate(mro) if cls.key == owner.key), -1)
 
@@ -1068,6 +1081,12 @@ def _check_unpack(
             found.gap("pair-return", f"{backbone}.forward returns the pair even when it captured nothing, and {forward.label} unpacks it only when capturing", pair.at)
     _check_logits(path, forward, aux - {""}, found)
     return _Unpacks(count, tuple(sorted(gated_by)))
+
+
+def calls_backbone(call: ast.Call, holder: str) -> bool:
+    """`self.<holder>(...)`, `self.<holder>.forward(...)`, or a routine handed `self.<holder>`: what the
+    analysis counts as the class forward's call of its backbone."""
+    return _calls_backbone(call, holder)
 
 
 def _calls_backbone(call: ast.Call, holder: str) -> bool:

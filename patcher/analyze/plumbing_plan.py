@@ -1,0 +1,1345 @@
+"""Plumbing, written: what to insert so that a capture hook reaches the forward that runs, learned
+from a class of the same tree whose plumbing is complete.
+
+`analyze_plumbing` (patcher/analyze/plumbing.py) says which pieces a class lacks; this module says
+what to write for each, in the class's own names, and where.  A reference pair (a causal LM and its
+backbone) is taken from the tree only when its plumbing passes the analysis with no gap and its shape
+is the target's: the decoder-layer loop carries a recognisable layer index (`range(...)`, `enumerate`
+over the layers or over a slice of them, whose offset the index then adds back), the layer call's
+targets name the stream (`hidden_states`, and `residual` when the call takes it back in), and the
+capture reads nothing but those.  Then every piece is spelled the reference's way:
+
+* `self.capture_aux_hidden_states = False` at the end of the class's `__init__`, `self.layers_to_capture = []`
+  at the end of the backbone's;
+* `aux_hidden_states = []` before the layer loop, and `if i in self.layers_to_capture:
+  aux_hidden_states.append(<the reference's expression of the stream entering the layer>)` right before
+  the layer call;
+* each `return hidden_states` after the loop becomes the reference's tail (`if len(aux_hidden_states) == 0:
+  return hidden_states` / `return hidden_states, aux_hidden_states`); a pipeline-parallel proxy return is
+  left as it is;
+* after the class forward's one backbone call, the reference's unpack (`aux_hidden_states = None`,
+  `if self.capture_aux_hidden_states: hidden_states, aux_hidden_states = hidden_states`), and the aux
+  states handed to each `self.logits_processor(...)` call the way the reference hands them.
+
+Where a precondition fails (a two-batch-overlap path, a layer call returning three values, a residual
+kept outside the layer call's targets, a loop without an index, no reference of that shape), the plan
+names the blocker instead, every one found, never a guess.  A plan is checked before it is returned:
+its pieces (and, for a class without one, the reference's hook) are put into the classes' syntax trees
+and the analysis is run again; a gap left is a blocker.
+
+The hook itself is not a piece: the existing synthesis (patcher/analyze/synthesize.py) writes it,
+learned from `PlumbingPlan.reference`, whose layer-id convention (`shift`) the capture matches.
+CPython's `ast` only; codemods/add_plumbing.py writes a plan into a module.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import re
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from .plumbing import HOOK, ClassLookup, ClassSource, FunctionNode, PlumbingReport, analyze_plumbing, calls_backbone, method_of, reached_methods
+
+if TYPE_CHECKING:
+    from ..records import Protocol as EagleProtocol
+    from .resolve import Resolver
+    from .synthesize import HookLibrary
+
+# What a piece is, in the order the plumbing runs:
+#   flag-default / selector-default: the `__init__` defaults of the class's flag and the backbone's list;
+#   aux-init: the aux list bound before the layer loop; capture: the append in the loop;
+#   tail: a `return <hidden>` of the backbone, returning the pair when something was captured;
+#   unpack: the pair taken apart after the class forward's backbone call;
+#   logits-aux: the aux states handed to `self.logits_processor`.
+PieceKind = Literal["flag-default", "selector-default", "aux-init", "capture", "tail", "unpack", "logits-aux"]
+PIECE_KINDS: tuple[PieceKind, ...] = ("flag-default", "selector-default", "aux-init", "capture", "tail", "unpack", "logits-aux")
+# Where a piece goes in its method: at the `end` of its body; `before`/`after` the anchor statement;
+# `replace` it; `argument`: added to the `self.logits_processor(...)` call of the anchor statement.
+Where = Literal["end", "before", "after", "replace", "argument"]
+INDENT = "    "  # the unit of a piece's code; codemods/add_plumbing.py writes it in the file's own
+SELF = "self"
+FLAG = "capture_aux_hidden_states"  # the class's switch, when the class has no hook to name it
+LOGITS = "logits_processor"
+_TBO = re.compile(r"(^|_)tbo($|_)|two_batch", re.IGNORECASE)
+_ROUTED = ("residual", "communicator")  # a name holding one of these words outside the layer call's targets
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class PlumbingPiece:
+    """One statement group (or one argument) to write: into `method` of `cls` in `file` (its `def` at
+    `method_line`), `where` the anchor statement starting at `line` is (its `statement_fingerprint` is
+    `anchor`); `code` is the group at indentation 0, one logical line a statement line, INDENT a level."""
+
+    kind: PieceKind
+    file: str
+    cls: str
+    method: str
+    method_line: int
+    where: Where
+    line: int  # 0 for `end`
+    anchor: str  # "" for `end`
+    code: str
+    origin: str  # "file:Class" of the reference it is learned from
+
+    @property
+    def target(self) -> str:
+        return f"{self.file}:{self.cls}.{self.method}"
+
+
+@dataclass(frozen=True)
+class PlumbingBlocker:
+    """Why a piece (or the plan) cannot be written: a precondition that fails, and where ("file:line")."""
+
+    piece: str
+    why: str
+    at: str
+
+
+@dataclass(frozen=True)
+class PlumbingPlan:
+    """What to write so that `cls`'s capture hook works: `pieces`, learned from `reference` (and its backbone
+    `reference_backbone`), or the `blockers` that stop it (then nothing is to be written)."""
+
+    cls: str  # "file:Class"
+    attribute: str  # the backbone, `self.<attribute>`
+    reference: str = ""
+    reference_backbone: str = ""
+    shift: int | None = None  # the reference hook's layer-id shift: `[val + 1 for val in layer_ids]` -> 1
+    needs_hook: bool = False  # the class has no hook: the synthesis writes it, learned from `reference`
+    pieces: tuple[PlumbingPiece, ...] = ()
+    blockers: tuple[PlumbingBlocker, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Something to write and nothing in the way."""
+        return bool(self.pieces) and not self.blockers
+
+    @property
+    def complete(self) -> bool:
+        """The plumbing is all there already."""
+        return not self.pieces and not self.blockers
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p.file for p in self.pieces))
+
+    def pieces_in(self, file: str) -> tuple[PlumbingPiece, ...]:
+        return tuple(p for p in self.pieces if p.file == file)
+
+    @property
+    def why(self) -> str:
+        """The blockers in one line each (what a `needs_code` verdict says)."""
+        return "; ".join(f"{b.piece}: {b.why} ({b.at})" for b in self.blockers)
+
+
+# --------------------------------------------------------------------------- reading code
+
+
+def statement_fingerprint(statement: ast.stmt) -> str:
+    """A statement's first line as CPython spells it (a compound one's header): what the codemod
+    compares the anchor it finds with."""
+    head = copy.copy(statement)
+    if isinstance(head, (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.AsyncWith)):
+        head.body, head.orelse = [ast.Pass()], []  # type: ignore[union-attr]
+    elif isinstance(head, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        head.body, head.decorator_list = [ast.Pass()], []
+    elif isinstance(head, ast.Try):
+        head.body, head.handlers, head.orelse, head.finalbody = [ast.Pass()], [], [], [ast.Pass()]
+    text = ast.unparse(head)
+    return " ".join(text.split("\n", 1)[0].split())
+
+
+def _attr_of_self(node: ast.AST | None) -> str | None:
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == SELF:
+        return node.attr
+    return None
+
+
+def _dotted_text(node: ast.AST | None) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted_text(node.value)
+        return f"{head}.{node.attr}" if head else ""
+    return ""
+
+
+def _walk_code(node: ast.AST) -> Iterator[ast.AST]:
+    """`ast.walk`, not into nested functions, classes or lambdas."""
+    todo = [node]
+    while todo:
+        current = todo.pop()
+        yield current
+        for child in ast.iter_child_nodes(current):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                todo.append(child)
+
+
+def _walk_body(function: FunctionNode) -> Iterator[ast.AST]:
+    for statement in function.body:
+        yield from _walk_code(statement)
+
+
+def _sub_blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
+    if isinstance(statement, (ast.For, ast.AsyncFor, ast.While, ast.If)):
+        return [statement.body, statement.orelse]
+    if isinstance(statement, (ast.With, ast.AsyncWith)):
+        return [statement.body]
+    if isinstance(statement, ast.Try):
+        return [statement.body, *(h.body for h in statement.handlers), statement.orelse, statement.finalbody]
+    if isinstance(statement, ast.Match):
+        return [case.body for case in statement.cases]
+    return []
+
+
+def _nested_statements(block: list[ast.stmt]) -> Iterator[tuple[ast.stmt, list[ast.stmt]]]:
+    """Every statement under `block` with the block that holds it, not into nested defs or classes."""
+    for statement in block:
+        yield statement, block
+        if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for part in _sub_blocks(statement):
+                yield from _nested_statements(part)
+
+
+def _stored_names(node: ast.AST) -> set[str]:
+    return {n.id for n in _walk_code(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _arg_names(call: ast.Call) -> set[str]:
+    return {a.id for a in [*call.args, *(k.value for k in call.keywords)] if isinstance(a, ast.Name)}
+
+
+def _renamed(node: ast.expr, names: Mapping[str, str], attributes: Mapping[str, str] | None = None) -> ast.expr:
+    """A copy of an expression with local names (and `self.<attribute>`s) renamed."""
+    out = copy.deepcopy(node)
+    for sub in ast.walk(out):
+        if isinstance(sub, ast.Name) and sub.id in names:
+            sub.id = names[sub.id]
+        elif attributes and isinstance(sub, ast.Attribute) and _attr_of_self(sub) in attributes:
+            sub.attr = attributes[sub.attr]
+    return out
+
+
+def _at(owner: ClassSource, node: ast.AST) -> str:
+    return f"{owner.file}:{getattr(node, 'lineno', owner.node.lineno)}"
+
+
+def _sets(mro: Sequence[ClassSource], attribute: str) -> bool:
+    """An `__init__` of the MRO sets `self.<attribute>` (or a class body does): a default is there."""
+    for cls in mro:
+        if attribute in cls.attributes():
+            return True
+        init = cls.method("__init__")
+        for node in _walk_body(init) if init is not None else ():
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = [t for target in node.targets for t in _flattened(target)]
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+                targets = [node.target]
+            elif isinstance(node, ast.Call) and _dotted_text(node.func) == "setattr" and len(node.args) == 3:
+                first, name = node.args[0], node.args[1]
+                if isinstance(first, ast.Name) and first.id == SELF and isinstance(name, ast.Constant) and name.value == attribute:
+                    return True
+            if any(_attr_of_self(t) == attribute for t in targets):
+                return True
+    return False
+
+
+def _flattened(target: ast.expr) -> list[ast.expr]:
+    return [e for elt in target.elts for e in _flattened(elt)] if isinstance(target, (ast.Tuple, ast.List)) else [target]
+
+
+def _built_as(mro: Sequence[ClassSource], attribute: str) -> str:
+    """The callee of `self.<attribute> = Callee(...)` in an `__init__` of the MRO ("" when none)."""
+    for cls in mro:
+        init = cls.method("__init__")
+        for node in _walk_body(init) if init is not None else ():
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(_attr_of_self(t) == attribute for t in node.targets):
+                return _dotted_text(node.value.func)
+    return ""
+
+
+# --------------------------------------------------------------------------- the backbone's layer loop
+
+
+@dataclass(frozen=True)
+class _Loop:
+    """The decoder-layer loop of a backbone forward, read."""
+
+    node: ast.For
+    top: ast.stmt  # the statement of the forward's body that holds the loop
+    index: str  # the layer id, spelled: "i", "self.start_layer + i"
+    index_kind: str  # "range" | "enumerate" | "enumerate-slice"
+    hidden: str
+    residual: str | None
+    call_top: ast.stmt  # the statement of the loop's body that holds the layer call
+    call_position: int
+    anchor: ast.stmt  # what the capture goes right before: the layer call's statement (or call_top, for several)
+    before: tuple[ast.stmt, ...]  # the statements that run before it in the loop, nearest last
+
+
+def _layer_names(loop: ast.For) -> tuple[set[str], str | None]:
+    """(the names a decoder layer is bound to in the loop, the loop's index name)."""
+    target = loop.target
+    layers: set[str] = set()
+    index = None
+    if isinstance(target, ast.Name):
+        if isinstance(loop.iter, ast.Call) and _dotted_text(loop.iter.func) == "range":
+            index = target.id
+        else:
+            layers.add(target.id)
+    elif isinstance(target, ast.Tuple) and len(target.elts) == 2 and all(isinstance(e, ast.Name) for e in target.elts):
+        first, second = target.elts
+        assert isinstance(first, ast.Name) and isinstance(second, ast.Name)
+        index = first.id
+        layers.add(second.id)
+    for statement, _ in _nested_statements(loop.body):
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
+            value = statement.value
+            if isinstance(value, ast.Subscript) and _attr_of_self(value.value) is not None and index is not None:
+                if isinstance(value.slice, ast.Name) and value.slice.id == index:
+                    layers.add(statement.targets[0].id)
+    return layers, index
+
+
+def _is_layer_call(call: ast.Call, layers: set[str], index: str | None) -> bool:
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr in ("forward", "__call__"):
+        func = func.value
+    if isinstance(func, ast.Name):
+        return func.id in layers
+    if isinstance(func, ast.Subscript) and _attr_of_self(func.value) is not None:
+        return index is not None and isinstance(func.slice, ast.Name) and func.slice.id == index
+    return False
+
+
+def _layer_calls(loop: ast.For) -> list[tuple[ast.stmt | None, ast.Call]]:
+    """Each layer call of the loop, with the assignment whose value it is (None when it is not one)."""
+    layers, index = _layer_names(loop)
+    direct: dict[int, ast.stmt] = {}
+    for statement, _ in _nested_statements(loop.body):
+        if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call):
+            direct[id(statement.value)] = statement
+    out: list[tuple[ast.stmt | None, ast.Call]] = []
+    for statement in loop.body:
+        for node in _walk_code(statement):
+            if isinstance(node, ast.Call) and _is_layer_call(node, layers, index):
+                out.append((direct.get(id(node)), node))
+    return out
+
+
+def _layer_loops(function: FunctionNode) -> list[tuple[ast.For, ast.stmt]]:
+    found = []
+    for top in function.body:
+        for node in _walk_code(top):
+            if isinstance(node, ast.For) and _layer_calls(node):
+                found.append((node, top))
+    return found
+
+
+def _loop_index(loop: ast.For) -> tuple[str, str] | str:
+    """(the layer id spelled, the kind of loop), or why there is none."""
+    target, it = loop.target, loop.iter
+    if isinstance(target, ast.Name) and isinstance(it, ast.Call) and _dotted_text(it.func) == "range":
+        return target.id, "range"
+    enumerated = isinstance(it, ast.Call) and _dotted_text(it.func) == "enumerate" and it.args
+    if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(target.elts[0], ast.Name) and enumerated:
+        assert isinstance(it, ast.Call)
+        name = target.elts[0].id
+        over = it.args[0]
+        start = it.args[1] if len(it.args) > 1 else next((k.value for k in it.keywords if k.arg == "start"), None)
+        lower: ast.expr | None = None
+        if isinstance(over, ast.Subscript) and isinstance(over.slice, ast.Slice):
+            lower = over.slice.lower
+        elif isinstance(over, ast.Call) and _dotted_text(over.func).rpartition(".")[2] == "islice" and len(over.args) >= 3:
+            lower = over.args[1]
+        zero = lower is None or (isinstance(lower, ast.Constant) and lower.value == 0)
+        no_start = start is None or (isinstance(start, ast.Constant) and start.value == 0)
+        if zero:
+            return (name, "enumerate") if no_start else f"enumerate starts at {ast.unparse(start)} over layers from 0"  # type: ignore[arg-type]
+        assert lower is not None
+        if no_start:
+            return f"{ast.unparse(lower)} + {name}", "enumerate-slice"
+        if start is not None and ast.unparse(start) == ast.unparse(lower):
+            return name, "enumerate-slice"
+        return f"enumerate starts at {ast.unparse(start)}, the layers at {ast.unparse(lower)}"  # type: ignore[arg-type]
+    return f"`{statement_fingerprint(loop)}` carries no layer index"
+
+
+def read_loop(owner: ClassSource, function: FunctionNode) -> _Loop | PlumbingBlocker:
+    """The decoder-layer loop of a backbone forward, or why it is not one the plan can write into."""
+    loops = _layer_loops(function)
+    where = _at(owner, function)
+    if not loops:
+        return PlumbingBlocker("loop", f"{owner.name}.{function.name} has no loop over its decoder layers", where)
+    if len(loops) > 1:
+        lines = ", ".join(str(loop.lineno) for loop, _ in loops)
+        return PlumbingBlocker("loop", f"{owner.name}.{function.name} loops over its decoder layers {len(loops)} times (lines {lines})", where)
+    loop, top = loops[0]
+    at = _at(owner, loop)
+    index = _loop_index(loop)
+    if isinstance(index, str):
+        return PlumbingBlocker("loop", index, at)
+    calls = _layer_calls(loop)
+    targets: set[str] = set()
+    hidden, residual = "", None
+    for statement, call in calls:
+        if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
+            return PlumbingBlocker("layer-call", f"the layer call at line {call.lineno} is not assigned to the stream's names", at)
+        target = statement.targets[0]
+        names = [e for e in _flattened(target)] if isinstance(target, (ast.Tuple, ast.List)) else [target]
+        if not all(isinstance(n, ast.Name) for n in names):
+            return PlumbingBlocker("layer-call", f"the layer call at line {call.lineno} is unpacked into {ast.unparse(target)}", at)
+        spelled = [n.id for n in names if isinstance(n, ast.Name)]
+        if len(spelled) > 2:
+            return PlumbingBlocker("layer-call", f"the decoder layer returns {len(spelled)} values ({', '.join(spelled)}): no reference captures that API", at)
+        given = _arg_names(call)
+        if spelled[0] not in given:
+            return PlumbingBlocker("layer-call", f"the layer call at line {call.lineno} does not take {spelled[0]} back in: it is not the stream", at)
+        hidden = spelled[0]
+        residual = spelled[1] if len(spelled) == 2 and spelled[1] in given else None
+        targets.add(" ".join(spelled))
+    if len(targets) > 1:
+        return PlumbingBlocker("layer-call", f"the layer calls assign different names ({'; '.join(sorted(targets))})", at)
+    tops = [i for i, statement in enumerate(loop.body) if any(n is c for _, c in calls for n in _walk_code(statement))]
+    if len(set(tops)) != 1:
+        return PlumbingBlocker("layer-call", "the layer calls sit in different statements of the loop", at)
+    position = tops[0]
+    call_top = loop.body[position]
+    spelled_index = _rebound_index(loop, position, index)
+    if spelled_index is None:
+        return PlumbingBlocker("loop", "the loop rebinds its index before the layer call", at)
+    index = (spelled_index, index[1])
+    before = list(loop.body[:position])
+    if len(calls) == 1 and calls[0][0] is not None:
+        anchor = calls[0][0]
+        block = next(b for s, b in _nested_statements(loop.body) if s is anchor)
+        if block is not loop.body:
+            before += block[: block.index(anchor)]
+    else:
+        anchor = call_top
+        first = min(c.lineno for _, c in calls)
+        stream = {hidden, residual} - {None}
+        for statement, _ in _nested_statements([call_top]):
+            if statement.lineno < first and isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _stored_names(statement) & stream:
+                return PlumbingBlocker("layer-call", f"line {statement.lineno} changes the stream inside the statement that calls the layer", at)
+    return _Loop(loop, top, index[0], index[1], hidden, residual, call_top, position, anchor, tuple(before))
+
+
+def _rebound_index(loop: ast.For, position: int, index: tuple[str, str]) -> str | None:
+    """The layer id as the layer call sees it: `i` where the loop body first adds the slice's offset back
+    (`i = i + self.start_layer`); None when it rebinds the index otherwise."""
+    target = loop.target
+    name = target.elts[0].id if isinstance(target, ast.Tuple) and isinstance(target.elts[0], ast.Name) else target.id if isinstance(target, ast.Name) else ""
+    spelled = index[0]
+    for statement in loop.body[:position]:
+        if name not in _stored_names(statement):
+            continue
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name)):
+            return None
+        value = statement.value
+        if index[1] != "enumerate-slice" or not (isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add)):
+            return None
+        lower = spelled.rpartition(" + ")[0]
+        if {ast.unparse(value.left), ast.unparse(value.right)} != {name, lower}:
+            return None
+        spelled = name
+    return spelled
+
+
+def routed_elsewhere(function: FunctionNode, loop: _Loop) -> str:
+    """A name of the forward that carries the residual (or a communicator) outside the layer call's
+    targets ("" when none): the stream entering a layer is then not what the targets hold."""
+    own = {loop.hidden, loop.residual}
+    for node in _walk_body(function):
+        word = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        if word is not None and word not in own and any(w in word.lower() for w in _ROUTED):
+            return word
+    return ""
+
+
+def two_batch_overlap(function: FunctionNode) -> str:
+    """A two-batch-overlap path of the function: its name ("" when none)."""
+    for node in _walk_body(function):
+        word = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        if word is not None and _TBO.search(word):
+            return word
+    return ""
+
+
+def _pp_proxy(node: ast.Return) -> bool:
+    """A pipeline-parallel rank's hand-off: `PPProxyTensors(...)`, `....to_pp(...)`.  (A return of a name on
+    a rank that is not the last gets the tail like any other: nothing is captured there, so it returns as
+    before.)"""
+    value = node.value
+    if isinstance(value, ast.Call):
+        name = _dotted_text(value.func)
+        return "PPProxy" in name or name.rpartition(".")[2] in ("to_pp", "to_pp_proxy")
+    return False
+
+
+def _backbone_returns(function: FunctionNode) -> list[tuple[ast.Return, list[ast.expr], bool]]:
+    """Each return of the function with the tests of the `if`s around it, and whether a loop holds it."""
+    found: list[tuple[ast.Return, list[ast.expr], bool]] = []
+
+    def visit(block: list[ast.stmt], tests: list[ast.expr], looped: bool) -> None:
+        for statement in block:
+            if isinstance(statement, ast.Return):
+                found.append((statement, tests, looped))
+            elif isinstance(statement, ast.If):
+                visit(statement.body, [*tests, statement.test], looped)
+                visit(statement.orelse, [*tests, statement.test], looped)
+            elif not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = looped or isinstance(statement, (ast.For, ast.AsyncFor, ast.While))
+                for part in _sub_blocks(statement):
+                    visit(part, tests, inner)
+
+    visit(function.body, [], False)
+    return found
+
+
+# --------------------------------------------------------------------------- a reference's shape
+
+
+@dataclass(frozen=True)
+class _Reference:
+    """A reference pair read: everything a piece is spelled from."""
+
+    key: str
+    backbone: str  # the key of the class whose forward captures
+    attribute: str  # the class's backbone attribute
+    flag: str
+    selector: str
+    unpack_test: ast.expr
+    unpack_default: bool  # it binds the aux name to None right before its unpack (the plan always does)
+    class_aux: str  # the class forward's aux name
+    logits_position: int | None
+    logits_keyword: str | None
+    logits_class: str
+    shift: int | None
+    hook: FunctionNode
+    # the backbone side, when it teaches one (else `backbone_why` says why not)
+    backbone_why: str = ""
+    arity: int = 0  # 2 when the capture reads a residual
+    index_kind: str = ""
+    capture: ast.expr | None = None  # the appended expression, in `hidden` / `residual`
+    hidden: str = ""
+    residual: str | None = None
+    aux: str = ""  # the backbone's aux list
+    tail: tuple[str, ast.expr] | None = None  # ("if", test) | ("ifexp", test), in `aux`
+
+    @property
+    def form(self) -> str:
+        """The capture with the stream's names made generic: which references capture alike."""
+        if self.capture is None:
+            return ""
+        names = {self.hidden: "H", **({self.residual: "R"} if self.residual else {})}
+        return ast.unparse(_renamed(self.capture, names))
+
+
+def _hook_shift(hook: FunctionNode) -> int | None:
+    """`k` of `[val + k for val in layer_ids]` in the hook: the layer-id convention."""
+    for node in _walk_body(hook):
+        if isinstance(node, ast.ListComp) and len(node.generators) == 1 and isinstance(node.generators[0].target, ast.Name):
+            element, var = node.elt, node.generators[0].target.id
+            if isinstance(element, ast.BinOp) and isinstance(element.op, ast.Add) and isinstance(element.left, ast.Name) and element.left.id == var:
+                if isinstance(element.right, ast.Constant) and isinstance(element.right.value, int):
+                    return element.right.value
+            if isinstance(element, ast.Name) and element.id == var:
+                return 0
+    return None
+
+
+def _backbone_call(path: Sequence[tuple[ClassSource, FunctionNode]], attribute: str) -> list[tuple[ClassSource, FunctionNode, ast.Call]]:
+    return [(owner, method, node) for owner, method in path for node in _walk_body(method) if isinstance(node, ast.Call) and calls_backbone(node, attribute)]
+
+
+def _assignment_of(method: FunctionNode, call: ast.Call) -> tuple[ast.Assign, list[ast.stmt]] | None:
+    for statement, block in _nested_statements(method.body):
+        if isinstance(statement, ast.Assign) and statement.value is call and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
+            return statement, block
+    return None
+
+
+def _unpack_statement(method: FunctionNode, result: str) -> tuple[ast.If | ast.Assign, str, list[ast.stmt]] | None:
+    """The statement that takes the backbone's pair apart (`if <test>: h, aux = h`, or unguarded), the aux
+    name, and its block."""
+    for statement, block in _nested_statements(method.body):
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+            target = statement.targets[0]
+            if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(statement.value, ast.Name) and statement.value.id == result:
+                second = target.elts[1]
+                if isinstance(second, ast.Name):
+                    for holder, holder_block in _nested_statements(method.body):
+                        if isinstance(holder, ast.If) and holder.body == [statement] and not holder.orelse:
+                            return holder, second.id, holder_block
+                    return statement, second.id, block
+    return None
+
+
+def _logits_calls(path: Sequence[tuple[ClassSource, FunctionNode]]) -> list[tuple[ClassSource, FunctionNode, ast.Call]]:
+    return [(o, m, n) for o, m in path for n in _walk_body(m) if isinstance(n, ast.Call) and _attr_of_self(n.func) == LOGITS]
+
+
+def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None = None) -> _Reference | str:
+    """A class whose plumbing is complete, read as a reference; or why it cannot be one.  Its class side
+    (the unpack, the argument, the flag) is read whatever its backbone does; its backbone side (the
+    capture, the aux list, the tail) only when the capture is a statement of the loop that reads the
+    stream alone (`backbone_why` says why not: a capture handed to the layer call teaches nothing a
+    target's layers can be trusted to do)."""
+    report = report or analyze_plumbing(classes, key)
+    if not report.complete:
+        return "its plumbing is not complete" if report.gaps else "its plumbing could not be judged"
+    if report.mechanism != "list":
+        return f"its hook selects layers by {report.mechanism}"
+    flags = [w for w in report.writes if w.holder == SELF and w.kind == "flag"]
+    lists = [w for w in report.writes if w.holder != SELF and "." not in w.holder and w.kind == "list"]
+    if len({w.attribute for w in flags}) != 1 or len({(w.holder, w.attribute) for w in lists}) != 1:
+        return "its hook does not write one flag and one list"
+    flag, listed = flags[0].attribute, lists[0]
+    mro = classes.mro(key)
+    hook = method_of(mro, HOOK)
+    forward = method_of(mro, "forward")
+    held = classes.holds(key, listed.holder)
+    if hook is None or forward is None or not held:
+        return "its hook, forward or backbone cannot be read"
+    found = method_of(classes.mro(held[0]), "forward")
+    if found is None:
+        return "its backbone has no forward"
+    owner, function = found
+    backbone = _backbone_forms(owner, function, listed.attribute)
+    path = reached_methods(mro, "forward")
+    calls = _backbone_call(path, listed.holder)
+    if len(calls) != 1:
+        return f"its forward calls self.{listed.holder} {len(calls)} times"
+    _, method, call = calls[0]
+    assigned = _assignment_of(method, call)
+    if assigned is None:
+        return "its forward does not assign the backbone's result to a name"
+    result = assigned[0].targets[0]
+    assert isinstance(result, ast.Name)
+    unpack = _unpack_statement(method, result.id)
+    if unpack is None or not isinstance(unpack[0], ast.If):
+        return "its forward does not unpack the pair under a test"
+    statement, class_aux, block = unpack
+    assert isinstance(statement, ast.If)
+    default = any(isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant) and s.value.value is None and _stored_names(s) == {class_aux} for s in block[: block.index(statement)])
+    position = keyword = None
+    for _, _, logits in _logits_calls(path):
+        for i, arg in enumerate(logits.args):
+            if isinstance(arg, ast.Name) and arg.id == class_aux:
+                position = i
+        for k in logits.keywords:
+            if isinstance(k.value, ast.Name) and k.value.id == class_aux and k.arg:
+                keyword = k.arg
+    if position is None and keyword is None:
+        return "its forward does not hand the aux states to self.logits_processor"
+    common = dict(
+        key=key,
+        backbone=owner.key,
+        attribute=listed.holder,
+        flag=flag,
+        selector=listed.attribute,
+        unpack_test=statement.test,
+        unpack_default=default,
+        class_aux=class_aux,
+        logits_position=position,
+        logits_keyword=keyword,
+        logits_class=_built_as(mro, LOGITS),
+        shift=_hook_shift(hook[1]),
+        hook=hook[1],
+    )
+    if isinstance(backbone, str):
+        return _Reference(**common, backbone_why=backbone)  # type: ignore[arg-type]
+    loop, aux, expression, tail = backbone
+    names = {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)}
+    return _Reference(
+        **common,  # type: ignore[arg-type]
+        arity=2 if loop.residual is not None and loop.residual in names else 1,
+        index_kind=loop.index_kind,
+        capture=expression,
+        hidden=loop.hidden,
+        residual=loop.residual,
+        aux=aux,
+        tail=tail,
+    )
+
+
+def _backbone_forms(owner: ClassSource, function: FunctionNode, selector: str) -> tuple[_Loop, str, ast.expr, tuple[str, ast.expr]] | str:
+    """(the loop, the aux list, the captured expression, the tail's form) of a reference backbone, or why
+    it teaches no backbone piece."""
+    loop = read_loop(owner, function)
+    if isinstance(loop, PlumbingBlocker):
+        return f"its backbone's loop: {loop.why}"
+    capture = _capture_in(loop, selector)
+    if isinstance(capture, str):
+        return capture
+    aux, expression = capture
+    if expression is None:
+        return "it captures inside the layer call"
+    if not {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)} <= {loop.hidden, loop.residual}:
+        return f"its capture reads more than the stream: {ast.unparse(expression)}"
+    if not any(isinstance(s, ast.Assign) and _is_empty_list_of(s, aux) for s, _ in _nested_statements(function.body)):
+        return f"its backbone does not bind {aux} = []"
+    tail = _tail_form(function, aux)
+    if tail is None:
+        return "its backbone's pair return is not one the plan knows"
+    return loop, aux, expression, tail
+
+
+def _is_empty_list_of(statement: ast.Assign, name: str) -> bool:
+    value = statement.value
+    return _stored_names(statement) == {name} and isinstance(value, ast.List) and not value.elts
+
+
+def _capture_in(loop: _Loop, selector: str) -> tuple[str, ast.expr | None] | str:
+    """(the aux list, the expression appended to it before the layer call) of a reference loop; the
+    expression is None when the capture is handed to the layer call instead."""
+    for statement in loop.before:
+        if not (isinstance(statement, ast.If) and not statement.orelse and len(statement.body) == 1):
+            continue
+        test = statement.test
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.In)):
+            continue
+        if _attr_of_self(test.comparators[0]) != selector:
+            continue
+        if ast.unparse(test.left) != loop.index:
+            return f"its capture tests {ast.unparse(test.left)}, not the layer index {loop.index}"
+        body = statement.body[0]
+        if isinstance(body, ast.Expr) and isinstance(body.value, ast.Call) and not body.value.keywords and len(body.value.args) == 1:
+            func = body.value.func
+            if isinstance(func, ast.Attribute) and func.attr == "append" and isinstance(func.value, ast.Name):
+                return func.value.id, body.value.args[0]
+        return f"its capture is `{statement_fingerprint(body)}`, not an append"
+    for node in ast.walk(loop.call_top):
+        if isinstance(node, ast.Attribute) and _attr_of_self(node) == selector:
+            return "", None
+    return "its loop captures after the layer call, or not in the loop"
+
+
+def _tail_form(function: FunctionNode, aux: str) -> tuple[str, ast.expr] | None:
+    for statement, block in _nested_statements(function.body):
+        if not isinstance(statement, ast.Return) or statement.value is None:
+            continue
+        value = statement.value
+        if isinstance(value, ast.Tuple) and len(value.elts) == 2 and all(isinstance(e, ast.Name) for e in value.elts):
+            first, second = value.elts
+            assert isinstance(first, ast.Name) and isinstance(second, ast.Name)
+            if second.id != aux:
+                continue
+            position = block.index(statement)
+            before = block[position - 1] if position else None
+            if isinstance(before, ast.If) and not before.orelse and len(before.body) == 1:
+                inner = before.body[0]
+                if isinstance(inner, ast.Return) and isinstance(inner.value, ast.Name) and inner.value.id == first.id:
+                    if aux in {n.id for n in ast.walk(before.test) if isinstance(n, ast.Name)}:
+                        return "if", before.test
+            return None
+        if isinstance(value, ast.IfExp) and isinstance(value.body, ast.Tuple) and len(value.body.elts) == 2 and isinstance(value.orelse, ast.Name):
+            second = value.body.elts[1]
+            if isinstance(second, ast.Name) and second.id == aux:
+                return "ifexp", value.test
+    return None
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+class _Plan:
+    """One plan being made: pieces and blockers as they are found."""
+
+    def __init__(self) -> None:
+        self.pieces: list[PlumbingPiece] = []
+        self.blockers: dict[tuple[str, str], PlumbingBlocker] = {}
+
+    def block(self, piece: str, why: str, at: str) -> None:
+        self.blockers.setdefault((piece, why), PlumbingBlocker(piece, why, at))
+
+    def add(self, kind: PieceKind, owner: ClassSource, method: FunctionNode, where: Where, code: str, origin: str, anchor: ast.stmt | None = None) -> None:
+        self.pieces.append(
+            PlumbingPiece(
+                kind=kind,
+                file=owner.file,
+                cls=owner.name,
+                method=method.name,
+                method_line=method.lineno,
+                where=where,
+                line=anchor.lineno if anchor is not None else 0,
+                anchor=statement_fingerprint(anchor) if anchor is not None else "",
+                code=code,
+                origin=origin,
+            )
+        )
+
+
+@dataclass(frozen=True)
+class _ClassSide:
+    """What the class forward already has, and where the pieces would go."""
+
+    forward: ClassSource  # the class whose forward runs: its __init__ takes the flag's default
+    target: tuple[ClassSource, ...]  # the MRO of the class planned for
+    owner: ClassSource  # the class of the method that calls the backbone
+    method: FunctionNode
+    statement: ast.Assign  # the backbone call's assignment
+    result: str
+    has_unpack: bool
+    aux: str | None  # the unpack's aux name, when it has one
+    logits: tuple[tuple[ClassSource, FunctionNode, ast.Call], ...]
+    logits_class: str
+
+
+@dataclass(frozen=True)
+class _BackboneSide:
+    owner: ClassSource
+    method: FunctionNode
+    captures: bool  # it reads the layer choice already
+    has_default: bool
+    init: tuple[ClassSource, FunctionNode] | None
+    loop: _Loop | None
+    returns: tuple[ast.Return, ...]  # the ones to give the tail
+
+
+class PlumbingPlanner:
+    """Plans plumbing for the classes of one tree: references read once, each against the analysis."""
+
+    def __init__(self, classes: ClassLookup, references: Sequence[str]):
+        self.classes = classes
+        self.reference_keys = tuple(dict.fromkeys(references))
+        self._references: dict[str, _Reference | str] = {}
+
+    def reference(self, key: str) -> _Reference | str:
+        if key not in self._references:
+            self._references[key] = read_reference(self.classes, key)
+        return self._references[key]
+
+    def references(self) -> list[_Reference]:
+        return [r for r in (self.reference(k) for k in self.reference_keys) if isinstance(r, _Reference)]
+
+    # -- one class ------------------------------------------------------------------------------
+    def plan(self, key: str, attribute: str = "model") -> PlumbingPlan:
+        """The plumbing `key` ("file:Class") needs for its capture hook (its own, or the one the synthesis
+        would write, learned from the reference chosen here) to work, through `self.<attribute>`."""
+        classes = self.classes
+        mro = classes.mro(key)
+        found = _Plan()
+        if not mro:
+            return PlumbingPlan(key, attribute, blockers=(PlumbingBlocker("class", "the class is not in the tree", key),))
+        cls = mro[0]
+        own_hook = method_of(mro, HOOK)
+        flag = selector = None
+        report = None
+        if own_hook is not None:
+            report = analyze_plumbing(classes, key)
+            if report.complete:
+                return PlumbingPlan(key, attribute)
+            flags = [w for w in report.writes if w.holder == SELF and w.kind == "flag"]
+            lists = [w for w in report.writes if w.holder != SELF and "." not in w.holder and w.kind == "list"]
+            unfixable = [g for g in report.gaps if g.piece in ("hook", "delegate", "backbone-call", "forward", "capture")]
+            for gap in unfixable:
+                found.block(gap.piece, gap.why, gap.at)
+            if report.mechanism != "list" or len({w.attribute for w in flags}) != 1 or len({(w.holder, w.attribute) for w in lists}) != 1:
+                found.block("hook", f"its hook selects layers by {report.mechanism}: the plumbing plan writes list capture only", own_hook[0].key)
+            else:
+                flag, selector, attribute = flags[0].attribute, lists[0].attribute, lists[0].holder
+            for note in report.unresolved:
+                found.block("backbone", note, cls.key)
+            if found.blockers:
+                return PlumbingPlan(key, attribute, blockers=tuple(found.blockers.values()))
+        side = self._class_side(mro, attribute, found)
+        backbone = self._backbone_side(key, attribute, selector, found)
+        if side is None or backbone is None:
+            return PlumbingPlan(key, attribute, needs_hook=own_hook is None, blockers=tuple(found.blockers.values()))
+        if not found.blockers and _nothing_missing(side, backbone, flag or FLAG):
+            return PlumbingPlan(key, attribute, needs_hook=own_hook is None)  # the hook alone is missing
+        reference = self._choose(side, backbone, flag, selector, found)
+        if reference is None:
+            return PlumbingPlan(key, attribute, needs_hook=own_hook is None, blockers=tuple(found.blockers.values()))
+        flag, selector = flag or reference.flag, selector or reference.selector
+        self._class_pieces(side, reference, flag, found)
+        self._backbone_pieces(backbone, reference, selector, found)
+        plan = PlumbingPlan(
+            key,
+            attribute,
+            reference=reference.key,
+            reference_backbone=reference.backbone,
+            shift=reference.shift,
+            needs_hook=own_hook is None,
+            pieces=tuple(found.pieces),
+            blockers=tuple(found.blockers.values()),
+        )
+        if plan.blockers:
+            return PlumbingPlan(key, attribute, reference.key, reference.backbone, reference.shift, plan.needs_hook, blockers=plan.blockers)
+        left = verify_plan(classes, plan, None if own_hook is not None else reference)
+        if left:
+            return PlumbingPlan(key, attribute, reference.key, reference.backbone, reference.shift, plan.needs_hook, blockers=left)
+        return plan
+
+    def _class_side(self, mro: Sequence[ClassSource], attribute: str, found: _Plan) -> _ClassSide | None:
+        cls = mro[0]
+        forward = method_of(mro, "forward")
+        if forward is None:
+            found.block("forward", f"{cls.name} has no forward", cls.key)
+            return None
+        owner, function = forward
+        path = reached_methods(mro, "forward")
+        tbo = next((w for _, m in path if (w := two_batch_overlap(m))), "")
+        if tbo:
+            found.block("two-batch-overlap", f"{owner.name}.forward has a two-batch-overlap path ({tbo})", _at(owner, function))
+        calls = _backbone_call(path, attribute)
+        if len(calls) != 1:
+            lines = ", ".join(f"{o.file}:{c.lineno}" for o, _, c in calls)
+            found.block("backbone-call", f"{owner.name}.forward calls self.{attribute} {len(calls)} times{f' ({lines})' if lines else ''}: the plan needs exactly one", _at(owner, function))
+            return None
+        call_owner, method, call = calls[0]
+        assigned = _assignment_of(method, call)
+        if assigned is None:
+            found.block("backbone-call", f"{call_owner.name}.{method.name} does not assign what self.{attribute} returns to one name", _at(call_owner, call))
+            return None
+        statement = assigned[0]
+        target = statement.targets[0]
+        assert isinstance(target, ast.Name)
+        unpack = _unpack_statement(method, target.id)
+        logits = tuple(_logits_calls(path))
+        return _ClassSide(
+            forward=owner,
+            target=tuple(mro),
+            owner=call_owner,
+            method=method,
+            statement=statement,
+            result=target.id,
+            has_unpack=unpack is not None,
+            aux=unpack[1] if unpack is not None else None,
+            logits=logits,
+            logits_class=_built_as(mro, LOGITS),
+        )
+
+    def _backbone_side(self, key: str, attribute: str, selector: str | None, found: _Plan) -> _BackboneSide | None:
+        classes = self.classes
+        held = classes.holds(key, attribute)
+        if not held:
+            found.block("backbone", f"self.{attribute}: the class it is built as is not resolved", key)
+            return None
+        forwards: dict[str, tuple[ClassSource, FunctionNode]] = {}
+        for backbone in held:
+            bmro = classes.mro(backbone)
+            if not bmro:
+                found.block("backbone", f"self.{attribute}: {backbone} is not in the tree", key)
+                return None
+            got = method_of(bmro, "forward")
+            if got is None:
+                found.block("backbone", f"{bmro[0].name} has no forward", bmro[0].key)
+                return None
+            forwards[got[0].key] = got
+        if len(forwards) > 1:
+            found.block("backbone", f"self.{attribute} may be {', '.join(sorted(forwards))}, with different forwards", key)
+            return None
+        owner, function = next(iter(forwards.values()))
+        bmro = classes.mro(owner.key)
+        path = reached_methods(bmro, "forward")
+        reads = {_attr_of_self(n) for _, m in path for n in _walk_body(m) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}
+        wanted = selector or "layers_to_capture"
+        captures = wanted in reads
+        init = method_of(bmro, "__init__")
+        has_default = any(_sets(classes.mro(b), wanted) for b in held)
+        if captures:
+            return _BackboneSide(owner, function, True, has_default, init, None, ())
+        own = _own_capture(path)
+        if own:
+            found.block(
+                "capture",
+                f"{owner.name}.forward captures by its own means ({own}), not by self.{wanted}: the hook must choose layers its way,"
+                " which a list-capture plan does not write",
+                _at(owner, function),
+            )
+            return None
+        tbo = two_batch_overlap(function)
+        if tbo:
+            found.block("two-batch-overlap", f"{owner.name}.forward has a two-batch-overlap path ({tbo})", _at(owner, function))
+        loop = read_loop(owner, function)
+        if isinstance(loop, PlumbingBlocker):
+            found.block(loop.piece, loop.why, loop.at)
+            return None
+        routed = routed_elsewhere(function, loop)
+        if routed:
+            found.block("residual", f"{owner.name}.forward routes the stream through {routed}: the layer call's targets are not the stream entering a layer", _at(owner, function))
+        returns: list[ast.Return] = []
+        for node, _tests, looped in _backbone_returns(function):
+            if looped:
+                found.block("tail", f"line {node.lineno} returns from inside the layer loop", _at(owner, node))
+            elif node.lineno < loop.top.lineno:
+                continue  # before the loop: nothing can have been captured, the bare tensor is right
+            elif _pp_proxy(node):
+                continue
+            elif isinstance(node.value, ast.Name) and node.value.id not in (loop.residual,):
+                returns.append(node)
+            else:
+                spelled = ast.unparse(node.value) if node.value is not None else "nothing"
+                found.block("tail", f"line {node.lineno} returns {spelled}, neither the stream nor a pipeline proxy", _at(owner, node))
+        if not returns:
+            found.block("tail", f"{owner.name}.forward never returns the hidden states after its loop", _at(owner, function))
+        return _BackboneSide(owner, function, False, has_default, init, loop, tuple(returns))
+
+    def _choose(self, side: _ClassSide, backbone: _BackboneSide, flag: str | None, selector: str | None, found: _Plan) -> _Reference | None:
+        """The reference whose shape is the target's, best first: capture of the same stream (hidden
+        alone, or hidden and residual), the same backbone lineage, the same file, the same loop form,
+        the most common capture; the same flag and list names when the class has its own hook."""
+        refs = self.references()
+        needs_capture = not backbone.captures
+        fitting: list[_Reference] = []
+        why: Counter[str] = Counter()
+        loop = backbone.loop
+        for ref in refs:
+            if flag is not None and (ref.flag, ref.selector) != (flag, selector):
+                why["its hook writes other names"] += 1
+            elif needs_capture and ref.capture is None:
+                why[ref.backbone_why] += 1
+            elif needs_capture and loop is not None and ref.arity != (2 if loop.residual else 1):
+                why[f"it captures {'hidden and residual' if ref.arity == 2 else 'the hidden states alone'}"] += 1
+            elif side.logits_class and ref.logits_class and side.logits_class != ref.logits_class:
+                why[f"its logits processor is {ref.logits_class}"] += 1
+            else:
+                fitting.append(ref)
+        if not fitting:
+            if needs_capture and loop is not None:
+                stream = "hidden and residual" if loop.residual else "the hidden states alone"
+                wanted = f"captures {stream} in a statement of its layer loop"
+            else:
+                wanted = "can teach this class's forward its part"
+            tried = [f"{n} because {w}" for w, n in why.most_common(3)]
+            broken = [k for k in self.reference_keys if isinstance(self.reference(k), str)]
+            detail = f"; {len(refs)} complete, not taken: {', '.join(tried)}" if tried else ""
+            found.block(
+                "reference",
+                f"no class of this tree with complete plumbing {wanted}{detail}"
+                f"{f' ({len(broken)} more not complete or not readable)' if broken else ''}",
+                side.owner.key,
+            )
+            return None
+        forms = Counter(r.form for r in fitting)
+        lineage = {c.key for c in self.classes.mro(backbone.owner.key)}
+        unset = loop is not None and loop.residual is not None and _may_be_none(backbone.method, loop.residual)
+
+        def rank(ref: _Reference) -> tuple:
+            related = ref.backbone in lineage or backbone.owner.key in {c.key for c in self.classes.mro(ref.backbone)}
+            same_file = ref.key.partition(":")[0] == side.owner.file
+            same_loop = loop is None or ref.index_kind == loop.index_kind
+            # a residual that starts as None wants a capture that says what to take then
+            safe = not unset or ref.residual is None or ref.capture is None or _tests_none(ref.capture, ref.residual)
+            return (not related, not same_file, not safe, not same_loop, -forms[ref.form], ref.key)
+
+        return min(fitting, key=rank)
+
+    # -- pieces --------------------------------------------------------------------------------
+    def _class_pieces(self, side: _ClassSide, ref: _Reference, flag: str, found: _Plan) -> None:
+        origin = ref.key
+        if not _sets(side.target, flag):
+            init = method_of(self.classes.mro(side.forward.key), "__init__")
+            if init is None:
+                found.block("flag-default", f"{side.forward.name} has no __init__ in the tree to set self.{flag} in", side.forward.key)
+            else:
+                found.add("flag-default", init[0], init[1], "end", f"self.{flag} = False", origin)
+        aux = side.aux or ref.class_aux
+        if not side.has_unpack:
+            taken = {n.id for n in _walk_body(side.method) if isinstance(n, ast.Name)}
+            if aux in taken:
+                found.block("unpack", f"{side.owner.name}.{side.method.name} already uses the name {aux}", _at(side.owner, side.method))
+            test = ast.unparse(_renamed(ref.unpack_test, {}, {ref.flag: flag}))
+            # the default whatever the reference binds it by: the logits processor is handed it either way
+            lines = [f"{aux} = None"]
+            lines += [f"if {test}:", f"{INDENT}{side.result}, {aux} = {side.result}"]
+            found.add("unpack", side.owner, side.method, "after", "\n".join(lines), origin, side.statement)
+        if not side.logits:
+            found.block("logits-aux", f"{side.owner.name}.forward never calls self.{LOGITS}", _at(side.owner, side.method))
+            return
+        for owner, method, call in _logits_lacking(side, aux):
+            given = [*call.args, *(k.value for k in call.keywords)]
+            statement = _holding_statement(method, call)
+            if statement is None:
+                found.block("logits-aux", f"the self.{LOGITS} call at line {call.lineno} is not in a statement of its own", _at(owner, call))
+                continue
+            if not any(isinstance(a, ast.Name) and a.id == side.result for a in given):
+                found.block("logits-aux", f"the self.{LOGITS} call at line {call.lineno} is not handed {side.result}", _at(owner, call))
+                continue
+            if ref.logits_position is not None:
+                if call.keywords or any(isinstance(a, ast.Starred) for a in call.args) or len(call.args) != ref.logits_position:
+                    found.block(
+                        "logits-aux",
+                        f"the self.{LOGITS} call at line {call.lineno} takes {len(call.args)} positional arguments"
+                        f"{' and keywords' if call.keywords else ''}; the reference hands the aux states as argument {ref.logits_position + 1}",
+                        _at(owner, call),
+                    )
+                    continue
+                code = aux
+            else:
+                code = f"{ref.logits_keyword}={aux}"
+            found.add("logits-aux", owner, method, "argument", code, origin, statement)
+
+    def _backbone_pieces(self, backbone: _BackboneSide, ref: _Reference, selector: str, found: _Plan) -> None:
+        origin = ref.backbone
+        if not backbone.has_default:
+            if backbone.init is None:
+                found.block("selector-default", f"{backbone.owner.name} has no __init__ in the tree to set self.{selector} in", backbone.owner.key)
+            else:
+                found.add("selector-default", backbone.init[0], backbone.init[1], "end", f"self.{selector} = []", origin)
+        loop = backbone.loop
+        if backbone.captures or loop is None:
+            return
+        owner, function = backbone.owner, backbone.method
+        assert ref.tail is not None and ref.capture is not None, "a reference is chosen for a capture only when it teaches one"
+        aux = ref.aux
+        if aux in {n.id for n in _walk_body(function) if isinstance(n, ast.Name)}:
+            found.block("aux-init", f"{owner.name}.forward already uses the name {aux}", _at(owner, function))
+            return
+        names = {ref.hidden: loop.hidden, **({ref.residual: loop.residual} if ref.residual and loop.residual else {})}
+        expression = ast.unparse(_renamed(ref.capture, names))
+        found.add("aux-init", owner, function, "before", f"{aux} = []", origin, loop.top)
+        capture = f"if {loop.index} in self.{selector}:\n{INDENT}{aux}.append({expression})"
+        found.add("capture", owner, function, "before", capture, origin, loop.anchor)
+        form, test = ref.tail
+        for node in backbone.returns:
+            assert isinstance(node.value, ast.Name)
+            name = node.value.id
+            spelled = ast.unparse(_renamed(test, {ref.aux: aux}))
+            if form == "if":
+                code = f"if {spelled}:\n{INDENT}return {name}\nreturn {name}, {aux}"
+            else:
+                code = f"return ({name}, {aux}) if {spelled} else {name}"
+            found.add("tail", owner, function, "replace", code, origin, node)
+
+
+def _logits_lacking(side: _ClassSide, aux: str) -> list[tuple[ClassSource, FunctionNode, ast.Call]]:
+    """The class forward's logits processor calls that do not hand the aux states on."""
+    out = []
+    for owner, method, call in side.logits:
+        given = [*call.args, *(k.value for k in call.keywords)]
+        if not (any(isinstance(a, ast.Name) and a.id == aux for a in given) or any(k.arg == "aux_hidden_states" for k in call.keywords)):
+            out.append((owner, method, call))
+    return out
+
+
+def _nothing_missing(side: _ClassSide, backbone: _BackboneSide, flag: str) -> bool:
+    """Every piece is there already: the class lacks (at most) the hook itself."""
+    aux = side.aux or "aux_hidden_states"
+    class_done = _sets(side.target, flag) and side.has_unpack and bool(side.logits) and not _logits_lacking(side, aux)
+    return class_done and backbone.captures and backbone.has_default
+
+
+def _own_capture(path: Sequence[tuple[ClassSource, FunctionNode]]) -> str:
+    """What a backbone forward captures by, when it does so without the list: a per-layer flag read,
+    a capture attribute of its own, an aux list it keeps ("" when it captures nothing)."""
+    nodes = [node for _, method in path for node in _walk_body(method)]
+    for node in nodes:
+        if isinstance(node, ast.Call) and _dotted_text(node.func) == "getattr" and len(node.args) > 1:
+            name = node.args[1]
+            if isinstance(name, ast.Constant) and isinstance(name.value, str) and "capture" in name.value:
+                return f"the per-layer flag {name.value}"
+    for node in nodes:
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and "capture" in node.attr and _attr_of_self(node) is not None:
+            return f"self.{node.attr}"
+    for node in nodes:
+        if isinstance(node, ast.Name) and "aux_hidden" in node.id:
+            return f"its own {node.id}"
+    return ""
+
+
+def _may_be_none(function: FunctionNode, name: str) -> bool:
+    """The function binds `name` to None somewhere (`residual = None`, `h, residual = x, None`)."""
+    for node in _walk_body(function):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id == name and _is_none(node.value):
+                    return True
+                if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) and len(target.elts) == len(node.value.elts):
+                    if any(isinstance(t, ast.Name) and t.id == name and _is_none(v) for t, v in zip(target.elts, node.value.elts)):
+                        return True
+    return False
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _tests_none(expression: ast.expr, name: str) -> bool:
+    """The expression compares `name` with None (`h + r if r is not None else h`)."""
+    for node in ast.walk(expression):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == name:
+            if isinstance(node.ops[0], (ast.Is, ast.IsNot)) and _is_none(node.comparators[0]):
+                return True
+    return False
+
+
+def _holding_statement(method: FunctionNode, call: ast.Call) -> ast.stmt | None:
+    """The simple statement (`return ...`, `x = ...`, an expression) whose value is `call`."""
+    for statement, _ in _nested_statements(method.body):
+        value = getattr(statement, "value", None)
+        if isinstance(statement, (ast.Return, ast.Assign, ast.AnnAssign, ast.Expr)) and value is call:
+            return statement
+    return None
+
+
+# --------------------------------------------------------------------------- checking a plan
+
+
+class PatchedClasses:
+    """A ClassLookup that sees some classes as patched: `replaced` ("file:Class" -> its patched ClassSource)
+    first, then the `files` given as text ({file: patched source}), else the base's own."""
+
+    def __init__(self, base: ClassLookup, replaced: Mapping[str, ClassSource] | None = None, files: Mapping[str, str] | None = None):
+        self.base = base
+        self.replaced = dict(replaced or {})
+        self._files: dict[str, dict[str, ClassSource]] = {}
+        for file, text in (files or {}).items():
+            classes: dict[str, ClassSource] = {}
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, ast.ClassDef) and node.name not in classes:
+                    classes[node.name] = ClassSource(node.name, file, node)
+            self._files[file] = classes
+
+    def _seen(self, cls: ClassSource) -> ClassSource:
+        if cls.key in self.replaced:
+            return self.replaced[cls.key]
+        return self._files.get(cls.file, {}).get(cls.name, cls)
+
+    def mro(self, key: str) -> tuple[ClassSource, ...]:
+        return tuple(self._seen(c) for c in self.base.mro(key))
+
+    def holds(self, key: str, attribute: str) -> tuple[str, ...] | None:
+        return self.base.holds(key, attribute)
+
+
+def with_hook(classes: ClassLookup, key: str, reference_key: str, hook: FunctionNode, attribute: str, reference_attribute: str) -> dict[str, ClassSource]:
+    """`key`'s class with the reference's hook added (its `self.<reference_attribute>` read as
+    `self.<attribute>`): what the synthesis writes, as the analysis needs it."""
+    mro = classes.mro(key)
+    cls = mro[0]
+    node = copy.deepcopy(cls.node)
+    written = copy.deepcopy(hook)
+    if attribute != reference_attribute:
+        for sub in ast.walk(written):
+            if isinstance(sub, ast.Attribute) and _attr_of_self(sub) == reference_attribute:
+                sub.attr = attribute
+    node.body.append(written)
+    return {cls.key: ClassSource(cls.name, cls.file, node)}
+
+
+def patched_sources(classes: ClassLookup, pieces: Sequence[PlumbingPiece], start: Mapping[str, ClassSource] | None = None) -> dict[str, ClassSource]:
+    """The classes the pieces go into, with the pieces put into copies of their syntax trees."""
+    out: dict[str, ClassSource] = dict(start or {})
+    inserted: set[int] = set()
+    for piece in pieces:
+        key = f"{piece.file}:{piece.cls}"
+        if key not in out:
+            found = classes.mro(key)
+            if not found:
+                raise ValueError(f"{key}: not in the tree")
+            out[key] = ClassSource(found[0].name, found[0].file, copy.deepcopy(found[0].node))
+        _apply_piece(out[key].node, piece, inserted)
+    return out
+
+
+def _apply_piece(node: ast.ClassDef, piece: PlumbingPiece, inserted: set[int]) -> None:
+    method = next(
+        (s for s in ast.walk(node) if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == piece.method and s.lineno == piece.method_line),
+        None,
+    )
+    if method is None:
+        raise ValueError(f"{piece.target}: no def at line {piece.method_line}")
+    if piece.where == "end":
+        new = _parsed(piece.code, method.body[-1].lineno, inserted)
+        method.body.extend(new)
+        return
+    found = next(((s, b) for s, b in _nested_statements(method.body) if s.lineno == piece.line and id(s) not in inserted), None)
+    if found is None:
+        raise ValueError(f"{piece.target}: no statement at line {piece.line}")
+    statement, block = found
+    position = block.index(statement)
+    if piece.where == "argument":
+        call = next(n for n in _walk_code(statement) if isinstance(n, ast.Call) and _attr_of_self(n.func) == LOGITS)
+        added = ast.parse(f"f({piece.code})", mode="eval").body
+        assert isinstance(added, ast.Call)
+        call.args += added.args
+        call.keywords += added.keywords
+        return
+    new = _parsed(piece.code, piece.line, inserted)
+    if piece.where == "before":
+        block[position:position] = new
+    elif piece.where == "after":
+        block[position + 1 : position + 1] = new
+    else:
+        block[position : position + 1] = new
+
+
+def _parsed(code: str, line: int, inserted: set[int]) -> list[ast.stmt]:
+    body = ast.parse(code).body
+    for statement in body:
+        for sub in ast.walk(statement):
+            if isinstance(sub, (ast.stmt, ast.expr)):
+                sub.lineno = sub.end_lineno = line
+        inserted.add(id(statement))
+        for nested, _ in _nested_statements([statement]):
+            inserted.add(id(nested))
+    return body
+
+
+def verify_plan(classes: ClassLookup, plan: PlumbingPlan, reference: _Reference | None = None) -> tuple[PlumbingBlocker, ...]:
+    """The analysis run again on the classes with the plan's pieces in them (and the reference's hook, for
+    a class that has none): each gap left is a blocker."""
+    start = with_hook(classes, plan.cls, reference.key, reference.hook, plan.attribute, reference.attribute) if reference is not None else {}
+    try:
+        patched = patched_sources(classes, plan.pieces, start)
+    except (ValueError, SyntaxError) as exc:
+        return (PlumbingBlocker("verify", f"the pieces do not go in: {exc}", plan.cls),)
+    report = analyze_plumbing(PatchedClasses(classes, patched), plan.cls)
+    left = tuple(PlumbingBlocker(g.piece, f"after the plumbing is written, {g.why}", g.at) for g in report.gaps)
+    left += tuple(PlumbingBlocker("backbone", note, plan.cls) for note in report.unresolved)
+    return left
+
+
+def check_written(classes: ClassLookup, plan: PlumbingPlan, texts: Mapping[str, str], hook: FunctionNode | None = None, hook_attribute: str = "model") -> tuple[PlumbingBlocker, ...]:
+    """The analysis run on the files as the codemod wrote them (`texts`: file -> patched source), with `hook`
+    (the reference's, as the synthesis writes it) added to a class that has none: each gap is a blocker."""
+    for file, text in texts.items():
+        try:
+            compile(text, file, "exec")
+        except SyntaxError as exc:
+            return (PlumbingBlocker("verify", f"the patched file does not compile: {exc}", file),)
+    seen = PatchedClasses(classes, files=texts)
+    start = with_hook(seen, plan.cls, plan.reference, hook, plan.attribute, hook_attribute) if hook is not None else {}
+    report = analyze_plumbing(PatchedClasses(classes, start, texts), plan.cls)
+    return tuple(PlumbingBlocker(g.piece, f"as written, {g.why}", g.at) for g in report.gaps)
+
+
+def reference_hook(planner: PlumbingPlanner, plan: PlumbingPlan) -> tuple[FunctionNode, str] | None:
+    """(the hook of the plan's reference, the backbone attribute it writes on): what the synthesis learns."""
+    reference = planner.reference(plan.reference) if plan.reference else None
+    return (reference.hook, reference.attribute) if isinstance(reference, _Reference) else None
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def plan_plumbing(classes: ClassLookup, key: str, references: Sequence[str], attribute: str = "model") -> PlumbingPlan:
+    """`PlumbingPlanner(classes, references).plan(key, attribute)`: one class, references given as keys."""
+    return PlumbingPlanner(classes, references).plan(key, attribute)
+
+
+def tree_references(library: HookLibrary) -> tuple[str, ...]:
+    """The tree's classes that implement the hook on a bare backbone: the candidates a reference is chosen from."""
+    return tuple(dict.fromkeys(f"{r.owner.file}:{r.owner.name}" for r in library.references(HOOK)))
+
+
+def tree_planner(resolver: Resolver, protocol: EagleProtocol, library: HookLibrary | None = None, classes: ClassLookup | None = None) -> PlumbingPlanner:
+    """A planner over a resolved tree: the run's hook library (one is made when none is given) names the
+    candidate references; pass the run's TreeClasses to share its parses."""
+    from .plumbing import TreeClasses
+    from .synthesize import HookLibrary
+
+    library = library or HookLibrary(resolver, protocol)
+    return PlumbingPlanner(classes or TreeClasses(resolver, protocol), tree_references(library))
