@@ -222,6 +222,15 @@ class Scope:
         """Cheap filter on a file's bytes: it may hold a branch this scope enters."""
         return _has_eagle_guard(data)
 
+    def file_may_guard(self, path: str) -> bool:
+        """may_guard on the file at `path` (False when it cannot be read)."""
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            return False
+        return self.may_guard(data)
+
     def has_guard(self, text: str) -> bool:
         """Some `if`/`elif` line of `text` names this scope."""
         return _EAGLE_GUARD.search(text) is not None
@@ -336,6 +345,14 @@ class Extraction:
     assigned: list[tuple[str, str]] = field(default_factory=list)  # (member, "path:line") of `model.member = ...`
     alternatives: list[OneOf] = field(default_factory=list)  # hasattr chains that raise when none is there (Scope.reads_chains)
     capabilities: dict[str, str] = field(default_factory=dict)  # member -> "file:Protocol" a model is tested against (Scope.reads_probes)
+
+
+@dataclass
+class ReadingMemo:
+    """Parses shared by the readings of several scopes of one tree, which read mostly the same functions."""
+
+    blocks: dict[tuple[Path, int, int], Block] = field(default_factory=dict)  # (file, start, end) -> the slice read
+    slices: dict[tuple[Path, int, int], ast.Module | None] = field(default_factory=dict)  # general-interface slices
 
 
 @dataclass(frozen=True)
@@ -861,6 +878,7 @@ class ProtocolReader:
         cache: SourceCache,
         extra_consumers: list[Path] | None = None,
         scope: Scope = EAGLE3_SCOPE,
+        memo: ReadingMemo | None = None,
     ):
         self.tree = tree
         self.cache = cache
@@ -868,7 +886,9 @@ class ProtocolReader:
         self._protocols: dict[tuple[Path, str], frozenset[str]] = {}
         self.extraction = Extraction()
         self.extra = extra_consumers or []
-        self._blocks: dict[tuple[Path, int, int], Block] = {}  # (file, start, end) -> the slice read
+        memo = memo or ReadingMemo()
+        self._blocks = memo.blocks
+        self._slices = memo.slices
 
     # -- discovery -------------------------------------------------------------------
     def candidate_files(self) -> list[tuple[Path, bool]]:
@@ -891,12 +911,7 @@ class ProtocolReader:
                 if in_speculative and self.scope.is_module(os.path.relpath(dirpath, speculative), filename):  # all of it counts
                     found.append((Path(path), True))
                     continue
-                try:
-                    with open(path, "rb") as handle:
-                        data = handle.read()
-                except OSError:
-                    continue
-                if self.scope.may_guard(data):
+                if self.scope.file_may_guard(path):
                     found.append((Path(path), False))
         listed = {path for path, _ in found}
         for extra in self.extra:  # a named consumer counts as a whole, like an EAGLE module
@@ -1161,20 +1176,28 @@ class ProtocolReader:
             (block_start(lines, header), outline.ends[header], sorted(set(found)))
             for header, found in sorted(wanted.items())
         ]
-        uses = _uses_in_blocks(lines, blocks)
+        def parse(start: int, end: int) -> ast.Module | None:
+            key = (source.path, start, end)
+            if key not in self._slices:
+                self._slices[key] = _parse_lines(lines, start, end)
+            return self._slices[key]
+
+        uses = _uses_in_blocks(parse, blocks)
         if uses is None and blocks is not whole_file:  # a slice that does not parse on its own
-            uses = _uses_in_blocks(lines, whole_file)
+            uses = _uses_in_blocks(parse, whole_file)
         if uses is None:
             return _general_uses_by_text(lines, inside)
         return sorted(use for use in uses if use[0] not in inside)
 
 
-def _uses_in_blocks(lines: Sequence[str], blocks: list[tuple[int, int, list[int]]]) -> list[tuple[int, str]] | None:
-    """(file line, member) of the model member uses in each (start, end, lines seen) block;
-    None when one of the blocks is not valid Python."""
+def _uses_in_blocks(
+    parse: Callable[[int, int], ast.Module | None], blocks: list[tuple[int, int, list[int]]]
+) -> list[tuple[int, str]] | None:
+    """(file line, member) of the model member uses in each (start, end, lines seen) block, each parsed
+    by `parse`; None when one of the blocks is not valid Python."""
     uses: list[tuple[int, str]] = []
     for start, end, seen in blocks:
-        tree = _parse_lines(lines, start, end)
+        tree = parse(start, end)
         if tree is None:
             return None
         uses += [(start + line, member) for line, member in _model_member_uses(tree, [n - start for n in seen])]
@@ -1300,9 +1323,11 @@ def read_scope(
     scope: Scope = EAGLE3_SCOPE,
     extra_consumers: list[Path] | None = None,
     ignore: Iterable[str] | None = None,
+    memo: ReadingMemo | None = None,
 ) -> ScopeReading:
-    """The members `scope`'s code uses, less `ignore` and the general model interface."""
-    reader = ProtocolReader(tree, cache, extra_consumers, scope)
+    """The members `scope`'s code uses, less `ignore` and the general model interface.  `memo`: parses
+    to share with the readings of other scopes of the same tree."""
+    reader = ProtocolReader(tree, cache, extra_consumers, scope, memo)
     extraction = reader.read()
     general = reader.general_interface()
     if extraction.unread:  # the protocol read around a consumer is not the tree's protocol
