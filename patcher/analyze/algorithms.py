@@ -101,6 +101,7 @@ class Algorithm:
     protocol: Protocol
     one_of: tuple[OneOf, ...] = ()  # groups of two or more members, any one suffices
     capabilities: Mapping[str, str] = field(default_factory=dict)  # member -> "file:Protocol" a model is tested against
+    read_from: Literal["guards", "given"] = "guards"  # "given": the caller's own reading (read_algorithms `given`)
 
     @property
     def calls_hooks(self) -> bool:
@@ -385,6 +386,7 @@ class _Site:
     value: ast.expr | None
     conds: tuple[tuple[ast.expr, bool], ...]
     at: str
+    keyword: bool = False  # an argument `f(x=v)`, not an assignment
 
 
 def _is_exit(statement: ast.stmt) -> bool:
@@ -410,7 +412,7 @@ def _sites(module: ast.Module, rel: str, offset: int = 0) -> list[_Site]:
                 if isinstance(node, ast.Call):
                     for keyword in node.keywords:
                         if keyword.arg:
-                            found.append(_Site(keyword.arg, keyword.value, conds, f"{rel}:{keyword.value.lineno + offset}"))
+                            found.append(_Site(keyword.arg, keyword.value, conds, f"{rel}:{keyword.value.lineno + offset}", True))
                 elif isinstance(node, ast.NamedExpr):
                     bind(node.target, node.value, conds, node.lineno)
 
@@ -465,12 +467,13 @@ def _never_true(value: ast.expr | None) -> bool:
 
 def _derives(site: _Site, direct: Guards, flagged: Guards) -> bool:
     """The site sets its name True under a guard read straight off the enum (a predicate or a
-    comparison, not a flag: a flag's branches set much else), or from a boolean of guards."""
+    comparison, not a flag: a flag's branches set much else; and not as one call's argument,
+    `f(strict=True)`), or from a boolean of guards."""
     value = site.value
     if value is None:
         return False
     if isinstance(value, ast.Constant) and value.value is True:
-        return any(direct.mentions(test) for test, _ in site.conds)
+        return not site.keyword and any(direct.mentions(test) for test, _ in site.conds)
     return _boolean_of_guards(value, flagged)
 
 
@@ -808,8 +811,14 @@ def read_algorithms(
     cache: SourceCache,
     extra_consumers: list[Path] | None = None,
     only: Sequence[str] | None = None,
+    given: Mapping[str, Protocol] | None = None,
 ) -> Algorithms:
-    """Every algorithm the tree's enum defines (or those of `only`), with its guards and protocol."""
+    """Every algorithm the tree's enum defines (or those of `only`), with its guards and protocol.
+
+    `given`: protocols the caller has read already, by algorithm, taken as they are (the pipeline's
+    EAGLE-3 protocol from extract_protocol for EAGLE3, so that its output stays what it was; the
+    guards' own reading of EAGLE3 finds a little more, see notes/algorithms.md).  `extra_consumers`
+    (files named with --consumer) count whole for every algorithm read here."""
     enum = find_enum(tree, cache)
     if enum is None:
         return Algorithms(None, (), ())
@@ -822,6 +831,10 @@ def read_algorithms(
         if only is not None and name not in only:
             continue
         selected = guards_of(enum, flags, name)
+        if given is not None and name in given:
+            modules = _modules(tree, cache, AlgorithmScope(name, guards, (), module_words(enum, name)))
+            algorithms.append(Algorithm(name, selected, modules, given[name], read_from="given"))
+            continue
         words = [g.name.rsplit(".", 1)[-1] for g in selected]
         holders = {str(path) for word in words for path in flag_reader.holding(word)}
         scope = AlgorithmScope(name, guards, words, module_words(enum, name), holders)
