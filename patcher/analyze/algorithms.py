@@ -14,7 +14,7 @@ speculation).  What selects an algorithm in the code that consumes it:
   from a guard (`config.dflash_use_aux_hidden_state = True` under `if is_dflash_family():`,
   `is_dspark=spec_algorithm.is_dspark()`), and passed on (`is_dspark=self.config.is_dspark`).
 
-Each algorithm's protocol is then read by analyze/protocol.py's walker through a `Scope` of its
+Each algorithm's protocol is then read by analyze/protocol.py's walker through a `CodeScope` of its
 own: modules under speculative/ named for it (its name, or the word of an `is_word()` predicate
 that holds for it: `eagle_worker.py` for EAGLE and EAGLE3) count whole, and elsewhere the branches
 its guards select.  Branches it never takes are not walked (`if is_dspark and ...:` under DFLASH),
@@ -37,7 +37,7 @@ from ..errors import EaglepatchError
 from ..read.locate import SourceTree
 from ..read.source import SourceCache, SourceFile
 from ..records import Protocol, ProtocolMember
-from .protocol import Block, OneOf, ReadingMemo, Scope, condition_literals, read_scope
+from .protocol import Block, CodeScope, OneOf, ReadingMemo, condition_literals, read_scope
 
 GuardKind = Literal["predicate", "member", "flag"]
 MAX_ROUNDS = 8  # flag discovery: each round may find flags derived from the last round's
@@ -129,7 +129,7 @@ class _NotAPredicate(Exception):
     pass
 
 
-def _last_name(node: ast.AST) -> str:
+def _final_identifier(node: ast.AST) -> str:
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
@@ -137,7 +137,7 @@ def _last_name(node: ast.AST) -> str:
     return ""
 
 
-def _returned(func: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.expr | None:
+def _sole_return(func: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.expr | None:
     """The expression of a body that is only `return expr` (after a docstring)."""
     body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
     if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
@@ -162,7 +162,7 @@ class _EnumReader:
             if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and not statement.decorator_list:
                 params = statement.args
                 if [a.arg for a in params.posonlyargs + params.args] == ["self"] and not (params.vararg or params.kwarg or params.kwonlyargs):
-                    returned = _returned(statement)
+                    returned = _sole_return(statement)
                     if returned is not None:
                         self.bodies[statement.name] = (returned, statement.lineno)
         self._memo: dict[tuple[str, str], bool] = {}
@@ -234,7 +234,7 @@ class _EnumReader:
     def inactive(self) -> str | None:
         """The member a classmethod returns for a None argument: `if name is None: return cls.NONE`."""
         for statement in self.node.body:
-            if not isinstance(statement, ast.FunctionDef) or not any(_last_name(d) == "classmethod" for d in statement.decorator_list):
+            if not isinstance(statement, ast.FunctionDef) or not any(_final_identifier(d) == "classmethod" for d in statement.decorator_list):
                 continue
             for node in ast.walk(statement):
                 if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1):
@@ -272,7 +272,7 @@ def find_enum(tree: SourceTree, cache: SourceCache) -> AlgorithmEnum | None:
         except (SyntaxError, ValueError):
             continue
         for node in module.body:
-            if isinstance(node, ast.ClassDef) and any(_last_name(b).endswith("Enum") for b in node.bases):
+            if isinstance(node, ast.ClassDef) and any(_final_identifier(b).endswith("Enum") for b in node.bases):
                 reader = _EnumReader(node, source.rel)
                 predicates = reader.predicates()
                 if predicates:
@@ -304,7 +304,7 @@ class Guards:
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and node.elts:
             parts = [self._members(e) for e in node.elts]
             return None if any(p is None for p in parts) else frozenset().union(*parts)  # type: ignore[arg-type]
-        if isinstance(node, ast.Attribute) and _last_name(node.value) == self.enum.name and node.attr in self.enum.members:
+        if isinstance(node, ast.Attribute) and _final_identifier(node.value) == self.enum.name and node.attr in self.enum.members:
             return frozenset({node.attr})
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in self.enum.members:
             return frozenset({node.value})
@@ -312,8 +312,8 @@ class Guards:
 
     def _on_algorithm(self, receiver: ast.expr) -> bool:
         if isinstance(receiver, ast.Call):
-            return _last_name(receiver.func.value) == self.enum.name if isinstance(receiver.func, ast.Attribute) else False
-        name = _last_name(receiver).lower()
+            return _final_identifier(receiver.func.value) == self.enum.name if isinstance(receiver.func, ast.Attribute) else False
+        name = _final_identifier(receiver).lower()
         return "algo" in name or "spec" in name
 
     def atom(self, node: ast.expr) -> _Atom | None:
@@ -338,7 +338,7 @@ class Guards:
             # `!=` and `not in` are read as denials (protocol.condition_literals): a false one names its members
             return _Atom(self.every - named, self.every - named, frozenset() if isinstance(op, ast.IsNot) else named)
         if isinstance(node, (ast.Name, ast.Attribute)):
-            flag = self.flags.get(_last_name(node))
+            flag = self.flags.get(_final_identifier(node))
             if flag is not None:
                 return _Atom(None, flag.may, flag.names)
         return None
@@ -393,13 +393,13 @@ def _is_exit(statement: ast.stmt) -> bool:
     return isinstance(statement, (ast.Return, ast.Raise))
 
 
-def _sites(module: ast.Module, rel: str, offset: int = 0) -> list[_Site]:
+def _assignment_sites(module: ast.Module, rel: str, offset: int = 0) -> list[_Site]:
     """Every site of `module` (its line 1 is file line offset + 1), with the conditions around it."""
     found: list[_Site] = []
 
     def bind(target: ast.expr, value: ast.expr | None, conds: tuple, line: int) -> None:
         if isinstance(target, (ast.Name, ast.Attribute)):
-            found.append(_Site(_last_name(target), value, conds, f"{rel}:{line + offset}"))
+            found.append(_Site(_final_identifier(target), value, conds, f"{rel}:{line + offset}"))
         elif isinstance(target, (ast.Tuple, ast.List)):
             for element in target.elts:
                 bind(element.value if isinstance(element, ast.Starred) else element, None, conds, line)
@@ -482,7 +482,7 @@ def _sets_unguarded(site: _Site, names: set[str], guards: Guards) -> bool:
     value = site.value
     if _never_true(value) or any(guards.mentions(test) for test, _ in site.conds):
         return False
-    if value is not None and (_boolean_of_guards(value, guards) or _last_name(value) in names):
+    if value is not None and (_boolean_of_guards(value, guards) or _final_identifier(value) in names):
         return False
     return True
 
@@ -595,7 +595,7 @@ class _FlagReader:
         if node is None:
             return []
         offset = 0 if self.cache.function_text(source, header) is source.text else self.cache.block_span(source, header)[0]
-        return _sites(ast.Module(body=[node], type_ignores=[]), source.rel, offset)
+        return _assignment_sites(ast.Module(body=[node], type_ignores=[]), source.rel, offset)
 
     def _poisoned(self, names: set[str], guards: Guards) -> set[str]:
         """Names of `names` that unguarded code sets to a value not read off a guard.  Each function
@@ -713,7 +713,7 @@ def _bytes(path: Path) -> bytes:
 # --------------------------------------------------------------------------- one algorithm's scope
 
 
-class AlgorithmScope(Scope):
+class AlgorithmScope(CodeScope):
     """The code of one algorithm, as its guards select it."""
 
     prunes = True

@@ -23,6 +23,12 @@ A "model object" is a runner's model (`self.target_worker.model_runner.model`,
 runner uses on every model outside EAGLE-3 branches (`forward`, ...) are the general model
 interface, not EAGLE-3 protocol, and are set aside; that reading parses the code, so
 docstrings, comments and uses behind `hasattr(model, "x")` do not count.
+
+What counts as the algorithm's code is a `CodeScope`: EAGLE3_SCOPE is the reading above.
+analyze/algorithms.py makes one for each speculative algorithm the tree defines, which selects
+branches by that algorithm's own guards, leaves unread the branches it never takes, reads a hasattr
+chain that raises when no branch is taken as a group of members of which one suffices (`OneOf`),
+and reads `isinstance(model, P)` on a typing Protocol P as a hasattr of P's members.
 """
 
 from __future__ import annotations
@@ -197,7 +203,7 @@ def eagle_guarded(test: ast.expr, block: Block, holds: bool = True) -> bool:
     return bool(signs) and all(signs)
 
 
-class Scope:
+class CodeScope:
     """Which code counts as one speculative algorithm's: by default EAGLE-3's, read as the module
     docstring says (its name in module names and conditions).  analyze/algorithms.py makes one per
     algorithm the tree defines, from the guards it reads there; each switch below is off here, so the
@@ -248,7 +254,7 @@ class Scope:
         return True
 
 
-EAGLE3_SCOPE = Scope()
+EAGLE3_SCOPE = CodeScope()
 
 
 def role_from_conditions(conditions: tuple[tuple[ast.expr, bool], ...]) -> UseRole:
@@ -343,11 +349,11 @@ class Extraction:
     unread: list[tuple[Path, EaglepatchError]] = field(default_factory=list)  # consumers that could not be read
     followed: set[tuple[str, int, tuple]] = field(default_factory=set)
     assigned: list[tuple[str, str]] = field(default_factory=list)  # (member, "path:line") of `model.member = ...`
-    alternatives: list[OneOf] = field(default_factory=list)  # hasattr chains that raise when none is there (Scope.reads_chains)
-    capabilities: dict[str, str] = field(default_factory=dict)  # member -> "file:Protocol" a model is tested against (Scope.reads_probes)
+    alternatives: list[OneOf] = field(default_factory=list)  # hasattr chains that raise when none is there (CodeScope.reads_chains)
+    capabilities: dict[str, str] = field(default_factory=dict)  # member -> "file:Protocol" a model is tested against (CodeScope.reads_probes)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ReadingMemo:
     """Parses shared by the readings of several scopes of one tree, which read mostly the same functions."""
 
@@ -589,7 +595,7 @@ class ConsumerWalker:
             self.walk_block(node.orelse, self._branch(node, False, frame, "else of: if", node.orelse))
 
     def _probed(self, test: ast.AST, frame: Frame) -> frozenset[str]:
-        """Members a true `test` proves present: hasattr, and with Scope.reads_probes `isinstance`
+        """Members a true `test` proves present: hasattr, and with CodeScope.reads_probes `isinstance`
         on a typing Protocol."""
         probed = _positive_hasattr(test, self.block)
         if self.reader.scope.reads_probes:
@@ -877,7 +883,7 @@ class ProtocolReader:
         tree: SourceTree,
         cache: SourceCache,
         extra_consumers: list[Path] | None = None,
-        scope: Scope = EAGLE3_SCOPE,
+        scope: CodeScope = EAGLE3_SCOPE,
         memo: ReadingMemo | None = None,
     ):
         self.tree = tree
@@ -1320,7 +1326,7 @@ class ScopeReading:
 def read_scope(
     tree: SourceTree,
     cache: SourceCache,
-    scope: Scope = EAGLE3_SCOPE,
+    scope: CodeScope = EAGLE3_SCOPE,
     extra_consumers: list[Path] | None = None,
     ignore: Iterable[str] | None = None,
     memo: ReadingMemo | None = None,
