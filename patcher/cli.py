@@ -758,7 +758,7 @@ def revert(
     """Remove exactly the members eaglepatch added (and the imports only they used)."""
     from .errors import EaglepatchError
     from .pipeline import resolve_selection
-    from .read.source import SourceCache
+    from .read.source_cache import SourceCache
     from .read.style import load_style
     from .rewrite.edits import revert_edits
     from .selection import Selection

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` a
     from .analyze.overlay import Written
     from .analyze.resolve import Progress
     from .analyze.synthesize import HookLibrary
-    from .read.source import SourceCache
+    from .read.source_cache import SourceCache
     from .records import CallShape, MemberPlan, ModelPlan, Signature, SynthesisFit, Wrapper
 
 MAX_ADOPTION_ROUNDS = 3
@@ -91,7 +91,7 @@ def analyze(
     from .analyze.protocol import extract_protocol
     from .analyze.resolve import Resolver, select_wrappers
     from .analyze.roles import learn_roles
-    from .read.source import SourceCache
+    from .read.source_cache import SourceCache
     from .read.style import load_style
 
     excluded: frozenset[Path] = frozenset()
