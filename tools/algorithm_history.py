@@ -33,7 +33,7 @@ from packaging.version import Version
 
 from eaglepatch.analyze.algorithms import Algorithms, read_algorithms
 from eaglepatch.read.locate import locate_tree
-from eaglepatch.read.source import SourceCache
+from eaglepatch.read.source_cache import SourceCache
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASES = ROOT / "tests" / "releases.txt"

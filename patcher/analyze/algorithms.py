@@ -35,9 +35,10 @@ from typing import Literal
 
 from ..errors import EaglepatchError
 from ..read.locate import SourceTree
-from ..read.source import SourceCache, SourceFile
+from ..read.source_cache import SourceCache
+from ..read.text import SourceFile
 from ..records import Protocol, ProtocolMember
-from .protocol import Block, CodeScope, OneOf, ReadingMemo, condition_literals, read_scope
+from .protocol import Block, CodeScope, OneOf, condition_literals, read_scope
 
 GuardKind = Literal["predicate", "member", "flag"]
 MAX_ROUNDS = 8  # flag discovery: each round may find flags derived from the last round's
@@ -825,7 +826,6 @@ def read_algorithms(
     flag_reader = _FlagReader(tree, cache, enum)
     flags = flag_reader.read()
     guards = Guards(enum, flags, flag_reader.ambiguous)
-    memo = ReadingMemo()
     algorithms = []
     for name in enum.algorithms:
         if only is not None and name not in only:
@@ -838,7 +838,7 @@ def read_algorithms(
         words = [g.name.rsplit(".", 1)[-1] for g in selected]
         holders = {str(path) for word in words for path in flag_reader.holding(word)}
         scope = AlgorithmScope(name, guards, words, module_words(enum, name), holders)
-        reading = read_scope(tree, cache, scope, extra_consumers, memo=memo)
+        reading = read_scope(tree, cache, scope, extra_consumers)
         groups = tuple(dict.fromkeys(g for g in reading.extraction.alternatives if len(g.members) > 1))
         capabilities = dict(sorted(reading.extraction.capabilities.items()))
         algorithms.append(

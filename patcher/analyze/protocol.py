@@ -50,7 +50,7 @@ from ..read.imports import ImportTable
 from ..read.locate import SourceTree
 from ..read.outline import Outline, block_start, is_word_char
 from ..read.slices import invalid_python
-from ..read.source_cache import SourceCache
+from ..read.source_cache import MemoKey, SourceCache
 from ..read.text import SourceFile, block_text, dedent_lines
 from ..records import CallShape, Protocol, ProtocolMember, Use, UseKind, UseRole
 
@@ -357,11 +357,15 @@ class Extraction:
 
 
 @dataclass(frozen=True)
-class ReadingMemo:
-    """Parses shared by the readings of several scopes of one tree, which read mostly the same functions."""
+class ParsedSlices:
+    """The slices the protocol readers of one run parsed: the readings of several scopes (one per
+    algorithm) read mostly the same functions."""
 
     blocks: dict[tuple[Path, int, int], Block] = field(default_factory=dict)  # (file, start, end) -> the slice read
-    slices: dict[tuple[Path, int, int], ast.Module | None] = field(default_factory=dict)  # general-interface slices
+    general: dict[tuple[Path, int, int], ast.Module | None] = field(default_factory=dict)  # general-interface slices
+
+
+_SLICES: MemoKey[ParsedSlices] = MemoKey("the slices the protocol readers parsed")
 
 
 @dataclass(frozen=True)
@@ -887,7 +891,6 @@ class ProtocolReader:
         cache: SourceCache,
         extra_consumers: list[Path] | None = None,
         scope: CodeScope = EAGLE3_SCOPE,
-        memo: ReadingMemo | None = None,
     ):
         self.tree = tree
         self.cache = cache
@@ -895,9 +898,9 @@ class ProtocolReader:
         self._protocols: dict[tuple[Path, str], frozenset[str]] = {}
         self.extraction = Extraction()
         self.extra = extra_consumers or []
-        memo = memo or ReadingMemo()
-        self._blocks = memo.blocks
-        self._slices = memo.slices
+        slices = cache.memo(_SLICES, ParsedSlices)
+        self._blocks = slices.blocks
+        self._slices = slices.general
 
     # -- discovery -------------------------------------------------------------------
     def candidate_files(self) -> list[tuple[Path, bool]]:
@@ -1332,11 +1335,9 @@ def read_scope(
     scope: CodeScope = EAGLE3_SCOPE,
     extra_consumers: list[Path] | None = None,
     ignore: Iterable[str] | None = None,
-    memo: ReadingMemo | None = None,
 ) -> ScopeReading:
-    """The members `scope`'s code uses, less `ignore` and the general model interface.  `memo`: parses
-    to share with the readings of other scopes of the same tree."""
-    reader = ProtocolReader(tree, cache, extra_consumers, scope, memo)
+    """The members `scope`'s code uses, less `ignore` and the general model interface."""
+    reader = ProtocolReader(tree, cache, extra_consumers, scope)
     extraction = reader.read()
     general = reader.general_interface()
     if extraction.unread:  # the protocol read around a consumer is not the tree's protocol
