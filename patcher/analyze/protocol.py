@@ -23,6 +23,12 @@ A "model object" is a runner's model (`self.target_worker.model_runner.model`,
 runner uses on every model outside EAGLE-3 branches (`forward`, ...) are the general model
 interface, not EAGLE-3 protocol, and are set aside; that reading parses the code, so
 docstrings, comments and uses behind `hasattr(model, "x")` do not count.
+
+What counts as the algorithm's code is a `CodeScope`: EAGLE3_SCOPE is the reading above.
+analyze/algorithms.py makes one for each speculative algorithm the tree defines, which selects
+branches by that algorithm's own guards, leaves unread the branches it never takes, reads a hasattr
+chain that raises when no branch is taken as a group of members of which one suffices (`OneOf`),
+and reads `isinstance(model, P)` on a typing Protocol P as a hasattr of P's members.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from ..read.imports import ImportTable
 from ..read.locate import SourceTree
 from ..read.outline import Outline, block_start, is_word_char
 from ..read.slices import invalid_python
-from ..read.source_cache import SourceCache
+from ..read.source_cache import MemoKey, SourceCache
 from ..read.text import SourceFile, block_text, dedent_lines
 from ..records import CallShape, Protocol, ProtocolMember, Use, UseKind, UseRole
 
@@ -200,6 +206,60 @@ def eagle_guarded(test: ast.expr, block: Block, holds: bool = True) -> bool:
     return bool(signs) and all(signs)
 
 
+class CodeScope:
+    """Which code counts as one speculative algorithm's: by default EAGLE-3's, read as the module
+    docstring says (its name in module names and conditions).  analyze/algorithms.py makes one per
+    algorithm the tree defines, from the guards it reads there; each switch below is off here, so the
+    EAGLE-3 reading stays as it was."""
+
+    label = "EAGLE-3"
+    module_label = "EAGLE module (all of its code)"
+    # a branch the algorithm never takes is not walked (EAGLE-3: every branch may be taken)
+    prunes = False
+    # `if hasattr(m, "a"): m.a() elif hasattr(m, "b"): m.b() else: raise` is recorded as a group of
+    # which one member is needed (Extraction.alternatives); a group of one member stays required
+    reads_chains = False
+    # `isinstance(m, P)` with P a typing Protocol proves P's members, as `hasattr` does; so does the
+    # rest of a block after `if not hasattr(m, "x"): return` (a `raise` there still requires x)
+    reads_probes = False
+
+    def is_module(self, rel_dir: str, filename: str) -> bool:
+        """A module under speculative/ (`rel_dir` relative to it) all of whose code counts."""
+        return "eagle" in filename.lower()
+
+    def may_guard(self, data: bytes) -> bool:
+        """Cheap filter on a file's bytes: it may hold a branch this scope enters."""
+        return _has_eagle_guard(data)
+
+    def file_may_guard(self, path: str) -> bool:
+        """may_guard on the file at `path` (False when it cannot be read)."""
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            return False
+        return self.may_guard(data)
+
+    def has_guard(self, text: str) -> bool:
+        """Some `if`/`elif` line of `text` names this scope."""
+        return _EAGLE_GUARD.search(text) is not None
+
+    def offsets(self, text: str) -> Iterator[int]:
+        """Where `text` names this scope: the functions around them are read."""
+        return _eagle_offsets(text)
+
+    def enters(self, test: ast.expr, block: Block, holds: bool) -> bool:
+        """A branch where `test` is `holds` is this scope's code."""
+        return eagle_guarded(test, block, holds)
+
+    def may_hold(self, test: ast.expr, block: Block, holds: bool) -> bool:
+        """`test` can be `holds` under this algorithm (read only when `prunes`)."""
+        return True
+
+
+EAGLE3_SCOPE = CodeScope()
+
+
 def role_from_conditions(conditions: tuple[tuple[ast.expr, bool], ...]) -> UseRole:
     """The role the enclosing conditions give a model whose receiver does not say (a runner's own
     `self.model`): aux hidden states are captured from the target model; `not is_draft_worker` is
@@ -292,6 +352,30 @@ class Extraction:
     unread: list[tuple[Path, EaglepatchError]] = field(default_factory=list)  # consumers that could not be read
     followed: set[tuple[str, int, tuple]] = field(default_factory=set)
     assigned: list[tuple[str, str]] = field(default_factory=list)  # (member, "path:line") of `model.member = ...`
+    alternatives: list[OneOf] = field(default_factory=list)  # hasattr chains that raise when none is there (CodeScope.reads_chains)
+    capabilities: dict[str, str] = field(default_factory=dict)  # member -> "file:Protocol" a model is tested against (CodeScope.reads_probes)
+
+
+@dataclass(frozen=True)
+class ParsedSlices:
+    """The slices the protocol readers of one run parsed: the readings of several scopes (one per
+    algorithm) read mostly the same functions."""
+
+    blocks: dict[tuple[Path, int, int], Block] = field(default_factory=dict)  # (file, start, end) -> the slice read
+    general: dict[tuple[Path, int, int], ast.Module | None] = field(default_factory=dict)  # general-interface slices
+
+
+_SLICES: MemoKey[ParsedSlices] = MemoKey("the slices the protocol readers parsed")
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """A chain `if hasattr(m, "a"): m.a() elif hasattr(m, "b"): m.b() else: raise`: the model needs
+    one of `members` (in the order tried), any one suffices; only the branches the scope may take."""
+
+    members: tuple[str, ...]
+    at: str  # "path:line" of the chain's first `if`
+    role: UseRole
 
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
@@ -386,6 +470,7 @@ class ConsumerWalker:
         self.block = block
         self.out = protocol_reader.extraction
         self.statement: ast.stmt | None = None  # innermost statement being walked, for line numbers
+        self._chains: dict[int, frozenset[str]] = {}  # id of an `if` of a raising hasattr chain -> the member it requires
 
     # -- receivers -----------------------------------------------------------------
     def model_role(self, node: ast.expr, frame: Frame) -> UseRole | None:
@@ -472,11 +557,18 @@ class ConsumerWalker:
 
     def walk_block(self, statements: list[ast.stmt], frame: Frame, exits: bool = True) -> None:
         """Statements in order: after `if not is_eagle3(): return` the rest of the block is EAGLE code."""
+        scope = self.reader.scope
         for index, statement in enumerate(statements):
             self.walk(statement, frame)
             leaves = _early_exit(statement) if exits else ""
             if leaves and isinstance(statement, ast.If) and index + 1 < len(statements):
+                if scope.prunes and not scope.may_hold(statement.test, self.block, False):
+                    return  # the algorithm always leaves here
                 frame = self._after_exit(statement, leaves, frame, statements[index + 1 :])
+                if leaves == "return" and scope.reads_probes:
+                    proven = self._proven_when(statement.test, False, frame)
+                    if proven:
+                        frame = frame.child(optional=frame.optional | proven)
 
     def walk_Module(self, node: ast.Module, frame: Frame, parent: ast.AST | None) -> None:
         self.walk_block(node.body, frame, exits=False)
@@ -494,19 +586,98 @@ class ConsumerWalker:
 
     def walk_If(self, node: ast.If, frame: Frame, parent: ast.AST | None) -> None:
         self.walk(node.test, frame, node)
-        body_frame = self._branch(node, True, frame, "if", node.body)
-        probed = _positive_hasattr(node.test, self.block)
-        if probed:
-            body_frame = body_frame.child(optional=body_frame.optional | probed)
-        self.walk_block(node.body, body_frame)
-        if node.orelse:  # `else:`, or an `elif` (one If in orelse): the same lines either way
+        scope = self.reader.scope
+        if not scope.prunes or scope.may_hold(node.test, self.block, True):
+            body_frame = self._branch(node, True, frame, "if", node.body)
+            probed = self._probed(node.test, body_frame)
+            if scope.reads_chains:
+                alone = self._chain(node, body_frame)
+                if alone is not None:
+                    probed -= alone  # the one member a raising chain may find: required
+            if probed:
+                body_frame = body_frame.child(optional=body_frame.optional | probed)
+            self.walk_block(node.body, body_frame)
+        if node.orelse and (not scope.prunes or scope.may_hold(node.test, self.block, False)):
+            # `else:`, or an `elif` (one If in orelse): the same lines either way
             self.walk_block(node.orelse, self._branch(node, False, frame, "else of: if", node.orelse))
+
+    def _probed(self, test: ast.AST, frame: Frame) -> frozenset[str]:
+        """Members a true `test` proves present: hasattr, and with CodeScope.reads_probes `isinstance`
+        on a typing Protocol."""
+        probed = _positive_hasattr(test, self.block)
+        if self.reader.scope.reads_probes:
+            probed |= self._protocol_probes(test, frame)
+        return probed
+
+    def _proven_when(self, test: ast.expr, holds: bool, frame: Frame) -> frozenset[str]:
+        """Members proven present where `test` is `holds` (`if not isinstance(m, P): return` proves P's after it)."""
+        found: frozenset[str] = frozenset()
+        for literal in condition_literals(test, holds):
+            if literal.certain and literal.holds:
+                found |= self._probed(literal.node, frame)
+        return found
+
+    def _protocol_probes(self, test: ast.AST, frame: Frame) -> frozenset[str]:
+        """`isinstance(model, P)` (also inside `and`) with P a typing Protocol of the same module: P's
+        members.  Recorded as capabilities when read in scope: a model may lack them all."""
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+            return frozenset().union(*(self._protocol_probes(value, frame) for value in test.values))
+        if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance"):
+            return frozenset()
+        if len(test.args) != 2 or not isinstance(test.args[1], ast.Name):
+            return frozenset()
+        if self.model_role(test.args[0], frame) is None and not _holds_model(test.args[0]):
+            return frozenset()
+        found = self.reader.protocol_members(self.block.source, test.args[1].id)
+        if frame.in_scope:
+            for member in found:
+                self.out.capabilities.setdefault(member, f"{self.block.source.rel}:{test.args[1].id}")
+        return found
+
+    def _chain(self, head: ast.If, frame: Frame) -> frozenset[str] | None:
+        """For the first `if` of a hasattr chain that raises when no branch is taken, in scope: record
+        the group, and give the member to require when the scope may take only one branch.  The elifs
+        are looked up from the head's reading."""
+        known = self._chains.get(id(head))
+        if known is not None:
+            return known or None
+        links = [head]
+        while len(links[-1].orelse) == 1 and isinstance(links[-1].orelse[0], ast.If):
+            links.append(links[-1].orelse[0])
+        last = links[-1].orelse
+        if not frame.in_scope or not last or not isinstance(last[-1], ast.Raise):
+            return None
+        scope = self.reader.scope
+        members: dict[str, None] = {}
+        receiver: ast.expr | None = None
+        for link in links:
+            if scope.prunes and not scope.may_hold(link.test, self.block, True):
+                continue
+            probes = _hasattr_probes(link.test, self.block)
+            if not probes:
+                return None
+            for argument, name in probes:
+                if self.model_role(argument, frame) is None:
+                    return None
+                receiver = argument
+                members[name] = None
+        if not members or receiver is None:
+            return None
+        role = self.model_role(receiver, frame) or "unknown"
+        if role == "unknown":
+            role = role_from_conditions(frame.conditions)
+        at = self.block.where(head.lineno, head)
+        self.out.alternatives.append(OneOf(tuple(members), at, role))
+        alone = frozenset(members) if len(members) == 1 else frozenset()
+        for link in links:
+            self._chains[id(link)] = alone
+        return alone or None
 
     def _branch(self, statement: ast.If, holds: bool, frame: Frame, label: str, suite: list[ast.stmt]) -> Frame:
         """The frame of a branch where the test is `holds`; it enters EAGLE scope when the test says so."""
         test = statement.test
         branch = frame.child(conditions=frame.conditions + ((test, holds),))
-        if frame.in_scope or not eagle_guarded(test, self.block, holds):
+        if frame.in_scope or not self.reader.scope.enters(test, self.block, holds):
             return branch
         self.mark_lines(suite)
         return branch.child(in_scope=True, guard=f"{label} {_short(self.block.condition(statement)[0])}")
@@ -514,7 +685,7 @@ class ConsumerWalker:
     def _after_exit(self, statement: ast.If, leaves: str, frame: Frame, rest: list[ast.stmt]) -> Frame:
         test = statement.test
         after = frame.child(conditions=frame.conditions + ((test, False),))
-        if frame.in_scope or not eagle_guarded(test, self.block, False):
+        if frame.in_scope or not self.reader.scope.enters(test, self.block, False):
             return after
         self.mark_lines(rest)
         guard = f"after if {_short(self.block.condition(statement)[0])}: {leaves}"
@@ -531,9 +702,12 @@ class ConsumerWalker:
 
     def walk_IfExp(self, node: ast.IfExp, frame: Frame, parent: ast.AST | None) -> None:
         self.walk(node.test, frame, node)
-        probed = _positive_hasattr(node.test, self.block)
-        self.walk(node.body, frame.child(optional=frame.optional | probed) if probed else frame, node)
-        self.walk(node.orelse, frame, node)
+        scope = self.reader.scope
+        probed = self._probed(node.test, frame)
+        if not scope.prunes or scope.may_hold(node.test, self.block, True):
+            self.walk(node.body, frame.child(optional=frame.optional | probed) if probed else frame, node)
+        if not scope.prunes or scope.may_hold(node.test, self.block, False):
+            self.walk(node.orelse, frame, node)
 
     def walk_Assign(self, node: ast.Assign, frame: Frame, parent: ast.AST | None) -> None:
         self.walk(node.value, frame, node)
@@ -681,6 +855,19 @@ def _early_exit(statement: ast.stmt) -> str:
     return ""
 
 
+def _hasattr_probes(test: ast.AST, block: Block) -> list[tuple[ast.expr, str]]:
+    """(object, member) of each `hasattr(object, "member")` a true `test` proves (also inside `and`)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return [probe for value in test.values for probe in _hasattr_probes(value, block)]
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "hasattr":
+        arguments = _arguments(test)
+        if len(arguments) >= 2 and not arguments[0].star:
+            name = _string_value(arguments[1].value, block)
+            if name:
+                return [(arguments[0].value, name)]
+    return []
+
+
 def _positive_hasattr(test: ast.AST, block: Block) -> frozenset[str]:
     """Member names a condition proves present: `hasattr(m, "x")`, also inside `and`."""
     if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "hasattr":
@@ -703,12 +890,17 @@ class ProtocolReader:
         tree: SourceTree,
         cache: SourceCache,
         extra_consumers: list[Path] | None = None,
+        scope: CodeScope = EAGLE3_SCOPE,
     ):
         self.tree = tree
         self.cache = cache
+        self.scope = scope
+        self._protocols: dict[tuple[Path, str], frozenset[str]] = {}
         self.extraction = Extraction()
         self.extra = extra_consumers or []
-        self._blocks: dict[tuple[Path, int, int], Block] = {}  # (file, start, end) -> the slice read
+        slices = cache.memo(_SLICES, ParsedSlices)
+        self._blocks = slices.blocks
+        self._slices = slices.general
 
     # -- discovery -------------------------------------------------------------------
     def candidate_files(self) -> list[tuple[Path, bool]]:
@@ -728,15 +920,10 @@ class ProtocolReader:
                 if not filename.endswith(".py"):
                     continue
                 path = os.path.join(dirpath, filename)
-                if in_speculative and "eagle" in filename.lower():  # an EAGLE module: all of it counts
+                if in_speculative and self.scope.is_module(os.path.relpath(dirpath, speculative), filename):  # all of it counts
                     found.append((Path(path), True))
                     continue
-                try:
-                    with open(path, "rb") as handle:
-                        data = handle.read()
-                except OSError:
-                    continue
-                if _has_eagle_guard(data):
+                if self.scope.file_may_guard(path):
                     found.append((Path(path), False))
         listed = {path for path, _ in found}
         for extra in self.extra:  # a named consumer counts as a whole, like an EAGLE module
@@ -757,7 +944,7 @@ class ProtocolReader:
             except EaglepatchError as exc:
                 self.extraction.unread.append((path, exc))
                 continue
-            if eagle_module or _EAGLE_GUARD.search(source.text):  # else no EAGLE branch: nothing can count here
+            if eagle_module or self.scope.has_guard(source.text):  # else no guarded branch: nothing can count here
                 wanted.append((source, eagle_module))
         join = self.cache.validate_aside([source.path for source, _ in wanted])  # whole files, beside the slices
         failed: dict[Path, Exception] = {}
@@ -798,7 +985,7 @@ class ProtocolReader:
             headers = list(functions(m.start() for m in _MODEL_USE.finditer(text)))
         else:  # only functions that mention EAGLE, and of those only the ones that use a model
             lines = source.lines
-            headers = [h for h in functions(_eagle_offsets(text)) if _MODEL_USE.search("\n".join(lines[h : outline.ends[h]]))]
+            headers = [h for h in functions(self.scope.offsets(text)) if _MODEL_USE.search("\n".join(lines[h : outline.ends[h]]))]
         for header in headers:
             block = self.parse_block(source, header)
             if block.first_line == 0 and len(block.module.body) > 1:
@@ -845,12 +1032,27 @@ class ProtocolReader:
 
     def _walk(self, block: Block, eagle_module: bool, class_name: str = "") -> None:
         rel = block.source.rel
-        frame = Frame(in_scope=eagle_module, guard="EAGLE module (all of its code)" if eagle_module else "", aliases={}, class_name=class_name)
+        frame = Frame(in_scope=eagle_module, guard=self.scope.module_label if eagle_module else "", aliases={}, class_name=class_name)
         if eagle_module:
             self.extraction.eagle_lines.setdefault(rel, set()).update(
                 range(block.first_line + 1, block.first_line + block.text.count("\n") + 1)
             )
         ConsumerWalker(self, block).walk(block.module, frame)
+
+    def protocol_members(self, source: SourceFile, name: str) -> frozenset[str]:
+        """The methods of `name` when `source` defines it at module level as a typing Protocol, else none."""
+        key = (source.path, name)
+        found = self._protocols.get(key)
+        if found is None:
+            found = frozenset()
+            outline = self.cache.outline(source)
+            header = next((i for i, indent, kind, n in outline.headers if indent == 0 and kind == "class" and n == name), None)
+            if header is not None:
+                cls = next((n for n in self.parse_block(source, header).module.body if isinstance(n, ast.ClassDef)), None)
+                if cls is not None and any(_last_name(base) == "Protocol" for base in cls.bases):
+                    found = frozenset(n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+            self._protocols[key] = found
+        return found
 
     # -- helpers -------------------------------------------------------------------------
     def follow_helper(self, walker: ConsumerWalker, call: ast.Call, arguments: list[Argument], frame: Frame) -> None:
@@ -896,7 +1098,7 @@ class ProtocolReader:
         via = walker.block.where(call.lineno, walker.statement)  # libcst's line of a call leaves out parentheses around it too
         helper_frame = Frame(
             in_scope=True,
-            guard=f"helper {func.name}() called from EAGLE-3 code at {via}",
+            guard=f"helper {func.name}() called from {self.scope.label} code at {via}",
             aliases=aliases,
             class_name=self._class_of(self.cache.outline(source), header) if is_method else "",
             depth=frame.depth + 1,
@@ -986,20 +1188,28 @@ class ProtocolReader:
             (block_start(lines, header), outline.ends[header], sorted(set(found)))
             for header, found in sorted(wanted.items())
         ]
-        uses = _uses_in_blocks(lines, blocks)
+        def parse(start: int, end: int) -> ast.Module | None:
+            key = (source.path, start, end)
+            if key not in self._slices:
+                self._slices[key] = _parse_lines(lines, start, end)
+            return self._slices[key]
+
+        uses = _uses_in_blocks(parse, blocks)
         if uses is None and blocks is not whole_file:  # a slice that does not parse on its own
-            uses = _uses_in_blocks(lines, whole_file)
+            uses = _uses_in_blocks(parse, whole_file)
         if uses is None:
             return _general_uses_by_text(lines, inside)
         return sorted(use for use in uses if use[0] not in inside)
 
 
-def _uses_in_blocks(lines: Sequence[str], blocks: list[tuple[int, int, list[int]]]) -> list[tuple[int, str]] | None:
-    """(file line, member) of the model member uses in each (start, end, lines seen) block;
-    None when one of the blocks is not valid Python."""
+def _uses_in_blocks(
+    parse: Callable[[int, int], ast.Module | None], blocks: list[tuple[int, int, list[int]]]
+) -> list[tuple[int, str]] | None:
+    """(file line, member) of the model member uses in each (start, end, lines seen) block, each parsed
+    by `parse`; None when one of the blocks is not valid Python."""
     uses: list[tuple[int, str]] = []
     for start, end, seen in blocks:
-        tree = _parse_lines(lines, start, end)
+        tree = parse(start, end)
         if tree is None:
             return None
         uses += [(start + line, member) for line, member in _model_member_uses(tree, [n - start for n in seen])]
@@ -1109,16 +1319,25 @@ def _find_def(module: ast.Module, header_line: str) -> ast.FunctionDef | ast.Asy
     return min(found, key=lambda node: (node.lineno, node.col_offset), default=None)
 
 
-def extract_protocol(
+@dataclass(frozen=True)
+class ScopeReading:
+    """What one scope's code uses on models: the protocol (possibly empty), the extraction it was
+    built from, and every member the runner uses on any model outside that code."""
+
+    protocol: Protocol
+    extraction: Extraction
+    general: Mapping[str, str]
+
+
+def read_scope(
     tree: SourceTree,
     cache: SourceCache,
+    scope: CodeScope = EAGLE3_SCOPE,
     extra_consumers: list[Path] | None = None,
     ignore: Iterable[str] | None = None,
-    ignore_from: Mapping[str, str] | None = None,
-) -> Protocol:
-    """The members EAGLE-3 code uses, less `ignore`; a name in `ignore` that is no member is an
-    error naming where it was asked for (`ignore_from`: "--ignore" or a pyproject.toml; default "--ignore")."""
-    reader = ProtocolReader(tree, cache, extra_consumers)
+) -> ScopeReading:
+    """The members `scope`'s code uses, less `ignore` and the general model interface."""
+    reader = ProtocolReader(tree, cache, extra_consumers, scope)
     extraction = reader.read()
     general = reader.general_interface()
     if extraction.unread:  # the protocol read around a consumer is not the tree's protocol
@@ -1138,20 +1357,35 @@ def extract_protocol(
         if name in assigned and at not in assigned[name]:
             assigned[name].append(at)
     members = {name: ProtocolMember(name, tuple(found), tuple(assigned[name])) for name, found in uses.items()}
-    if not members:
-        raise EaglepatchError(
-            "no EAGLE-3 consumer code found (no model member used in speculative/*eagle* files or EAGLE-guarded "
-            "branches); is this an SGLang tree with EAGLE support?",
-            path=str(tree.srt),
-        )
-    _check_ignored(ignored, {u.name for u in extraction.uses} - set(general), ignore_from or {})
-    return Protocol(
+    protocol = Protocol(
         members=dict(sorted(members.items())),
         consumers=tuple(sorted(extraction.consumers)),
         general_interface=dict(sorted(set_aside.items())),
         warnings=tuple(extraction.warnings),
         ignored=tuple(sorted(ignored)),
     )
+    return ScopeReading(protocol, extraction, general)
+
+
+def extract_protocol(
+    tree: SourceTree,
+    cache: SourceCache,
+    extra_consumers: list[Path] | None = None,
+    ignore: Iterable[str] | None = None,
+    ignore_from: Mapping[str, str] | None = None,
+) -> Protocol:
+    """The members EAGLE-3 code uses, less `ignore`; a name in `ignore` that is no member is an
+    error naming where it was asked for (`ignore_from`: "--ignore" or a pyproject.toml; default "--ignore")."""
+    reading = read_scope(tree, cache, EAGLE3_SCOPE, extra_consumers, ignore)
+    if not reading.protocol.members:
+        raise EaglepatchError(
+            "no EAGLE-3 consumer code found (no model member used in speculative/*eagle* files or EAGLE-guarded "
+            "branches); is this an SGLang tree with EAGLE support?",
+            path=str(tree.srt),
+        )
+    ignored = set(ignore or [])
+    _check_ignored(ignored, {u.name for u in reading.extraction.uses} - set(reading.general), ignore_from or {})
+    return reading.protocol
 
 
 def _check_ignored(ignored: set[str], known: set[str], ignore_from: Mapping[str, str]) -> None:
