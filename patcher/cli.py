@@ -546,7 +546,7 @@ def _edits(analysis: Analysis, quiet: bool = False, suffix: str = "") -> tuple[l
         typer.echo(f"eaglepatch: warning: {warning}", err=True)
 
     if analysis.tree.engine == "vllm":
-        from .vllm_profile.edits import build_vllm_edits
+        from .engines.vllm.edits import build_vllm_edits
 
         edits, errors = build_vllm_edits(analysis.tree, analysis.plans)
     else:
@@ -766,7 +766,7 @@ def revert(
     try:
         vllm = _vllm_tree(path, installed or bool(python))
         if vllm is not None:
-            from .vllm_profile.revert import revert_vllm_edits
+            from .engines.vllm.revert import revert_vllm_edits
 
             tree = vllm
             edits, errors, kept = revert_vllm_edits(tree, None if all_models else list(model or []) or None)

@@ -100,8 +100,8 @@ def analyze(
         excluded = excluded_files(tree, selection.exclude)
     else:
         tree, ignore, ignore_from = locate_tree(path), [], {}
-    if tree.engine == "vllm":  # the vLLM profile (patcher/vllm_profile/)
-        from .vllm_profile.plan import analyze_vllm
+    if tree.engine == "vllm":  # the vLLM profile (patcher/engines/vllm/)
+        from .engines.vllm.plan import analyze_vllm
 
         return analyze_vllm(tree, models or [], all_models, progress, excluded)
     cache = SourceCache(tree.srt, excluded)

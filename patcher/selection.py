@@ -1,5 +1,5 @@
 """What a command asks for and what the analysis answers, as records: the floor below the pipeline
-(pipeline.py builds them, vllm_profile/plan.py builds an Analysis too, the output stage reads them)."""
+(pipeline.py builds them, engines/vllm/plan.py builds an Analysis too, the output stage reads them)."""
 
 from __future__ import annotations
 

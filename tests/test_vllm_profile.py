@@ -29,9 +29,9 @@ from typer.testing import CliRunner
 from eaglepatch.cli import app
 from eaglepatch.errors import EaglepatchError
 from eaglepatch.read.locate import locate_tree
-from eaglepatch.vllm_profile.plan import VllmPlanner
-from eaglepatch.vllm_profile.protocol import read_protocol
-from eaglepatch.vllm_profile.tree import VllmTree
+from eaglepatch.engines.vllm.plan import VllmPlanner
+from eaglepatch.engines.vllm.protocol import read_protocol
+from eaglepatch.engines.vllm.tree import VllmTree
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "vllm"
@@ -448,7 +448,7 @@ def test_an_excluded_vllm_module_is_not_read_and_is_named(tree):
 
 
 def test_a_vllm_consumer_that_does_not_parse_stops_the_gate(tree):
-    from eaglepatch.vllm_profile.protocol import CONSUMERS
+    from eaglepatch.engines.vllm.protocol import CONSUMERS
 
     rel = next(r for r in CONSUMERS if (tree / "vllm" / r).is_file())
     path = tree / "vllm" / rel

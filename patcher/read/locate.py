@@ -27,7 +27,7 @@ class SourceTree:
     srt: Path  # .../sglang/srt (for vLLM: the .../vllm package folder)
     given: Path  # the PATH the user named
     layout: Layout
-    engine: Engine = "sglang"  # vLLM: patcher/vllm_profile/tree.py
+    engine: Engine = "sglang"  # vLLM: patcher/engines/vllm/tree.py
 
     @property
     def models(self) -> Path:

@@ -12,17 +12,17 @@ import ast
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..errors import EaglepatchError
-from ..records import ClassInfo, Fix, InnerModel, MemberPlan, ModelPlan, Protocol, Signature, Status, Unresolved, Wrapper
-from ..selection import DEFAULT_MODEL, Analysis
+from ...errors import EaglepatchError
+from ...records import ClassInfo, Fix, InnerModel, MemberPlan, ModelPlan, Protocol, Signature, Status, Unresolved, Wrapper
+from ...selection import DEFAULT_MODEL, Analysis
 from .protocol import BASE, MIXIN, VllmProtocol
 from .tree import INTERFACES, TARGET_DICTS, ClassRef, VllmTree, is_stub, methods, module_of
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..analyze.resolve import Progress
-    from ..read.locate import SourceTree
+    from ...analyze.resolve import Progress
+    from ...read.locate import SourceTree
 
 LM_ATTRIBUTES = ("language_model", "llm", "decoder", "text_model")
 _BUILDERS = ("init_vllm_registered_model", "initialize_model")
@@ -481,8 +481,8 @@ def analyze_vllm(
 ) -> Analysis:
     """The vLLM profile's pipeline: protocol -> wrappers -> plans, as a selection.Analysis.  A module the
     answer needed that could not be read stops it, every such module named (exit 2)."""
-    from ..errors import UnreadableFiles
-    from ..read.source import SourceCache
+    from ...errors import UnreadableFiles
+    from ...read.source import SourceCache
     from .protocol import read_protocol
 
     index = VllmTree(tree.srt, excluded)

@@ -14,14 +14,14 @@ import builtins
 import libcst as cst
 from libcst.codemod import CodemodContext
 
-from ..codemods.add_base import AddBase
-from ..codemods.add_delegations import AddDelegations, Delegation
-from ..codemods.contract import run_command
-from ..errors import EaglepatchError
-from ..read.locate import VLLM_MODELS, SourceTree
-from ..read.source import SourceCache, SourceFile, parse_module
-from ..records import ModelPlan
-from ..rewrite.edits import FileEdit
+from ...codemods.add_base import AddBase
+from ...codemods.add_delegations import AddDelegations, Delegation
+from ...codemods.contract import run_command
+from ...errors import EaglepatchError
+from ...read.locate import VLLM_MODELS, SourceTree
+from ...read.source import SourceCache, SourceFile, parse_module
+from ...records import ModelPlan
+from ...rewrite.edits import FileEdit
 from .protocol import BASE, ProtocolMethod, read_protocol
 from .tree import INTERFACES, VllmTree
 

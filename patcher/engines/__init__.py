@@ -1,0 +1,1 @@
+"""The engines eaglepatch reads: one package each (sglang/, vllm/)."""
