@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # `check` answered from the cache imports none of these
     from .rewrite.gitrepo import WorkTree
     from .selection import Analysis, Selection
 
-    Resolved = tuple[SourceTree, Selection, list[Path]]  # what pipeline.resolve_selection returns
+    Resolved = tuple[SourceTree, Selection, list[Path]]  # what engines.sglang.pipeline.resolve_selection returns
 
 fast_coercion()  # typer's pydantic layer costs more than answering from the cache
 
@@ -345,8 +345,8 @@ def run_analysis(
     exclude: Optional[list[str]] = None,
     quiet: bool = False,
 ) -> Analysis:
+    from .engines.sglang.pipeline import analyze
     from .errors import EaglepatchError
-    from .pipeline import analyze
 
     selection = _selection(path, models, consumers, all_models, ignore, installed, python, engine, exclude)
     try:
@@ -452,8 +452,8 @@ def _result_cache(
     import os
 
     from . import __version__
+    from .engines.sglang.pipeline import resolve_selection
     from .errors import EaglepatchError
-    from .pipeline import resolve_selection
     from .read.style import style_files
 
     selection = _selection(path, model, consumer, all_models, ignore, installed, python, engine, exclude)
@@ -756,8 +756,8 @@ def revert(
     quiet: bool = QuietOpt,
 ) -> None:
     """Remove exactly the members eaglepatch added (and the imports only they used)."""
+    from .engines.sglang.pipeline import resolve_selection
     from .errors import EaglepatchError
-    from .pipeline import resolve_selection
     from .read.source import SourceCache
     from .read.style import load_style
     from .rewrite.edits import revert_edits

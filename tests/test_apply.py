@@ -575,8 +575,8 @@ def test_apply_notes_uncommitted_changes_in_the_wrapper(repo):
 
 
 def test_file_changed_between_planning_and_writing_is_left_alone(plain):
+    from eaglepatch.engines.sglang.pipeline import analyze
     from eaglepatch.errors import EaglepatchError
-    from eaglepatch.pipeline import analyze
     from eaglepatch.rewrite.edits import build_edits
     from eaglepatch.rewrite.write import write_edit
 

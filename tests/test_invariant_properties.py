@@ -396,7 +396,7 @@ EntryClass = [
 def test_inherited_fix_names_the_class_apply_writes_into(tmp_path):
     """Three generations of one wrapper (sglang 0.5.9's Qwen3VL, Qwen3VLMoe and InternS1Pro): apply writes
     the hooks into the first alone, and both subclasses' fixes say so; the grandchild's once named its
-    parent, which had adopted the hooks from the first and writes nothing (patcher/pipeline.py,
+    parent, which had adopted the hooks from the first and writes nothing (patcher/engines/sglang/pipeline.py,
     _settle_inherited)."""
     srt = write_tree(tmp_path, Shape("language_model", "plain", None, (), False, (), False, (), "    "))
     (srt / WRAPPER_FILE).write_text(CHAIN)

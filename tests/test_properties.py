@@ -43,7 +43,7 @@ import pytest
 from hypothesis import event, given, note
 from hypothesis import strategies as st
 
-from eaglepatch.pipeline import analyze
+from eaglepatch.engines.sglang.pipeline import analyze
 from eaglepatch.rewrite.edits import build_edits
 
 WRAPPER_CLASS = "WrapperForConditionalGeneration"

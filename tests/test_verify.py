@@ -35,7 +35,7 @@ from test_properties import INNER_CLASS, WRAPPER_CLASS, Example, Layout, tree_im
 from typer.testing import CliRunner
 
 from eaglepatch.cli import app
-from eaglepatch.pipeline import analyze
+from eaglepatch.engines.sglang.pipeline import analyze
 from eaglepatch.rewrite.edits import build_edits
 
 HOOKS = ("get_embed_and_head", "set_eagle3_layers_to_capture")

@@ -27,11 +27,11 @@ import pytest
 from typer.testing import CliRunner
 
 from eaglepatch.cli import app
-from eaglepatch.errors import EaglepatchError
-from eaglepatch.read.locate import locate_tree
 from eaglepatch.engines.vllm.plan import VllmPlanner
 from eaglepatch.engines.vllm.protocol import read_protocol
 from eaglepatch.engines.vllm.tree import VllmTree
+from eaglepatch.errors import EaglepatchError
+from eaglepatch.read.locate import locate_tree
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "vllm"

@@ -6,28 +6,28 @@ import ast
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import EaglepatchError
-from .read.locate import SourceTree, locate_tree
-from .read.style import FormatStyle
-from .selection import DEFAULT_MODEL, Analysis, Selection
+from ...errors import EaglepatchError
+from ...read.locate import SourceTree, locate_tree
+from ...read.style import FormatStyle
+from ...selection import DEFAULT_MODEL, Analysis, Selection
 
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
-    from .analyze.resolve import Progress
-    from .analyze.synthesize import HookLibrary
-    from .read.source import SourceCache
-    from .records import CallShape, MemberPlan, ModelPlan, Signature, SynthesisFit, Wrapper
+    from ...analyze.resolve import Progress
+    from ...analyze.synthesize import HookLibrary
+    from ...read.source import SourceCache
+    from ...records import CallShape, MemberPlan, ModelPlan, Signature, SynthesisFit, Wrapper
 
 MAX_ADOPTION_ROUNDS = 3
 
 
 def resolve_selection(selection: Selection) -> tuple[SourceTree, Selection, list[Path]]:
-    from .config import load_settings
+    from ...config import load_settings
 
     path = selection.path
     if selection.installed or selection.python:
         if path is not None:
             raise EaglepatchError("PATH and --installed/--python do not go together; pass one of them", path=str(path))
-        from .read.installed import installed_sglang
+        from ...read.installed import installed_sglang
 
         path = installed_sglang(selection.python)
     tree = locate_tree(path, selection.engine)
@@ -83,13 +83,13 @@ def analyze(
 ) -> Analysis:
     """The protocol is extracted once and shared by every wrapper looked at.  `resolved` is what
     resolve_selection already returned for this Selection (the result cache needs it first)."""
-    from .analyze.class_index import definition_ast
-    from .analyze.plan import call_misfit, plan_wrapper
-    from .analyze.protocol import extract_protocol
-    from .analyze.resolve import Resolver, select_wrappers
-    from .analyze.roles import learn_roles
-    from .read.source import SourceCache
-    from .read.style import load_style
+    from ...analyze.class_index import definition_ast
+    from ...analyze.plan import call_misfit, plan_wrapper
+    from ...analyze.protocol import extract_protocol
+    from ...analyze.resolve import Resolver, select_wrappers
+    from ...analyze.roles import learn_roles
+    from ...read.source import SourceCache
+    from ...read.style import load_style
 
     excluded: frozenset[Path] = frozenset()
     if isinstance(path, Selection):
@@ -101,7 +101,7 @@ def analyze(
     else:
         tree, ignore, ignore_from = locate_tree(path), [], {}
     if tree.engine == "vllm":  # the vLLM profile (patcher/engines/vllm/)
-        from .engines.vllm.plan import analyze_vllm
+        from ..vllm.plan import analyze_vllm
 
         return analyze_vllm(tree, models or [], all_models, progress, excluded)
     cache = SourceCache(tree.srt, excluded)
@@ -125,7 +125,7 @@ def analyze(
 
     def synthesize(entry: MemberPlan, wrapper: Wrapper) -> SynthesisFit:
         if not libraries:
-            from .analyze.synthesize import HookLibrary
+            from ...analyze.synthesize import HookLibrary
 
             libraries.append(HookLibrary(resolver, protocol, style.line_length))
         return libraries[0].fit(entry, wrapper, shape_misfit)
@@ -174,7 +174,7 @@ def depended_on(plans: list[ModelPlan]) -> list[str]:
 def _require_read(tree: SourceTree, cache: SourceCache, plans: list[ModelPlan]) -> None:
     """Every file a verdict depends on parses, or the run stops naming each one that does not (exit 2):
     a gate that passed over an unreadable file would pass on a guess."""
-    from .errors import UnreadableFiles
+    from ...errors import UnreadableFiles
 
     unread = []
     for rel in depended_on(plans):
