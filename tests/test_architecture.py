@@ -215,7 +215,7 @@ def graph() -> tuple[dict[str, Path], list[Edge]]:
 
 def test_the_graph_sees_the_whole_package(graph):
     modules, edges = graph
-    assert {"eaglepatch.cli", "eaglepatch.engines.sglang.pipeline", "eaglepatch.records", "eaglepatch.codemods.add_delegations"} <= set(modules)
+    assert {"eaglepatch.cli", "eaglepatch.engines.sglang.pipeline", "eaglepatch.engine", "eaglepatch.records", "eaglepatch.codemods.add_delegations"} <= set(modules)
     assert {"module", "local", "type"} <= {edge.kind for edge in edges}
 
 

@@ -185,8 +185,8 @@ def assert_bad_input(tmp_path: Path, args: list, *needles: str, commands=("check
 
 def patched_bytes(root: Path) -> bytes:
     """What `apply` writes into the wrapper, computed without writing."""
-    from eaglepatch.engines.sglang.pipeline import analyze
     from eaglepatch.rewrite.edits import build_edits
+    from eaglepatch.run import analyze
 
     analysis = analyze(root, ["wrapper"])
     edits, errors = build_edits(analysis.cache, analysis.tree, analysis.plans)
@@ -602,10 +602,10 @@ def test_folder_without_write_permission_for_the_temporary_file(world_dir):
 
 
 def test_file_edited_between_planning_and_writing(tmp_path):
-    from eaglepatch.engines.sglang.pipeline import analyze
     from eaglepatch.errors import EaglepatchError
     from eaglepatch.rewrite.edits import build_edits
     from eaglepatch.rewrite.write import write_edit
+    from eaglepatch.run import analyze
 
     tree = minimal_tree(tmp_path / "tree")
     path = tree / SRT / WRAPPER

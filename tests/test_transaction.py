@@ -105,10 +105,10 @@ def test_apply_all_commit_with_a_module_that_does_not_parse_commits_nothing(repo
 def test_a_failed_rename_puts_back_every_file_already_renamed(repo, monkeypatch):
     import os
 
-    from eaglepatch.engines.sglang.pipeline import analyze
     from eaglepatch.errors import EaglepatchError
     from eaglepatch.rewrite import journal, write
     from eaglepatch.rewrite.edits import build_edits
+    from eaglepatch.run import analyze
     from eaglepatch.selection import Selection
 
     analysis = analyze(Selection(repo, all_models=True))

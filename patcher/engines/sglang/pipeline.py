@@ -1,4 +1,4 @@
-"""The stages wired together: locate -> protocol -> resolve -> plan."""
+"""The SGLang engine's stages wired together: protocol -> resolve -> plan."""
 
 from __future__ import annotations
 
@@ -6,83 +6,22 @@ import ast
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...errors import EaglepatchError
-from ...read.locate import SourceTree, locate_tree
+from ...read.locate import SourceTree
 from ...read.style import FormatStyle
-from ...selection import DEFAULT_MODEL, Analysis, Selection
+from ...selection import DEFAULT_MODEL, Analysis
 
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
     from ...analyze.resolve import Progress
     from ...analyze.synthesize import HookLibrary
+    from ...engine import Resolved
     from ...read.source import SourceCache
     from ...records import CallShape, MemberPlan, ModelPlan, Signature, SynthesisFit, Wrapper
 
 MAX_ADOPTION_ROUNDS = 3
 
 
-def resolve_selection(selection: Selection) -> tuple[SourceTree, Selection, list[Path]]:
-    from ...config import load_settings
-
-    path = selection.path
-    if selection.installed or selection.python:
-        if path is not None:
-            raise EaglepatchError("PATH and --installed/--python do not go together; pass one of them", path=str(path))
-        from ...read.installed import installed_sglang
-
-        path = installed_sglang(selection.python)
-    tree = locate_tree(path, selection.engine)
-    settings = load_settings(tree.srt, tree.given)
-    if selection.all_models and selection.models:
-        raise EaglepatchError("--all and --model do not go together; pass one of them", path=str(tree.given))
-    merged = Selection(
-        path=path,
-        models=selection.models or ([] if selection.all_models else settings.models),
-        all_models=selection.all_models or (settings.all_models and not selection.models),
-        consumers=selection.consumers or settings.consumers,
-        ignore=sorted(set(selection.ignore) | set(settings.ignore)),
-        engine=selection.engine,
-        exclude=list(dict.fromkeys([*selection.exclude, *settings.exclude])),
-        ignore_from={
-            **{name: str(settings.source) for name in settings.ignore},
-            **{name: "--ignore" for name in selection.ignore},
-        },
-    )
-    for pattern in merged.exclude:
-        if not _matches(tree, pattern):
-            where = str(settings.source) if pattern in settings.exclude and pattern not in selection.exclude else "--exclude"
-            raise EaglepatchError(f"exclude {pattern!r} names no file (relative paths are read from {tree.srt})", path=where)
-    consumers: list[Path] = []
-    for pattern in merged.consumers:
-        matches = _matches(tree, pattern)
-        if not matches:
-            where = str(settings.source) if pattern in settings.consumers and not selection.consumers else "--consumer"
-            raise EaglepatchError(f"consumer {pattern!r} names no file (relative paths are read from {tree.srt})", path=where)
-        consumers += [m.resolve() for m in matches if m.resolve() not in consumers]
-    return tree, merged, consumers
-
-
-def _matches(tree: SourceTree, pattern: str) -> list[Path]:
-    """The files a --consumer or --exclude pattern names: a glob relative to srt, or an absolute path."""
-    base = Path(pattern)
-    matches = sorted(tree.srt.glob(pattern)) if not base.is_absolute() else ([base] if base.is_file() else [])
-    return [m for m in matches if m.is_file()]
-
-
-def excluded_files(tree: SourceTree, patterns: list[str]) -> frozenset[Path]:
-    """The resolved paths the user left out: no stage reads them, and the gate does not ask them to parse."""
-    return frozenset(m.resolve() for pattern in patterns for m in _matches(tree, pattern))
-
-
-def analyze(
-    path: Path | str | None | Selection,
-    models: list[str] | None = None,
-    extra_consumers: list[Path] | None = None,
-    all_models: bool = False,
-    progress: Progress | None = None,
-    resolved: tuple[SourceTree, Selection, list[Path]] | None = None,
-) -> Analysis:
-    """The protocol is extracted once and shared by every wrapper looked at.  `resolved` is what
-    resolve_selection already returned for this Selection (the result cache needs it first)."""
+def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analysis:
+    """The protocol is extracted once and shared by every wrapper looked at."""
     from ...analyze.class_index import definition_ast
     from ...analyze.plan import call_misfit, plan_wrapper
     from ...analyze.protocol import extract_protocol
@@ -91,19 +30,9 @@ def analyze(
     from ...read.source import SourceCache
     from ...read.style import load_style
 
-    excluded: frozenset[Path] = frozenset()
-    if isinstance(path, Selection):
-        tree, selection, consumers = resolved if resolved is not None else resolve_selection(path)
-        models, all_models, ignore = selection.models, selection.all_models, selection.ignore
-        ignore_from = selection.ignore_from
-        extra_consumers = (extra_consumers or []) + consumers
-        excluded = excluded_files(tree, selection.exclude)
-    else:
-        tree, ignore, ignore_from = locate_tree(path), [], {}
-    if tree.engine == "vllm":  # the vLLM profile (patcher/engines/vllm/)
-        from ..vllm.plan import analyze_vllm
-
-        return analyze_vllm(tree, models or [], all_models, progress, excluded)
+    tree, selection, excluded = request.tree, request.selection, request.excluded
+    models, all_models, ignore, ignore_from = selection.models, selection.all_models, selection.ignore, selection.ignore_from
+    extra_consumers = list(request.consumers)
     cache = SourceCache(tree.srt, excluded)
     protocol = extract_protocol(tree, cache, extra_consumers, ignore, ignore_from)
     resolver = Resolver(tree, cache)
@@ -149,7 +78,7 @@ def analyze(
     _require_read(tree, cache, plans)
     warnings = list(protocol.warnings) + resolver.warnings + [_not_followed(style, note) for note in style.not_followed]
     warnings += [f"{cache.rel(path)}: left out by --exclude: not read, and not checked" for path in sorted(excluded)]
-    return Analysis(tree, cache, protocol, plans, warnings, all_models, style)
+    return Analysis(request.engine, tree, cache, protocol, plans, warnings, all_models, style)
 
 
 def depended_on(plans: list[ModelPlan]) -> list[str]:

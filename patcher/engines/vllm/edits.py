@@ -18,10 +18,11 @@ from ...codemods.add_base import AddBase
 from ...codemods.add_delegations import AddDelegations, Delegation
 from ...codemods.contract import run_command
 from ...errors import EaglepatchError
-from ...read.locate import VLLM_MODELS, SourceTree
+from ...read.locate import SourceTree
 from ...read.source import SourceCache, SourceFile, parse_module
 from ...records import ModelPlan
 from ...rewrite.edits import FileEdit
+from . import VLLM_MODELS
 from .protocol import BASE, ProtocolMethod, read_protocol
 from .tree import INTERFACES, VllmTree
 

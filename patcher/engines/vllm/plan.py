@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ...errors import EaglepatchError
 from ...records import ClassInfo, Fix, InnerModel, MemberPlan, ModelPlan, Protocol, Signature, Status, Unresolved, Wrapper
-from ...selection import DEFAULT_MODEL, Analysis
+from ...selection import DEFAULT_MODEL, Analysis, EngineTraits
 from .protocol import BASE, MIXIN, VllmProtocol
 from .tree import INTERFACES, TARGET_DICTS, ClassRef, VllmTree, is_stub, methods, module_of
 
@@ -477,7 +477,7 @@ def _short_code(node: ast.expr, limit: int = 100) -> str:
 
 
 def analyze_vllm(
-    tree: SourceTree, models: list[str], all_models: bool, progress: Progress | None = None, excluded: frozenset[Path] = frozenset()
+    engine: EngineTraits, tree: SourceTree, models: list[str], all_models: bool, progress: Progress | None = None, excluded: frozenset[Path] = frozenset()
 ) -> Analysis:
     """The vLLM profile's pipeline: protocol -> wrappers -> plans, as a selection.Analysis.  A module the
     answer needed that could not be read stops it, every such module named (exit 2)."""
@@ -493,4 +493,4 @@ def analyze_vllm(
     if index.unread:
         raise UnreadableFiles(list(index.unread.values()), list(index.unread))
     warnings = list(records.warnings) + [f"{index.rel(p)}: left out by --exclude: not read, and not checked" for p in sorted(excluded)]
-    return Analysis(tree, SourceCache(tree.srt), records, plans, warnings, all_models)
+    return Analysis(engine, tree, SourceCache(tree.srt), records, plans, warnings, all_models)
