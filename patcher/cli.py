@@ -27,7 +27,6 @@ if TYPE_CHECKING:  # `check` answered from the cache imports none of these
     from .engine import Command, Engine, Resolved
     from .errors import EaglepatchError
     from .read.locate import SourceTree
-    from .records import MemberPlan, ModelPlan
     from .rewrite.edits import FileEdit
     from .rewrite.gitrepo import WorkTree
     from .selection import Analysis, Selection
@@ -702,6 +701,8 @@ def apply(
     code = _write_all(analysis.tree, edits, errors, console, commit, "added to", lambda e: e.added) if edits else 0
     if code == 2:
         raise typer.Exit(2)
+    from .rewrite.transaction import still_missing
+
     remaining = still_missing(analysis.plans, edits)
     if remaining:
         from .output.report import print_still_missing
@@ -710,25 +711,6 @@ def apply(
     elif not edits:
         console.print("Nothing to do: no EAGLE-3 member a class requires is missing.")
     raise typer.Exit(code or (1 if remaining else 0))
-
-
-def still_missing(plans: list[ModelPlan], written: list[FileEdit]) -> list[tuple[ModelPlan, MemberPlan]]:
-    """(plan, member plan) for each required member no written edit adds: what apply leaves for people."""
-    added = {(e.rel, cls, m) for e in written for cls, members in e.added.items() for m in members}
-    fixes = {(p.wrapper.cls.file, p.wrapper.cls.name, e.member.name): e.fix for p in plans for e in p.missing}
-    left = []
-    for plan in plans:
-        for entry in plan.required_gaps:
-            where, fix = (plan.wrapper.cls.file, plan.wrapper.cls.name, entry.member.name), entry.fix
-            for _ in range(len(fixes)):  # an inherited fix is written into the base, or that base's base
-                if fix is None or fix.kind != "inherit":
-                    break
-                file, _, cls = fix.to.rpartition(":")
-                where = (file, cls, entry.member.name)
-                fix = fixes.get(where, fix if where in added else None)
-            if fix is None or where not in added:
-                left.append((plan, entry))
-    return left
 
 
 @app.command(epilog=EPILOG_REVERT)
