@@ -297,8 +297,8 @@ def _selection(
     from .selection import Selection
 
     return Selection(
-        path, list(models or []), all_models, list(consumers or []), list(ignore or []), installed, python,
-        engine.value if engine is not None else None, list(exclude or []),
+        path, tuple(models or ()), all_models, tuple(consumers or ()), tuple(ignore or ()), installed, python,
+        engine.value if engine is not None else None, tuple(exclude or ()),
     )
 
 
@@ -346,7 +346,7 @@ def _pick_engine(selection: Selection, command: Command) -> tuple[Engine, Source
     return engine, tree
 
 
-def _resolve(selection: Selection, command: Command) -> Resolved:
+def _resolve_selection(selection: Selection, command: Command) -> Resolved:
     """_pick_engine's engine and tree, with the selection merged with the tree's [tool.eaglepatch]."""
     from .errors import EaglepatchError
     from .run import resolve
@@ -413,7 +413,7 @@ def check(
     if baseline is not None and write_baseline is not None:
         fail("--baseline and --write-baseline do not go together; pass one of them")
     again = _again(path, model, all_models, consumer, ignore, installed, python, engine, exclude)
-    resolved = _resolve(_selection(path, model, consumer, all_models, ignore, installed, python, engine, exclude), "check")
+    resolved = _resolve_selection(_selection(path, model, consumer, all_models, ignore, installed, python, engine, exclude), "check")
     results = None
     if write_baseline is None:
         results = _result_cache(resolved, output_format, baseline, no_cache, {"again": again, "quiet": quiet})
@@ -582,7 +582,7 @@ def diff(
     quiet: bool = QuietOpt,
 ) -> None:
     """Print what `apply` would write (delegations, learned hook bodies), as a unified diff with git headers (dry run)."""
-    resolved = _resolve(_selection(path, model, consumer, all_models, ignore, installed, python, engine, exclude), "diff")
+    resolved = _resolve_selection(_selection(path, model, consumer, all_models, ignore, installed, python, engine, exclude), "diff")
     analysis = run_analysis(resolved, quiet)
     _leftover_journal(analysis.tree, clear=False)
     edits, errors = _edits(resolved.engine, analysis, quiet)
@@ -691,7 +691,7 @@ def apply(
     quiet: bool = QuietOpt,
 ) -> None:
     """Write the missing members (delegations, learned hook bodies) into the model files, then show what was done."""
-    resolved = _resolve(_selection(path, model, consumer, all_models, ignore, installed, python, engine, exclude), "apply")
+    resolved = _resolve_selection(_selection(path, model, consumer, all_models, ignore, installed, python, engine, exclude), "apply")
     analysis = run_analysis(resolved, quiet)
     _leftover_journal(analysis.tree, clear=True)
     edits, errors = _edits(resolved.engine, analysis, quiet, NOTHING_WRITTEN)
@@ -758,7 +758,7 @@ def explain(
     """Why a member is in the protocol: every call site, its guard, the inner definition or the reference a body
     is learned from, the code apply writes."""
     errors_as(output_format.value)
-    resolved = _resolve(_selection(path, model, None, False, None, installed, python, None), "explain")
+    resolved = _resolve_selection(_selection(path, model, None, False, None, installed, python, None), "explain")
     analysis = run_analysis(resolved)
     from .output import report
     from .output.explain import explain_json

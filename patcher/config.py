@@ -12,6 +12,7 @@ Command-line flags win over the file.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +28,7 @@ else:  # pragma: no cover - Python 3.10
 KNOWN_KEYS = {"models", "all", "consumers", "ignore", "exclude"}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
     models: list[str] = field(default_factory=list)
     all_models: bool = False
@@ -94,12 +95,12 @@ def merge_settings(tree: SourceTree, selection: Selection) -> tuple[Selection, l
         raise EaglepatchError("--all and --model do not go together; pass one of them", path=str(tree.given))
     merged = Selection(
         path=tree.given,
-        models=selection.models or ([] if selection.all_models else settings.models),
+        models=tuple(selection.models or (() if selection.all_models else settings.models)),
         all_models=selection.all_models or (settings.all_models and not selection.models),
-        consumers=selection.consumers or settings.consumers,
-        ignore=sorted(set(selection.ignore) | set(settings.ignore)),
+        consumers=tuple(selection.consumers or settings.consumers),
+        ignore=tuple(sorted(set(selection.ignore) | set(settings.ignore))),
         engine=selection.engine,
-        exclude=list(dict.fromkeys([*selection.exclude, *settings.exclude])),
+        exclude=tuple(dict.fromkeys([*selection.exclude, *settings.exclude])),
         ignore_from={
             **{name: str(settings.source) for name in settings.ignore},
             **{name: "--ignore" for name in selection.ignore},
@@ -126,6 +127,6 @@ def matching_files(tree: SourceTree, pattern: str) -> list[Path]:
     return [m for m in matches if m.is_file()]
 
 
-def excluded_files(tree: SourceTree, patterns: list[str]) -> frozenset[Path]:
+def excluded_files(tree: SourceTree, patterns: Iterable[str]) -> frozenset[Path]:
     """The resolved paths the user left out: no stage reads them, and the gate does not ask them to parse."""
     return frozenset(m.resolve() for pattern in patterns for m in matching_files(tree, pattern))

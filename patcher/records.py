@@ -1,7 +1,9 @@
-"""Plain dataclasses passed between pipeline stages."""
+"""The records passed between pipeline stages: every one frozen, with tuple and mapping fields, so a
+stage derives a new record (dataclasses.replace) rather than changing one another stage holds."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -36,7 +38,7 @@ class CallShape:
         return "(" + ", ".join(parts) + ")" if parts else "()"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Use:
     """One place EAGLE-3 code touches a member of a model."""
 
@@ -49,16 +51,16 @@ class Use:
     shape: CallShape | None = None  # for calls: how the member is called
 
 
-def call_sites(uses: list[Use]) -> list[str]:
+def call_sites(uses: Iterable[Use]) -> list[str]:
     """Where the uses are, each place once, in the order first seen."""
     return list(dict.fromkeys(use.at for use in uses))
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProtocolMember:
     name: str
-    uses: list[Use] = field(default_factory=list)
-    assigned_at: list[str] = field(default_factory=list)  # "path:line" where EAGLE-3 code assigns `model.name = ...`
+    uses: tuple[Use, ...] = ()
+    assigned_at: tuple[str, ...] = ()  # "path:line" where EAGLE-3 code assigns `model.name = ...`
 
     @property
     def kind(self) -> UseKind:
@@ -86,15 +88,15 @@ class ProtocolMember:
         return call_sites(self.uses)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Protocol:
     """What EAGLE-3 code expects of a model, read off the consumer code."""
 
-    members: dict[str, ProtocolMember]
-    consumers: list[str]  # files that contributed uses
-    general_interface: dict[str, str]  # member -> where the runner uses it outside EAGLE-3
-    warnings: list[str] = field(default_factory=list)
-    ignored: list[str] = field(default_factory=list)  # members the user asked to leave out
+    members: Mapping[str, ProtocolMember]
+    consumers: tuple[str, ...]  # files that contributed uses
+    general_interface: Mapping[str, str]  # member -> where the runner uses it outside EAGLE-3
+    warnings: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()  # members the user asked to leave out
 
 
 @dataclass(frozen=True)
@@ -114,18 +116,18 @@ class Signature:
         return f"{self.file}:{self.line}"
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClassInfo:
     """A resolved class: where it is, what it defines, what it inherits."""
 
     name: str
     file: str
     line: int
-    members: dict[str, Signature]  # own and inherited, nearest definition wins
-    bases: list[str]  # resolved chain, nearest first, e.g. ["DeepseekV2ForCausalLM", ...]
-    external_bases: list[str]  # bases not found in the tree (nn.Module, ...)
+    members: Mapping[str, Signature]  # own and inherited, nearest definition wins
+    bases: tuple[str, ...]  # resolved chain, nearest first, e.g. ["DeepseekV2ForCausalLM", ...]
+    external_bases: tuple[str, ...]  # bases not found in the tree (nn.Module, ...)
     dynamic: bool = False  # __getattr__ forwards any name
-    pending: dict[str, str] = field(default_factory=dict)  # member -> "file:Base" that this run's apply writes it into
+    pending: Mapping[str, str] = field(default_factory=dict)  # member -> "file:Base" that this run's apply writes it into
 
 
 @dataclass(frozen=True)
@@ -140,20 +142,20 @@ class Unresolved:
         return f"{self.construct} ({self.at}): {self.why}"
 
 
-@dataclass
+@dataclass(frozen=True)
 class InnerModel:
     attribute: str
-    classes: list[ClassInfo]  # one per branch of __init__ that builds it
+    classes: tuple[ClassInfo, ...]  # one per branch of __init__ that builds it
     line: int  # where __init__ assigns it
     conditional: bool = False
     file: str = ""  # the file whose __init__ assigns it (a base class's, when inherited)
-    unresolved: list[Unresolved] = field(default_factory=list)  # constructions not followed
+    unresolved: tuple[Unresolved, ...] = ()  # constructions not followed
 
 
-@dataclass
+@dataclass(frozen=True)
 class Wrapper:
     cls: ClassInfo
-    inners: list[InnerModel]
+    inners: tuple[InnerModel, ...]
     path: str  # wrapper file, relative to srt
     forwards_dynamically: str | None = None  # "__getattr__ -> language_model" when it does
 
@@ -178,19 +180,19 @@ class Fix:
         return self.kind in ("delegate", "synthesize", "base")
 
 
-@dataclass
+@dataclass(frozen=True)
 class MemberPlan:
     """One protocol member as seen from one model class."""
 
     member: ProtocolMember
     defined: Signature | None  # where the inner class defines it
     inner_attribute: str | None
-    providers: list[str] = field(default_factory=list)  # inner classes that provide it
-    lacking: list[str] = field(default_factory=list)  # inner classes that do not
+    providers: tuple[str, ...] = ()  # inner classes that provide it
+    lacking: tuple[str, ...] = ()  # inner classes that do not
     required: bool = False  # EAGLE-3 code needs it on a model of this class's role
     fix: Fix | None = None  # what apply writes; None when it cannot
     blocker: str | None = None  # why there is no fix
-    uses: list[Use] = field(default_factory=list)  # the uses made on this class's role
+    uses: tuple[Use, ...] = ()  # the uses made on this class's role
     synthesis: Synthesis | None = None  # when the fix is a learned body
 
     @property
@@ -198,28 +200,28 @@ class MemberPlan:
         return call_sites(self.uses or self.member.uses)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelPlan:
     wrapper: Wrapper
     status: Status
     role: ModelRole = "target"
     role_reason: str = ""
-    missing: list[MemberPlan] = field(default_factory=list)  # gaps: required, or written by apply
-    forwarded: list[MemberPlan] = field(default_factory=list)  # present on the class (own, inherited or dynamic)
+    missing: tuple[MemberPlan, ...] = ()  # gaps: required, or written by apply
+    forwarded: tuple[MemberPlan, ...] = ()  # present on the class (own, inherited or dynamic)
     reason: str = ""
 
     @property
-    def fixes(self) -> list[MemberPlan]:
-        return [m for m in self.missing if m.fix is not None]
+    def fixes(self) -> tuple[MemberPlan, ...]:
+        return tuple(m for m in self.missing if m.fix is not None)
 
     @property
-    def writes(self) -> list[MemberPlan]:
+    def writes(self) -> tuple[MemberPlan, ...]:
         """The fixes written into this class itself (not those it inherits from a fixed base)."""
-        return [m for m in self.missing if m.fix is not None and m.fix.written_here]
+        return tuple(m for m in self.missing if m.fix is not None and m.fix.written_here)
 
     @property
-    def required_gaps(self) -> list[MemberPlan]:
-        return [m for m in self.missing if m.required]
+    def required_gaps(self) -> tuple[MemberPlan, ...]:
+        return tuple(m for m in self.missing if m.required)
 
 
 # --------------------------------------------------------------------------- learned hooks (analyze/synthesize.py)
@@ -233,7 +235,7 @@ class SelfUse:
     store: bool  # assigned or deleted (not only read)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Reference:
     """A hook as a class of the tree implements it, with what its body needs."""
 
@@ -242,8 +244,8 @@ class Reference:
     signature: Signature
     backbone: InnerModel  # the bare backbone the body reaches through
     config_path: tuple[str, ...] | None  # from `self.config` to the backbone's config; None: not seen
-    self_uses: list[SelfUse]
-    free_names: list[str]  # module-level names the body reads (imports, globals, builtins)
+    self_uses: tuple[SelfUse, ...]
+    free_names: tuple[str, ...]  # module-level names the body reads (imports, globals, builtins)
     knows_pp: bool  # the class keeps `self.pp_group`
     ties: bool  # its __init__ handles tie_word_embeddings
     unportable: str = ""  # why this body cannot be taken anywhere else
@@ -281,7 +283,7 @@ class Synthesis:
         return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class SynthesisFit:
     """What HookLibrary.fit found for one member of one class: the learned body to write, else why none."""
 

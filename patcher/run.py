@@ -4,6 +4,7 @@ engine.  cli.py calls these and then talks to the engine only (patcher/engine.py
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,7 +41,7 @@ def resolve(selection: Selection, located: tuple[Engine, SourceTree] | None = No
 
 
 def analyze(
-    request: Resolved | Selection | Path | str | None, models: list[str] | None = None, all_models: bool = False, progress: Progress | None = None
+    request: Resolved | Selection | Path | str | None, models: Sequence[str] | None = None, all_models: bool = False, progress: Progress | None = None
 ) -> Analysis:
     """The engine's analysis of what `request` names.  A bare PATH (with `models`, `all_models`) reads the
     tree as it is, without its [tool.eaglepatch]; a Selection is resolved first."""
@@ -48,5 +49,5 @@ def analyze(
         request = resolve(request)
     elif not isinstance(request, Resolved):
         engine, tree = find_engine(request)
-        request = Resolved(engine, tree, Selection(request, list(models or []), all_models))
+        request = Resolved(engine, tree, Selection(request, tuple(models or ()), all_models))
     return request.engine.analyze(request, progress)

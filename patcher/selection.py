@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,14 +45,14 @@ class EngineTraits(typing.Protocol):  # typing.Protocol: records.Protocol is the
         ...
 
 
-@dataclass
+@dataclass(frozen=True)
 class Analysis:
     engine: EngineTraits
     tree: SourceTree
     cache: SourceCache
     protocol: Protocol
-    plans: list[ModelPlan]
-    warnings: list[str] = field(default_factory=list)
+    plans: tuple[ModelPlan, ...]
+    warnings: tuple[str, ...] = ()
     all_models: bool = False
     style: FormatStyle = DEFAULT_STYLE  # the tree's black and isort settings: what apply writes is laid out for them
 
@@ -66,17 +67,17 @@ class Analysis:
         return sum(len(p.fixes) for p in self.plans)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Selection:
     """What the user asked for, flags and [tool.eaglepatch] merged (flags win)."""
 
     path: Path | str | None = None
-    models: list[str] = field(default_factory=list)
+    models: tuple[str, ...] = ()
     all_models: bool = False
-    consumers: list[str] = field(default_factory=list)  # paths or globs, relative to srt or absolute
-    ignore: list[str] = field(default_factory=list)
+    consumers: tuple[str, ...] = ()  # paths or globs, relative to srt or absolute
+    ignore: tuple[str, ...] = ()
     installed: bool = False
     python: str | None = None
     engine: str | None = None  # an engine's name (--engine); None: what the tree's shape says
-    exclude: list[str] = field(default_factory=list)  # paths or globs never read, relative to srt or absolute
-    ignore_from: dict[str, str] = field(default_factory=dict)  # member -> "--ignore" or the pyproject.toml naming it
+    exclude: tuple[str, ...] = ()  # paths or globs never read, relative to srt or absolute
+    ignore_from: Mapping[str, str] = field(default_factory=dict)  # member -> "--ignore" or the pyproject.toml naming it

@@ -161,7 +161,7 @@ def test_an_unpacked_method_return_or_local_is_followed(tmp_path):
     for name, line in (("ByMethodForConditionalGeneration", 9), ("ByLocalForConditionalGeneration", 21)):
         inners = finder.inner_models(source, name, NO_PROTOCOL)
         assert [(i.attribute, [c.name for c in i.classes], i.line, i.unresolved) for i in inners] == [
-            ("language_model", ["DeepseekV3ForCausalLM"], line, [])
+            ("language_model", ["DeepseekV3ForCausalLM"], line, ())
         ], name
 
 

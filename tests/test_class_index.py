@@ -70,8 +70,8 @@ def test_a_base_imported_under_another_name_is_followed_and_its_members_inherite
         },
     )
     info = info_of(index_for(root), "models/deepseek_v3.py", "DeepseekV3ForCausalLM")
-    assert info.bases == ["DeepseekV2ForCausalLM"]
-    assert info.external_bases == ["nn.Module"]
+    assert info.bases == ("DeepseekV2ForCausalLM",)
+    assert info.external_bases == ("nn.Module",)
     assert info.members["set_eagle3_layers_to_capture"].owner == "DeepseekV3ForCausalLM"
     inherited = info.members["get_embed_and_head"]
     assert (inherited.owner, inherited.file, inherited.kind) == ("DeepseekV2ForCausalLM", "models/deepseek_v2.py", "method")
@@ -103,8 +103,8 @@ def test_a_module_alias_and_a_module_level_alias_name_the_class(tmp_path):
     source = index.cache.read(index.tree.srt / "models" / "mimo.py")
     found = index.find_class(source, ast.Name("Backbone"))
     assert found is not None and (found[0].rel, found[1]) == ("models/deepseek_v2.py", "DeepseekV2ForCausalLM")
-    assert info_of(index, "models/mimo.py", "MiMoForCausalLM").bases == ["DeepseekV2ForCausalLM"]
-    assert info_of(index, "models/mimo.py", "MiMoMTP").bases == ["DeepseekV2Model"]
+    assert info_of(index, "models/mimo.py", "MiMoForCausalLM").bases == ("DeepseekV2ForCausalLM",)
+    assert info_of(index, "models/mimo.py", "MiMoMTP").bases == ("DeepseekV2Model",)
 
 
 def test_members_in_a_block_of_the_class_body_count_and_a_nested_class_s_do_not(tmp_path):

@@ -396,8 +396,8 @@ EntryClass = [
 def test_inherited_fix_names_the_class_apply_writes_into(tmp_path):
     """Three generations of one wrapper (sglang 0.5.9's Qwen3VL, Qwen3VLMoe and InternS1Pro): apply writes
     the hooks into the first alone, and both subclasses' fixes say so; the grandchild's once named its
-    parent, which had adopted the hooks from the first and writes nothing (patcher/engines/sglang/pipeline.py,
-    _settle_inherited)."""
+    parent, which had adopted the hooks from the first and writes nothing (patcher/analyze/overlay.py:
+    each round is planned through that round's writes alone)."""
     srt = write_tree(tmp_path, Shape("language_model", "plain", None, (), False, (), False, (), "    "))
     (srt / WRAPPER_FILE).write_text(CHAIN)
     before = snapshot(srt)
@@ -411,3 +411,50 @@ def test_inherited_fix_names_the_class_apply_writes_into(tmp_path):
     after = snapshot(srt)
     written = set().union(*(added_members(rel, before[rel], after[rel]) for rel in after if after[rel] != before[rel]))
     assert check_fixes(report) == written == {(WRAPPER_FILE, "VisionLanguageForConditionalGeneration", h) for h in HOOKS}
+
+
+HOLDER = '''\
+from sglang.srt.models.wrapper import VisionLanguageProForConditionalGeneration
+from sglang.srt.utils import nn
+
+
+class OmniForConditionalGeneration(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.thinker = VisionLanguageProForConditionalGeneration(config)
+
+
+EntryClass = [OmniForConditionalGeneration]
+'''
+
+
+def test_a_holder_of_a_subclass_is_told_what_the_final_round_writes(tmp_path):
+    """sglang 0.5.9's Qwen3OmniMoe holds a thinker whose class inherits the hooks three generations up:
+    the signature its delegation is checked against is the one apply writes into that first class, not
+    the one a middle class would have written in a round it then gave up (it inherits the hooks)."""
+    srt = write_tree(tmp_path, Shape("language_model", "plain", None, (), False, (), False, (), "    "))
+    (srt / WRAPPER_FILE).write_text(CHAIN.replace(
+        "class VisionLanguageMoeForConditionalGeneration(VisionLanguageForConditionalGeneration):\n",
+        "class VisionLanguageMoeForConditionalGeneration(VisionLanguageForConditionalGeneration):\n"
+        "    def __init__(self, config):\n"
+        "        super().__init__(config)\n"
+        "        self.language_model = OtherForCausalLM(config)\n\n",
+    ).replace(
+        "class VisionLanguageProForConditionalGeneration(VisionLanguageMoeForConditionalGeneration):\n",
+        "class VisionLanguageProForConditionalGeneration(VisionLanguageMoeForConditionalGeneration):\n"
+        "    def set_embed_and_head(self, embed, head):\n"
+        "        self.language_model.set_embed_and_head(embed, head)\n\n",  # a member of its own: the holder sees a model in it
+    ).replace("from sglang.srt.utils import nn\n", "from sglang.srt.models.other import OtherForCausalLM\nfrom sglang.srt.utils import nn\n"))
+    (srt / "models/other.py").write_text("\n" * 20 + INNER.replace("InnerForCausalLM", "OtherForCausalLM"))
+    (srt / "models/holder.py").write_text(HOLDER)
+    report = report_of(tmp_path)
+    by_class = {m["class"]: {g["name"]: g for g in m["missing"]} for m in report["models"]}
+    first = by_class["VisionLanguageForConditionalGeneration"]
+    assert {h: first[h]["fix"]["kind"] for h in HOOKS} == dict.fromkeys(HOOKS, "delegate")
+    moe = by_class["VisionLanguageMoeForConditionalGeneration"]
+    assert {h: moe[h]["fix"]["kind"] for h in HOOKS} == dict.fromkeys(HOOKS, "inherit")  # it wrote them in the first round only
+    holder = by_class["OmniForConditionalGeneration"]
+    for hook in ("get_embed_and_head", "set_eagle3_layers_to_capture"):  # the two the thinker inherits
+        assert holder[hook]["fix"] == {"kind": "delegate", "to": "thinker"}
+        assert holder[hook]["defined_at"] == first[hook]["defined_at"], hook
+        assert holder[hook]["defined_at"].startswith("models/inner.py:"), holder[hook]["defined_at"]

@@ -39,10 +39,11 @@ def use(name: str, role: str = "target", required: bool = True, shape: CallShape
 
 
 def protocol(*uses: Use) -> Protocol:
-    members: dict[str, ProtocolMember] = {}
+    by_name: dict[str, list[Use]] = {}
     for u in uses:
-        members.setdefault(u.name, ProtocolMember(u.name)).uses.append(u)
-    return Protocol(members=members, consumers=["speculative/w.py"], general_interface={})
+        by_name.setdefault(u.name, []).append(u)
+    members = {name: ProtocolMember(name, tuple(found)) for name, found in by_name.items()}
+    return Protocol(members=members, consumers=("speculative/w.py",), general_interface={})
 
 
 def sig(name: str, owner: str, kind: str = "method", file: str = "models/inner.py", line: int = 10) -> Signature:
@@ -51,11 +52,11 @@ def sig(name: str, owner: str, kind: str = "method", file: str = "models/inner.p
 
 def cls(name: str, *members: str | Signature, file: str = "models/m.py", pending: dict | None = None) -> ClassInfo:
     table = {m.name if isinstance(m, Signature) else m: m if isinstance(m, Signature) else sig(m, name, file=file) for m in members}
-    return ClassInfo(name, file, 1, table, [], ["nn.Module"], pending=pending or {})
+    return ClassInfo(name, file, 1, table, (), ("nn.Module",), pending=pending or {})
 
 
 def wrapper(outer: ClassInfo, *inners: InnerModel, dynamic: str | None = None) -> Wrapper:
-    return Wrapper(outer, list(inners), outer.file, dynamic)
+    return Wrapper(outer, inners, outer.file, dynamic)
 
 
 def inner(attribute: str, *classes: ClassInfo, unresolved: tuple = ()) -> InnerModel:
@@ -81,7 +82,7 @@ def test_uses_for_role_counts_unknown_against_the_target():
 
 def test_other_role_is_never_planned():
     plan = plan_wrapper(protocol(use(GET)), wrapper(cls("Vision"), inner("model", INNER)), role="other", role_reason="an encoder")
-    assert (plan.status, plan.reason, plan.missing, plan.forwarded) == ("compliant", "an encoder", [], [])
+    assert (plan.status, plan.reason, plan.missing, plan.forwarded) == ("compliant", "an encoder", (), ())
     plan = plan_wrapper(protocol(use(GET)), wrapper(cls("Vision")), role="other")
     assert plan.reason == "not a generation model: EAGLE-3 never loads it"
 
@@ -93,7 +94,7 @@ def test_other_role_is_never_planned():
 def test_a_use_counts_only_for_its_role(use_role, plan_role, required):
     plan = plan_wrapper(protocol(use(CAPTURE, use_role)), wrapper(cls("W"), inner("model", INNER)), role=plan_role)
     if required is None:  # another role's concern: not a gap, and on a draft no companion either
-        assert plan.missing == [] and plan.status == "compliant"
+        assert plan.missing == () and plan.status == "compliant"
         assert plan.reason == f"has every EAGLE-3 member a {plan_role} model needs"
     else:
         assert gaps(plan) == {CAPTURE: (True, Fix("delegate", "model"), None)}
@@ -102,7 +103,7 @@ def test_a_use_counts_only_for_its_role(use_role, plan_role, required):
 
 def test_an_optional_use_is_not_a_gap():
     plan = plan_wrapper(protocol(use(GET, required=False)), wrapper(cls("W"), inner("model", INNER)))
-    assert plan.missing == [] and plan.status == "compliant"
+    assert plan.missing == () and plan.status == "compliant"
 
 
 # --------------------------------------------------------------------------- fixes
@@ -114,13 +115,13 @@ def test_delegation_to_the_inner_model():
     assert plan.status == "fixable"
     assert plan.reason == "2 member(s) can be forwarded to the inner model"
     entry = plan.missing[0]
-    assert (entry.defined.owner, entry.inner_attribute, entry.providers, entry.lacking) == ("InnerModel", "model", ["InnerModel"], [])
+    assert (entry.defined.owner, entry.inner_attribute, entry.providers, entry.lacking) == ("InnerModel", "model", ("InnerModel",), ())
     assert plan.writes == plan.fixes == plan.missing
 
 
 def test_own_member_is_forwarded_not_missing():
     plan = plan_wrapper(protocol(use(GET)), wrapper(cls("W", GET), inner("model", INNER)))
-    assert plan.missing == []
+    assert plan.missing == ()
     assert [m.member.name for m in plan.forwarded] == [GET]
     assert plan.status == "compliant"
 
@@ -129,11 +130,11 @@ def test_companion_of_a_target_wrapper():
     """A draft-side hook (required of drafts) goes with a target wrapper's fixes, but never fails it."""
     has = plan_wrapper(protocol(use(SET, "draft", shape=CallShape(2))), wrapper(cls("W"), inner("model", INNER)))
     assert gaps(has) == {SET: (False, Fix("delegate", "model"), None)}
-    assert has.status == "fixable" and has.required_gaps == []
+    assert has.status == "fixable" and has.required_gaps == ()
     lacks = plan_wrapper(protocol(use(SET, "draft", shape=CallShape(2))), wrapper(cls("W"), inner("model", cls("Bare", file="models/inner.py"))))
-    assert lacks.missing == [] and lacks.status == "compliant"  # not listed when it cannot be written
+    assert lacks.missing == () and lacks.status == "compliant"  # not listed when it cannot be written
     draft = plan_wrapper(protocol(use(GET, "target")), wrapper(cls("W"), inner("model", INNER)), role="draft")
-    assert draft.missing == []  # companions are a target's
+    assert draft.missing == ()  # companions are a target's
 
 
 def test_first_inner_that_defines_it_is_the_one_delegated_to():
@@ -141,8 +142,8 @@ def test_first_inner_that_defines_it_is_the_one_delegated_to():
     plan = plan_wrapper(protocol(use(GET)), wrapper(cls("W"), inner("vision", bare), inner("language_model", INNER, bare)))
     (entry,) = plan.missing
     assert entry.fix == Fix("delegate", "language_model")
-    assert entry.providers == ["InnerModel"]
-    assert entry.lacking == ["Bare", "Bare"]  # one per class looked at
+    assert entry.providers == ("InnerModel",)
+    assert entry.lacking == ("Bare", "Bare")  # one per class looked at
 
 
 def test_what_this_run_writes_into_the_inner_class_counts():
@@ -166,11 +167,11 @@ def test_pending_base_fix_is_inherited_not_written():
 def test_dynamic_forwarding():
     dynamic = "__getattr__ -> model"
     plan = plan_wrapper(protocol(use(GET)), wrapper(cls("W", "__getattr__"), inner("model", INNER), dynamic=dynamic))
-    assert plan.missing == [] and [m.member.name for m in plan.forwarded] == [GET]
+    assert plan.missing == () and [m.member.name for m in plan.forwarded] == [GET]
     assert (plan.status, plan.reason) == ("dynamic", f"forwards every attribute through {dynamic}")
     # forwarding to a model that lacks the member forwards nothing: it is a gap
     bare = plan_wrapper(protocol(use(GET)), wrapper(cls("W"), inner("model", cls("Bare")), dynamic=dynamic))
-    assert bare.status == "needs_code" and bare.forwarded == []
+    assert bare.status == "needs_code" and bare.forwarded == ()
 
 
 # --------------------------------------------------------------------------- blockers

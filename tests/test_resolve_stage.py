@@ -494,7 +494,7 @@ UNRESOLVED = {
 def test_unresolved_construct_is_kept(tmp_path, files, wrapper, attribute, construct, at, why):
     root = write_tree(tmp_path, files)
     [inner] = inner_models(root, wrapper)
-    assert inner.attribute == attribute and inner.classes == []
+    assert inner.attribute == attribute and inner.classes == ()
     [record] = inner.unresolved
     rel, _, needle = at.partition(":")
     assert (record.construct, record.at) == (construct, line_of(root, rel, needle))

@@ -526,8 +526,8 @@ def test_g_assigned_member_gets_a_forwarding_setter(tmp_path):
         wrapper.language_model = None
         with pytest.raises(AttributeError, match="hot_token_id"):
             wrapper.hot_token_id = [3]
-    assert analysis.protocol.members["hot_token_id"].assigned_at == ["speculative/eagle_worker.py:12"]
-    assert analysis.protocol.members["capture_hook"].assigned_at == ["speculative/eagle_worker.py:14"]
+    assert analysis.protocol.members["hot_token_id"].assigned_at == ("speculative/eagle_worker.py:12",)
+    assert analysis.protocol.members["capture_hook"].assigned_at == ("speculative/eagle_worker.py:14",)
     result = RUNNER.invoke(app, ["revert", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "sglang/srt/models/wrapper.py").read_text() == textwrap.dedent(WRAPPER)

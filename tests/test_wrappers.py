@@ -95,7 +95,7 @@ def test_a_multimodal_wrapper_holds_its_language_model_not_its_tower_or_projecto
     wrapper = finder.wrapper(finder.cache.read(finder.tree.srt / "models/kimi_like.py"), "KimiLikeForConditionalGeneration", NO_PROTOCOL)
     [inner] = wrapper.inners
     assert (inner.file, inner.line, inner.conditional) == ("models/kimi_like.py", 17, False)
-    assert wrapper.cls.external_bases == ["nn.Module"] and wrapper.forwards_dynamically is None
+    assert wrapper.cls.external_bases == ("nn.Module",) and wrapper.forwards_dynamically is None
     # the inner class inherits the hook from DeepseekV2ForCausalLM: the finder sees it through the index
     assert inner.classes[0].members["set_eagle3_layers_to_capture"].owner == "DeepseekV2ForCausalLM"
 
@@ -145,7 +145,7 @@ def test_a_constructor_parameter_picks_the_inner_class(tmp_path):
     assert held(root, "models/vl_base.py", "VLV3ForConditionalGeneration") == {"language_model": ["DeepseekV3ForCausalLM"]}
     finder = finder_for(root)
     [inner] = finder.inner_models(finder.cache.read(finder.tree.srt / "models/vl_base.py"), "VLAnyForConditionalGeneration", NO_PROTOCOL)
-    assert inner.attribute == "language_model" and inner.classes == []
+    assert inner.attribute == "language_model" and inner.classes == ()
     [unresolved] = inner.unresolved
     assert unresolved.at == "models/vl_base.py:20"
     assert unresolved.why == "lm_cls: a parameter with no default, given at run time"

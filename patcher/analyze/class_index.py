@@ -274,8 +274,8 @@ class ClassIndex:
             file=source.rel,
             line=text.header + 1,
             members=members,
-            bases=bases,
-            external_bases=external,
+            bases=tuple(bases),
+            external_bases=tuple(external),
             dynamic=self._forwards_any_name(members.get("__getattr__")),
         )
         self._classes[key] = info
@@ -341,24 +341,6 @@ class ClassIndex:
                 for binding in other_self_bindings(source.lines, index):
                     out.append(SelfAssignment(index, indent_width(line), binding.attribute, binding.value, binding.unpacked_from, True, binding.starred, binding.position))
         return out
-
-    def adopt(self, written: dict[tuple[str, str], dict[str, Signature]]) -> bool:
-        """Let subclasses see members this run will write into their base classes, so one `apply`
-        does what two would (a wrapper whose inner model inherits from a class apply also fixes).
-        The class written into is left as it is: its own plan still shows the gap it fixes."""
-        changed = False
-        by_name = {name: (file, members) for (file, name), members in written.items()}
-        for info in self._classes.values():
-            if info is None:
-                continue
-            for base in info.bases:
-                file, members = by_name.get(base, ("", {}))
-                for member, signature in members.items():
-                    if member not in info.members:
-                        info.members[member] = signature
-                        info.pending[member] = f"{file}:{base}"
-                        changed = True
-        return changed
 
     # -- the report's clause when a class is not found -----------------------------------------
     def why_not_found(self, source: SourceFile, expr: ast.expr) -> str:

@@ -13,11 +13,27 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Optional
 
 from ..read.bindings import parameters
-from ..records import CallShape, Fix, InnerModel, MemberPlan, ModelPlan, ModelRole, Protocol, ProtocolMember, Signature, SynthesisFit, Use, Wrapper
+from ..records import (
+    CallShape,
+    Fix,
+    InnerModel,
+    MemberPlan,
+    ModelPlan,
+    ModelRole,
+    Protocol,
+    ProtocolMember,
+    Signature,
+    Status,
+    SynthesisFit,
+    Use,
+    Wrapper,
+)
+from .overlay import Written
 
 # what a backbone has (its decoder layers, its token embeddings), and the names of what is not one
 _DECODER_LAYERS = ("layers", "embed_tokens")
@@ -35,7 +51,7 @@ ShapeCheck = Callable[[Signature, CallShape], Optional[str]]
 Synthesizer = Callable[[MemberPlan, Wrapper], "SynthesisFit"]
 
 
-def uses_for_role(uses: list[Use], role: str) -> list[Use]:
+def uses_for_role(uses: Iterable[Use], role: str) -> list[Use]:
     return [u for u in uses if _ROLE_OF_USE.get(u.role) == role]
 
 
@@ -46,37 +62,36 @@ def plan_wrapper(
     role_reason: str = "",
     shape_misfit: ShapeCheck | None = None,
     synthesize: Synthesizer | None = None,
-    written: dict[tuple[str, str], dict[str, Signature]] | None = None,
+    written: Written | None = None,
 ) -> ModelPlan:
-    plan = ModelPlan(wrapper=wrapper, status="compliant", role=role, role_reason=role_reason)
     if role == "other":
-        plan.reason = role_reason or "not a generation model: EAGLE-3 never loads it"
-        return plan
+        reason = role_reason or "not a generation model: EAGLE-3 never loads it"
+        return ModelPlan(wrapper=wrapper, status="compliant", role=role, role_reason=role_reason, reason=reason)
+    missing: list[MemberPlan] = []
+    forwarded: list[MemberPlan] = []
     own = wrapper.cls.members
     for name, member in protocol.members.items():
-        mine = uses_for_role(member.uses, role)
+        mine = tuple(uses_for_role(member.uses, role))
         required = any(u.required for u in mine)
         companion = not mine and role == "target" and member.required
-        entry = _locate(member, wrapper, written or {})
-        entry.required, entry.uses = required, mine
+        found = _locate(member, wrapper, written or {}, required, mine)
         if name in wrapper.cls.pending and (required or companion):
-            entry.fix = Fix("inherit", wrapper.cls.pending[name])  # apply writes it into that base
-            plan.missing.append(entry)
+            missing.append(replace(found, fix=Fix("inherit", wrapper.cls.pending[name])))  # apply writes it into that base
             continue
-        if name in own or (wrapper.forwards_dynamically and entry.providers):
+        if name in own or (wrapper.forwards_dynamically and found.providers):
             if mine or companion:
-                plan.forwarded.append(entry)
+                forwarded.append(found)
             continue
         if not (required or companion):
             continue  # optional for this role (probed with hasattr), or another role's concern
-        _decide_fix(entry, wrapper, shape_misfit, synthesize)
+        entry = _decide_fix(found, wrapper, shape_misfit, synthesize)
         if entry.fix is not None or required:
-            plan.missing.append(entry)
-    _set_status(plan)
-    return plan
+            missing.append(entry)
+    status, reason = _verdict(wrapper, role, missing)
+    return ModelPlan(wrapper, status, role, role_reason, tuple(missing), tuple(forwarded), reason)
 
 
-def _locate(member: ProtocolMember, wrapper: Wrapper, written: dict[tuple[str, str], dict[str, Signature]]) -> MemberPlan:
+def _locate(member: ProtocolMember, wrapper: Wrapper, written: Written, required: bool, uses: tuple[Use, ...]) -> MemberPlan:
     """Where the inner models define the member: as they are, or once this run's apply has written it."""
     providers: list[str] = []
     lacking: list[str] = []
@@ -91,45 +106,39 @@ def _locate(member: ProtocolMember, wrapper: Wrapper, written: dict[tuple[str, s
                     defined, attribute = signature, inner.attribute
             else:
                 lacking.append(cls.name)
-    return MemberPlan(member, defined, attribute, providers, lacking)
+    return MemberPlan(member, defined, attribute, tuple(providers), tuple(lacking), required, uses=uses)
 
 
-def _decide_fix(entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | None, synthesize: Synthesizer | None) -> None:
+def _decide_fix(entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | None, synthesize: Synthesizer | None) -> MemberPlan:
+    """The entry with its fix, or with the blocker saying why there is none."""
     if _holds_bare_backbone(wrapper) and any(i.classes for i in wrapper.inners):
         # the class is the causal LM: a hook reads its own lm_head and turns its own capture on, so it
         # needs a body, learned from a class of the tree that has one on the same shape, never a forward
         # (only what its role requires: a companion is the inner model's hook, and a backbone has none to give)
         fit = synthesize(entry, wrapper) if synthesize is not None and entry.required else None
         if fit is not None and fit.synthesis is not None:
-            entry.fix = Fix("synthesize", fit.synthesis.reference.label)
-            entry.synthesis = fit.synthesis
-            return
+            return replace(entry, fix=Fix("synthesize", fit.synthesis.reference.label), synthesis=fit.synthesis)
         found = backbones(wrapper)
         why = fit.why if fit is not None else "the hook needs a body written on the class"
         if entry.defined is not None:
             whose = "the backbone's" if any(b.attribute == entry.inner_attribute for b in found) else f"self.{entry.inner_attribute}'s"
             why = f"forwarding to {whose} {entry.member.name} ({entry.defined.at}) would skip the class's own part; {why}"
         if found:
-            entry.blocker = f"holds a bare backbone ({_held_text(found)}) beside its own lm_head: {why}"
-        else:
-            held = _held_text([i for i in wrapper.inners if i.classes])
-            entry.blocker = f"has its own lm_head and holds no backbone ({held}: none has decoder layers): {why}"
-        return
+            return replace(entry, blocker=f"holds a bare backbone ({_held_text(found)}) beside its own lm_head: {why}")
+        held = _held_text([i for i in wrapper.inners if i.classes])
+        return replace(entry, blocker=f"has its own lm_head and holds no backbone ({held}: none has decoder layers): {why}")
     if entry.defined is not None and entry.inner_attribute is not None:
         misfit = _first_misfit(entry, shape_misfit)
         if misfit is None:
-            entry.fix = Fix("delegate", entry.inner_attribute)
-        else:
-            entry.blocker = misfit
-        return
+            return replace(entry, fix=Fix("delegate", entry.inner_attribute))
+        return replace(entry, blocker=misfit)
     pending = [u for inner in wrapper.inners for u in inner.unresolved]
     holding = [f"{i.attribute}: {'/'.join(c.name for c in i.classes)}" for i in wrapper.inners if i.classes]
     if holding:
-        entry.blocker = f"the inner model ({'; '.join(holding)}) lacks it: needs hand-written code"
-    elif pending:
-        entry.blocker = f"the inner model could not be resolved: {pending[0]}"
-    else:
-        entry.blocker = "the class neither defines it nor holds a model that does: needs hand-written code"
+        return replace(entry, blocker=f"the inner model ({'; '.join(holding)}) lacks it: needs hand-written code")
+    if pending:
+        return replace(entry, blocker=f"the inner model could not be resolved: {pending[0]}")
+    return replace(entry, blocker="the class neither defines it nor holds a model that does: needs hand-written code")
 
 
 def backbones(wrapper: Wrapper) -> list[InnerModel]:
@@ -178,31 +187,25 @@ def _first_misfit(entry: MemberPlan, shape_misfit: ShapeCheck | None) -> str | N
     return None
 
 
-def _set_status(plan: ModelPlan) -> None:
-    wrapper = plan.wrapper
-    blocked = [m for m in plan.missing if m.required and m.fix is None]
+def _verdict(wrapper: Wrapper, role: ModelRole, missing: list[MemberPlan]) -> tuple[Status, str]:
+    """The verdict on a class, and its one-line reason."""
+    blocked = [m for m in missing if m.required and m.fix is None]
     if blocked:
         unresolved = not any(i.classes for i in wrapper.inners) and any(i.unresolved for i in wrapper.inners)
-        plan.status = "unresolved" if unresolved else "needs_code"
         names = ", ".join(m.member.name for m in blocked)
-        plan.reason = f"lacks {names}: {blocked[0].blocker}"
-    elif plan.fixes:
-        plan.status = "fixable"
-        inherited = len(plan.fixes) - len(plan.writes)
-        written = [m.fix for m in plan.writes if m.fix is not None]  # all of them: writes are fixed
+        return ("unresolved" if unresolved else "needs_code"), f"lacks {names}: {blocked[0].blocker}"
+    fixes = [m for m in missing if m.fix is not None]
+    if fixes:
+        written = [m.fix for m in fixes if m.fix is not None and m.fix.written_here]
+        inherited = len(fixes) - len(written)
         learned = sum(1 for fix in written if fix.kind == "synthesize")
-        what = f"{len(plan.writes)} member(s) can be written" if learned else f"{len(plan.writes)} member(s) can be forwarded to the inner model"
+        what = f"{len(written)} member(s) can be written" if learned else f"{len(written)} member(s) can be forwarded to the inner model"
         if learned:
             what += f" ({learned} learned from {', '.join(sorted({fix.to for fix in written if fix.kind == 'synthesize'}))})"
-        plan.reason = what + (
-            f", {inherited} come with a fix apply writes into a base class" if inherited else ""
-        )
-    elif wrapper.forwards_dynamically:
-        plan.status = "dynamic"
-        plan.reason = f"forwards every attribute through {wrapper.forwards_dynamically}"
-    else:
-        plan.status = "compliant"
-        plan.reason = f"has every EAGLE-3 member a {plan.role} model needs"
+        return "fixable", what + (f", {inherited} come with a fix apply writes into a base class" if inherited else "")
+    if wrapper.forwards_dynamically:
+        return "dynamic", f"forwards every attribute through {wrapper.forwards_dynamically}"
+    return "compliant", f"has every EAGLE-3 member a {role} model needs"
 
 
 def call_misfit(params: ast.arguments, shape: CallShape, is_method: bool = True) -> str | None:

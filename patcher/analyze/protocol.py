@@ -34,7 +34,7 @@ import io
 import os
 import re
 import tokenize
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1110,8 +1110,8 @@ def extract_protocol(
     tree: SourceTree,
     cache: SourceCache,
     extra_consumers: list[Path] | None = None,
-    ignore: list[str] | None = None,
-    ignore_from: dict[str, str] | None = None,
+    ignore: Iterable[str] | None = None,
+    ignore_from: Mapping[str, str] | None = None,
 ) -> Protocol:
     """The members EAGLE-3 code uses, less `ignore`; a name in `ignore` that is no member is an
     error naming where it was asked for (`ignore_from`: "--ignore" or a pyproject.toml; default "--ignore")."""
@@ -1120,7 +1120,7 @@ def extract_protocol(
     general = reader.general_interface()
     if extraction.unread:  # the protocol read around a consumer is not the tree's protocol
         raise UnreadableFiles([error for _, error in extraction.unread], [cache.rel(path) for path, _ in extraction.unread])
-    members: dict[str, ProtocolMember] = {}
+    uses: dict[str, list[Use]] = {}
     set_aside: dict[str, str] = {}
     ignored = set(ignore or [])
     for use in extraction.uses:
@@ -1129,10 +1129,12 @@ def extract_protocol(
         if use.name in general:
             set_aside[use.name] = general[use.name]
             continue
-        members.setdefault(use.name, ProtocolMember(use.name)).uses.append(use)
+        uses.setdefault(use.name, []).append(use)
+    assigned: dict[str, list[str]] = {name: [] for name in uses}
     for name, at in extraction.assigned:
-        if name in members and at not in members[name].assigned_at:
-            members[name].assigned_at.append(at)
+        if name in assigned and at not in assigned[name]:
+            assigned[name].append(at)
+    members = {name: ProtocolMember(name, tuple(found), tuple(assigned[name])) for name, found in uses.items()}
     if not members:
         raise EaglepatchError(
             "no EAGLE-3 consumer code found (no model member used in speculative/*eagle* files or EAGLE-guarded "
@@ -1142,14 +1144,14 @@ def extract_protocol(
     _check_ignored(ignored, {u.name for u in extraction.uses} - set(general), ignore_from or {})
     return Protocol(
         members=dict(sorted(members.items())),
-        consumers=sorted(extraction.consumers),
+        consumers=tuple(sorted(extraction.consumers)),
         general_interface=dict(sorted(set_aside.items())),
-        warnings=extraction.warnings,
-        ignored=sorted(ignored),
+        warnings=tuple(extraction.warnings),
+        ignored=tuple(sorted(ignored)),
     )
 
 
-def _check_ignored(ignored: set[str], known: set[str], ignore_from: dict[str, str]) -> None:
+def _check_ignored(ignored: set[str], known: set[str], ignore_from: Mapping[str, str]) -> None:
     """A member to ignore that EAGLE-3 code of this tree never uses is a typo (or a release's
     renaming): an error naming every member there is, the flag's first, then the file's."""
     unknown = sorted(ignored - known)

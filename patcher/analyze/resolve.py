@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import EaglepatchError, UnreadableFiles
 from ..read.locate import SourceTree
 from ..read.source import SourceCache, SourceFile
-from ..records import ClassInfo, InnerModel, Protocol, Signature, Wrapper
+from ..records import ClassInfo, InnerModel, Protocol, Wrapper
 from .class_index import ClassIndex, ClassText
 from .wrappers import Assignment, WrapperFinder
 
@@ -101,12 +101,6 @@ class Resolver:
 
     def class_info(self, source: SourceFile, name: str) -> ClassInfo | None:
         return self.index.class_info(source, name)
-
-    def adopt(self, written: dict[tuple[str, str], dict[str, Signature]]) -> bool:
-        adopted = self.index.adopt(written)
-        if adopted:
-            self.finder.forget_inners()
-        return adopted
 
     def wrapper(self, source: SourceFile, name: str, protocol: Protocol) -> Wrapper:
         return self.finder.wrapper(source, name, protocol)

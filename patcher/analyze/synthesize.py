@@ -27,7 +27,7 @@ import ast
 import re
 import symtable
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -155,9 +155,7 @@ class HookLibrary:
         bodies: dict[str, int] = {}
         for key in keys:
             bodies[key] = bodies.get(key, 0) + 1
-        for reference, key in zip(found, keys):
-            reference.shared_by = bodies[key]
-        return found
+        return [replace(reference, shared_by=bodies[key]) for reference, key in zip(found, keys)]
 
     def _read_reference_body(self, source: SourceFile, signature: Signature) -> tuple[list[SelfUse], list[str], str] | None:
         """read_body of a hook's def: by CPython's parser when the def reads alone and holds nothing
@@ -225,8 +223,8 @@ class HookLibrary:
             signature=signature,
             backbone=backbone,
             config_path=self._config_path(source, info, backbone),
-            self_uses=uses,
-            free_names=free,
+            self_uses=tuple(uses),
+            free_names=tuple(free),
             knows_pp="pp_group" in info.members,
             ties=self._ties(info),
             unportable=unportable,
@@ -474,7 +472,7 @@ class HookLibrary:
                 found = resolver.find_class(assignment.source, value.func)
                 base = resolver.class_info(*found) if found is not None else None
                 if base is not None:
-                    lineage += base.bases + [e.rsplit(".", 1)[-1] for e in base.external_bases]
+                    lineage += [*base.bases, *(e.rsplit(".", 1)[-1] for e in base.external_bases)]
                 out.append(tuple(lineage))
         self._built[key] = out
         return out

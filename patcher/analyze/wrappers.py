@@ -82,6 +82,17 @@ class _DeadEnd:
 
 
 @dataclass
+class _Held:
+    """An inner model as `__init__`s are read: gathered here, then made into one InnerModel record."""
+
+    line: int  # where __init__ first assigns it
+    file: str  # the file whose __init__ assigns it
+    conditional: bool = False
+    classes: list[ClassInfo] = field(default_factory=list)
+    unresolved: list[Unresolved] = field(default_factory=list)
+
+
+@dataclass
 class _Built:
     """What a construction builds: the classes found and the paths that could not be followed."""
 
@@ -171,13 +182,9 @@ class WrapperFinder:
         self.cache = index.cache
         self._helpers: dict[tuple[Path, int, bool], _Built] = {}
         # per class, once per run: what its `__init__`s assign (read off the text alone), and the
-        # models it holds (these follow `self.<member>` calls: forgotten when members are adopted)
+        # models it holds (these follow `self.<member>` calls)
         self._assignments: dict[tuple[Path, str], list[Assignment]] = {}
         self._inners: dict[tuple[Path, str], tuple[Protocol, list[InnerModel]]] = {}
-
-    def forget_inners(self) -> None:
-        """Members were adopted (ClassIndex.adopt): the models a class holds are read again."""
-        self._inners.clear()
 
     def wrapper(self, source: SourceFile, name: str, protocol: Protocol) -> Wrapper:
         """The class, the language model(s) it holds, and whether `__getattr__` forwards every name."""
@@ -189,7 +196,7 @@ class WrapperFinder:
         if info.dynamic:
             getattr_sig = info.members["__getattr__"]
             dynamic = f"__getattr__ at {getattr_sig.at}"
-        return Wrapper(cls=info, inners=inners, path=source.rel, forwards_dynamically=dynamic)
+        return Wrapper(cls=info, inners=tuple(inners), path=source.rel, forwards_dynamically=dynamic)
 
     def init_assignments(
         self,
@@ -282,7 +289,7 @@ class WrapperFinder:
         return list(known[1])
 
     def _inner_models(self, source: SourceFile, name: str, protocol: Protocol) -> list[InnerModel]:
-        found: dict[str, InnerModel] = {}
+        found: dict[str, _Held] = {}
         plausible: set[Unresolved] = set()
         for assignment in self.init_assignments(source, name):
             if assignment.unpacked_from:
@@ -295,23 +302,25 @@ class WrapperFinder:
             if not built.classes and not built.dead_ends:
                 continue  # `self.x = None`, `self.x = config`: no model built here
             where = assignment.source
-            inner = found.get(assignment.attribute)
-            if inner is None:
-                inner = InnerModel(assignment.attribute, [], assignment.index + 1, assignment.conditional, file=where.rel)
-                found[assignment.attribute] = inner
-            inner.conditional = inner.conditional or assignment.conditional
+            held = found.get(assignment.attribute)
+            if held is None:
+                held = found[assignment.attribute] = _Held(assignment.index + 1, where.rel)
+            held.conditional = held.conditional or assignment.conditional
             for target in built.classes:
                 info = self.index.class_info(*target)
-                if info is not None and all(c.name != info.name for c in inner.classes):
-                    inner.classes.append(info)
+                if info is not None and all(c.name != info.name for c in held.classes):
+                    held.classes.append(info)
             construct = one_line(where.lines[assignment.index : assignment.end]) if built.dead_ends else ""
             for dead_end in built.dead_ends:
                 record = Unresolved(construct, f"{where.rel}:{assignment.index + 1}", dead_end.why)
-                if record not in inner.unresolved:
-                    inner.unresolved.append(record)
+                if record not in held.unresolved:
+                    held.unresolved.append(record)
                 if dead_end.plausible and not _NOT_LANGUAGE.search(assignment.attribute):
                     plausible.add(record)
-        return _language_models(list(found.values()), protocol, source.rel, plausible)
+        inners = [
+            InnerModel(attribute, tuple(h.classes), h.line, h.conditional, h.file, tuple(h.unresolved)) for attribute, h in found.items()
+        ]
+        return _language_models(inners, protocol, source.rel, plausible)
 
     def _unpacked(self, assignment: Assignment) -> _Built:
         """`self.proj, self.language_model = build_parts(config)`: the element that lands in the attribute

@@ -13,6 +13,7 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,11 +24,11 @@ SCHEMA = 1
 Key = tuple[str, str, str]  # (file relative to srt, class, member)
 
 
-def gap_keys(plans: list[ModelPlan]) -> list[Key]:
+def gap_keys(plans: Sequence[ModelPlan]) -> list[Key]:
     return sorted({(p.wrapper.path, p.wrapper.cls.name, m.member.name) for p in plans for m in p.required_gaps})
 
 
-@dataclass
+@dataclass(frozen=True)
 class Gate:
     """What fails the gate once a baseline (possibly empty) is taken into account."""
 
@@ -38,11 +39,11 @@ class Gate:
     def is_new(self, plan: ModelPlan, member: str) -> bool:
         return (plan.wrapper.path, plan.wrapper.cls.name, member) not in self.accepted
 
-    def new_gaps(self, plans: list[ModelPlan]) -> list[Key]:
+    def new_gaps(self, plans: Sequence[ModelPlan]) -> list[Key]:
         return [key for key in gap_keys(plans) if key not in self.accepted]
 
 
-def load_gate(path: Path | None, plans: list[ModelPlan]) -> Gate:
+def load_gate(path: Path | None, plans: Sequence[ModelPlan]) -> Gate:
     if path is None:
         return Gate()
     try:
@@ -77,7 +78,7 @@ def _mode_for(target: Path) -> int:
     return 0o666 & ~umask
 
 
-def write_baseline(path: Path, plans: list[ModelPlan]) -> int:
+def write_baseline(path: Path, plans: Sequence[ModelPlan]) -> int:
     """Atomically write every required gap; returns how many were recorded."""
     keys = gap_keys(plans)
     document = {

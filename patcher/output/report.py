@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -133,14 +134,14 @@ def _key_json(key: Key) -> dict:
     return {"file": key[0], "class": key[1], "member": key[2]}
 
 
-def _count_status(plans: list[ModelPlan]) -> dict[str, int]:
+def _count_status(plans: Sequence[ModelPlan]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for plan in plans:
         counts[plan.status] = counts.get(plan.status, 0) + 1
     return counts
 
 
-def _count_roles(plans: list[ModelPlan]) -> dict[str, dict[str, int]]:
+def _count_roles(plans: Sequence[ModelPlan]) -> dict[str, dict[str, int]]:
     counts: dict[str, dict[str, int]] = {}
     for plan in plans:
         by_status = counts.setdefault(plan.role, {})

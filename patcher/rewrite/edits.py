@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, overload
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from ..read.locate import SourceTree
 
 
-@dataclass
+@dataclass(frozen=True)
 class FileEdit:
     """One wrapper file: its bytes as planned against, and as they should become."""
 
@@ -139,11 +140,11 @@ def _decorator_name(decorator: cst.Decorator) -> str:
     return expr.value if isinstance(expr, cst.Name) else ""
 
 
-def build_edits(cache: SourceCache, tree: SourceTree, plans: list[ModelPlan], style: FormatStyle = DEFAULT_STYLE) -> tuple[list[FileEdit], list[EaglepatchError]]:
+def build_edits(cache: SourceCache, tree: SourceTree, plans: Sequence[ModelPlan], style: FormatStyle = DEFAULT_STYLE) -> tuple[list[FileEdit], list[EaglepatchError]]:
     """One edit per wrapper file that has something missing, proven before it is returned (patcher/rewrite/verify.py);
     a file that fails, or whose patch fails the proof, is an error and does not stop the others.  Written
     in the tree's own formatter `style` (patcher/read/style.py)."""
-    by_file: dict[str, dict[str, list[MemberPlan]]] = {}
+    by_file: dict[str, dict[str, Sequence[MemberPlan]]] = {}
     for plan in plans:
         if plan.writes:
             by_file.setdefault(plan.wrapper.path, {})[plan.wrapper.cls.name] = plan.writes
@@ -222,7 +223,7 @@ def _has_marker(data: bytes, *markers: str) -> bool:
 
 
 def revert_edits(
-    cache: SourceCache, tree: SourceTree, models: list[str] | None, style: FormatStyle = DEFAULT_STYLE
+    cache: SourceCache, tree: SourceTree, models: Sequence[str] | None, style: FormatStyle = DEFAULT_STYLE
 ) -> tuple[list[FileEdit], list[EaglepatchError], list[tuple[str, list[str]]]]:
     """Edits that remove eaglepatch's unchanged delegations: from the named model modules, or all of models/
     (a delegation counts as unchanged at the tree's line length, or at black's default)."""

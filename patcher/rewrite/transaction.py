@@ -5,7 +5,7 @@ the written edits leave missing (`still_missing`); nothing here prints."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,7 +82,7 @@ def write_edits(
     return Transaction(base, written.edits, dirty, written.commit, written.interrupted)
 
 
-def still_missing(plans: list[ModelPlan], written: list[FileEdit]) -> list[tuple[ModelPlan, MemberPlan]]:
+def still_missing(plans: Sequence[ModelPlan], written: list[FileEdit]) -> list[tuple[ModelPlan, MemberPlan]]:
     """(plan, member plan) for each required member no written edit adds: what apply leaves for people."""
     added = {(e.rel, cls, m) for e in written for cls, members in e.added.items() for m in members}
     fixes = {(p.wrapper.cls.file, p.wrapper.cls.name, e.member.name): e.fix for p in plans for e in p.missing}

@@ -63,7 +63,7 @@ def prove_edit(
     source: SourceFile,
     updated: bytes,
     added: dict[str, list[str]],
-    entries: dict[str, list[MemberPlan]],
+    entries: Mapping[str, Sequence[MemberPlan]],
 ) -> None:
     """Raise EaglepatchError for the first generated name of `updated` (the patched `source`) not proven;
     `added` is what the codemod wrote (class -> members), `entries` the plans it wrote them for."""

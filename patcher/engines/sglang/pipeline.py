@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,7 @@ from ...read.style import FormatStyle
 from ...selection import DEFAULT_MODEL, Analysis
 
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
+    from ...analyze.overlay import Written
     from ...analyze.resolve import Progress
     from ...analyze.synthesize import HookLibrary
     from ...engine import Resolved
@@ -23,6 +25,7 @@ MAX_ADOPTION_ROUNDS = 3
 def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analysis:
     """The protocol is extracted once and shared by every wrapper looked at."""
     from ...analyze.class_index import definition_ast
+    from ...analyze.overlay import WrittenOverlay
     from ...analyze.plan import call_misfit, plan_wrapper
     from ...analyze.protocol import extract_protocol
     from ...analyze.resolve import Resolver, select_wrappers
@@ -59,29 +62,28 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
             libraries.append(HookLibrary(resolver, protocol, style.line_length))
         return libraries[0].fit(entry, wrapper, shape_misfit)
 
-    written: dict[tuple[str, str], dict[str, Signature]] = {}
+    def plan_all(written: Written) -> list[ModelPlan]:
+        seen = WrittenOverlay(written)
+        return [plan_wrapper(protocol, seen.wrapper(w), *roles.role_of(w.cls), shape_misfit, synthesize, written) for w in wrappers]
 
-    def plan_all() -> list[ModelPlan]:
-        return [plan_wrapper(protocol, w, *roles.role_of(w.cls), shape_misfit, synthesize, written) for w in wrappers]
-
-    plans = plan_all()
-    # what apply writes into a class serves, in the same run, its subclasses (they inherit it) and
-    # the wrappers that hold it (they can forward to it)
+    # what apply writes into a class serves, in the same run, its subclasses (they inherit it) and the
+    # wrappers that hold it (they can forward to it): plan again through this round's writes until they
+    # no longer change (analyze/overlay.py)
+    written: Written = {}
+    plans = plan_all(written)
     for _ in range(MAX_ADOPTION_ROUNDS):
         now = {(p.wrapper.cls.file, p.wrapper.cls.name): _written(p) for p in plans if p.writes}
-        adopted = resolver.adopt(now) if now else False
-        if not adopted and now == written:
+        if now == written:
             break
         written = now
-        plans = plan_all()
-    _settle_inherited(plans)
+        plans = plan_all(written)
     _require_read(tree, cache, plans)
     warnings = list(protocol.warnings) + resolver.warnings + [_not_followed(style, note) for note in style.not_followed]
     warnings += [f"{cache.rel(path)}: left out by --exclude: not read, and not checked" for path in sorted(excluded)]
-    return Analysis(request.engine, tree, cache, protocol, plans, warnings, all_models, style)
+    return Analysis(request.engine, tree, cache, protocol, tuple(plans), tuple(warnings), all_models, style)
 
 
-def depended_on(plans: list[ModelPlan]) -> list[str]:
+def depended_on(plans: Iterable[ModelPlan]) -> list[str]:
     """The files (relative to srt) the verdicts were read from: each class's module and those of its
     bases, inner models and members, and each learned body's reference."""
     files: dict[str, None] = {}
@@ -100,7 +102,7 @@ def depended_on(plans: list[ModelPlan]) -> list[str]:
     return [f for f in files if f]
 
 
-def _require_read(tree: SourceTree, cache: SourceCache, plans: list[ModelPlan]) -> None:
+def _require_read(tree: SourceTree, cache: SourceCache, plans: Iterable[ModelPlan]) -> None:
     """Every file a verdict depends on parses, or the run stops naming each one that does not (exit 2):
     a gate that passed over an unreadable file would pass on a guess."""
     from ...errors import UnreadableFiles
@@ -119,28 +121,6 @@ def _require_read(tree: SourceTree, cache: SourceCache, plans: list[ModelPlan]) 
 
 def _not_followed(style: FormatStyle, note: str) -> str:
     return f"{note} ({', '.join(style.sources)}): apply does not lay out imports that way; run the tree's formatters after it"
-
-
-def _settle_inherited(plans: list[ModelPlan]) -> None:
-    """Point each inherited fix at the class apply writes the member into. Adoption goes in rounds: a
-    base that wrote a member in an early round may, once it adopts it from a base of its own, inherit it
-    in the last (sglang 0.5.9: Qwen3VLMoeForConditionalGeneration inherits get_embed_and_head from
-    Qwen3VLForConditionalGeneration, which apply fixes), while a subclass adopted it from the first
-    and keeps naming it; follow the chain to the class that writes it."""
-    by_class = {f"{p.wrapper.cls.file}:{p.wrapper.cls.name}": p for p in plans}
-    for plan in plans:
-        for entry in plan.missing:
-            seen: set[str] = set()
-            while entry.fix is not None and entry.fix.kind == "inherit" and entry.fix.to not in seen:
-                seen.add(entry.fix.to)
-                base = by_class.get(entry.fix.to)
-                onward = None if base is None else next(
-                    (m.fix for m in base.missing if m.member.name == entry.member.name and m.fix is not None and m.fix.kind == "inherit"),
-                    None,
-                )
-                if onward is None:
-                    break
-                entry.fix = onward
 
 
 def _written(plan: ModelPlan) -> dict[str, Signature]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+from collections.abc import Sequence
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -29,7 +30,7 @@ from .tree import INTERFACES, VllmTree
 LINE_LENGTH = 88  # vLLM's ruff line-length (pyproject.toml of its checkouts)
 
 
-def build_vllm_edits(tree: SourceTree, plans: list[ModelPlan], cache: SourceCache | None = None) -> tuple[list[FileEdit], list[EaglepatchError]]:
+def build_vllm_edits(tree: SourceTree, plans: Sequence[ModelPlan], cache: SourceCache | None = None) -> tuple[list[FileEdit], list[EaglepatchError]]:
     cache = cache or SourceCache(tree.srt)
     by_file: dict[str, dict[str, ModelPlan]] = {}
     for plan in plans:

@@ -9,7 +9,8 @@ report.py, preview.py and write.py serve it unchanged."""
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ...errors import EaglepatchError
@@ -28,7 +29,7 @@ LM_ATTRIBUTES = ("language_model", "llm", "decoder", "text_model")
 _BUILDERS = ("init_vllm_registered_model", "initialize_model")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Held:
     """What one `self.<attr> = ...` in a wrapper's __init__ builds."""
 
@@ -36,12 +37,12 @@ class Held:
     line: int
     file: str  # the file of the class whose __init__ assigns it
     construct: str
-    classes: list[ClassRef] = field(default_factory=list)
+    classes: tuple[ClassRef, ...] = ()
     dynamic: str = ""  # why the checkpoint's config decides the class
     unresolved: str = ""  # why it could not be followed
 
 
-@dataclass
+@dataclass(frozen=True)
 class Decoder:
     """The language model's `self.model`, and whether the `forward` bound on it collects aux hidden states."""
 
@@ -108,8 +109,8 @@ class VllmPlanner:
 
     # -- plans ---------------------------------------------------------------------------------
 
-    def plans(self, selectors: list[str] | None, progress: Progress | None = None) -> list[ModelPlan]:
-        entries = self.select(selectors)
+    def plans(self, selectors: Sequence[str] | None, progress: Progress | None = None) -> list[ModelPlan]:
+        entries = self.select(list(selectors) if selectors is not None else None)
         plans = []
         for group, arch, ref in entries:
             if progress is not None:
@@ -117,42 +118,50 @@ class VllmPlanner:
             plan = self.plan(group, arch, ref)
             if plan is not None:
                 plans.append(plan)
-        self.inherit(plans)
-        return plans
+        return self.inherit(plans)
 
-    def inherit(self, plans: list[ModelPlan]) -> None:
+    def inherit(self, plans: list[ModelPlan]) -> list[ModelPlan]:
         """A wrapper whose base class gets the same fix in this run inherits it (one fix in the parent,
-        as upstream writes it): its fix becomes `inherit` from that base."""
-        writing = {(p.wrapper.path, p.wrapper.cls.name): p for p in plans if p.writes}
+        as upstream writes it): its fix becomes `inherit` from the nearest such base listed first.  A
+        parent planned earlier is seen as it was derived (what it still writes itself)."""
+        writers = [(p.wrapper.path, p.wrapper.cls.name) for p in plans if p.writes]
+        derived: dict[tuple[str, str], ModelPlan] = {}
+        out = []
         for plan in plans:
-            if not plan.writes:
-                continue
-            chain = self.chains.get((plan.wrapper.path, plan.wrapper.cls.name), [])
-            parents = [p for key, p in writing.items() if p is not plan and key in chain]
-            for parent in parents:
+            key = (plan.wrapper.path, plan.wrapper.cls.name)
+            chain = self.chains.get(key, []) if plan.writes else []
+            missing = list(plan.missing)
+            for parent_key in writers:
+                parent = derived.get(parent_key) or next(p for p in plans if (p.wrapper.path, p.wrapper.cls.name) == parent_key)
+                if parent is plan or parent_key not in chain:
+                    continue
                 given = {(m.member.name, m.fix.kind) for m in parent.writes if m.fix is not None}
-                for entry in plan.missing:
-                    if entry.fix is not None and (entry.member.name, entry.fix.kind) in given:
-                        entry.fix = Fix("inherit", f"{parent.wrapper.path}:{parent.wrapper.cls.name}")
+                inherit = Fix("inherit", f"{parent.wrapper.path}:{parent.wrapper.cls.name}")
+                missing = [
+                    replace(m, fix=inherit) if m.fix is not None and (m.member.name, m.fix.kind) in given else m for m in missing
+                ]
+            derived[key] = plan if missing == list(plan.missing) else replace(plan, missing=tuple(missing))
+            out.append(derived[key])
+        return out
 
     def plan(self, group: str, arch: str, ref: ClassRef) -> ModelPlan | None:
         held = self.held(ref)
         if not held:
             return None  # not a wrapper: it holds no language model
         info = self.class_info(ref)
-        inners = [
+        inners = tuple(
             InnerModel(
                 h.attribute,
-                [self.class_info(c) for c in h.classes],
+                tuple(self.class_info(c) for c in h.classes),
                 h.line,
                 conditional=len(held) > 1 or len(h.classes) > 1,
                 file=h.file,
-                unresolved=[Unresolved(h.construct, f"{h.file}:{h.line}", h.unresolved)] if h.unresolved else [],
+                unresolved=(Unresolved(h.construct, f"{h.file}:{h.line}", h.unresolved),) if h.unresolved else (),
             )
             for h in held
-        ]
+        )
         wrapper = Wrapper(info, inners, ref.module.rel)
-        plan = ModelPlan(wrapper, "compliant", "target", f"registered in {group} as {arch}")
+        registered = f"registered in {group} as {arch}"
         nominal = self.nominal(ref)
         base = self.records.members[BASE]
         setter = self.protocol.setter
@@ -160,16 +169,17 @@ class VllmPlanner:
         # defaults, the setter when the language model overrides it and its decoder is no EagleModelMixin
         needed = [h.name for h in self.protocol.hooks if self.protocol.stubs and self.concrete(ref, h.name) is None]
         if nominal and not needed:
-            plan.forwarded.append(MemberPlan(base, None, None, required=True, uses=base.uses))
-            plan.reason = f"{BASE} is in its MRO" + ("" if not self.protocol.stubs else " and both hooks have a body")
+            forwarded = (MemberPlan(base, None, None, required=True, uses=base.uses),)
+            reason = f"{BASE} is in its MRO" + ("" if not self.protocol.stubs else " and both hooks have a body")
             over = self.over_declared(held)
-            if over is not None:  # the check passes, but the layers set reach a decoder that collects nothing
-                holder, why = over
-                setter_member = self.records.members[setter.name]
-                plan.status = "needs_code"
-                plan.reason = f"over-declared: {BASE} is in its MRO, but {why}"
-                plan.missing = [MemberPlan(setter_member, None, holder, required=True, blocker=plan.reason, uses=setter_member.uses)]
-            return plan
+            if over is None:
+                return ModelPlan(wrapper, "compliant", "target", registered, forwarded=forwarded, reason=reason)
+            # the check passes, but the layers set reach a decoder that collects nothing
+            holder, why = over
+            setter_member = self.records.members[setter.name]
+            reason = f"over-declared: {BASE} is in its MRO, but {why}"
+            gap = MemberPlan(setter_member, None, holder, required=True, blocker=reason, uses=setter_member.uses)
+            return ModelPlan(wrapper, "needs_code", "target", registered, (gap,), forwarded, reason)
         status, why, attribute, lm, decoder = self.judge(held)
         new = methods(ref.node).get("__new__")
         if new is not None:  # a dispatcher: __new__ returns the class the checkpoint's version picks
@@ -187,29 +197,26 @@ class VllmPlanner:
                     status, why = "needs_code", f"{lm.name} ({lm.at}) has no body for {name} to forward to"
                     break
                 signature = Signature(name, "method", defined.name, defined.module.rel, methods(defined.node)[name].lineno)
-                missing.append(MemberPlan(hook, signature, attribute, [lm.name], [], True, Fix("delegate", attribute), uses=hook.uses))
+                missing.append(MemberPlan(hook, signature, attribute, (lm.name,), (), True, Fix("delegate", attribute), uses=hook.uses))
         if status != "fixable":
             missing = []
         if not nominal:
-            entry = MemberPlan(base, None, attribute, required=True, uses=base.uses)
             if status == "fixable":
-                entry.fix = Fix("base", BASE)
+                entry = MemberPlan(base, None, attribute, required=True, uses=base.uses, fix=Fix("base", BASE))
             else:
-                entry.blocker = why
+                entry = MemberPlan(base, None, attribute, required=True, uses=base.uses, blocker=why)
             missing.insert(0, entry)
         elif status != "fixable":
             for name in needed:
                 hook = self.records.members[name]
                 missing.append(MemberPlan(hook, None, attribute, required=True, blocker=why, uses=hook.uses))
-        plan.missing = missing
-        plan.status = status
         if status == "fixable":
             what = [f"add {BASE} to its bases"] if not nominal else []
             what += [f"forward {m.member.name} to self.{attribute}" for m in missing if m.fix is not None and m.fix.kind == "delegate"]
-            plan.reason = f"{' and '.join(what)}: its language model {lm.name if lm else ''} supports EAGLE-3 ({why})"
+            reason = f"{' and '.join(what)}: its language model {lm.name if lm else ''} supports EAGLE-3 ({why})"
         else:
-            plan.reason = why
-        return plan
+            reason = why
+        return ModelPlan(wrapper, status, "target", registered, tuple(missing), reason=reason)
 
     def over_declared(self, held: list[Held]) -> tuple[str, str] | None:
         """(LM attribute, why) when a language model the wrapper holds has a decoder whose `forward`
@@ -303,7 +310,7 @@ class VllmPlanner:
             if owner is not None:
                 members[hook.name] = Signature(hook.name, "method", owner.name, owner.module.rel, methods(owner.node)[hook.name].lineno)
         external = [ast.unparse(b) for c in chain for b in c.node.bases if not self.tree.resolve(c.module.name, ast.unparse(b))]
-        return ClassInfo(ref.name, ref.module.rel, ref.node.lineno, members, [c.name for c in chain[1:]], list(dict.fromkeys(external)))
+        return ClassInfo(ref.name, ref.module.rel, ref.node.lineno, members, tuple(c.name for c in chain[1:]), tuple(dict.fromkeys(external)))
 
     def held(self, ref: ClassRef) -> list[Held]:
         """The language model(s) the nearest `__init__` of the MRO that assigns one builds."""
@@ -331,34 +338,29 @@ class VllmPlanner:
         if isinstance(value, ast.Name):  # `language_model = init_...(...)` just before
             local = [n.value for n in ast.walk(func) if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)]
             if len(local) != 1:
-                held.unresolved = f"the local {value.id} is assigned {len(local)} times in the method"
-                return held
+                return replace(held, unresolved=f"the local {value.id} is assigned {len(local)} times in the method")
             value = local[0]
         if not isinstance(value, ast.Call):
-            held.unresolved = "not a call that builds a model"
-            return held
-        self.built_by(held, wrapper, owner.module.name, value, 0)
-        return held
+            return replace(held, unresolved="not a call that builds a model")
+        return self.built_by(held, wrapper, owner.module.name, value, 0)
 
-    def built_by(self, held: Held, wrapper: ClassRef, module: str, call: ast.Call, depth: int) -> None:
+    def built_by(self, held: Held, wrapper: ClassRef, module: str, call: ast.Call, depth: int) -> Held:
+        """`held` with the classes `call` builds, or why the checkpoint decides them, or why they are not found."""
         name = ast.unparse(call.func)
         tail = name.rsplit(".", 1)[-1]
         if tail == "init_vllm_registered_model":
             archs = next((k.value for k in call.keywords if k.arg == "architectures"), None)
             if archs is None:
-                held.dynamic = "init_vllm_registered_model without architectures=: the checkpoint's config picks the model"
-                return
-            self.by_architecture(held, archs)
-            return
+                return replace(held, dynamic="init_vllm_registered_model without architectures=: the checkpoint's config picks the model")
+            return self.by_architecture(held, archs)
         if tail == "initialize_model":
             model_class = next((k.value for k in call.keywords if k.arg == "model_class"), None)
             if model_class is None:
-                held.dynamic = "initialize_model without model_class=: the checkpoint's config picks the model"
-                return
-            held.classes = self.tree.resolve(module, ast.unparse(model_class))
-            if not held.classes:
-                held.unresolved = f"model_class={ast.unparse(model_class)} is no class found in the tree"
-            return
+                return replace(held, dynamic="initialize_model without model_class=: the checkpoint's config picks the model")
+            classes = tuple(self.tree.resolve(module, ast.unparse(model_class)))
+            if not classes:
+                return replace(held, classes=classes, unresolved=f"model_class={ast.unparse(model_class)} is no class found in the tree")
+            return replace(held, classes=classes)
         if isinstance(call.func, ast.Attribute) and _is_self(call.func.value) and depth < 3:
             for cls in self.tree.mro(wrapper):
                 method = methods(cls.node).get(call.func.attr)
@@ -366,33 +368,30 @@ class VllmPlanner:
                     continue
                 returned = [r.value for r in ast.walk(method) if isinstance(r, ast.Return) and isinstance(r.value, ast.Call)]
                 if len(returned) == 1:
-                    self.built_by(held, wrapper, cls.module.name, returned[0], depth + 1)
-                else:
-                    held.unresolved = f"{cls.name}.{call.func.attr} ({cls.module.rel}:{method.lineno}) does not return one model construction"
-                return
-            held.unresolved = f"no method {call.func.attr} found on {wrapper.name}"
-            return
-        held.classes = self.tree.resolve(module, name)
-        if not held.classes:
-            held.unresolved = f"{name} is no class found in the tree"
+                    return self.built_by(held, wrapper, cls.module.name, returned[0], depth + 1)
+                return replace(held, unresolved=f"{cls.name}.{call.func.attr} ({cls.module.rel}:{method.lineno}) does not return one model construction")
+            return replace(held, unresolved=f"no method {call.func.attr} found on {wrapper.name}")
+        classes = tuple(self.tree.resolve(module, name))
+        if not classes:
+            return replace(held, classes=classes, unresolved=f"{name} is no class found in the tree")
+        return replace(held, classes=classes)
 
-    def by_architecture(self, held: Held, archs: ast.expr) -> None:
+    def by_architecture(self, held: Held, archs: ast.expr) -> Held:
         try:
             names = ast.literal_eval(archs)
         except ValueError:
-            held.dynamic = f"architectures={ast.unparse(archs)}: the checkpoint's config picks the model"
-            return
+            return replace(held, dynamic=f"architectures={ast.unparse(archs)}: the checkpoint's config picks the model")
         if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
-            held.unresolved = f"architectures={ast.unparse(archs)} is not a list of names"
-            return
+            return replace(held, unresolved=f"architectures={ast.unparse(archs)} is not a list of names")
+        classes = held.classes
         for arch in names:
             entry = self.every.get(arch)
             if entry is None:
-                held.unresolved = f"architecture {arch} is not in the registry"
-                return
-            held.classes += self.tree.resolve(module_of(entry[0]), entry[1])
-        if not held.classes:
-            held.unresolved = f"the registry's class for {', '.join(names)} is not found in the tree"
+                return replace(held, classes=classes, unresolved=f"architecture {arch} is not in the registry")
+            classes += tuple(self.tree.resolve(module_of(entry[0]), entry[1]))
+        if not classes:
+            return replace(held, classes=classes, unresolved=f"the registry's class for {', '.join(names)} is not found in the tree")
+        return replace(held, classes=classes)
 
     def decoder(self, lm: ClassRef) -> Decoder:
         held = None
@@ -404,9 +403,9 @@ class VllmPlanner:
                 if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and _is_self(t.value) and t.attr == "model" for t in node.targets):
                     held = Held("model", node.lineno, cls.module.rel, _short_code(node.value))
                     if isinstance(node.value, ast.Call):
-                        self.built_by_member(held, lm, cls.module.name, node.value)
+                        held = self.built_by_member(held, lm, cls.module.name, node.value)
                     else:
-                        held.unresolved = "not a call that builds a model"
+                        held = replace(held, unresolved="not a call that builds a model")
                     break
             if held is not None:
                 break
@@ -416,18 +415,15 @@ class VllmPlanner:
             why = held.unresolved or held.dynamic or f"{held.construct} names {len(held.classes)} classes"
             return Decoder(None, f"self.model = {held.construct} ({held.file}:{held.line}): {why}")
         cls = held.classes[0]
-        decoder = Decoder(cls)
         chain = self.tree.mro(cls)
-        decoder.mixin = any(c.module.name == INTERFACES and c.name == MIXIN for c in chain)
+        mixin = any(c.module.name == INTERFACES and c.name == MIXIN for c in chain)
         for owner in chain:
             forward = methods(owner.node).get("forward")
             if forward is not None:
-                decoder.forward, decoder.forward_line = owner, forward.lineno
-                decoder.collects = _collects(forward)
-                break
-        return decoder
+                return Decoder(cls, forward=owner, forward_line=forward.lineno, collects=_collects(forward), mixin=mixin)
+        return Decoder(cls, mixin=mixin)
 
-    def built_by_member(self, held: Held, lm: ClassRef, module: str, call: ast.Call) -> None:
+    def built_by_member(self, held: Held, lm: ClassRef, module: str, call: ast.Call) -> Held:
         """`self.model = X(...)`, `self._init_model(...)` (a method returning X(...)) or `self.model_cls(...)`
         (a class attribute `model_cls = X`)."""
         func = call.func
@@ -435,14 +431,11 @@ class VllmPlanner:
             for cls in self.tree.mro(lm):
                 for node in cls.node.body:
                     if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == func.attr for t in node.targets):
-                        held.classes = self.tree.resolve(cls.module.name, ast.unparse(node.value))
-                        if not held.classes:
-                            held.unresolved = f"{func.attr} = {ast.unparse(node.value)} is no class found in the tree"
-                        return
-            self.built_by(held, lm, module, call, 0)
-            return
-        self.built_by(held, lm, module, call, 0)
-
+                        classes = tuple(self.tree.resolve(cls.module.name, ast.unparse(node.value)))
+                        if not classes:
+                            return replace(held, classes=classes, unresolved=f"{func.attr} = {ast.unparse(node.value)} is no class found in the tree")
+                        return replace(held, classes=classes)
+        return self.built_by(held, lm, module, call, 0)
 
 def _collects(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     for node in ast.walk(func):
@@ -475,9 +468,8 @@ def _short_code(node: ast.expr, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-
 def analyze_vllm(
-    engine: EngineTraits, tree: SourceTree, models: list[str], all_models: bool, progress: Progress | None = None, excluded: frozenset[Path] = frozenset()
+    engine: EngineTraits, tree: SourceTree, models: Sequence[str], all_models: bool, progress: Progress | None = None, excluded: frozenset[Path] = frozenset()
 ) -> Analysis:
     """The vLLM profile's pipeline: protocol -> wrappers -> plans, as a selection.Analysis.  A module the
     answer needed that could not be read stops it, every such module named (exit 2)."""
@@ -493,4 +485,4 @@ def analyze_vllm(
     if index.unread:
         raise UnreadableFiles(list(index.unread.values()), list(index.unread))
     warnings = list(records.warnings) + [f"{index.rel(p)}: left out by --exclude: not read, and not checked" for p in sorted(excluded)]
-    return Analysis(engine, tree, SourceCache(tree.srt), records, plans, warnings, all_models)
+    return Analysis(engine, tree, SourceCache(tree.srt), records, tuple(plans), tuple(warnings), all_models)

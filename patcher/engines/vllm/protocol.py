@@ -21,7 +21,7 @@ SETTER = "set_aux_hidden_state_layers"
 CONSUMERS = ("v1/worker/gpu_model_runner.py", "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProtocolMethod:
     name: str
     node: ast.FunctionDef | ast.AsyncFunctionDef
@@ -32,7 +32,7 @@ class ProtocolMethod:
         return self.node.lineno
 
 
-@dataclass
+@dataclass(frozen=True)
 class VllmProtocol:
     line: int  # of `class SupportsEagle3` in interfaces.py
     rel: str  # interfaces.py, relative to the vllm folder
@@ -52,11 +52,11 @@ class VllmProtocol:
     def as_protocol(self) -> Protocol:
         """The records.Protocol report.py prints: the base, then the two hooks."""
         members = {
-            name: ProtocolMember(name, self.uses.get(name, []))
+            name: ProtocolMember(name, tuple(self.uses.get(name, [])))
             for name in (BASE, self.setter.name, self.getter.name)
         }
-        consumers = sorted({u.at.rsplit(":", 1)[0] for uses in self.uses.values() for u in uses})
-        return Protocol(members, consumers, {}, list(self.warnings))
+        consumers = tuple(sorted({u.at.rsplit(":", 1)[0] for uses in self.uses.values() for u in uses}))
+        return Protocol(members, consumers, {}, tuple(self.warnings))
 
 
 def read_protocol(tree: VllmTree) -> VllmProtocol:

@@ -19,7 +19,7 @@ TARGET_DICTS = ("_TEXT_GENERATION_MODELS", "_MULTIMODAL_MODELS")  # what a serve
 MAX_DEPTH = 12  # re-exports and bases followed at most this deep
 
 
-@dataclass
+@dataclass(frozen=True)
 class Module:
     """One parsed module: its classes and what each imported name stands for."""
 
