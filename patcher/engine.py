@@ -83,13 +83,18 @@ class Engine(EngineTraits, Protocol):
         """Why PATH is not this engine's tree, when --engine named it."""
         ...
 
+    @property
+    def commands(self) -> frozenset[Command]:
+        """The commands this engine serves (a command added to `Command` is served by none until one says so)."""
+        ...
+
     def locate(self, given: Path) -> SourceTree | None:
         """The tree below the existing folder `given` when it has this engine's shape, else None."""
         ...
 
     def refusal(self, command: Command) -> str | None:
-        """None when this engine serves `command`; else the reason it does not (what to run instead),
-        the line the command stops with (exit 2) before anything is read."""
+        """None when this engine serves `command` (it is in `commands`); else the reason it does not (and
+        what to run instead), the line the command stops with (exit 2) before anything is read."""
         ...
 
     def analyze(self, request: Resolved, progress: Progress | None = None) -> Analysis:

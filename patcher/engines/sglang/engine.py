@@ -33,6 +33,7 @@ class SglangEngine:
     lists_clean_classes = False  # `check --all` reads hundreds of classes: the clean ones go unsaid
     hint = HINT
     not_found = f"no sglang/srt folder with models/ found below it; {HINT}"
+    commands: frozenset[Command] = frozenset({"check", "diff", "apply", "revert", "explain"})
 
     def locate(self, given: Path) -> SourceTree | None:
         candidates: list[tuple[Path, Layout]] = [
@@ -48,7 +49,7 @@ class SglangEngine:
         return None
 
     def refusal(self, command: Command) -> str | None:
-        return None  # every command reads SGLang trees
+        return None if command in self.commands else f"{command} does not read SGLang trees yet"
 
     def analyze(self, request: Resolved, progress: Progress | None = None) -> Analysis:
         from . import pipeline

@@ -21,8 +21,8 @@ HINT = (
     "point PATH at a vLLM checkout root, a site-packages folder holding vllm/, or site-packages/vllm "
     "(with vllm/model_executor/models/interfaces.py)"
 )
-# what the commands the profile does not serve yet say instead
-NOT_YET: dict[str, str] = {"explain": "eaglepatch check shows each wrapper's reasons"}
+# what a command the profile does not serve yet points at instead
+INSTEAD: dict[str, str] = {"explain": "eaglepatch check shows each wrapper's reasons"}
 
 
 class VllmEngine:
@@ -32,6 +32,7 @@ class VllmEngine:
     lists_clean_classes = True  # `check --all` reads the registered wrappers: a short list, each said
     hint = HINT
     not_found = f"no vllm/{VLLM_MARKER} found below it; {HINT}"
+    commands: frozenset[Command] = frozenset({"check", "diff", "apply", "revert"})
 
     def locate(self, given: Path) -> SourceTree | None:
         """A checkout root or a site-packages folder (both hold vllm/), or the vllm folder itself."""
@@ -43,8 +44,10 @@ class VllmEngine:
         return None
 
     def refusal(self, command: Command) -> str | None:
-        instead = NOT_YET.get(command)
-        return None if instead is None else f"{command} does not read vLLM trees yet; {instead}"
+        if command in self.commands:
+            return None
+        instead = INSTEAD.get(command)
+        return f"{command} does not read vLLM trees yet" + (f"; {instead}" if instead else "")
 
     def analyze(self, request: Resolved, progress: Progress | None = None) -> Analysis:
         from .plan import analyze_vllm
