@@ -13,7 +13,7 @@ from .read.style import DEFAULT_STYLE, FormatStyle
 
 if TYPE_CHECKING:
     from .read.locate import SourceTree
-    from .read.source import SourceCache
+    from .read.source_cache import SourceCache
     from .records import ModelPlan, Protocol
 
 DEFAULT_MODEL = "kimi_k25"

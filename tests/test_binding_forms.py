@@ -36,7 +36,8 @@ from eaglepatch.codemods.add_delegations import Delegation
 from eaglepatch.codemods.remove_delegations import RemoveDelegations
 from eaglepatch.engines import locate_tree
 from eaglepatch.read.expressions import parse_value
-from eaglepatch.read.source import SourceCache, decode_source
+from eaglepatch.read.source_cache import SourceCache
+from eaglepatch.read.text import decode_source
 from eaglepatch.records import Protocol
 from eaglepatch.rewrite.edits import apply_codemod
 

@@ -16,7 +16,7 @@ from helpers import write_srt_tree
 
 from eaglepatch.analyze.class_index import ClassIndex, signature_node
 from eaglepatch.engines import locate_tree
-from eaglepatch.read.source import SourceCache
+from eaglepatch.read.source_cache import SourceCache
 
 DEEPSEEK_V2 = """\
 from torch import nn

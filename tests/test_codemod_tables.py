@@ -27,7 +27,7 @@ from eaglepatch.codemods.add_delegations import Delegation, render_delegation
 from eaglepatch.codemods.remove_delegations import RemoveDelegations
 from eaglepatch.codemods.respell import FreeName, Respell, free_names
 from eaglepatch.codemods.retarget import ExplodeLongLiterals, Retarget, body_reads, overlong_lines
-from eaglepatch.read.source import decode_source
+from eaglepatch.read.text import decode_source
 from eaglepatch.rewrite.edits import apply_codemod
 
 
@@ -240,7 +240,7 @@ def test_revert_keeps_an_import_code_came_to_use():
 
 
 def test_revert_drops_an_import_a_star_import_binds_anyway():
-    """patcher/rewrite/star_imports.py passes what the file's star imports bind: such a name may go though code reads it."""
+    """patcher/read/star_imports.py says what the file's star imports bind: such a name may go though code reads it."""
     source, delegations, _ = IMPORTING
     source = source.replace("from torch import nn\n", "from torch import nn\nfrom sglang.srt.layers import *\n")
     after = apply(source, delegations) + "\n\nX: Optional[int] = None\n"

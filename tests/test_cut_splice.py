@@ -8,7 +8,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from eaglepatch.read.source import CutText, cut_bodies, splice_cut
+from eaglepatch.read.slices import CutText, cut_bodies, splice_cut
 
 # (code, keep, classes, the cut text without marks, (start, end) of the file's lines each cut line stands for)
 CUTS = [
@@ -117,7 +117,8 @@ def test_a_codemod_run_on_cut_wrapper_files_writes_what_it_writes_on_whole_files
     """Every other file `diff --all` patches in the newest release (a whole run costs seconds a file): the
     same bytes whether the codemod reads the file cut or whole (the cut is what every run uses; whole
     is the fallback)."""
-    from eaglepatch.read.source import Bodiless, SourceCache
+    from eaglepatch.read.slices import Bodiless
+    from eaglepatch.read.source_cache import SourceCache
     from eaglepatch.rewrite import edits
     from eaglepatch.run import analyze
 

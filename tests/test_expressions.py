@@ -280,7 +280,8 @@ def test_every_value_and_return_of_a_release_is_quoted_as_libcst_did(sglang_059:
     under models/ in 0.5.9: the code quoted for the value and for the parts the wrapper finder follows is
     libcst's; and every def's simple statements come in libcst's order."""
     from eaglepatch.analyze.class_index import function_read
-    from eaglepatch.read.source import SourceCache, block_text
+    from eaglepatch.read.source_cache import SourceCache
+    from eaglepatch.read.text import block_text
 
     models = sglang_059 / "sglang" / "srt" / "models"
     cache = SourceCache(sglang_059 / "sglang" / "srt")

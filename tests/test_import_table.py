@@ -15,7 +15,7 @@ import pytest
 
 from eaglepatch.engines import locate_tree
 from eaglepatch.read.imports import ImportTable, Origin, module_path
-from eaglepatch.read.source import SourceCache
+from eaglepatch.read.source_cache import SourceCache
 
 
 def _expression(code: str) -> ast.expr:

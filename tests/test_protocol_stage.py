@@ -17,7 +17,7 @@ import pytest
 
 from eaglepatch.analyze.protocol import extract_protocol
 from eaglepatch.engines import locate_tree
-from eaglepatch.read.source import SourceCache
+from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.records import CallShape, Protocol
 
 WORKER = "speculative/eagle_worker.py"

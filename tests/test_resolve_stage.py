@@ -15,7 +15,7 @@ from helpers import write_srt_tree
 
 from eaglepatch.analyze.resolve import Resolver
 from eaglepatch.engines import locate_tree
-from eaglepatch.read.source import SourceCache
+from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.records import Protocol
 
 NO_PROTOCOL = Protocol(members={}, consumers=[], general_interface={})

@@ -177,7 +177,7 @@ CUT_BODIES = [
 
 @pytest.mark.parametrize("code, keep, expected", CUT_BODIES)
 def test_function_bodies_but_the_kept_methods_are_cut_to_an_ellipsis(code, keep, expected):
-    from eaglepatch.read.source import parse_cut
+    from eaglepatch.read.slices import parse_cut
 
     found = parse_cut(code, keep)
     assert found is not None
@@ -187,7 +187,7 @@ def test_function_bodies_but_the_kept_methods_are_cut_to_an_ellipsis(code, keep,
 
 @pytest.mark.parametrize("code", ["def f(:\n", "x = 1\x0c\ndef f():\n    pass\n"])
 def test_what_cannot_be_cut_safely_is_left_to_a_whole_parse(code):
-    from eaglepatch.read.source import parse_cut
+    from eaglepatch.read.slices import parse_cut
 
     assert parse_cut(code, frozenset()) is None
 
@@ -199,7 +199,7 @@ def test_a_file_with_its_bodies_cut_answers_as_the_whole_file_on_a_release(sglan
     in turn kept with its first method (`global` inside bodies is read from the text; a `:=` inside a cut
     body leaves the reading to the statements, where the whole file's goes to the ScopeProvider)."""
     from eaglepatch.read.scopes import dotted_module
-    from eaglepatch.read.source import parse_cut
+    from eaglepatch.read.slices import parse_cut
 
     srt = sglang_latest / "sglang" / "srt"
     compared = 0
@@ -238,7 +238,7 @@ def test_a_walrus_in_a_cut_body_binds_nothing_the_module_scope_reads(code, by_st
     text it was parsed from cut (`cut_text`), only a `:=` outside the cut bodies sends it to libcst's
     ScopeProvider, and both readings answer alike."""
     from eaglepatch.read import scopes
-    from eaglepatch.read.source import parse_cut
+    from eaglepatch.read.slices import parse_cut
 
     found = parse_cut(code, frozenset())
     assert found is not None

@@ -1,4 +1,4 @@
-"""The read stage on its own: patcher/read/source.py's text outline, checked against CPython's `ast`.
+"""The read stage on its own: patcher/read/outline.py's text outline, checked against CPython's `ast`.
 
 The outline is a cheap line pass that stands in for a parse: it must find every `def`/`class`
 header ast finds, and each block must end where ast says.  The contract, read off the code:
@@ -25,7 +25,9 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from eaglepatch.read.source import SourceCache, _block_end, block_start, decode_source, outline
+from eaglepatch.read.outline import _block_end, block_start, outline
+from eaglepatch.read.source_cache import SourceCache
+from eaglepatch.read.text import decode_source
 
 REPO = Path(__file__).resolve().parent.parent
 DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -137,7 +139,7 @@ def test_outline_agrees_with_ast(text):
 
 
 # Shapes the outline got wrong (found while writing these tables), each a bug that was in
-# patcher/read/source.py: a too-short block makes the slice fail to parse (whole-file fallback), a
+# patcher/read/outline.py: a too-short block makes the slice fail to parse (whole-file fallback), a
 # too-long one makes a class swallow the next class's methods (see the Resolver test below).
 FAST_BUGS = {
     # sglang 0.5.9 disaggregation/kv_events.py:323 has exactly this comment: `# ... b""")`
@@ -414,7 +416,7 @@ def test_release_059_kv_events_outline_like_ast(sglang_059):
 
 @pytest.mark.parametrize("text", ["", "\n", "a", "a\n", "a\nb", "a\nb\n", "\n\n", "x\n\ny\n\n", "  def f():\n\treturn 1"])
 def test_text_lines_read_what_a_list_of_lines_holds(text):
-    from eaglepatch.read.source import TextLines
+    from eaglepatch.read.text import TextLines
 
     expected = text.split("\n")
     if expected[-1] == "":
@@ -432,7 +434,7 @@ def test_text_lines_read_what_a_list_of_lines_holds(text):
 
 
 def test_a_file_with_only_lf_newlines_keeps_its_lines_as_offsets_and_others_as_a_list():
-    from eaglepatch.read.source import TextLines, decode_source
+    from eaglepatch.read.text import TextLines, decode_source
 
     plain = decode_source(Path("m.py"), "m.py", b"class A:\n    x = 1\n")
     assert isinstance(plain.lines, TextLines) and list(plain.lines) == ["class A:", "    x = 1"]
@@ -442,7 +444,7 @@ def test_a_file_with_only_lf_newlines_keeps_its_lines_as_offsets_and_others_as_a
 
 
 def test_masks_are_kept_for_the_last_files_only_and_made_again_when_asked():
-    from eaglepatch.read import source as src
+    from eaglepatch.read import outline as src
 
     outlines = [src.outline([f"x = '{i}'  # c", "def f():", "    pass"], f"x = '{i}'  # c\ndef f():\n    pass\n") for i in range(src.MASKS_KEPT + 5)]
     first = outlines[0].masked()
@@ -468,7 +470,7 @@ SYNTAX_CASES = [
 
 @pytest.mark.parametrize("text, expected", SYNTAX_CASES)
 def test_syntax_error_is_what_keeps_a_file_from_compiling(text, expected, capsys):
-    from eaglepatch.read.source import syntax_error
+    from eaglepatch.read.slices import syntax_error
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a warning escaping syntax_error fails the test

@@ -17,7 +17,7 @@ from helpers import write_srt_tree
 from eaglepatch.analyze.class_index import _functions
 from eaglepatch.analyze.resolve import Resolver
 from eaglepatch.engines import locate_tree
-from eaglepatch.read.source import SourceCache
+from eaglepatch.read.source_cache import SourceCache
 
 
 def _visited(module: cst.Module) -> list[cst.FunctionDef]:
@@ -116,7 +116,7 @@ def test_the_models_a_class_holds_are_read_once_per_protocol(tmp_path):
 def _per_line_attributes(lines, text) -> list[tuple[int, str]]:
     """The reading `_class_attributes` replaces: `_CLASS_ATTR` matched line by line at the body's indent."""
     from eaglepatch.analyze.class_index import _CLASS_ATTR
-    from eaglepatch.read.source import indent_width
+    from eaglepatch.read.text import indent_width
 
     out = []
     for index, line in enumerate(lines[text.header + 1 : text.end], text.header + 1):
@@ -129,7 +129,7 @@ def _per_line_attributes(lines, text) -> list[tuple[int, str]]:
 def _per_line_compound(lines, text) -> bool:
     import re
 
-    from eaglepatch.read.source import indent_width
+    from eaglepatch.read.text import indent_width
 
     compound = re.compile(r"^[ \t]*(?:if|elif|else|try|except|finally|with|async[ \t]+with|for|async[ \t]+for|while|match)\b")
     return any(indent_width(line) == text.body_indent and compound.match(line) for line in lines[text.header + 1 : text.end])
@@ -258,7 +258,7 @@ BLOCKS = [
 
 @pytest.mark.parametrize("code", BLOCKS)
 def test_fast_block_ends_are_the_exact_scanner_s(tmp_path, code):
-    from eaglepatch.read.source import _block_end, _block_end_fast
+    from eaglepatch.read.outline import _block_end, _block_end_fast
 
     cache, source = _read(tmp_path, code)
     outline = cache.outline(source)
@@ -481,7 +481,8 @@ IMPORT_TEXTS = [
 
 @pytest.mark.parametrize("text", IMPORT_TEXTS)
 def test_one_line_imports_are_what_the_bracket_loop_gives(text):
-    from eaglepatch.read.source import _bracket_delta, _import_texts, dedent_lines, indent_width
+    from eaglepatch.read.slices import import_texts
+    from eaglepatch.read.text import bracket_delta, dedent_lines, indent_width
 
     lines = text.split("\n")
     expected = []
@@ -493,13 +494,13 @@ def test_one_line_imports_are_what_the_bracket_loop_gives(text):
             continue
         depth, j = 0, index
         while j < len(lines):
-            depth += _bracket_delta(lines[j])
+            depth += bracket_delta(lines[j])
             if depth <= 0 and not lines[j].rstrip().endswith("\\"):
                 break
             j += 1
         expected.append(dedent_lines(lines[index : j + 1], indent_width(line)))
         index = j + 1
-    assert _import_texts(lines) == expected
+    assert import_texts(lines) == expected
 
 
 # --------------------------------------------------------------------------- statements in ast.walk's order, expressions unvisited
@@ -603,7 +604,7 @@ HEADER_TEXTS = [
 def _headers_first_written(text: str) -> list[tuple[int, int, str, str]]:
     import re
 
-    from eaglepatch.read.source import Outline
+    from eaglepatch.read.outline import Outline
 
     outline = Outline(text.split("\n"), text)
     return [
@@ -614,7 +615,7 @@ def _headers_first_written(text: str) -> list[tuple[int, int, str, str]]:
 
 @pytest.mark.parametrize("text", HEADER_TEXTS)
 def test_outline_headers_are_the_multiline_pattern_s(text):
-    from eaglepatch.read.source import Outline
+    from eaglepatch.read.outline import Outline
 
     assert Outline(text.split("\n"), text).headers == _headers_first_written(text)
 
@@ -678,7 +679,7 @@ WORD_CASES = [
 def test_has_word_is_the_word_boundary_search(text, word):
     import re
 
-    from eaglepatch.read.source import has_word
+    from eaglepatch.read.outline import has_word
 
     assert has_word(text, word) == bool(re.search(rf"\b{re.escape(word)}\b", text))
 

@@ -24,7 +24,8 @@ from helpers import invoke
 from eaglepatch.analyze.body_reader import read_body
 from eaglepatch.analyze.synthesize import module_names_in
 from eaglepatch.codemods.retarget import body_reads
-from eaglepatch.read.source import SourceCache, block_start
+from eaglepatch.read.outline import block_start
+from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.records import SelfUse
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

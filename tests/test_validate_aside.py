@@ -1,5 +1,5 @@
 """The whole-file compile `check --all` asks of every listed module runs in a forked child beside the
-reading (read/source.SourceCache.validate_aside): its answers must be the ones this process would have
+reading (read/source_cache.SourceCache.validate_aside): its answers must be the ones this process would have
 found, broken files included.  Run in a fresh interpreter: pytest-xdist's workers run threads, where
 eaglepatch does not fork."""
 
@@ -15,7 +15,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 PROBE = r"""
 import json, os, sys, threading
 from pathlib import Path
-from eaglepatch.read.source import SourceCache
+from eaglepatch.read.source_cache import SourceCache
 
 folder = Path(sys.argv[1])
 paths = sorted(folder.glob("*.py"))
@@ -65,7 +65,7 @@ def test_the_forked_compile_answers_as_this_process_would(tmp_path):
 
 
 def test_a_few_files_are_compiled_here_not_in_a_child(tmp_path):
-    from eaglepatch.read.source import ASIDE_MINIMUM, SourceCache
+    from eaglepatch.read.source_cache import ASIDE_MINIMUM, SourceCache
 
     folder = tmp_path / "models"
     folder.mkdir()

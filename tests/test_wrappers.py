@@ -14,7 +14,7 @@ from helpers import write_srt_tree
 from eaglepatch.analyze.class_index import ClassIndex
 from eaglepatch.analyze.wrappers import WrapperFinder
 from eaglepatch.engines import locate_tree
-from eaglepatch.read.source import SourceCache
+from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.records import Protocol, ProtocolMember
 
 NO_PROTOCOL = Protocol(members={}, consumers=[], general_interface={})

@@ -24,7 +24,9 @@ from ..read.bindings import CHAINED, assigned_value, assignment_lines, forwards_
 from ..read.expressions import code_of, dotted_node, dotted_parts, parse_statement, parse_value, remember, root_name, source_code
 from ..read.imports import ImportTable
 from ..read.locate import SourceTree
-from ..read.source import Outline, SourceCache, SourceFile, bracket_scan, indent_width, is_code_line
+from ..read.outline import Outline
+from ..read.source_cache import SourceCache
+from ..read.text import SourceFile, bracket_scan, indent_width, is_code_line
 from ..records import ClassInfo, Signature, SignatureKind
 
 if TYPE_CHECKING:

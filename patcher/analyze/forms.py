@@ -34,7 +34,8 @@ from ..read.meanings import (
     wrapper_binding,
 )
 from ..read.scopes import BUILTINS, Exports, ModuleScope, scope_of
-from ..read.source import SourceCache, SourceFile
+from ..read.source_cache import SourceCache
+from ..read.text import SourceFile
 from ..records import MemberPlan, Signature
 from .class_index import signature_node
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from ..errors import EaglepatchError
 
 if TYPE_CHECKING:
-    from ..read.source import SourceFile
+    from ..read.text import SourceFile
     from ..records import Protocol as EagleProtocol
     from .class_index import ClassText
     from .resolve import Resolver

@@ -42,7 +42,10 @@ from typing import Any
 from ..errors import EaglepatchError, UnreadableFiles
 from ..read.imports import ImportTable
 from ..read.locate import SourceTree
-from ..read.source import Outline, SourceCache, SourceFile, block_start, block_text, dedent_lines, invalid_python, is_word_char
+from ..read.outline import Outline, block_start, is_word_char
+from ..read.slices import invalid_python
+from ..read.source_cache import SourceCache
+from ..read.text import SourceFile, block_text, dedent_lines
 from ..records import CallShape, Protocol, ProtocolMember, Use, UseKind, UseRole
 
 _EAGLE_SPELLINGS = (b"eagle", b"EAGLE", b"Eagle")

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from ..errors import EaglepatchError, UnreadableFiles
 from ..read.locate import SourceTree
-from ..read.source import SourceCache, SourceFile
+from ..read.source_cache import SourceCache
+from ..read.text import SourceFile
 from ..records import ClassInfo, InnerModel, Protocol, Wrapper
 from .class_index import ClassIndex, ClassText
 from .wrappers import Assignment, WrapperFinder

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 from ..codemods.names import LINE_LENGTH
 from ..errors import EaglepatchError
 from ..read.expressions import dotted_name, dotted_parts, parse_value
-from ..read.source import SourceCache, SourceFile, block_text
+from ..read.source_cache import SourceCache
+from ..read.text import SourceFile, block_text
 from ..records import ClassInfo, InnerModel, MemberPlan, Protocol, Reference, SelfUse, Signature, Synthesis, SynthesisFit, Wrapper
 from .class_index import signature_node
 from .plan import ShapeCheck, backbones

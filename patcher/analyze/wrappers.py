@@ -30,7 +30,7 @@ from ..read.bindings import (
 )
 from ..read.expressions import code_of, constant_as_name, on_self, one_line, parse_value, root_name
 from ..read.imports import ImportTable
-from ..read.source import SourceFile, indent_width, is_code_line
+from ..read.text import SourceFile, indent_width, is_code_line
 from ..records import ClassInfo, InnerModel, Protocol, Signature, Unresolved, Wrapper
 from .class_index import MAX_BASE_DEPTH, ClassIndex, ClassText, definition_ast, function_read
 

@@ -21,7 +21,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from .expressions import code_of_line, on_self, parse_statement, parse_value, source_code
-from .source import SourceFile, bracket_scan, has_word, indent_width
+from .outline import has_word
+from .text import SourceFile, bracket_scan, indent_width
 
 _CONTINUED = re.compile(r"\\[ \t]*$")
 _TARGET = re.compile(r"[ \t]*([A-Za-z_][\w.]*)[ \t]*(?::[^=\n]*)?=(?!=)")  # `name =`, `self.x: T =`

@@ -12,12 +12,19 @@ from ..errors import EaglepatchError
 from .bindings import statement_end
 from .expressions import dotted_name
 from .locate import SourceTree
-from .source import IMPORT_LINE, SourceCache, SourceFile, indent_width
+from .slices import IMPORT_LINE
+from .source_cache import MemoKey, SourceCache
+from .text import SourceFile, indent_width
 
 _TOP_ASSIGN = re.compile(r"^(\w+)\s*(?::[^=]*)?=", re.MULTILINE)
 _EXCEPT = re.compile(r"^([ \t]*)except\b[^\n]*:[ \t]*(?:#.*)?$")
 
 PACKAGE = "sglang.srt"
+
+# what this module derives once per run, in the run's cache
+_MODULE_PATHS: MemoKey[dict[Path | None, dict[str, Path | None]]] = MemoKey("srt -> module -> its in-tree file")
+_IMPORT_TABLES: MemoKey[dict[Path, ImportTable]] = MemoKey("file -> its import table")
+_DEFINED_HERE: MemoKey[dict[Path, set[str]]] = MemoKey("file -> names it defines at top level")
 
 
 @dataclass(frozen=True)
@@ -51,15 +58,13 @@ class ImportTable:
     that module when first asked for.
     """
 
-    _cache_key = "_import_tables"
-
     def __init__(self, tree: SourceTree, source: SourceFile, statements: list[ast.stmt], cache: SourceCache | None = None):
         self.tree = tree
         self.source = source
         self.cache = cache
         # module -> in-tree file, for this run: one module is named by hundreds of import lines
         srt = tree.srt if tree is not None else None
-        self._paths: dict[str, Path | None] = cache.module_paths.setdefault(srt, {}) if cache is not None else {}
+        self._paths: dict[str, Path | None] = cache.memo(_MODULE_PATHS, dict).setdefault(srt, {}) if cache is not None else {}
         self.names: dict[str, Origin] = {}
         self.stars: list[Origin] = []  # in-tree modules imported with `*`
         self._package = source.rel.split("/")[:-1]
@@ -73,7 +78,7 @@ class ImportTable:
 
     @classmethod
     def of(cls, cache: SourceCache, source: SourceFile, tree: SourceTree) -> ImportTable:
-        tables = cache.import_tables.setdefault(cls._cache_key, {})
+        tables = cache.memo(_IMPORT_TABLES, dict)
         table = tables.get(source.path)
         if table is None:
             table = tables[source.path] = cls(tree, source, cache.parse_imports_ast(source), cache)
@@ -201,7 +206,7 @@ def _assigned_at_top(text: str, name: str) -> bool:
 
 def defined_here(cache: SourceCache, source: SourceFile) -> set[str]:
     """Names a module defines itself at top level: classes, functions, assignments (once per file)."""
-    table = cache.defined_here
+    table = cache.memo(_DEFINED_HERE, dict)
     names = table.get(source.path)
     if names is None:
         names = {name for _, indent, _, name in cache.outline(source).headers if indent == 0}

@@ -29,7 +29,8 @@ import libcst as cst
 
 from ..codemods.names import cst_dotted_name
 from .imports import PACKAGE, module_path
-from .source import SourceCache, SourceFile
+from .source_cache import MemoKey, SourceCache
+from .text import SourceFile
 
 if typing.TYPE_CHECKING:  # (TYPE_CHECKING below is this module's own name for a context)
     from libcst.metadata import Scope
@@ -488,9 +489,12 @@ def _future_annotations(module: cst.Module) -> bool:
     return False
 
 
+_MODULE_SCOPES: MemoKey[dict[tuple[Path, frozenset[str] | None], ModuleScope]] = MemoKey("(file, classes) -> its scope analysis")
+
+
 def scope_of(cache: SourceCache, source: SourceFile, classes: frozenset[str] | None = None) -> ModuleScope:
     """The scope analysis of a file as it is on disk (the bodies of `classes` only), once per run."""
-    table = cache.module_scopes
+    table = cache.memo(_MODULE_SCOPES, dict)
     key = (source.path, classes)
     found = table.get(key)
     if found is None:
@@ -518,6 +522,9 @@ class _Table:
     public: set[str] | None  # `__all__`, when it is a literal list or tuple
 
 
+_EXPORTS: MemoKey[Exports] = MemoKey("the tree's exports, read on first use")
+
+
 class Exports:
     """In-tree modules read with `ast`: enough to follow a re-export or a star import to its definition."""
 
@@ -528,10 +535,7 @@ class Exports:
 
     @classmethod
     def of(cls, cache: SourceCache, tree: SourceTree) -> Exports:
-        if cache.exports is None:
-            cache.exports = cls(tree.srt, tree)
-        assert isinstance(cache.exports, Exports)
-        return cache.exports
+        return cache.memo(_EXPORTS, lambda: cls(tree.srt, tree))
 
     def table(self, module: str) -> _Table | None:
         if module not in self._tables:

@@ -22,10 +22,12 @@ from ..codemods.retarget import ExplodeLongLiterals, Retarget, body_reads
 from ..errors import EaglepatchError
 from ..read.meanings import TYPE_ONLY, UNKNOWN, inner_meaning
 from ..read.scopes import scope_of
-from ..read.source import CutText, SourceCache, SourceFile, parse_module
+from ..read.slices import CutText, parse_module, rewrite_cut
+from ..read.source_cache import SourceCache
+from ..read.star_imports import star_imported_names
 from ..read.style import DEFAULT_STYLE, FormatStyle
+from ..read.text import SourceFile
 from ..records import MemberPlan, ModelPlan
-from .star_imports import star_imported_names
 from .verify import prove_edit
 
 if TYPE_CHECKING:
@@ -205,7 +207,7 @@ def apply_codemod(
                     added.setdefault(module_name, set()).add(obj)
     if added:
         updated = updated.visit(NormalizeAddedImports(added, module, style.import_line_length, style.force_sort_within_sections, style.order_by_type))
-    data = source.rewrite(module, updated) if cut is None else source.rewrite_cut(module, updated, cut)
+    data = source.rewrite(module, updated) if cut is None else rewrite_cut(source, module, updated, cut)
     if data is None:
         return None
     imports = sorted({_describe(i) for ds in delegations.values() for d in ds for i in d.imports})

@@ -35,16 +35,22 @@ from ..codemods.respell import is_literal_subscript, parse_string
 from ..errors import EaglepatchError
 from ..read.meanings import CLASS_ATTRIBUTE, TYPE_ONLY, UNKNOWN, immutable_literal, inner_meaning, same_literal, wrapper_binding
 from ..read.scopes import Exports, ModuleScope, dotted_module, scope_of
-from ..read.source import Parsed, SourceCache, SourceFile, decode_source, parse_cut
+from ..read.slices import Parsed, parse_cut
+from ..read.source_cache import MemoKey, SourceCache
+from ..read.text import SourceFile, decode_source
 from ..records import MemberPlan
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..read.locate import SourceTree
 
 Culprit = tuple["str | None", int, str]  # (class or None, statement index, name) in the patched module
 
 _SKIP_FIELDS = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after", "header", "footer", "equal", "dot")
 _NOT_FREE = ("attr", "keyword")  # Name fields that are not looked up: `x.attr`, `f(keyword=...)`
+# the names a reference's def binds itself, by (file, line, name): one reference teaches many classes
+_DEFINITION_LOCALS: MemoKey[dict[tuple[Path, int, str], frozenset[str]]] = MemoKey("def -> the names it binds itself")
 
 
 class Unproven(Exception):
@@ -193,9 +199,10 @@ class _Proof:
         expected = cst.Module(body=[theirs]).visit(Retarget(receiver, synthesis.renames())).body[0]
         assert isinstance(expected, cst.FunctionDef), "retargeting a def keeps it a def"
         key = (ref_source.path, reference.signature.line, reference.signature.name)
-        if key not in self.cache.definition_locals:  # one reference teaches many classes
-            self.cache.definition_locals[key] = _locals_of(theirs)
-        side = _BodySides(self, ref_scope, owner, None, cls, index, self.cache.definition_locals[key])
+        known = self.cache.memo(_DEFINITION_LOCALS, dict)
+        if key not in known:
+            known[key] = _locals_of(theirs)
+        side = _BodySides(self, ref_scope, owner, None, cls, index, known[key])
         side.same(func.body, expected.body, annotation=False)
 
     # -- a body -----------------------------------------------------------------------------------------

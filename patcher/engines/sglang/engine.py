@@ -66,7 +66,7 @@ class SglangEngine:
         models) names; the tree's line length decides whether a delegation still reads as written."""
         from ...config import merge_settings
         from ...engine import Reverted
-        from ...read.source import SourceCache
+        from ...read.source_cache import SourceCache
         from ...read.style import load_style
         from ...rewrite.edits import revert_edits
 

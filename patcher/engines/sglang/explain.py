@@ -80,7 +80,7 @@ def written_text(edit: FileEdit, cls: str, name: str) -> str:
     import ast
     import re
 
-    from ...read.source import decode_source
+    from ...read.text import decode_source
 
     text = decode_source(edit.path, edit.rel, edit.updated).text
     lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", text)  # the newlines Python counts, kept

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` a
     from ...analyze.resolve import Progress
     from ...analyze.synthesize import HookLibrary
     from ...engine import Resolved
-    from ...read.source import SourceCache
+    from ...read.source_cache import SourceCache
     from ...records import CallShape, MemberPlan, ModelPlan, Signature, SynthesisFit, Wrapper
 
 MAX_ADOPTION_ROUNDS = 3
@@ -30,7 +30,7 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
     from ...analyze.protocol import extract_protocol
     from ...analyze.resolve import Resolver, select_wrappers
     from ...analyze.roles import learn_roles
-    from ...read.source import SourceCache
+    from ...read.source_cache import SourceCache
     from ...read.style import load_style
 
     tree, selection, excluded = request.tree, request.selection, request.excluded

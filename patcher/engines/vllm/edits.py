@@ -20,7 +20,9 @@ from ...codemods.add_delegations import AddDelegations, Delegation
 from ...codemods.contract import run_command
 from ...errors import EaglepatchError
 from ...read.locate import SourceTree
-from ...read.source import SourceCache, SourceFile, parse_module
+from ...read.slices import parse_module
+from ...read.source_cache import SourceCache
+from ...read.text import SourceFile
 from ...records import ModelPlan
 from ...rewrite.edits import FileEdit
 from . import VLLM_MODELS

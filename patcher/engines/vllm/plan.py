@@ -474,7 +474,7 @@ def analyze_vllm(
     """The vLLM profile's pipeline: protocol -> wrappers -> plans, as a selection.Analysis.  A module the
     answer needed that could not be read stops it, every such module named (exit 2)."""
     from ...errors import UnreadableFiles
-    from ...read.source import SourceCache
+    from ...read.source_cache import SourceCache
     from .protocol import read_protocol
 
     index = VllmTree(tree.srt, excluded)

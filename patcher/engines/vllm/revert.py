@@ -30,7 +30,9 @@ from ...codemods.names import MARKER
 from ...codemods.remove_delegations import RemoveDelegations
 from ...errors import EaglepatchError
 from ...read.locate import SourceTree
-from ...read.source import SourceCache, SourceFile, parse_module
+from ...read.slices import parse_module
+from ...read.source_cache import SourceCache
+from ...read.text import SourceFile
 from ...rewrite.edits import FileEdit
 from .edits import LINE_LENGTH, equivalents, spelling_in
 

@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from ..codemods.names import cst_dotted_name
 from ..errors import EaglepatchError
-from ..read.imports import module_names, module_path
-from ..read.source import SourceCache, SourceFile
+from .imports import PACKAGE, module_names, module_path
+from .scopes import absolute_module
+from .source_cache import SourceCache
+from .text import SourceFile
 
 if TYPE_CHECKING:
-    from ..read.locate import SourceTree
+    from .locate import SourceTree
 
 _ALL = re.compile(r"^__all__\s*[:=+]", re.MULTILINE)
 
@@ -24,11 +25,11 @@ def star_imported_names(cache: SourceCache, tree: SourceTree, source: SourceFile
     names (imports included).  A star module outside the tree, or one with `__all__`, is not read,
     so it provides nothing here: revert then keeps an import code still uses."""
     names: set[str] = set()
-    package = source.rel.split("/")[:-1]
+    package = ".".join([PACKAGE, *source.rel.split("/")[:-1]])
     for statement in module.body:
         for small in getattr(statement, "body", []) if isinstance(statement, cst.SimpleStatementLine) else []:
             if isinstance(small, cst.ImportFrom) and isinstance(small.names, cst.ImportStar):
-                path = module_path(tree, _absolute_module(small, package))
+                path = module_path(tree, absolute_module(small, package))
                 try:
                     star = cache.read(path) if path is not None else None
                 except EaglepatchError:
@@ -37,13 +38,3 @@ def star_imported_names(cache: SourceCache, tree: SourceTree, source: SourceFile
                     names |= {n for n in module_names(cache, star, tree) if not n.startswith("_") and "." not in n}
     return frozenset(names)
 
-
-def _absolute_module(node: cst.ImportFrom, package: list[str]) -> str:
-    """`from ..configs import *` in models/x.py -> sglang.srt.configs."""
-    name = cst_dotted_name(node.module) if node.module is not None else ""
-    level = len(node.relative)
-    if not level:
-        return name
-    base = ["sglang", "srt"] + package
-    base = base[: len(base) - (level - 1)] if level > 1 else base
-    return ".".join(base + ([name] if name else []))
