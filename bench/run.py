@@ -156,7 +156,7 @@ def print_pairs(title: str, rows: list[dict]) -> None:
 
 def decoded_files(srt: Path, model: str) -> list[str]:
     """The files `check --model MODEL` decodes (read into its SourceCache), found by running it here."""
-    from eaglepatch.pipeline import analyze
+    from eaglepatch.run import analyze
     from eaglepatch.selection import Selection
 
     analysis = analyze(Selection(srt, [model]))

@@ -76,10 +76,7 @@ def own_files() -> list:
     here = os.path.dirname(os.path.abspath(__file__))
     from . import codemods  # a subpackage, wherever it is installed (its own folder in a checkout)
 
-    try:  # the stage subpackages (read/, analyze/, ...): folders with an __init__.py
-        stages = sorted(e.path for e in os.scandir(here) if e.is_dir() and os.path.isfile(os.path.join(e.path, "__init__.py")))
-    except OSError:
-        stages = []
+    stages = _subpackages(here)  # read/, analyze/, ..., engines/ and engines/sglang/
     for folder in (here, *stages, os.path.dirname(os.path.abspath(codemods.__file__))):
         package = os.path.relpath(folder, os.path.dirname(here))  # patcher, patcher/read, codemods in a checkout
         try:
@@ -88,6 +85,15 @@ def own_files() -> list:
             continue
         out += [[f"{package}/{n}", *(_stat(os.path.join(folder, n)) or [])] for n in names]
     return out
+
+
+def _subpackages(folder: str) -> list[str]:
+    """The folders below `folder` that are packages (an __init__.py), however deep, sorted."""
+    try:
+        found = [e.path for e in os.scandir(folder) if e.is_dir() and os.path.isfile(os.path.join(e.path, "__init__.py"))]
+    except OSError:
+        return []
+    return [p for sub in sorted(found) for p in (sub, *_subpackages(sub))]
 
 
 def own_fingerprint() -> Fingerprint:

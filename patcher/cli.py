@@ -9,7 +9,7 @@ from __future__ import annotations
 import codecs
 import enum
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, Optional
@@ -17,20 +17,19 @@ from typing import TYPE_CHECKING, NoReturn, Optional
 import typer
 
 from . import __version__
+from .engines import NAMES
 from .startup import fast_coercion, quiet_parsing, tune_gc
 
 if TYPE_CHECKING:  # `check` answered from the cache imports none of these
     from rich.console import Console
 
     from .cache import ResultCache
+    from .engine import Command, Engine, Resolved
     from .errors import EaglepatchError
     from .read.locate import SourceTree
-    from .records import MemberPlan, ModelPlan
     from .rewrite.edits import FileEdit
     from .rewrite.gitrepo import WorkTree
     from .selection import Analysis, Selection
-
-    Resolved = tuple[SourceTree, Selection, list[Path]]  # what pipeline.resolve_selection returns
 
 fast_coercion()  # typer's pydantic layer costs more than answering from the cache
 
@@ -120,9 +119,8 @@ QuietOpt = typer.Option(
 )
 
 
-class Engine(str, enum.Enum):
-    sglang = "sglang"
-    vllm = "vllm"
+# --engine's choices: the registry's names (mypy reads an Enum's members only from a literal)
+EngineName = enum.Enum("EngineName", [(name, name) for name in NAMES], type=str)  # type: ignore[misc]
 
 
 EngineOpt = typer.Option(
@@ -292,7 +290,7 @@ def _selection(
     ignore: Optional[list[str]],
     installed: bool,
     python: Optional[str],
-    engine: Optional[Engine],
+    engine: Optional[EngineName],
     exclude: Optional[list[str]] = None,
 ) -> Selection:
     """The command's flags as a selection.Selection (the analysis and the result cache's key read the same one)."""
@@ -312,7 +310,7 @@ def _again(
     ignore: Optional[list[str]],
     installed: bool,
     python: Optional[str],
-    engine: Optional[Engine],
+    engine: Optional[EngineName],
     exclude: Optional[list[str]] = None,
 ) -> str:
     """The selection's flags as given, quoted for a POSIX shell: the hint after `check` names
@@ -332,23 +330,38 @@ def _again(
     return " ".join(shlex.quote(w) for w in words)
 
 
-def run_analysis(
-    path: Optional[Path],
-    models: Optional[list[str]],
-    consumers: Optional[list[str]],
-    all_models: bool = False,
-    ignore: Optional[list[str]] = None,
-    installed: bool = False,
-    python: Optional[str] = None,
-    resolved: Optional[Resolved] = None,
-    engine: Optional[Engine] = None,
-    exclude: Optional[list[str]] = None,
-    quiet: bool = False,
-) -> Analysis:
+def _pick_engine(selection: Selection, command: Command) -> tuple[Engine, SourceTree]:
+    """The engine, picked once for the command, and its tree; exit 2 when the engine does not serve the
+    command (before anything is read)."""
     from .errors import EaglepatchError
-    from .pipeline import analyze
+    from .run import locate
 
-    selection = _selection(path, models, consumers, all_models, ignore, installed, python, engine, exclude)
+    try:
+        engine, tree = locate(selection)
+    except EaglepatchError as exc:
+        fail(str(exc))
+    refusal = engine.refusal(command)
+    if refusal is not None:
+        fail(f"{tree.given}: {refusal}")
+    return engine, tree
+
+
+def _resolve_selection(selection: Selection, command: Command) -> Resolved:
+    """_pick_engine's engine and tree, with the selection merged with the tree's [tool.eaglepatch]."""
+    from .errors import EaglepatchError
+    from .run import resolve
+
+    located = _pick_engine(selection, command)
+    try:
+        return resolve(selection, located)
+    except EaglepatchError as exc:
+        fail(str(exc))
+
+
+def run_analysis(resolved: Resolved, quiet: bool = False) -> Analysis:
+    from .errors import EaglepatchError
+    from .run import analyze
+
     try:
         if sys.stderr.isatty() and not quiet:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -366,8 +379,8 @@ def run_analysis(
                 def progress(rel: str, total: int) -> None:
                     bar.update(task, total=total, advance=1, description=rel)
 
-                return analyze(selection, progress=progress, resolved=resolved)
-        return analyze(selection, resolved=resolved)
+                return analyze(resolved, progress=progress)
+        return analyze(resolved)
     except EaglepatchError as exc:
         fail(str(exc))
 
@@ -391,7 +404,7 @@ def check(
     no_cache: bool = typer.Option(
         False, "--no-cache", help="Neither read nor write the result cache (also EAGLEPATCH_NO_CACHE=1)."
     ),
-    engine: Optional[Engine] = EngineOpt,
+    engine: Optional[EngineName] = EngineOpt,
     exclude: Optional[list[str]] = ExcludeOpt,
     quiet: bool = QuietOpt,
 ) -> None:
@@ -400,18 +413,16 @@ def check(
     if baseline is not None and write_baseline is not None:
         fail("--baseline and --write-baseline do not go together; pass one of them")
     again = _again(path, model, all_models, consumer, ignore, installed, python, engine, exclude)
-    results, resolved = None, None
+    resolved = _resolve_selection(_selection(path, model, consumer, all_models, ignore, installed, python, engine, exclude), "check")
+    results = None
     if write_baseline is None:
-        results, resolved = _result_cache(
-            path, model, consumer, all_models, ignore, installed, python, output_format, baseline, no_cache, engine, exclude,
-            {"again": again, "quiet": quiet},
-        )
+        results = _result_cache(resolved, output_format, baseline, no_cache, {"again": again, "quiet": quiet})
     if results is not None:
         hit = results.lookup()
         if hit is not None:
             sys.stdout.write(hit[1])
             raise typer.Exit(hit[0])
-    analysis = run_analysis(path, model, consumer, all_models, ignore, installed, python, resolved, engine, exclude, quiet)
+    analysis = run_analysis(resolved, quiet)
     _leftover_journal(analysis.tree, clear=False)
     if results is None:
         _report(analysis, output_format, baseline, write_baseline, again, quiet)
@@ -429,39 +440,24 @@ def check(
 
 
 def _result_cache(
-    path: Optional[Path],
-    model: Optional[list[str]],
-    consumer: Optional[list[str]],
-    all_models: bool,
-    ignore: Optional[list[str]],
-    installed: bool,
-    python: Optional[str],
+    resolved: Resolved,
     output_format: OutputFormat,
     baseline: Optional[Path],
     no_cache: bool,
-    engine: Optional[Engine] = None,
-    exclude: Optional[list[str]] = None,
     extra: Optional[dict[str, object]] = None,
-) -> tuple[Optional[ResultCache], Optional[Resolved]]:
-    """(the cache entry for this question, the resolved selection), or (None, None) when bypassed.
-    `extra`: more of what the output depends on (the hint's flags, --quiet)."""
+) -> Optional[ResultCache]:
+    """The cache entry for this question, or None when bypassed.  `extra`: more of what the output
+    depends on (the hint's flags, --quiet)."""
     from . import cache
 
     if cache.disabled(no_cache):
-        return None, None
+        return None
     import os
 
     from . import __version__
-    from .errors import EaglepatchError
-    from .pipeline import resolve_selection
     from .read.style import style_files
 
-    selection = _selection(path, model, consumer, all_models, ignore, installed, python, engine, exclude)
-    try:
-        resolved = resolve_selection(selection)
-    except EaglepatchError as exc:
-        fail(str(exc))
-    tree, merged, consumers = resolved
+    tree, merged, consumers = resolved.tree, resolved.selection, resolved.consumers
     baseline_file = os.path.abspath(baseline) if baseline is not None else None
     key = {
         "eaglepatch": __version__,
@@ -469,6 +465,7 @@ def _result_cache(
         "own": cache.own_files(),
         "command": "check",
         "tree": [str(tree.srt), str(tree.given), tree.layout],
+        "engine": resolved.engine.name,
         "models": merged.models,
         "all": merged.all_models,
         "consumers": [str(c) for c in consumers],
@@ -482,12 +479,10 @@ def _result_cache(
     }
     if output_format in (OutputFormat.github, OutputFormat.sarif):
         key["repository"] = _git_folder(tree.srt)  # paths are relative to it
-    if tree.engine != "sglang":
-        key["engine"] = tree.engine
     outside = [c for c in consumers if tree.srt not in c.parents]
     outside += style_files(tree.models, tree.given)  # black's width decides whether a learned body fits
     deps = cache.dependencies(tree.srt, outside + ([Path(baseline_file)] if baseline_file else []))
-    return cache.ResultCache(key, deps), resolved
+    return cache.ResultCache(key, deps)
 
 
 def _git_folder(folder: Path) -> Optional[str]:
@@ -538,19 +533,11 @@ def _report(
     raise typer.Exit(1 if gate.new_gaps(analysis.plans) else 0)
 
 
-def _edits(analysis: Analysis, quiet: bool = False, suffix: str = "") -> tuple[list[FileEdit], list[EaglepatchError]]:
+def _edits(engine: Engine, analysis: Analysis, quiet: bool = False, suffix: str = "") -> tuple[list[FileEdit], list[EaglepatchError]]:
     """Edits per file; a file that cannot be edited is reported and the others go on."""
-    from .rewrite.edits import build_edits
-
     for warning in [] if quiet else analysis.warnings:
         typer.echo(f"eaglepatch: warning: {warning}", err=True)
-
-    if analysis.tree.engine == "vllm":
-        from .vllm_profile.edits import build_vllm_edits
-
-        edits, errors = build_vllm_edits(analysis.tree, analysis.plans)
-    else:
-        edits, errors = build_edits(analysis.cache, analysis.tree, analysis.plans, analysis.style)
+    edits, errors = engine.edits(analysis)
     for error in errors:
         typer.echo(f"eaglepatch: error: {error}{suffix}", err=True)
     return [e for e in edits if e.changed], errors
@@ -590,16 +577,15 @@ def diff(
     ignore: Optional[list[str]] = IgnoreOpt,
     installed: bool = InstalledOpt,
     python: Optional[str] = PythonOpt,
-    engine: Optional[Engine] = EngineOpt,
+    engine: Optional[EngineName] = EngineOpt,
     exclude: Optional[list[str]] = ExcludeOpt,
     quiet: bool = QuietOpt,
 ) -> None:
     """Print what `apply` would write (delegations, learned hook bodies), as a unified diff with git headers (dry run)."""
-    analysis = run_analysis(
-        path, model, consumer, all_models, ignore, installed, python, engine=engine, exclude=exclude, quiet=quiet
-    )
+    resolved = _resolve_selection(_selection(path, model, consumer, all_models, ignore, installed, python, engine, exclude), "diff")
+    analysis = run_analysis(resolved, quiet)
     _leftover_journal(analysis.tree, clear=False)
-    edits, errors = _edits(analysis, quiet)
+    edits, errors = _edits(resolved.engine, analysis, quiet)
     if not edits:
         if not errors and not quiet:  # after an error, its line is the whole story
             typer.echo("eaglepatch: nothing to change", err=True)
@@ -700,22 +686,23 @@ def apply(
     installed: bool = InstalledOpt,
     python: Optional[str] = PythonOpt,
     commit: bool = typer.Option(False, "--commit", help="Commit just the patched files (git work trees only)."),
-    engine: Optional[Engine] = EngineOpt,
+    engine: Optional[EngineName] = EngineOpt,
     exclude: Optional[list[str]] = ExcludeOpt,
     quiet: bool = QuietOpt,
 ) -> None:
     """Write the missing members (delegations, learned hook bodies) into the model files, then show what was done."""
-    analysis = run_analysis(
-        path, model, consumer, all_models, ignore, installed, python, engine=engine, exclude=exclude, quiet=quiet
-    )
+    resolved = _resolve_selection(_selection(path, model, consumer, all_models, ignore, installed, python, engine, exclude), "apply")
+    analysis = run_analysis(resolved, quiet)
     _leftover_journal(analysis.tree, clear=True)
-    edits, errors = _edits(analysis, quiet, NOTHING_WRITTEN)
+    edits, errors = _edits(resolved.engine, analysis, quiet, NOTHING_WRITTEN)
     console = _console(quiet=quiet)
     if errors and not edits:
         raise typer.Exit(2)
     code = _write_all(analysis.tree, edits, errors, console, commit, "added to", lambda e: e.added) if edits else 0
     if code == 2:
         raise typer.Exit(2)
+    from .rewrite.transaction import still_missing
+
     remaining = still_missing(analysis.plans, edits)
     if remaining:
         from .output.report import print_still_missing
@@ -724,25 +711,6 @@ def apply(
     elif not edits:
         console.print("Nothing to do: no EAGLE-3 member a class requires is missing.")
     raise typer.Exit(code or (1 if remaining else 0))
-
-
-def still_missing(plans: Sequence[ModelPlan], written: list[FileEdit]) -> list[tuple[ModelPlan, MemberPlan]]:
-    """(plan, member plan) for each required member no written edit adds: what apply leaves for people."""
-    added = {(e.rel, cls, m) for e in written for cls, members in e.added.items() for m in members}
-    fixes = {(p.wrapper.cls.file, p.wrapper.cls.name, e.member.name): e.fix for p in plans for e in p.missing}
-    left = []
-    for plan in plans:
-        for entry in plan.required_gaps:
-            where, fix = (plan.wrapper.cls.file, plan.wrapper.cls.name, entry.member.name), entry.fix
-            for _ in range(len(fixes)):  # an inherited fix is written into the base, or that base's base
-                if fix is None or fix.kind != "inherit":
-                    break
-                file, _, cls = fix.to.rpartition(":")
-                where = (file, cls, entry.member.name)
-                fix = fixes.get(where, fix if where in added else None)
-            if fix is None or where not in added:
-                left.append((plan, entry))
-    return left
 
 
 @app.command(epilog=EPILOG_REVERT)
@@ -757,26 +725,14 @@ def revert(
 ) -> None:
     """Remove exactly the members eaglepatch added (and the imports only they used)."""
     from .errors import EaglepatchError
-    from .pipeline import resolve_selection
-    from .read.source_cache import SourceCache
-    from .read.style import load_style
-    from .rewrite.edits import revert_edits
-    from .selection import Selection
 
+    selection = _selection(path, model, None, all_models, None, installed, python, None)
+    engine, tree = _pick_engine(selection, "revert")
     try:
-        vllm = _vllm_tree(path, installed or bool(python))
-        if vllm is not None:
-            from .vllm_profile.revert import revert_vllm_edits
-
-            tree = vllm
-            edits, errors, kept = revert_vllm_edits(tree, None if all_models else list(model or []) or None)
-        else:
-            tree, selection, _ = resolve_selection(Selection(path, tuple(model or ()), all_models, installed=installed, python=python))
-            cache = SourceCache(tree.srt)
-            style = load_style(tree.models, tree.given)
-            edits, errors, kept = revert_edits(cache, tree, None if selection.all_models else selection.models, style)
+        reverted = engine.revert(tree, selection)
     except EaglepatchError as exc:
         fail(str(exc))
+    edits, errors, kept = list(reverted.edits), list(reverted.errors), reverted.kept
     _leftover_journal(tree, clear=True)
     console = _console(quiet=quiet)
     for rel, members in kept:
@@ -788,28 +744,6 @@ def revert(
             console.print("Nothing to revert: no unchanged eaglepatch delegations found.")
         raise typer.Exit(2 if errors else 0)
     raise typer.Exit(_write_all(tree, edits, errors, console, commit, "removed from", lambda e: e.removed, "revert"))
-
-
-def _vllm_tree(path: Optional[Path], installed: bool) -> Optional[SourceTree]:
-    """The vLLM tree PATH names, or None (an SGLang tree, an installed package, or no tree: the command
-    reports it as it always did)."""
-    from .errors import EaglepatchError
-    from .read.locate import locate_tree
-
-    if installed:
-        return None
-    try:
-        tree = locate_tree(path)
-    except EaglepatchError:
-        return None
-    return tree if tree.engine == "vllm" else None
-
-
-def _not_for_vllm(path: Optional[Path], installed: bool, command: str, instead: str) -> None:
-    """The commands the vLLM profile does not serve yet stop, with exit 2, before reading anything."""
-    tree = _vllm_tree(path, installed)
-    if tree is not None:
-        fail(f"{tree.given}: {command} does not read vLLM trees yet; {instead}")
 
 
 @app.command(epilog=EPILOG_EXPLAIN)
@@ -824,8 +758,8 @@ def explain(
     """Why a member is in the protocol: every call site, its guard, the inner definition or the reference a body
     is learned from, the code apply writes."""
     errors_as(output_format.value)
-    _not_for_vllm(path, installed or bool(python), "explain", "eaglepatch check shows each wrapper's reasons")
-    analysis = run_analysis(path, model, None, False, None, installed, python)
+    resolved = _resolve_selection(_selection(path, model, None, False, None, installed, python, None), "explain")
+    analysis = run_analysis(resolved)
     from .output import report
     from .output.explain import explain_json
 
@@ -834,7 +768,7 @@ def explain(
         aside = analysis.protocol.general_interface.get(member)
         why = f"the model runner uses it on every model at {aside}" if aside else f"known members: {known}"
         fail(f"{analysis.tree.srt}: {member} is not an EAGLE-3 protocol member of this tree ({why})")
-    data = explain_json(analysis, member)
+    data = explain_json(analysis, resolved.engine.explain(analysis, member))
     if output_format is ExplainFormat.json:
         import json
 

@@ -12,10 +12,13 @@ Command-line flags win over the file.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import EaglepatchError
+from .read.locate import SourceTree
+from .selection import Selection
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -82,3 +85,48 @@ def load_settings(srt: Path, stop: Path | None = None) -> Settings:
     if not isinstance(all_models, bool):
         raise EaglepatchError("[tool.eaglepatch] all must be true or false", path=str(path))
     return Settings(strings("models"), all_models, strings("consumers"), strings("ignore"), strings("exclude"), path)
+
+
+def merge_settings(tree: SourceTree, selection: Selection) -> tuple[Selection, list[Path]]:
+    """The flags merged with the tree's [tool.eaglepatch] (flags win), each --exclude and --consumer
+    pattern checked to name a file: (the merged selection, the consumer files, resolved)."""
+    settings = load_settings(tree.srt, tree.given)
+    if selection.all_models and selection.models:
+        raise EaglepatchError("--all and --model do not go together; pass one of them", path=str(tree.given))
+    merged = Selection(
+        path=tree.given,
+        models=tuple(selection.models or (() if selection.all_models else settings.models)),
+        all_models=selection.all_models or (settings.all_models and not selection.models),
+        consumers=tuple(selection.consumers or settings.consumers),
+        ignore=tuple(sorted(set(selection.ignore) | set(settings.ignore))),
+        engine=selection.engine,
+        exclude=tuple(dict.fromkeys([*selection.exclude, *settings.exclude])),
+        ignore_from={
+            **{name: str(settings.source) for name in settings.ignore},
+            **{name: "--ignore" for name in selection.ignore},
+        },
+    )
+    for pattern in merged.exclude:
+        if not matching_files(tree, pattern):
+            where = str(settings.source) if pattern in settings.exclude and pattern not in selection.exclude else "--exclude"
+            raise EaglepatchError(f"exclude {pattern!r} names no file (relative paths are read from {tree.srt})", path=where)
+    consumers: list[Path] = []
+    for pattern in merged.consumers:
+        matches = matching_files(tree, pattern)
+        if not matches:
+            where = str(settings.source) if pattern in settings.consumers and not selection.consumers else "--consumer"
+            raise EaglepatchError(f"consumer {pattern!r} names no file (relative paths are read from {tree.srt})", path=where)
+        consumers += [m.resolve() for m in matches if m.resolve() not in consumers]
+    return merged, consumers
+
+
+def matching_files(tree: SourceTree, pattern: str) -> list[Path]:
+    """The files a --consumer or --exclude pattern names: a glob relative to srt, or an absolute path."""
+    base = Path(pattern)
+    matches = sorted(tree.srt.glob(pattern)) if not base.is_absolute() else ([base] if base.is_file() else [])
+    return [m for m in matches if m.is_file()]
+
+
+def excluded_files(tree: SourceTree, patterns: Iterable[str]) -> frozenset[Path]:
+    """The resolved paths the user left out: no stage reads them, and the gate does not ask them to parse."""
+    return frozenset(m.resolve() for pattern in patterns for m in matching_files(tree, pattern))

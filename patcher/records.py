@@ -18,7 +18,7 @@ UseKind = Literal["call", "attribute"]
 SignatureKind = Literal["method", "property", "attribute"]
 # "delegate": to an inner model's attribute; "inherit": written into a base class, "file:Class";
 # "synthesize": a body learned from the class `to`, "file:Class"; "base": the interface `to` added to
-# the class's bases, with its import (the vLLM profile: patcher/vllm_profile/plan.py).
+# the class's bases, with its import (the vLLM profile: patcher/engines/vllm/plan.py).
 FixKind = Literal["delegate", "inherit", "synthesize", "base"]
 
 

@@ -1,8 +1,9 @@
-"""What a command asks for and what the analysis answers, as records: the floor below the pipeline
-(pipeline.py builds them, vllm_profile/plan.py builds an Analysis too, the output stage reads them)."""
+"""What a command asks for and what the analysis answers, as records: the floor below the engines
+(each engine builds an Analysis, the output stage reads them)."""
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +19,35 @@ if TYPE_CHECKING:
 DEFAULT_MODEL = "kimi_k25"
 
 
+class EngineTraits(typing.Protocol):  # typing.Protocol: records.Protocol is the EAGLE-3 protocol
+    """What the output stage reads of the engine an analysis came from (engine.Engine is the whole
+    interface): so a report asks the engine, and never compares its name."""
+
+    @property
+    def name(self) -> str:
+        """What --engine takes."""
+        ...
+
+    @property
+    def display_name(self) -> str:
+        """How people write it ("SGLang"), in titles and messages."""
+        ...
+
+    @property
+    def report_name(self) -> str | None:
+        """The JSON report's "engine" value; None leaves the key out (SGLang's reports came first)."""
+        ...
+
+    @property
+    def lists_clean_classes(self) -> bool:
+        """`check --all` lists the classes that need nothing too (a registry of wrappers, a short list),
+        not only those with something to say."""
+        ...
+
+
 @dataclass(frozen=True)
 class Analysis:
+    engine: EngineTraits
     tree: SourceTree
     cache: SourceCache
     protocol: Protocol
@@ -50,6 +78,6 @@ class Selection:
     ignore: tuple[str, ...] = ()
     installed: bool = False
     python: str | None = None
-    engine: str | None = None  # "sglang" | "vllm"; None: what the tree's shape says
+    engine: str | None = None  # an engine's name (--engine); None: what the tree's shape says
     exclude: tuple[str, ...] = ()  # paths or globs never read, relative to srt or absolute
     ignore_from: Mapping[str, str] = field(default_factory=dict)  # member -> "--ignore" or the pyproject.toml naming it

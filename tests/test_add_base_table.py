@@ -124,7 +124,7 @@ def test_only_the_named_classes_change():
     assert "class A(nn.Module):" in out and "class B(nn.Module, SupportsEagle3):" in out
 
 
-# --------------------------------------------------------------------------- revert (patcher/vllm_profile/revert.py)
+# --------------------------------------------------------------------------- revert (patcher/engines/vllm/revert.py)
 
 REL = "model_executor/models/wrapper.py"  # inside models/: `.interfaces` is the spelling of a new import
 
@@ -135,7 +135,7 @@ def marked(source: str, classes: dict[str, str] | None = None) -> str:
 
 
 def revert(source: str) -> tuple[str, dict, dict]:
-    from eaglepatch.vllm_profile.revert import reverted
+    from eaglepatch.engines.vllm.revert import reverted
 
     module, removed, kept = reverted(cst.parse_module(source), REL)
     return module.code, removed, kept

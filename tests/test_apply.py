@@ -576,9 +576,9 @@ def test_apply_notes_uncommitted_changes_in_the_wrapper(repo):
 
 def test_file_changed_between_planning_and_writing_is_left_alone(plain):
     from eaglepatch.errors import EaglepatchError
-    from eaglepatch.pipeline import analyze
     from eaglepatch.rewrite.edits import build_edits
     from eaglepatch.rewrite.write import write_edit
+    from eaglepatch.run import analyze
 
     analysis = analyze(plain, ["exotic_wrapper"])
     built = build_edits(analysis.cache, analysis.tree, analysis.plans)

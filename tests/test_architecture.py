@@ -215,7 +215,7 @@ def graph() -> tuple[dict[str, Path], list[Edge]]:
 
 def test_the_graph_sees_the_whole_package(graph):
     modules, edges = graph
-    assert {"eaglepatch.cli", "eaglepatch.pipeline", "eaglepatch.records", "eaglepatch.codemods.add_delegations"} <= set(modules)
+    assert {"eaglepatch.cli", "eaglepatch.engines.sglang.pipeline", "eaglepatch.engine", "eaglepatch.records", "eaglepatch.codemods.add_delegations"} <= set(modules)
     assert {"module", "local", "type"} <= {edge.kind for edge in edges}
 
 
@@ -293,3 +293,95 @@ def test_private_names_across_modules_are_found(tmp_path):
         "pkg.b uses pkg.a._TABLE",
         "pkg.c uses pkg.a._TABLE",
     ]
+
+
+# --------------------------------------------------------------------------- engine names
+
+# The engines the package serves. Outside the engine packages code asks the engine object what it
+# needs (its display name, what it supports); a string naming an engine compared there is one more
+# place a third engine, or a second axis (the speculative algorithm), has to be threaded through.
+ENGINE_NAMES = frozenset({"sglang", "vllm"})
+ENGINE_PACKAGES = ("eaglepatch.engines",)
+
+
+def _names_an_engine(node: ast.expr) -> bool:
+    """A string constant naming an engine (any case), a name or attribute spelled so (`Engine.vllm`),
+    or a tuple/list/set of them (`x in ("sglang", "vllm")`)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value.lower() in ENGINE_NAMES
+    if isinstance(node, ast.Name):
+        return node.id.lower() in ENGINE_NAMES
+    if isinstance(node, ast.Attribute):
+        return node.attr.lower() in ENGINE_NAMES
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_names_an_engine(e) for e in node.elts)
+    return False
+
+
+def engine_switches(path: Path) -> list[tuple[int, str]]:
+    """(line, what) for each place `path` decides by an engine's name: a comparison (`==`, `!=`, `in`,
+    `is`) with one, a `case` of one, a dict literal keyed by one, a subscript by one. A string
+    that only mentions an engine (a docstring, a message, `"sglang.srt"`) is none of these."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(_names_an_engine(o) for o in (node.left, *node.comparators)):
+            found.append((node.lineno, f"compares with an engine's name: {ast.unparse(node)}"))
+        elif isinstance(node, ast.MatchValue) and _names_an_engine(node.value):
+            found.append((node.lineno, f"a case of an engine's name: {ast.unparse(node.value)}"))
+        elif isinstance(node, ast.Dict) and any(k is not None and _names_an_engine(k) for k in node.keys):
+            found.append((node.lineno, "a dict keyed by engine names"))
+        elif isinstance(node, ast.Subscript) and _names_an_engine(node.slice) and isinstance(node.slice, ast.Constant):
+            found.append((node.lineno, f"looks up by an engine's name: {ast.unparse(node)}"))
+    return sorted(found)
+
+
+def engine_name_checks(modules: dict[str, Path], engine_packages: tuple[str, ...] = ENGINE_PACKAGES) -> list[str]:
+    found = []
+    for name, path in sorted(modules.items()):
+        if any(name == p or name.startswith(p + ".") for p in engine_packages):
+            continue
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        found += [f"{shown}:{line}: {what}" for line, what in engine_switches(path)]
+    return found
+
+
+def test_no_engine_name_is_compared_outside_the_engine_packages(graph):
+    """cli picks the engine once; everything after asks it (engine.py: supports, display_name, ...)."""
+    modules, _ = graph
+    found = engine_name_checks(modules)
+    assert not found, "engine names decided on outside patcher/engines/ (ask the engine object instead):\n" + "\n".join(found)
+
+
+def test_the_guard_knows_every_engine():
+    from eaglepatch.engines import ENGINES
+
+    assert {engine.name for engine in ENGINES} <= ENGINE_NAMES
+
+
+def test_engine_name_checks_are_found_and_mentions_are_not(tmp_path):
+    dirs = _package(
+        tmp_path,
+        {
+            "a.py": (
+                '"""Reads sglang and vllm trees."""\n'
+                'def f(tree):\n'
+                '    if tree.engine == "vllm":\n'
+                '        return 1\n'
+                '    label = "vLLM" if tree.kind != "SGLang" else "x"\n'
+                '    ok = tree.engine in ("sglang", "other")\n'
+                '    same = tree.engine is Engine.vllm\n'
+                '    table = {"sglang": 1, "vllm": 2}[tree.engine]\n'
+                '    by = HINTS["vllm"]\n'
+                '    match tree.engine:\n'
+                '        case "sglang":\n'
+                '            pass\n'
+                '    raise ValueError(f"not a vllm tree: {tree}")\n'
+            ),
+            "b.py": 'PACKAGE = "sglang.srt"\nparts = ["sglang", "srt"]\nmessage = "explain does not read vLLM trees"\nx = a == "sglang.srt"\n',
+            "engines/__init__.py": 'def pick(name):\n    return name == "vllm"\n',
+        },
+    )
+    found = engine_name_checks(package_modules(dirs), ("pkg.engines",))
+    assert [line.split(":")[1] for line in found] == ["3", "5", "6", "7", "8", "9", "11"]
+    assert all(line.split(":")[0].endswith("a.py") for line in found)

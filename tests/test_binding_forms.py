@@ -34,8 +34,8 @@ from eaglepatch.analyze.wrappers import WrapperFinder
 from eaglepatch.cli import app
 from eaglepatch.codemods.add_delegations import Delegation
 from eaglepatch.codemods.remove_delegations import RemoveDelegations
+from eaglepatch.engines import locate_tree
 from eaglepatch.read.expressions import parse_value
-from eaglepatch.read.locate import locate_tree
 from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.read.text import decode_source
 from eaglepatch.records import Protocol

@@ -256,11 +256,11 @@ def test_cookie_that_disagrees_with_the_bom_is_an_error(tmp_path):
 
 def _library_round_trip(root: Path) -> None:
     """The same three promises, through the calls the CLI makes (fast enough for many examples)."""
-    from eaglepatch.pipeline import analyze
     from eaglepatch.read.source_cache import SourceCache
     from eaglepatch.rewrite.edits import build_edits, revert_edits
     from eaglepatch.rewrite.preview import render_patch
     from eaglepatch.rewrite.write import write_edit
+    from eaglepatch.run import analyze
 
     path = root / SRT / WRAPPER
     original = path.read_bytes()

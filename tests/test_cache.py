@@ -2,7 +2,7 @@
 same files, never a stale one; and a start-up that imports nothing heavy before it is needed.
 
 The CLI runs in-process (typer.testing.CliRunner).  A cache hit is proven by making the analysis
-impossible (eaglepatch.pipeline.analyze raises) and still getting the answer.  Fixture files get an
+impossible (eaglepatch.run.analyze raises) and still getting the answer.  Fixture files get an
 mtime an hour old, as files in a real tree have: an answer read from files modified in the last
 two seconds is not stored (their mtime may not change on the next edit).
 """
@@ -78,7 +78,7 @@ def no_analysis(monkeypatch):
         raise AssertionError("analyze() ran: the answer did not come from the cache")
 
     def arm():
-        monkeypatch.setattr("eaglepatch.pipeline.analyze", refuse)
+        monkeypatch.setattr("eaglepatch.run.analyze", refuse)
 
     return arm
 

@@ -358,7 +358,7 @@ def test_internal_error_with_json_is_a_json_object(root: Path, monkeypatch, caps
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("eaglepatch.pipeline.analyze", broken)
+    monkeypatch.setattr("eaglepatch.run.analyze", broken)
     monkeypatch.setenv("EAGLEPATCH_NO_CACHE", "1")
     monkeypatch.delenv("EAGLEPATCH_DEBUG", raising=False)
     with pytest.raises(SystemExit) as done:

@@ -15,7 +15,7 @@ import pytest
 from helpers import write_srt_tree
 
 from eaglepatch.analyze.class_index import ClassIndex, signature_node
-from eaglepatch.read.locate import locate_tree
+from eaglepatch.engines import locate_tree
 from eaglepatch.read.source_cache import SourceCache
 
 DEEPSEEK_V2 = """\

@@ -117,10 +117,10 @@ def test_a_codemod_run_on_cut_wrapper_files_writes_what_it_writes_on_whole_files
     """Every other file `diff --all` patches in the newest release (a whole run costs seconds a file): the
     same bytes whether the codemod reads the file cut or whole (the cut is what every run uses; whole
     is the fallback)."""
-    from eaglepatch.pipeline import analyze
     from eaglepatch.read.slices import Bodiless
     from eaglepatch.read.source_cache import SourceCache
     from eaglepatch.rewrite import edits
+    from eaglepatch.run import analyze
 
     runs: list[bool] = []  # per codemod run: was the file cut
     original = edits.apply_codemod

@@ -868,7 +868,7 @@ def test_bash_completion_completes(words, cword, expected):
 
 
 CRASH_MAIN = (
-    "import sys, eaglepatch.pipeline as p\n"
+    "import sys, eaglepatch.run as p\n"
     "def boom(*a, **k):\n"
     "    raise RuntimeError('boom in the pipeline')\n"
     "p.analyze = boom\n"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from eaglepatch.engines import locate_tree
 from eaglepatch.read.imports import ImportTable, Origin, module_path
-from eaglepatch.read.locate import locate_tree
 from eaglepatch.read.source_cache import SourceCache
 
 

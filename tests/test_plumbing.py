@@ -17,7 +17,7 @@ from helpers import write_srt_tree
 
 from eaglepatch.analyze.plumbing import HOOK, PlumbingReport, SourceClasses, TreeClasses, analyze_plumbing, c3_order, tree_plumbing
 from eaglepatch.analyze.resolve import Resolver
-from eaglepatch.read.locate import locate_tree
+from eaglepatch.engines import locate_tree
 from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.records import Protocol
 

@@ -43,8 +43,8 @@ import pytest
 from hypothesis import event, given, note
 from hypothesis import strategies as st
 
-from eaglepatch.pipeline import analyze
 from eaglepatch.rewrite.edits import build_edits
+from eaglepatch.run import analyze
 
 WRAPPER_CLASS = "WrapperForConditionalGeneration"
 INNER_CLASS = "InnerForCausalLM"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from eaglepatch.analyze.protocol import extract_protocol
-from eaglepatch.read.locate import locate_tree
+from eaglepatch.engines import locate_tree
 from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.records import CallShape, Protocol
 

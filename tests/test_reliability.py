@@ -185,8 +185,8 @@ def assert_bad_input(tmp_path: Path, args: list, *needles: str, commands=("check
 
 def patched_bytes(root: Path) -> bytes:
     """What `apply` writes into the wrapper, computed without writing."""
-    from eaglepatch.pipeline import analyze
     from eaglepatch.rewrite.edits import build_edits
+    from eaglepatch.run import analyze
 
     analysis = analyze(root, ["wrapper"])
     edits, errors = build_edits(analysis.cache, analysis.tree, analysis.plans)
@@ -603,9 +603,9 @@ def test_folder_without_write_permission_for_the_temporary_file(world_dir):
 
 def test_file_edited_between_planning_and_writing(tmp_path):
     from eaglepatch.errors import EaglepatchError
-    from eaglepatch.pipeline import analyze
     from eaglepatch.rewrite.edits import build_edits
     from eaglepatch.rewrite.write import write_edit
+    from eaglepatch.run import analyze
 
     tree = minimal_tree(tmp_path / "tree")
     path = tree / SRT / WRAPPER
@@ -850,7 +850,7 @@ import os, runpy, sys, time
 from pathlib import Path
 armed, go = Path(sys.argv[1]), Path(sys.argv[2])
 # the heavy imports first, so both racers reach the start line ready to plan and write
-import eaglepatch.cli, eaglepatch.pipeline, eaglepatch.rewrite.edits, eaglepatch.rewrite.write, eaglepatch.rewrite.preview, eaglepatch.output.report, eaglepatch.rewrite.gitrepo
+import eaglepatch.cli, eaglepatch.engines.sglang.pipeline, eaglepatch.rewrite.edits, eaglepatch.rewrite.write, eaglepatch.rewrite.preview, eaglepatch.output.report, eaglepatch.rewrite.gitrepo
 import rich.console
 armed.touch()
 while not go.exists():

@@ -14,7 +14,7 @@ import pytest
 from helpers import write_srt_tree
 
 from eaglepatch.analyze.resolve import Resolver
-from eaglepatch.read.locate import locate_tree
+from eaglepatch.engines import locate_tree
 from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.records import Protocol
 

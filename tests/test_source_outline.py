@@ -173,7 +173,7 @@ def test_block_end_bugs_of_both_scanners(text):
 
 def test_triple_quote_comment_does_not_give_a_class_the_next_ones_methods(tmp_path):
     from eaglepatch.analyze.resolve import Resolver
-    from eaglepatch.read.locate import locate_tree
+    from eaglepatch.engines import locate_tree
 
     srt = tmp_path / "sglang" / "srt"
     (srt / "models").mkdir(parents=True)

@@ -16,7 +16,7 @@ from helpers import write_srt_tree
 
 from eaglepatch.analyze.class_index import _functions
 from eaglepatch.analyze.resolve import Resolver
-from eaglepatch.read.locate import locate_tree
+from eaglepatch.engines import locate_tree
 from eaglepatch.read.source_cache import SourceCache
 
 

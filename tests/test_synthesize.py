@@ -243,7 +243,7 @@ def test_same_shape_gets_bodies_learned_from_the_reference(tree: Path):
 LIBRARY_PROBE = """\
 import sys
 from pathlib import Path
-from eaglepatch.pipeline import analyze
+from eaglepatch.run import analyze
 from eaglepatch.selection import Selection
 analysis = analyze(Selection(Path(sys.argv[1]), [sys.argv[2]]))
 fixes = sorted({e.fix.kind for p in analysis.plans for e in p.fixes})
@@ -451,7 +451,7 @@ def test_references_are_tried_in_rank_order_on_a_release(sglang_latest):
     from eaglepatch.analyze.protocol import extract_protocol
     from eaglepatch.analyze.resolve import Resolver
     from eaglepatch.analyze.synthesize import HookLibrary, _held
-    from eaglepatch.read.locate import locate_tree
+    from eaglepatch.engines import locate_tree
 
     tree = locate_tree(sglang_latest)
     cache = SourceCache(tree.srt)
@@ -476,7 +476,7 @@ def test_a_class_is_tried_once_per_kind_of_reference_with_the_answer_of_trying_t
     already; on every class and hook of the newest release its answer is the one of trying every
     reference in rank order (the first that fits, else the first rejection and how many failed)."""
     from eaglepatch.analyze.synthesize import HookLibrary
-    from eaglepatch.pipeline import analyze
+    from eaglepatch.run import analyze
 
     calls: list[tuple] = []
     tries = {"made": 0}

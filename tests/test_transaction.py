@@ -106,9 +106,9 @@ def test_a_failed_rename_puts_back_every_file_already_renamed(repo, monkeypatch)
     import os
 
     from eaglepatch.errors import EaglepatchError
-    from eaglepatch.pipeline import analyze
     from eaglepatch.rewrite import journal, write
     from eaglepatch.rewrite.edits import build_edits
+    from eaglepatch.run import analyze
     from eaglepatch.selection import Selection
 
     analysis = analyze(Selection(repo, all_models=True))

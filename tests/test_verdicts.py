@@ -16,7 +16,7 @@ from helpers import invoke
 
 from eaglepatch.analyze.plan import call_misfit
 from eaglepatch.analyze.roles import RoleBook, learn_roles
-from eaglepatch.read.locate import locate_tree
+from eaglepatch.engines import locate_tree
 from eaglepatch.records import CallShape, ClassInfo
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -35,8 +35,8 @@ from test_properties import INNER_CLASS, WRAPPER_CLASS, Example, Layout, tree_im
 from typer.testing import CliRunner
 
 from eaglepatch.cli import app
-from eaglepatch.pipeline import analyze
 from eaglepatch.rewrite.edits import build_edits
+from eaglepatch.run import analyze
 
 HOOKS = ("get_embed_and_head", "set_eagle3_layers_to_capture")
 RUNNER = CliRunner()

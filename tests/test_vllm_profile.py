@@ -27,11 +27,11 @@ import pytest
 from typer.testing import CliRunner
 
 from eaglepatch.cli import app
+from eaglepatch.engines import find_engine, locate_tree
+from eaglepatch.engines.vllm.plan import VllmPlanner
+from eaglepatch.engines.vllm.protocol import read_protocol
+from eaglepatch.engines.vllm.tree import VllmTree
 from eaglepatch.errors import EaglepatchError
-from eaglepatch.read.locate import locate_tree
-from eaglepatch.vllm_profile.plan import VllmPlanner
-from eaglepatch.vllm_profile.protocol import read_protocol
-from eaglepatch.vllm_profile.tree import VllmTree
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "vllm"
@@ -73,10 +73,10 @@ def _statuses(data: dict) -> dict[str, str]:
 
 def test_a_vllm_tree_is_found_in_each_layout_and_sglang_still_wins_its_own():
     for given, layout in ((FIXTURE, "site-packages"), (FIXTURE / "vllm", "package")):
-        found = locate_tree(given)
-        assert (found.engine, found.layout, found.srt) == ("vllm", layout, FIXTURE / "vllm")
+        engine, found = find_engine(given)
+        assert (engine.name, found.layout, found.srt) == ("vllm", layout, FIXTURE / "vllm")
         assert found.models == FIXTURE / "vllm" / "model_executor" / "models"
-    assert locate_tree(SGLANG_FIXTURE).engine == "sglang"
+    assert find_engine(SGLANG_FIXTURE)[0].name == "sglang"
 
 
 def test_a_checkout_root_is_named_so(tmp_path):
@@ -86,7 +86,7 @@ def test_a_checkout_root_is_named_so(tmp_path):
 
 
 def test_engine_overrides_the_shape_and_a_wrong_engine_is_an_error():
-    assert locate_tree(FIXTURE, "vllm").engine == "vllm"
+    assert find_engine(FIXTURE, "vllm")[0].name == "vllm"
     with pytest.raises(EaglepatchError, match="no sglang/srt"):
         locate_tree(FIXTURE, "sglang")
     with pytest.raises(EaglepatchError, match="interfaces.py"):
@@ -448,7 +448,7 @@ def test_an_excluded_vllm_module_is_not_read_and_is_named(tree):
 
 
 def test_a_vllm_consumer_that_does_not_parse_stops_the_gate(tree):
-    from eaglepatch.vllm_profile.protocol import CONSUMERS
+    from eaglepatch.engines.vllm.protocol import CONSUMERS
 
     rel = next(r for r in CONSUMERS if (tree / "vllm" / r).is_file())
     path = tree / "vllm" / rel

@@ -13,7 +13,7 @@ from helpers import write_srt_tree
 
 from eaglepatch.analyze.class_index import ClassIndex
 from eaglepatch.analyze.wrappers import WrapperFinder
-from eaglepatch.read.locate import locate_tree
+from eaglepatch.engines import locate_tree
 from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.records import Protocol, ProtocolMember
 

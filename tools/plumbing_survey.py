@@ -2,7 +2,7 @@
 
     python tools/plumbing_survey.py [--out FILE] [--json FILE] [--only 0.5.9 0.5.23 ...]
 
-Each release is analysed the way `eaglepatch check --all` does (patcher.pipeline.analyze); every class
+Each release is analysed the way `eaglepatch check --all` does (patcher/run.py: analyze); every class
 of a plan that has `set_eagle3_layers_to_capture` (its own or inherited; not one this run's apply
 would write) gets `analyze_plumbing`, through the same resolver.  Per release: how many classes were
 analysed, how many have complete plumbing, which are broken (with each gap), which could not be
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from eaglepatch.analyze.plumbing import HOOK, PlumbingReport, TreeClasses, analyze_plumbing
 from eaglepatch.analyze.resolve import Resolver
-from eaglepatch.pipeline import analyze
+from eaglepatch.run import analyze
 from eaglepatch.selection import Selection
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -30,8 +30,8 @@ from eaglepatch.analyze.resolve import Resolver
 from eaglepatch.analyze.synthesize import HookLibrary
 from eaglepatch.codemods.add_plumbing import PlumbingNotWritten, apply_plumbing
 from eaglepatch.codemods.remove_plumbing import revert_plumbing
-from eaglepatch.pipeline import analyze
 from eaglepatch.read.style import load_style
+from eaglepatch.run import analyze
 from eaglepatch.selection import Selection
 
 # the release before each upstream fix that wrote plumbing by hand (bench/history.json: a hook written

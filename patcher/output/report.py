@@ -107,7 +107,7 @@ def analysis_json(analysis: Analysis, gate: Gate | None = None) -> dict:
         "schema": SCHEMA,
         "srt": str(analysis.tree.srt),
         "layout": analysis.tree.layout,
-        **({"engine": analysis.tree.engine} if analysis.tree.engine != "sglang" else {}),
+        **({"engine": analysis.engine.report_name} if analysis.engine.report_name is not None else {}),
         "protocol": [protocol_json(m) for m in analysis.protocol.members.values()],
         "consumers": analysis.protocol.consumers,
         "general_interface": analysis.protocol.general_interface,
@@ -274,8 +274,7 @@ _ROLE_ORDER = {"target": 0, "draft": 1, "other": 2}
 def print_protocol(analysis: Analysis, console: Console) -> None:
     from rich.table import Table
 
-    engine = "vLLM" if analysis.tree.engine == "vllm" else "SGLang"
-    table = Table(title=f"EAGLE-3 protocol read from {engine}'s own code", title_justify="left")
+    table = Table(title=f"EAGLE-3 protocol read from {analysis.engine.display_name}'s own code", title_justify="left")
     widest = max((len(m) for m in analysis.protocol.members), default=6)
     table.add_column("member", style="bold", no_wrap=True, min_width=widest)
     table.add_column("kind")
@@ -390,7 +389,7 @@ def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None
     lines = [] if quiet else [f"[bold]EAGLE-3 readiness of {len(analysis.plans)} model classes[/bold]"]
     baselined = gate is not None and gate.source is not None
     for plan in plans:
-        if plan.status in ("compliant", "dynamic") and not plan.missing and analysis.tree.engine != "vllm":
+        if plan.status in ("compliant", "dynamic") and not plan.missing and not analysis.engine.lists_clean_classes:
             continue
         style = STATUS_STYLE.get(plan.status, "white")
         lines.append(

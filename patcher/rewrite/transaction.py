@@ -1,16 +1,17 @@
 """Write a set of edits, and optionally commit them, as one transaction: every precondition (of each
 file and of the commit) is checked before any file is touched, then every file is written or none
-(`write.write_all`).  What happened comes back as a record for the output stage to report; nothing
-here prints."""
+(`write.write_all`).  What happened comes back as a record for the output stage to report, and what
+the written edits leave missing (`still_missing`); nothing here prints."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EaglepatchError
 from ..read.locate import SourceTree
+from ..records import MemberPlan, ModelPlan
 from .edits import FileEdit
 from .gitrepo import commit_message, find_work_tree
 from .write import Interrupted, check_writable, writable_target, write_all
@@ -79,3 +80,22 @@ def write_edits(
     except EaglepatchError as exc:
         return Transaction(base, dirty=dirty, refused=(exc,))
     return Transaction(base, written.edits, dirty, written.commit, written.interrupted)
+
+
+def still_missing(plans: Sequence[ModelPlan], written: list[FileEdit]) -> list[tuple[ModelPlan, MemberPlan]]:
+    """(plan, member plan) for each required member no written edit adds: what apply leaves for people."""
+    added = {(e.rel, cls, m) for e in written for cls, members in e.added.items() for m in members}
+    fixes = {(p.wrapper.cls.file, p.wrapper.cls.name, e.member.name): e.fix for p in plans for e in p.missing}
+    left = []
+    for plan in plans:
+        for entry in plan.required_gaps:
+            where, fix = (plan.wrapper.cls.file, plan.wrapper.cls.name, entry.member.name), entry.fix
+            for _ in range(len(fixes)):  # an inherited fix is written into the base, or that base's base
+                if fix is None or fix.kind != "inherit":
+                    break
+                file, _, cls = fix.to.rpartition(":")
+                where = (file, cls, entry.member.name)
+                fix = fixes.get(where, fix if where in added else None)
+            if fix is None or where not in added:
+                left.append((plan, entry))
+    return left

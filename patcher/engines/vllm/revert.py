@@ -24,16 +24,16 @@ from pathlib import Path
 import libcst as cst
 from libcst.codemod import CodemodContext
 
-from ..codemods.add_base import BASES_ON_THEIR_LINE, HEADER_ON_ONE_LINE, IMPORT_ON_ONE_LINE, AddBase, header_layout
-from ..codemods.contract import run_command
-from ..codemods.names import MARKER
-from ..codemods.remove_delegations import RemoveDelegations
-from ..errors import EaglepatchError
-from ..read.locate import SourceTree
-from ..read.slices import parse_module
-from ..read.source_cache import SourceCache
-from ..read.text import SourceFile
-from ..rewrite.edits import FileEdit
+from ...codemods.add_base import BASES_ON_THEIR_LINE, HEADER_ON_ONE_LINE, IMPORT_ON_ONE_LINE, AddBase, header_layout
+from ...codemods.contract import run_command
+from ...codemods.names import MARKER
+from ...codemods.remove_delegations import RemoveDelegations
+from ...errors import EaglepatchError
+from ...read.locate import SourceTree
+from ...read.slices import parse_module
+from ...read.source_cache import SourceCache
+from ...read.text import SourceFile
+from ...rewrite.edits import FileEdit
 from .edits import LINE_LENGTH, equivalents, spelling_in
 
 _MARKED = re.compile(rb"# eaglepatch: (added \w+ to the bases|forwards to self\.)")

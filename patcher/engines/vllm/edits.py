@@ -15,16 +15,17 @@ from collections.abc import Sequence
 import libcst as cst
 from libcst.codemod import CodemodContext
 
-from ..codemods.add_base import AddBase
-from ..codemods.add_delegations import AddDelegations, Delegation
-from ..codemods.contract import run_command
-from ..errors import EaglepatchError
-from ..read.locate import VLLM_MODELS, SourceTree
-from ..read.slices import parse_module
-from ..read.source_cache import SourceCache
-from ..read.text import SourceFile
-from ..records import ModelPlan
-from ..rewrite.edits import FileEdit
+from ...codemods.add_base import AddBase
+from ...codemods.add_delegations import AddDelegations, Delegation
+from ...codemods.contract import run_command
+from ...errors import EaglepatchError
+from ...read.locate import SourceTree
+from ...read.slices import parse_module
+from ...read.source_cache import SourceCache
+from ...read.text import SourceFile
+from ...records import ModelPlan
+from ...rewrite.edits import FileEdit
+from . import VLLM_MODELS
 from .protocol import BASE, ProtocolMethod, read_protocol
 from .tree import INTERFACES, VllmTree
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import EaglepatchError
+from ...errors import EaglepatchError
 
 MODELS_PACKAGE = "vllm.model_executor.models"
 INTERFACES = f"{MODELS_PACKAGE}.interfaces"

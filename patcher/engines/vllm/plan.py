@@ -13,17 +13,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from ..errors import EaglepatchError
-from ..records import ClassInfo, Fix, InnerModel, MemberPlan, ModelPlan, Protocol, Signature, Status, Unresolved, Wrapper
-from ..selection import DEFAULT_MODEL, Analysis
+from ...errors import EaglepatchError
+from ...records import ClassInfo, Fix, InnerModel, MemberPlan, ModelPlan, Protocol, Signature, Status, Unresolved, Wrapper
+from ...selection import DEFAULT_MODEL, Analysis, EngineTraits
 from .protocol import BASE, MIXIN, VllmProtocol
 from .tree import INTERFACES, TARGET_DICTS, ClassRef, VllmTree, is_stub, methods, module_of
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..analyze.resolve import Progress
-    from ..read.locate import SourceTree
+    from ...analyze.resolve import Progress
+    from ...read.locate import SourceTree
 
 LM_ATTRIBUTES = ("language_model", "llm", "decoder", "text_model")
 _BUILDERS = ("init_vllm_registered_model", "initialize_model")
@@ -469,12 +469,12 @@ def _short_code(node: ast.expr, limit: int = 100) -> str:
 
 
 def analyze_vllm(
-    tree: SourceTree, models: Sequence[str], all_models: bool, progress: Progress | None = None, excluded: frozenset[Path] = frozenset()
+    engine: EngineTraits, tree: SourceTree, models: Sequence[str], all_models: bool, progress: Progress | None = None, excluded: frozenset[Path] = frozenset()
 ) -> Analysis:
     """The vLLM profile's pipeline: protocol -> wrappers -> plans, as a selection.Analysis.  A module the
     answer needed that could not be read stops it, every such module named (exit 2)."""
-    from ..errors import UnreadableFiles
-    from ..read.source_cache import SourceCache
+    from ...errors import UnreadableFiles
+    from ...read.source_cache import SourceCache
     from .protocol import read_protocol
 
     index = VllmTree(tree.srt, excluded)
@@ -485,5 +485,4 @@ def analyze_vllm(
     if index.unread:
         raise UnreadableFiles(list(index.unread.values()), list(index.unread))
     warnings = list(records.warnings) + [f"{index.rel(p)}: left out by --exclude: not read, and not checked" for p in sorted(excluded)]
-    return Analysis(tree, SourceCache(tree.srt), records, tuple(plans), tuple(warnings), all_models)
-
+    return Analysis(engine, tree, SourceCache(tree.srt), records, tuple(plans), tuple(warnings), all_models)

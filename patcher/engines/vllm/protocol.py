@@ -10,8 +10,8 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..errors import EaglepatchError
-from ..records import Protocol, ProtocolMember, Use
+from ...errors import EaglepatchError
+from ...records import Protocol, ProtocolMember, Use
 from .tree import INTERFACES, VllmTree, is_stub, methods, unreadable
 
 BASE = "SupportsEagle3"
