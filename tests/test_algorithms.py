@@ -19,7 +19,7 @@ import pytest
 
 from eaglepatch.analyze.algorithms import Algorithms, Flag, Guards, find_enum, read_algorithms
 from eaglepatch.analyze.protocol import OneOf, extract_protocol
-from eaglepatch.read.locate import locate_tree
+from eaglepatch.engines import locate_tree
 from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.records import CallShape
 

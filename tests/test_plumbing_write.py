@@ -33,7 +33,7 @@ from eaglepatch.analyze.plumbing_plan import PlumbingPlan, PlumbingPlanner, chec
 from eaglepatch.analyze.resolve import Resolver
 from eaglepatch.codemods.add_plumbing import PlumbingNotWritten, apply_plumbing, lay_out, parse_plumbing_marker
 from eaglepatch.codemods.remove_plumbing import revert_plumbing
-from eaglepatch.read.locate import locate_tree
+from eaglepatch.engines import locate_tree
 from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.records import Protocol
 
