@@ -32,7 +32,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from eaglepatch.analyze.algorithms import Algorithms, read_algorithms
-from eaglepatch.read.locate import locate_tree
+from eaglepatch.engines import locate_tree
 from eaglepatch.read.source_cache import SourceCache
 
 ROOT = Path(__file__).resolve().parents[1]
