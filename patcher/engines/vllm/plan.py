@@ -125,6 +125,9 @@ class VllmPlanner:
         as upstream writes it): its fix becomes `inherit` from the nearest such base listed first.  A
         parent planned earlier is seen as it was derived (what it still writes itself)."""
         writers = [(p.wrapper.path, p.wrapper.cls.name) for p in plans if p.writes]
+        planned: dict[tuple[str, str], ModelPlan] = {}
+        for p in plans:
+            planned.setdefault((p.wrapper.path, p.wrapper.cls.name), p)  # the first of a key, as it was looked up
         derived: dict[tuple[str, str], ModelPlan] = {}
         out = []
         for plan in plans:
@@ -132,8 +135,10 @@ class VllmPlanner:
             chain = self.chains.get(key, []) if plan.writes else []
             missing = list(plan.missing)
             for parent_key in writers:
-                parent = derived.get(parent_key) or next(p for p in plans if (p.wrapper.path, p.wrapper.cls.name) == parent_key)
-                if parent is plan or parent_key not in chain:
+                if parent_key not in chain:
+                    continue
+                parent = derived.get(parent_key) or planned[parent_key]
+                if parent is plan:
                     continue
                 given = {(m.member.name, m.fix.kind) for m in parent.writes if m.fix is not None}
                 inherit = Fix("inherit", f"{parent.wrapper.path}:{parent.wrapper.cls.name}")
