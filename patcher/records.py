@@ -20,6 +20,9 @@ SignatureKind = Literal["method", "property", "attribute"]
 # "synthesize": a body learned from the class `to`, "file:Class"; "base": the interface `to` added to
 # the class's bases, with its import (the vLLM profile: patcher/engines/vllm/plan.py).
 FixKind = Literal["delegate", "inherit", "synthesize", "base"]
+# What a gap is about: a `member` the class lacks, or a capture hook it has whose `plumbing` (the
+# state its forward reads, the aux states handed on) is missing or broken (analyze/plumbing.py).
+GapKind = Literal["member", "plumbing"]
 
 
 @dataclass(frozen=True)
@@ -181,6 +184,19 @@ class Fix:
 
 
 @dataclass(frozen=True)
+class PlumbingGap:
+    """One missing or broken piece of a capture hook's plumbing: what, why (one clause), and where it
+    belongs ("file:line")."""
+
+    piece: str  # analyze/plumbing.py's Piece
+    why: str
+    at: str
+
+    def describe(self) -> str:
+        return f"{self.piece}: {self.why} ({self.at})"
+
+
+@dataclass(frozen=True)
 class MemberPlan:
     """One protocol member as seen from one model class."""
 
@@ -194,10 +210,17 @@ class MemberPlan:
     blocker: str | None = None  # why there is no fix
     uses: tuple[Use, ...] = ()  # the uses made on this class's role
     synthesis: Synthesis | None = None  # when the fix is a learned body
+    gap: GapKind = "member"
+    plumbing: tuple[PlumbingGap, ...] = ()  # a plumbing gap's pieces, every one found
 
     @property
     def called_at(self) -> list[str]:
         return call_sites(self.uses or self.member.uses)
+
+    @property
+    def label(self) -> str:
+        """What the gap is called in baselines and annotations: the member, or its plumbing."""
+        return self.member.name if self.gap == "member" else f"{self.member.name} (plumbing)"
 
 
 @dataclass(frozen=True)
@@ -209,6 +232,7 @@ class ModelPlan:
     missing: tuple[MemberPlan, ...] = ()  # gaps: required, or written by apply
     forwarded: tuple[MemberPlan, ...] = ()  # present on the class (own, inherited or dynamic)
     reason: str = ""
+    read: tuple[str, ...] = ()  # files beyond the class's own and its inner models' that the verdict read
 
     @property
     def fixes(self) -> tuple[MemberPlan, ...]:

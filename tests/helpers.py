@@ -91,3 +91,17 @@ def invoke(*args):
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result
+
+
+# What a toy causal LM's forward needs for its capture hook to work (patcher/analyze/plumbing.py): the
+# layer choice the hook sets read in the decoder-layer loop, the aux states handed to the logits
+# processor. Appended to a class whose hook sets `self.layers_to_capture` (its __init__ sets the default).
+CAPTURING_FORWARD = '''
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states, aux_hidden_states = input_ids, []
+        for i, layer in enumerate(self.layers):
+            if i in self.layers_to_capture:
+                aux_hidden_states.append(hidden_states)
+            hidden_states = layer(positions, hidden_states, forward_batch)
+        return self.logits_processor(input_ids, hidden_states, None, forward_batch, aux_hidden_states)
+'''

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import git, isolate_git
+from helpers import CAPTURING_FORWARD, git, isolate_git
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from test_reliability import HOOKS, INNER, SRT, WORKER, WORKER_PY, WRAPPER, WRAPPER_PY, method_names, minimal_tree
@@ -43,13 +43,14 @@ from typing import List, Optional
 class InnerForCausalLM:
     def __init__(self, config):
         self.config = config
+        self.layers_to_capture = []
 
     def get_embed_and_head(self):
         return ("embed", "head")
 
     def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
         self.layers_to_capture = list(layer_ids or [])
-'''
+''' + CAPTURING_FORWARD
 
 
 @pytest.fixture(autouse=True)

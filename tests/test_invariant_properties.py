@@ -151,6 +151,16 @@ class InnerForCausalLM(nn.Module):
         self.config = config
         self.embed = self.head = None
         self.layers = []
+        self.layers_to_capture = []
+
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = input_ids
+        aux_hidden_states = []
+        for i, layer in enumerate(self.layers):
+            if i in self.layers_to_capture:
+                aux_hidden_states.append(hidden_states)
+            hidden_states = layer(positions, hidden_states, forward_batch)
+        return self.logits_processor(input_ids, hidden_states, self.head, forward_batch, aux_hidden_states)
 
     def get_embed_and_head(self):
         return self.embed, self.head
@@ -159,7 +169,7 @@ class InnerForCausalLM(nn.Module):
         self.embed, self.head = embed, head
 
     def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
-        self.layers = list(layer_ids or [])
+        self.layers_to_capture = list(layer_ids or [])
 
 
 EntryClass = InnerForCausalLM

@@ -300,6 +300,57 @@ CASES: dict[str, tuple[str, list[Edit], str, set[str]]] = {
     "backbone forward returning super().forward()": (LLAMA_LIKE + SUPER_FORWARD, [], "LikeVLForCausalLM", set()),
     "backbone forward swallowing its base's pair": (LLAMA_LIKE + SWALLOWS_PAIR, [], "LikeVLForCausalLM", {"pair-return"}),
     "hook delegated to a working causal LM": (LLAMA_LIKE + DELEGATING, [], "LikeVLWrapper", set()),
+    "layer choice kept on the class too, as a copy": (
+        LLAMA_LIKE,
+        [("            self.model.layers_to_capture = [val + 1 for val in layer_ids]\n",
+          "            self.layers_to_capture = [val + 1 for val in layer_ids]\n"
+          "            self.model.layers_to_capture = self.layers_to_capture\n")],
+        "LikeForCausalLM", set(),
+    ),
+    "layer choice kept on the class only": (
+        LLAMA_LIKE,
+        [("            self.model.layers_to_capture = [val + 1 for val in layer_ids]\n",
+          "            self.layers_to_capture = [val + 1 for val in layer_ids]\n")],
+        "LikeForCausalLM", {"selector-read"},
+    ),
+    "hook delegated with return, as apply writes it": (
+        LLAMA_LIKE + DELEGATING,
+        [('        if hasattr(self.language_model, "set_eagle3_layers_to_capture"):\n            self.language_model.',
+          "        return self.language_model.")],
+        "LikeVLWrapper", set(),
+    ),
+    "hook delegated with return to a class without one": (
+        LLAMA_LIKE + DELEGATING,
+        [("        self.language_model = LikeForCausalLM(config)\n", "        self.language_model = LikeModel(config)\n"),
+         ('        if hasattr(self.language_model, "set_eagle3_layers_to_capture"):\n            self.language_model.',
+          "        return self.language_model.")],
+        "LikeVLWrapper", {"delegate"},
+    ),
+    "hook delegated through a local name, as apply writes it": (
+        LLAMA_LIKE + DELEGATING,
+        [('        if hasattr(self.language_model, "set_eagle3_layers_to_capture"):\n            self.language_model.',
+          '        inner = self.language_model\n        if inner is None or not hasattr(inner, "set_eagle3_layers_to_capture"):\n'
+          '            raise AttributeError("no hook")\n        return inner.')],
+        "LikeVLWrapper", set(),
+    ),
+    "hook delegated to a branch of __init__ that has it": (
+        LLAMA_LIKE + DELEGATING,
+        [("        self.language_model = LikeForCausalLM(config)\n",
+          "        if config.backbone_only:\n            self.language_model = LikeModel(config)\n"
+          "        else:\n            self.language_model = LikeForCausalLM(config)\n"),
+         ('        if hasattr(self.language_model, "set_eagle3_layers_to_capture"):\n            self.language_model.',
+          "        return self.language_model.")],
+        "LikeVLWrapper", set(),
+    ),
+    "hook delegated to branches of __init__ that all lack it": (
+        LLAMA_LIKE + DELEGATING,
+        [("        self.language_model = LikeForCausalLM(config)\n",
+          "        if config.backbone_only:\n            self.language_model = LikeModel(config)\n"
+          "        else:\n            self.language_model = LikeDecoderLayer()\n"),
+         ('        if hasattr(self.language_model, "set_eagle3_layers_to_capture"):\n            self.language_model.',
+          "        return self.language_model.")],
+        "LikeVLWrapper", {"delegate"},
+    ),
     "hook delegated to a causal LM with a gap": (LLAMA_LIKE + DELEGATING, [(LOGITS, "forward_batch)")], "LikeVLWrapper", {"logits-aux"}),
     "hook delegated behind hasattr to a class without one": (
         LLAMA_LIKE + DELEGATING, [("        self.language_model = LikeForCausalLM(config)\n", "        self.language_model = LikeModel(config)\n")],

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import git, isolate_git
+from helpers import CAPTURING_FORWARD, git, isolate_git
 from typer.testing import CliRunner
 
 from eaglepatch.cli import app
@@ -59,7 +59,7 @@ class InnerForCausalLM:
 
     def set_eagle3_layers_to_capture(self, layer_ids=None):
         self.layers_to_capture = list(layer_ids or [])
-'''
+''' + CAPTURING_FORWARD
 
 WRAPPER_PY = '''\
 """A multimodal wrapper that forwards none of the EAGLE-3 hooks."""

@@ -25,6 +25,7 @@ from ..records import (
     MemberPlan,
     ModelPlan,
     ModelRole,
+    PlumbingGap,
     Protocol,
     ProtocolMember,
     Signature,
@@ -192,8 +193,11 @@ def _verdict(wrapper: Wrapper, role: ModelRole, missing: list[MemberPlan]) -> tu
     blocked = [m for m in missing if m.required and m.fix is None]
     if blocked:
         unresolved = not any(i.classes for i in wrapper.inners) and any(i.unresolved for i in wrapper.inners)
-        names = ", ".join(m.member.name for m in blocked)
-        return ("unresolved" if unresolved else "needs_code"), f"lacks {names}: {blocked[0].blocker}"
+        lacking = [m for m in blocked if m.gap == "member"]
+        if not lacking:
+            return "needs_code", f"{blocked[0].member.name} cannot work: {blocked[0].blocker}"
+        names = ", ".join(m.member.name for m in lacking)
+        return ("unresolved" if unresolved else "needs_code"), f"lacks {names}: {lacking[0].blocker}"
     fixes = [m for m in missing if m.fix is not None]
     if fixes:
         written = [m.fix for m in fixes if m.fix is not None and m.fix.written_here]
@@ -206,6 +210,19 @@ def _verdict(wrapper: Wrapper, role: ModelRole, missing: list[MemberPlan]) -> tu
     if wrapper.forwards_dynamically:
         return "dynamic", f"forwards every attribute through {wrapper.forwards_dynamically}"
     return "compliant", f"has every EAGLE-3 member a {role} model needs"
+
+
+def with_broken_plumbing(plan: ModelPlan, member: ProtocolMember, gaps: Iterable[PlumbingGap], read: Iterable[str] = ()) -> ModelPlan:
+    """The plan of a class whose capture hook exists but cannot work: a required gap of kind plumbing
+    naming every broken piece, and the verdict that follows (never compliant)."""
+    gaps = tuple(gaps)
+    defined = plan.wrapper.cls.members.get(member.name)
+    uses = tuple(uses_for_role(member.uses, plan.role))
+    blocker = "its forward never uses what the hook sets: " + "; ".join(g.describe() for g in gaps)
+    entry = MemberPlan(member, defined, None, required=True, blocker=blocker, uses=uses, gap="plumbing", plumbing=gaps)
+    missing = [*plan.missing, entry]
+    status, reason = _verdict(plan.wrapper, plan.role, missing)
+    return replace(plan, status=status, missing=tuple(missing), reason=reason, read=tuple(dict.fromkeys([*plan.read, *read])))
 
 
 def call_misfit(params: ast.arguments, shape: CallShape, is_method: bool = True) -> str | None:

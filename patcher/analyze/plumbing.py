@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..errors import EaglepatchError
+from ..records import PlumbingGap
 
 if TYPE_CHECKING:
     from ..read.text import SourceFile
@@ -83,15 +84,6 @@ FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 @dataclass(frozen=True)
-class PlumbingGap:
-    """One missing or broken piece: what, why (one clause), and where it belongs ("file:line")."""
-
-    piece: Piece
-    why: str
-    at: str
-
-
-@dataclass(frozen=True)
 class StateWrite:
     """One piece of state the hook writes: on `self` or on the backbone attribute `holder`."""
 
@@ -99,6 +91,7 @@ class StateWrite:
     attribute: str  # "capture_aux_hidden_states", "layers_to_capture", or a per-layer flag's name
     kind: WriteKind
     at: str
+    copy_of: str = ""  # the value is `self.<copy_of>`: the class's own choice handed on (DeepSeek-like)
 
     @property
     def spelled(self) -> str:
@@ -572,21 +565,27 @@ def _hook_writes(mro: Sequence[ClassSource], hook: _Method, hook_name: str, deci
     writes: list[StateWrite] = []
     calls: list[_HookCall] = []
     for method in _reach(mro, hook):
+        aliases: dict[str, str] = {}  # `inner = self.language_model`: how apply's delegations name the inner
         for statement in _statements(method.node.body, decide):
             at = f"{method.owner.file}:{statement.lineno}"
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
+                held = _self_attr(statement.value)
+                if held is not None:
+                    aliases[statement.targets[0].id] = held
             if isinstance(statement, ast.Assign):
                 pairs: list[tuple[ast.expr, ast.expr | None]] = [(t, statement.value) for target in statement.targets for t in _flat(target)]
             elif isinstance(statement, (ast.AnnAssign, ast.AugAssign)):
                 pairs = [(statement.target, statement.value)]
-            elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
-                call = statement.value
+            elif isinstance(statement, (ast.Expr, ast.Return)) and isinstance(statement.value, ast.Call):
+                call = statement.value  # `return self.language_model.<hook>(layer_ids)`: how a delegation is written
                 pairs = []
                 if _call_named(call, "setattr") and len(call.args) == 3:
                     name = _constant_str(call.args[1])
                     if name is not None:
                         writes += _classified(call.args[0], name, call.args[2], at)
                 elif isinstance(call.func, ast.Attribute) and call.func.attr == hook_name:
-                    holder = _self_attr(call.func.value)
+                    receiver = call.func.value
+                    holder = _self_attr(receiver) or (aliases.get(receiver.id) if isinstance(receiver, ast.Name) else None)
                     if holder is not None:
                         calls.append(_HookCall(holder, at))
             else:
@@ -602,7 +601,8 @@ def _classified(owner: ast.expr, attribute: str, value: ast.expr | None, at: str
         return [StateWrite(SELF, attribute, _kind_of(value), at)]
     holder = _self_attr(owner)
     if holder is not None:
-        return [StateWrite(holder, attribute, _kind_of(value), at)]
+        copied = _self_attr(value) if isinstance(value, ast.Attribute) else None
+        return [StateWrite(holder, attribute, _kind_of(value), at, copied or "")]
     layer = _layer_holder(owner)
     if layer is not None:
         return [StateWrite(layer, attribute, "layer-flag", at)]
@@ -714,7 +714,7 @@ class _Findings:
         self.inert: dict[str, None] = {}
         self.unresolved: dict[str, None] = {}
 
-    def gap(self, piece: Piece, why: str, at: str) -> None:
+    def gap(self, piece: Piece | str, why: str, at: str) -> None:
         """One gap per piece and place: two classes the backbone may be built as that share a forward
         share its gap (the first one's words are kept)."""
         self.gaps.setdefault((piece, at), PlumbingGap(piece, why, at))
@@ -844,7 +844,13 @@ def _check_delegation(
         if forward is not None and not _references(path, call.holder):
             found.gap("backbone-call", f"{forward.label} never calls self.{call.holder}, which the hook hands the call to", forward.at)
         if not classes.mro(inner) or _resolve(classes.mro(inner), hook) is None:
-            found.gap("delegate", f"hands {hook} to self.{call.holder}, and {_name(inner)} has no {hook}", call.at)
+            branches = classes.holds(mro[0].key, call.holder) or ()
+            if any(classes.mro(other) and _resolve(classes.mro(other), hook) is not None for other in branches):
+                # another branch of __init__ builds a class that has it: the delegation raises AttributeError
+                # on this one, as the member's plan says (provided by / not by), and works on the other
+                found.inert[f"self.{call.holder} as {_name(inner)}: has no {hook}, the delegation raises there"] = None
+            else:
+                found.gap("delegate", f"hands {hook} to self.{call.holder}, and {_name(inner)} has no {hook}", call.at)
             continue
         if depth >= MAX_DEPTH:
             found.unresolved[f"self.{call.holder}: delegations nested deeper than {MAX_DEPTH}"] = None
@@ -875,8 +881,12 @@ def _check_class(classes: ClassLookup, mro: Sequence[ClassSource], writes: Seque
     own = [w for w in writes if w.holder == SELF]
     flags = {w.attribute for w in own if w.kind == "flag"}
     unpacks: list[_Unpacks] = []
-    if any(w.kind != "flag" for w in own):  # the class marks its own layers: it is the backbone
-        _check_backbone(mro, SELF, own, frozenset(), found)
+    handed_on = {w.copy_of for w in writes if w.copy_of and w.holder in view}
+    kept = [w for w in own if w.kind != "flag" and w.attribute not in handed_on]
+    if kept:  # the class marks its own layers: it is the backbone
+        _check_backbone(mro, SELF, kept, frozenset(), found)
+    for write in _first_per_attribute(w for w in own if w.kind != "flag" and w.attribute in handed_on):
+        found.inert[f"{write.spelled} ({write.at}): the class's copy of the layer choice it hands its backbone"] = None
     for holder in dict.fromkeys(w.holder for w in writes if w.holder != SELF and "." not in w.holder):
         if holder not in view:
             continue

@@ -21,11 +21,11 @@ from ..errors import EaglepatchError
 from ..records import ModelPlan
 
 SCHEMA = 1
-Key = tuple[str, str, str]  # (file relative to srt, class, member)
+Key = tuple[str, str, str]  # (file relative to srt, class, member or "member (plumbing)": MemberPlan.label)
 
 
 def gap_keys(plans: Sequence[ModelPlan]) -> list[Key]:
-    return sorted({(p.wrapper.path, p.wrapper.cls.name, m.member.name) for p in plans for m in p.required_gaps})
+    return sorted({(p.wrapper.path, p.wrapper.cls.name, m.label) for p in plans for m in p.required_gaps})
 
 
 @dataclass(frozen=True)

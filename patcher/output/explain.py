@@ -35,6 +35,7 @@ def explain_json(analysis: Analysis, explanation: Explanation) -> dict:
                     "required": entry.required,
                     "fix": entry.fix.as_json() if entry.fix is not None else None,
                     "blocker": entry.blocker,
+                    "gap": entry.gap,
                 }
                 if entry.defined is not None:
                     item["defined_at"] = entry.defined.at

@@ -32,7 +32,10 @@ def member_json(plan: MemberPlan, with_definition: bool = True) -> dict:
         "called_at": plan.called_at,
         "fix": plan.fix.as_json() if plan.fix is not None else None,
         "blocker": plan.blocker,
+        "gap": plan.gap,
     }
+    if plan.plumbing:
+        data["plumbing"] = [{"piece": g.piece, "why": g.why, "at": g.at} for g in plan.plumbing]
     if with_definition and plan.defined is not None:
         data["defined_at"] = plan.defined.at
         data["defined_as"] = plan.defined.kind
@@ -194,6 +197,9 @@ def gap_message(plan: ModelPlan, entry: MemberPlan) -> str:
     member = entry.member
     cls = plan.wrapper.cls.name
     used = f"EAGLE-3 uses it at {', '.join(entry.called_at[:3])}"
+    if entry.gap == "plumbing":
+        where = f" ({entry.defined.at})" if entry.defined is not None else ""
+        return f"{cls} ({plan.role}) has {member.name}{where} but EAGLE-3 cannot work: {entry.blocker}; {used}"
     if entry.fix is not None and entry.fix.kind == "inherit":
         return f"{cls} lacks {member.name}; {used}. Fix: eaglepatch apply writes it into its base {entry.fix.to}"
     if entry.fix is not None and entry.fix.kind == "base":
@@ -219,10 +225,11 @@ def write_github(analysis: Analysis, out: TextIO, gate: Gate | None = None, base
         wrapper = plan.wrapper
         file = _escape(display_path(analysis, wrapper.path, base), True)
         for entry in plan.missing:
-            if entry.required and gate is not None and not gate.is_new(plan, entry.member.name):
+            if entry.required and gate is not None and not gate.is_new(plan, entry.label):
                 continue  # accepted in the baseline
             level = "error" if entry.required else "notice"
-            title = _escape(f"eaglepatch: missing {entry.member.name}", True)
+            what = "broken plumbing for" if entry.gap == "plumbing" else "missing"
+            title = _escape(f"eaglepatch: {what} {entry.member.name}", True)
             message = _escape(gap_message(plan, entry))
             out.write(f"::{level} file={file},line={wrapper.cls.line},title={title}::{message}\n")
     if quiet:
@@ -318,8 +325,10 @@ def print_model(plan: ModelPlan, console: Console, gate: Gate | None = None) -> 
     for entry in plan.missing:
         member = entry.member
         if entry.required and gate is not None and gate.source is not None:
-            accepted = not gate.is_new(plan, member.name)
+            accepted = not gate.is_new(plan, entry.label)
             label = "[dim]✗ baselined [/dim]" if accepted else "[red]✗ new       [/red]"
+        elif entry.gap == "plumbing":
+            label = "[red]✗ plumbing  [/red]"
         elif entry.required:
             label = "[red]✗ missing   [/red]"
         else:
@@ -333,9 +342,13 @@ def print_model(plan: ModelPlan, console: Console, gate: Gate | None = None) -> 
             what = f"fix: write it after {entry.fix.to} ({synthesis.reference.signature.at}), on self.{synthesis.backbone}"
         elif entry.fix is not None and entry.defined is not None:
             what = f"fix: forward to self.{entry.fix.to} ({entry.defined.owner} defines it at {entry.defined.at})"
+        elif entry.gap == "plumbing":
+            what = "no fix: its forward never uses what the hook sets"
         else:
             what = f"no fix: {entry.blocker}"
         console.print(f"  {label} [bold]{member.name}[/bold]: {what}")
+        for piece in entry.plumbing:
+            console.print(f"  {'':13}[red]{piece.piece}[/red]: {piece.why} ({piece.at})")
         if entry.providers and entry.lacking:
             console.print(
                 f"  [dim]{'':13}provided by {', '.join(entry.providers)}; not by {', '.join(entry.lacking)} "
@@ -413,13 +426,16 @@ def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None
         for base in sorted({m.fix.to for m in plan.fixes if m.fix is not None and m.fix.kind == "inherit"}):
             members = ", ".join(m.member.name for m in plan.fixes if m.fix is not None and m.fix.to == base)
             lines.append(f"{'':18}inherits {members} from {base}, which apply fixes")
-        blocked = [m for m in plan.missing if m.fix is None]
+        blocked = [m for m in plan.missing if m.fix is None and m.gap == "member"]
         if blocked:
             names = ", ".join(m.member.name for m in blocked)
             lines.append(f"{'':18}no fix for {names}: {blocked[0].blocker}")
+        for entry in plan.missing:
+            if entry.gap == "plumbing":
+                lines.append(f"{'':18}broken plumbing for {entry.member.name}: " + "; ".join(g.describe() for g in entry.plumbing))
         if baselined:
             assert gate is not None
-            gaps = [m.member.name for m in plan.required_gaps]
+            gaps = [m.label for m in plan.required_gaps]
             new = [name for name in gaps if gate.is_new(plan, name)]
             if new:
                 lines.append(f"{'':18}[red]new, not in the baseline: {', '.join(new)}[/red]")
@@ -472,11 +488,12 @@ def write_sarif(analysis: Analysis, out: TextIO, gate: Gate | None = None, base:
     results = []
     for plan in analysis.plans:
         for entry in plan.missing:
-            if entry.required and gate is not None and not gate.is_new(plan, entry.member.name):
+            if entry.required and gate is not None and not gate.is_new(plan, entry.label):
                 continue
+            rule = "broken-plumbing" if entry.gap == "plumbing" else "missing-delegation" if entry.fix is not None else "missing-member"
             results.append(
                 {
-                    "ruleId": "eaglepatch/missing-delegation" if entry.fix is not None else "eaglepatch/missing-member",
+                    "ruleId": f"eaglepatch/{rule}",
                     "level": "error" if entry.required else "note",
                     "message": {"text": gap_message(plan, entry)},
                     "locations": [
@@ -510,6 +527,10 @@ def _sarif_log(results: list, invocation: dict | None = None) -> dict:
                     {
                         "id": "eaglepatch/missing-member",
                         "shortDescription": {"text": "A model class lacks an EAGLE-3 member and no delegation can provide it"},
+                    },
+                    {
+                        "id": "eaglepatch/broken-plumbing",
+                        "shortDescription": {"text": "A model class has a capture hook whose forward never uses what it sets"},
                     },
                 ],
             }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,11 +14,11 @@ from ...selection import DEFAULT_MODEL, Analysis
 
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
     from ...analyze.overlay import Written
-    from ...analyze.resolve import Progress
+    from ...analyze.resolve import Progress, Resolver
     from ...analyze.synthesize import HookLibrary
     from ...engine import Resolved
     from ...read.source_cache import SourceCache
-    from ...records import CallShape, MemberPlan, ModelPlan, Signature, SynthesisFit, Wrapper
+    from ...records import CallShape, MemberPlan, ModelPlan, Protocol, Signature, SynthesisFit, Wrapper
 
 MAX_ADOPTION_ROUNDS = 3
 
@@ -77,10 +78,39 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
             break
         written = now
         plans = plan_all(written)
+    plans = _judge_plumbing(resolver, protocol, plans)
     _require_read(tree, cache, plans)
     warnings = list(protocol.warnings) + resolver.warnings + [_not_followed(style, note) for note in style.not_followed]
     warnings += [f"{cache.rel(path)}: left out by --exclude: not read, and not checked" for path in sorted(excluded)]
     return Analysis(request.engine, tree, cache, protocol, tuple(plans), tuple(warnings), all_models, style)
+
+
+def _judge_plumbing(resolver: Resolver, protocol: Protocol, plans: list[ModelPlan]) -> list[ModelPlan]:
+    """A target whose capture hook exists (its own or inherited) but whose forward never uses what the
+    hook sets is not EAGLE-3-capable: its plan gains a plumbing gap naming every broken piece.  Only
+    the hook as the tree has it is judged, not one this run's apply writes."""
+    from ...analyze.plan import with_broken_plumbing
+    from ...analyze.plumbing import HOOK, TreeClasses, analyze_plumbing
+
+    member = protocol.members.get(HOOK)
+    if member is None:
+        return plans
+    classes = TreeClasses(resolver, protocol)
+    out = []
+    for plan in plans:
+        cls = plan.wrapper.cls
+        hook = cls.members.get(HOOK)
+        if plan.role != "target" or hook is None or hook.kind != "method" or HOOK in cls.pending or cls.dynamic:
+            # a hook bound as a class attribute (`hook = _impl`) has no body to follow: not judged
+            out.append(plan)
+            continue
+        report = analyze_plumbing(classes, f"{cls.file}:{cls.name}")
+        if report.broken:
+            plan = with_broken_plumbing(plan, member, report.gaps, report.read)
+        else:
+            plan = replace(plan, read=tuple(dict.fromkeys([*plan.read, *report.read])))
+        out.append(plan)
+    return out
 
 
 def depended_on(plans: Iterable[ModelPlan]) -> list[str]:
@@ -89,7 +119,7 @@ def depended_on(plans: Iterable[ModelPlan]) -> list[str]:
     files: dict[str, None] = {}
     for plan in plans:
         wrapper = plan.wrapper
-        files.update(dict.fromkeys([wrapper.path, wrapper.cls.file]))
+        files.update(dict.fromkeys([wrapper.path, wrapper.cls.file, *plan.read]))
         files.update(dict.fromkeys(s.file for s in wrapper.cls.members.values()))
         for inner in wrapper.inners:
             files.update(dict.fromkeys([inner.file, *(c.file for c in inner.classes)]))
