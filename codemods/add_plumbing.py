@@ -38,7 +38,7 @@ from .contract import VisitorCommand, run_command
 from .names import LINE_LENGTH, PLUMBING
 
 if TYPE_CHECKING:
-    from ..analyze.plumbing_plan import PlumbingPiece
+    from ..records import PlumbingPiece
 
 LOGITS_CALL = "self.logits_processor"
 _CALL = "__eaglepatch_call__"

@@ -196,6 +196,89 @@ class PlumbingGap:
         return f"{self.piece}: {self.why} ({self.at})"
 
 
+# --------------------------------------------------------------------------- plumbing written (analyze/plumbing_plan.py)
+
+# What a piece is, in the order the plumbing runs:
+#   flag-default / selector-default: the `__init__` defaults of the class's flag and the backbone's list;
+#   aux-init: the aux list bound before the layer loop; capture: the append in the loop;
+#   tail: a `return <hidden>` of the backbone, returning the pair when something was captured;
+#   unpack: the pair taken apart after the class forward's backbone call;
+#   logits-aux: the aux states handed to `self.logits_processor`.
+PieceKind = Literal["flag-default", "selector-default", "aux-init", "capture", "tail", "unpack", "logits-aux"]
+PIECE_KINDS: tuple[PieceKind, ...] = ("flag-default", "selector-default", "aux-init", "capture", "tail", "unpack", "logits-aux")
+# Where a piece goes in its method: at the `end` of its body; `before`/`after` the anchor statement;
+# `replace` it; `argument`: added to the `self.logits_processor(...)` call of the anchor statement.
+Where = Literal["end", "before", "after", "replace", "argument"]
+
+
+@dataclass(frozen=True)
+class PlumbingPiece:
+    """One statement group (or one argument) to write: into `method` of `cls` in `file` (its `def` at
+    `method_line`), `where` the anchor statement starting at `line` is (its `statement_fingerprint` is
+    `anchor`); `code` is the group at indentation 0, one logical line a statement line, INDENT a level."""
+
+    kind: PieceKind
+    file: str
+    cls: str
+    method: str
+    method_line: int
+    where: Where
+    line: int  # 0 for `end`
+    anchor: str  # "" for `end`
+    code: str
+    origin: str  # "file:Class" of the reference it is learned from
+
+    @property
+    def target(self) -> str:
+        return f"{self.file}:{self.cls}.{self.method}"
+
+
+@dataclass(frozen=True)
+class PlumbingBlocker:
+    """Why a piece (or the plan) cannot be written: a precondition that fails, and where ("file:line")."""
+
+    piece: str
+    why: str
+    at: str
+
+
+@dataclass(frozen=True)
+class PlumbingPlan:
+    """What to write so that `cls`'s capture hook works: `pieces`, learned from `reference` (and its backbone
+    `reference_backbone`), or the `blockers` that stop it (then nothing is to be written)."""
+
+    cls: str  # "file:Class"
+    attribute: str  # the backbone, `self.<attribute>`
+    reference: str = ""
+    reference_backbone: str = ""
+    shift: int | None = None  # the reference hook's layer-id shift: `[val + 1 for val in layer_ids]` -> 1
+    needs_hook: bool = False  # the class has no hook: the synthesis writes it, learned from `reference`
+    pieces: tuple[PlumbingPiece, ...] = ()
+    blockers: tuple[PlumbingBlocker, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Something to write and nothing in the way."""
+        return bool(self.pieces) and not self.blockers
+
+    @property
+    def complete(self) -> bool:
+        """The plumbing is all there already."""
+        return not self.pieces and not self.blockers
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p.file for p in self.pieces))
+
+    def pieces_in(self, file: str) -> tuple[PlumbingPiece, ...]:
+        return tuple(p for p in self.pieces if p.file == file)
+
+    @property
+    def why(self) -> str:
+        """The blockers in one line each (what a `needs_code` verdict says)."""
+        return "; ".join(f"{b.piece}: {b.why} ({b.at})" for b in self.blockers)
+
+
 @dataclass(frozen=True)
 class MemberPlan:
     """One protocol member as seen from one model class."""
@@ -212,6 +295,7 @@ class MemberPlan:
     synthesis: Synthesis | None = None  # when the fix is a learned body
     gap: GapKind = "member"
     plumbing: tuple[PlumbingGap, ...] = ()  # a plumbing gap's pieces, every one found
+    writes_plumbing: PlumbingPlan | None = None  # a learned hook's plumbing, written with it (the plan proven)
 
     @property
     def called_at(self) -> list[str]:
@@ -313,3 +397,5 @@ class SynthesisFit:
 
     synthesis: Synthesis | None = None
     why: str = ""
+    plumbing: bool = False  # `why` is that the aux states cannot flow: the plumbing writer may answer it
+    writes_plumbing: PlumbingPlan | None = None  # the plumbing written with the learned hook

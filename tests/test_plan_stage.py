@@ -237,7 +237,7 @@ BACKBONE = cls("Backbone", CAPTURE, file="models/backbone.py")
 
 def fit(label: str | None, why: str = ""):
     synthesis = SimpleNamespace(reference=SimpleNamespace(label=label)) if label else None
-    return SimpleNamespace(synthesis=synthesis, why=why)
+    return SimpleNamespace(synthesis=synthesis, why=why, writes_plumbing=None)
 
 
 def test_bare_backbone_gets_a_learned_body():

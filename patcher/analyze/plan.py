@@ -118,7 +118,7 @@ def _decide_fix(entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | 
         # (only what its role requires: a companion is the inner model's hook, and a backbone has none to give)
         fit = synthesize(entry, wrapper) if synthesize is not None and entry.required else None
         if fit is not None and fit.synthesis is not None:
-            return replace(entry, fix=Fix("synthesize", fit.synthesis.reference.label), synthesis=fit.synthesis)
+            return replace(entry, fix=Fix("synthesize", fit.synthesis.reference.label), synthesis=fit.synthesis, writes_plumbing=fit.writes_plumbing)
         found = backbones(wrapper)
         why = fit.why if fit is not None else "the hook needs a body written on the class"
         if entry.defined is not None:
@@ -223,6 +223,14 @@ def with_broken_plumbing(plan: ModelPlan, member: ProtocolMember, gaps: Iterable
     missing = [*plan.missing, entry]
     status, reason = _verdict(plan.wrapper, plan.role, missing)
     return replace(plan, status=status, missing=tuple(missing), reason=reason, read=tuple(dict.fromkeys([*plan.read, *read])))
+
+
+def without_fix(plan: ModelPlan, member: str, blocker: str) -> ModelPlan:
+    """The plan with `member`'s fix taken back (it would not work once written), `blocker` saying why,
+    and the verdict that follows."""
+    missing = [replace(m, fix=None, blocker=blocker) if m.member.name == member and m.fix is not None else m for m in plan.missing]
+    status, reason = _verdict(plan.wrapper, plan.role, missing)
+    return replace(plan, status=status, missing=tuple(missing), reason=reason)
 
 
 def call_misfit(params: ast.arguments, shape: CallShape, is_method: bool = True) -> str | None:

@@ -40,8 +40,9 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
+from ..records import PieceKind, PlumbingBlocker, PlumbingPiece, PlumbingPlan, Where
 from .plumbing import HOOK, ClassLookup, ClassSource, FunctionNode, PlumbingReport, analyze_plumbing, calls_backbone, method_of, reached_methods
 
 if TYPE_CHECKING:
@@ -49,17 +50,6 @@ if TYPE_CHECKING:
     from .resolve import Resolver
     from .synthesize import HookLibrary
 
-# What a piece is, in the order the plumbing runs:
-#   flag-default / selector-default: the `__init__` defaults of the class's flag and the backbone's list;
-#   aux-init: the aux list bound before the layer loop; capture: the append in the loop;
-#   tail: a `return <hidden>` of the backbone, returning the pair when something was captured;
-#   unpack: the pair taken apart after the class forward's backbone call;
-#   logits-aux: the aux states handed to `self.logits_processor`.
-PieceKind = Literal["flag-default", "selector-default", "aux-init", "capture", "tail", "unpack", "logits-aux"]
-PIECE_KINDS: tuple[PieceKind, ...] = ("flag-default", "selector-default", "aux-init", "capture", "tail", "unpack", "logits-aux")
-# Where a piece goes in its method: at the `end` of its body; `before`/`after` the anchor statement;
-# `replace` it; `argument`: added to the `self.logits_processor(...)` call of the anchor statement.
-Where = Literal["end", "before", "after", "replace", "argument"]
 INDENT = "    "  # the unit of a piece's code; codemods/add_plumbing.py writes it in the file's own
 SELF = "self"
 FLAG = "capture_aux_hidden_states"  # the class's switch, when the class has no hook to name it
@@ -69,74 +59,6 @@ _ROUTED = ("residual", "communicator")  # a name holding one of these words outs
 
 
 # --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class PlumbingPiece:
-    """One statement group (or one argument) to write: into `method` of `cls` in `file` (its `def` at
-    `method_line`), `where` the anchor statement starting at `line` is (its `statement_fingerprint` is
-    `anchor`); `code` is the group at indentation 0, one logical line a statement line, INDENT a level."""
-
-    kind: PieceKind
-    file: str
-    cls: str
-    method: str
-    method_line: int
-    where: Where
-    line: int  # 0 for `end`
-    anchor: str  # "" for `end`
-    code: str
-    origin: str  # "file:Class" of the reference it is learned from
-
-    @property
-    def target(self) -> str:
-        return f"{self.file}:{self.cls}.{self.method}"
-
-
-@dataclass(frozen=True)
-class PlumbingBlocker:
-    """Why a piece (or the plan) cannot be written: a precondition that fails, and where ("file:line")."""
-
-    piece: str
-    why: str
-    at: str
-
-
-@dataclass(frozen=True)
-class PlumbingPlan:
-    """What to write so that `cls`'s capture hook works: `pieces`, learned from `reference` (and its backbone
-    `reference_backbone`), or the `blockers` that stop it (then nothing is to be written)."""
-
-    cls: str  # "file:Class"
-    attribute: str  # the backbone, `self.<attribute>`
-    reference: str = ""
-    reference_backbone: str = ""
-    shift: int | None = None  # the reference hook's layer-id shift: `[val + 1 for val in layer_ids]` -> 1
-    needs_hook: bool = False  # the class has no hook: the synthesis writes it, learned from `reference`
-    pieces: tuple[PlumbingPiece, ...] = ()
-    blockers: tuple[PlumbingBlocker, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        """Something to write and nothing in the way."""
-        return bool(self.pieces) and not self.blockers
-
-    @property
-    def complete(self) -> bool:
-        """The plumbing is all there already."""
-        return not self.pieces and not self.blockers
-
-    @property
-    def files(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(p.file for p in self.pieces))
-
-    def pieces_in(self, file: str) -> tuple[PlumbingPiece, ...]:
-        return tuple(p for p in self.pieces if p.file == file)
-
-    @property
-    def why(self) -> str:
-        """The blockers in one line each (what a `needs_code` verdict says)."""
-        return "; ".join(f"{b.piece}: {b.why} ({b.at})" for b in self.blockers)
 
 
 # --------------------------------------------------------------------------- reading code
@@ -1314,6 +1236,20 @@ def check_written(classes: ClassLookup, plan: PlumbingPlan, texts: Mapping[str, 
     start = with_hook(seen, plan.cls, plan.reference, hook, plan.attribute, hook_attribute) if hook is not None else {}
     report = analyze_plumbing(PatchedClasses(classes, start, texts), plan.cls)
     return tuple(PlumbingBlocker(g.piece, f"as written, {g.why}", g.at) for g in report.gaps)
+
+
+def judge_through(
+    classes: ClassLookup, key: str, texts: Mapping[str, str], owner: str, planner: PlumbingPlanner, reference_key: str, attribute: str
+) -> PlumbingReport | str:
+    """The analysis of `key` once apply has written: the files as `texts` say, and `owner` (a base of
+    `key`, or `key` itself) holding the hook learned from `reference_key`, on `self.<attribute>`; or why
+    the reference's hook cannot be read (its plumbing is not complete)."""
+    reference = planner.reference(reference_key)
+    if not isinstance(reference, _Reference):
+        return reference
+    seen = PatchedClasses(classes, files=texts)
+    start = with_hook(seen, owner, reference.key, reference.hook, attribute, reference.attribute)
+    return analyze_plumbing(PatchedClasses(classes, start, texts), key)
 
 
 def reference_hook(planner: PlumbingPlanner, plan: PlumbingPlan) -> tuple[FunctionNode, str] | None:

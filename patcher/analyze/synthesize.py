@@ -267,8 +267,10 @@ class HookLibrary:
         return self._ties_of[key]
 
     # -- fitting -------------------------------------------------------------------------------
-    def fit(self, entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | None = None) -> SynthesisFit:
-        """The best reference whose body means the same in `wrapper`'s class, or why there is none."""
+    def fit(self, entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | None = None, plumbed_by: str | None = None) -> SynthesisFit:
+        """The best reference whose body means the same in `wrapper`'s class, or why there is none.
+        `plumbed_by` ("file:Class"): the plumbing is written with the hook, learned from that class, so
+        the hook is learned from that class only and the plumbing as it is now is not asked about."""
         member = entry.member.name
         references = self.references(member)
         if not references:
@@ -276,9 +278,9 @@ class HookLibrary:
         if member not in self._captures:
             self._captures[member] = member_needs_capture(references)
         held = backbones(wrapper)  # once for every reference tried
-        plumbing = self.plumbing(wrapper, references, held)
+        plumbing = self.plumbing(wrapper, references, held) if plumbed_by is None else ""
         if plumbing and self._captures[member]:
-            return SynthesisFit(why=plumbing)
+            return SynthesisFit(why=plumbing, plumbing=True)
         # tried best first: the first that fits is the answer, and when none does the first
         # rejection is the one to report
         first: tuple[Reference, str] | None = None
@@ -286,6 +288,8 @@ class HookLibrary:
         failed: set[int] = set()  # the requirements of the references rejected here
         cls = wrapper.cls
         for reference in self._ranked(member, wrapper):
+            if plumbed_by is not None and reference.label != plumbed_by:
+                continue
             rejected += 1
             itself = (cls.name, cls.file) == (reference.owner.name, reference.owner.file)
             requirements = None if itself else self._requirements(reference)
@@ -297,7 +301,9 @@ class HookLibrary:
             first = first or (reference, why)
             if requirements is not None:
                 failed.add(requirements)
-        assert first is not None, "references were found, so one was tried"
+        if first is None:
+            assert plumbed_by is not None, "references were found, so one was tried"
+            return SynthesisFit(why=f"{plumbed_by} has no {member} on a bare backbone to learn it from")
         best, why = first
         more = f" (and {rejected - 1} other reference(s) do not fit either)" if rejected > 1 else ""
         return SynthesisFit(why=f"{best.label}.{member} ({best.signature.at}) does not fit: {why}{more}")

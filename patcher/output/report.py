@@ -36,6 +36,12 @@ def member_json(plan: MemberPlan, with_definition: bool = True) -> dict:
     }
     if plan.plumbing:
         data["plumbing"] = [{"piece": g.piece, "why": g.why, "at": g.at} for g in plan.plumbing]
+    fix = data["fix"]
+    if plan.writes_plumbing is not None and isinstance(fix, dict):
+        fix["plumbing"] = [
+            {"piece": p.kind, "file": p.file, "class": p.cls, "method": p.method, "line": p.line or p.method_line}
+            for p in plan.writes_plumbing.pieces
+        ]
     if with_definition and plan.defined is not None:
         data["defined_at"] = plan.defined.at
         data["defined_as"] = plan.defined.kind
@@ -192,6 +198,15 @@ def _learned(entry: MemberPlan) -> Synthesis:
     return learned_synthesis(entry)
 
 
+def _with_plumbing(entry: MemberPlan) -> str:
+    """", with its plumbing: ..." when apply writes the aux-state plumbing with the hook."""
+    plan = entry.writes_plumbing
+    if plan is None:
+        return ""
+    where = ", ".join(dict.fromkeys(f"{p.kind} in {p.cls}.{p.method}" for p in plan.pieces))
+    return f", with its plumbing ({where})"
+
+
 def gap_message(plan: ModelPlan, entry: MemberPlan) -> str:
     """One sentence for annotations and SARIF: what is missing, where EAGLE-3 uses it, the fix or the blocker."""
     member = entry.member
@@ -208,7 +223,7 @@ def gap_message(plan: ModelPlan, entry: MemberPlan) -> str:
         synthesis = _learned(entry)
         return (
             f"{cls} lacks {member.name}; {used}. Fix: eaglepatch apply writes it after "
-            f"{entry.fix.to} ({synthesis.reference.signature.at}), on self.{synthesis.backbone}"
+            f"{entry.fix.to} ({synthesis.reference.signature.at}), on self.{synthesis.backbone}{_with_plumbing(entry)}"
         )
     if entry.fix is not None and entry.defined is not None:
         return (
@@ -339,7 +354,7 @@ def print_model(plan: ModelPlan, console: Console, gate: Gate | None = None) -> 
             what = f"fix: add {entry.fix.to} to the class's bases, with its import"
         elif entry.fix is not None and entry.fix.kind == "synthesize":
             synthesis = _learned(entry)
-            what = f"fix: write it after {entry.fix.to} ({synthesis.reference.signature.at}), on self.{synthesis.backbone}"
+            what = f"fix: write it after {entry.fix.to} ({synthesis.reference.signature.at}), on self.{synthesis.backbone}{_with_plumbing(entry)}"
         elif entry.fix is not None and entry.defined is not None:
             what = f"fix: forward to self.{entry.fix.to} ({entry.defined.owner} defines it at {entry.defined.at})"
         elif entry.gap == "plumbing":
@@ -416,8 +431,9 @@ def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None
             targets = sorted({fix.to for _, fix in forwards})
             lines.append(f"{'':18}forward to self.{'/'.join(targets)}: {', '.join(fixes)}")
         for origin in sorted({fix.to for _, fix in writes if fix.kind == "synthesize"}):
-            members = ", ".join(m.member.name for m, fix in writes if fix.kind == "synthesize" and fix.to == origin)
-            lines.append(f"{'':18}write {members} after {origin}")
+            learned = [m for m, fix in writes if fix.kind == "synthesize" and fix.to == origin]
+            members = ", ".join(m.member.name for m in learned)
+            lines.append(f"{'':18}write {members} after {origin}" + "".join(_with_plumbing(m) for m in learned))
         for _, fix in writes:
             if fix.kind == "base":
                 lines.append(f"{'':18}add {fix.to} to its bases")

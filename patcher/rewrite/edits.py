@@ -27,7 +27,7 @@ from ..read.source_cache import SourceCache
 from ..read.star_imports import star_imported_names
 from ..read.style import DEFAULT_STYLE, FormatStyle
 from ..read.text import SourceFile
-from ..records import MemberPlan, ModelPlan
+from ..records import MemberPlan, ModelPlan, PlumbingPiece
 from .verify import prove_edit
 
 if TYPE_CHECKING:
@@ -147,30 +147,79 @@ def build_edits(cache: SourceCache, tree: SourceTree, plans: Sequence[ModelPlan]
     a file that fails, or whose patch fails the proof, is an error and does not stop the others.  Written
     in the tree's own formatter `style` (patcher/read/style.py)."""
     by_file: dict[str, dict[str, Sequence[MemberPlan]]] = {}
+    plumbing = plumbing_by_file(plans)
     for plan in plans:
         if plan.writes:
             by_file.setdefault(plan.wrapper.path, {})[plan.wrapper.cls.name] = plan.writes
+    for rel in plumbing:
+        by_file.setdefault(rel, {})
     edits: list[FileEdit] = []
     errors: list[EaglepatchError] = []
     for rel, classes in by_file.items():
         try:
-            source = cache.read(tree.srt / rel)
+            original = cache.read(tree.srt / rel)
+            source, plumbed = with_plumbing(original, plumbing.get(rel, ()), style.line_length)
+            if not classes:  # only plumbing goes into this file (a backbone's, or a base's forward)
+                edits.append(FileEdit(source.path, source.rel, original.data, source.data, plumbed))
+                continue
             adding = {cls: {entry.member.name for entry in entries} for cls, entries in classes.items()}
             spelling = WrapperSpelling(cache, tree, source, adding)
             delegations = {
                 cls: [delegation_for(cache, tree, source, entry, spelling, cls, style.line_length) for entry in entries]
                 for cls, entries in classes.items()
             }
-            bodiless = cache.parse_bodiless(source, frozenset(classes))
-            edit = apply_codemod(source, delegations, bodiless.module, style, bodiless.cut) if bodiless.cut else None
+            edit = None
+            if source is original:  # the cache's parses are of the file as read, not of its plumbed text
+                bodiless = cache.parse_bodiless(source, frozenset(classes))
+                edit = apply_codemod(source, delegations, bodiless.module, style, bodiless.cut) if bodiless.cut else None
             if edit is None:  # the cut module could not be spliced back: the codemod on the whole file
-                edit = apply_codemod(source, delegations, cache.parse_whole(source).module, style)
+                edit = apply_codemod(source, delegations, cache.parse_whole(source).module if source is original else None, style)
             if edit.changed:
                 prove_edit(cache, tree, source, edit.updated, edit.added, classes)
+            if source is not original:  # the hooks went into the plumbed text: the edit is of the file as read
+                added = {cls: [*plumbed.get(cls, ()), *members] for cls, members in edit.added.items()}
+                edit = replace(edit, original=original.data, added=added | {c: m for c, m in plumbed.items() if c not in added})
             edits.append(edit)
         except EaglepatchError as exc:
             errors.append(exc)
     return edits, errors
+
+
+def plumbing_by_file(plans: Sequence[ModelPlan]) -> dict[str, tuple[PlumbingPiece, ...]]:
+    """The plumbing pieces every learned hook's plan writes, per file, each once: two classes whose hook
+    works through one base forward plan the same pieces into it."""
+    pieces: dict[str, dict[PlumbingPiece, None]] = {}
+    for plan in plans:
+        for entry in plan.writes:
+            if entry.writes_plumbing is not None:
+                for piece in entry.writes_plumbing.pieces:
+                    pieces.setdefault(piece.file, {})[piece] = None
+    return {file: tuple(found) for file, found in pieces.items()}
+
+
+def with_plumbing(source: SourceFile, pieces: Sequence[PlumbingPiece], line_length: int) -> tuple[SourceFile, dict[str, list[str]]]:
+    """`source` with the pieces written in (codemods/add_plumbing.py), and class -> what went into it;
+    `source` itself when there are none."""
+    if not pieces:
+        return source, {}
+    from ..codemods.add_plumbing import PlumbingNotWritten, apply_plumbing
+    from ..read.text import decode_source
+
+    places: dict[tuple[str, str, str, int], PlumbingPiece] = {}
+    for piece in pieces:
+        place = (piece.target, piece.kind, piece.where, piece.line)
+        if places.setdefault(place, piece) != piece:
+            raise EaglepatchError(f"two plans write different {piece.kind} plumbing into {piece.target}; fix one class at a time with --model", path=source.rel)
+    try:
+        text = apply_plumbing(source.text, pieces, line_length)
+    except PlumbingNotWritten as exc:
+        raise EaglepatchError(f"the plumbing cannot be written as planned ({exc}); run apply again", path=source.rel) from None
+    plumbed: dict[str, list[str]] = {}
+    for piece in pieces:
+        label = f"{piece.kind} in {piece.method} (plumbing)"
+        if label not in plumbed.setdefault(piece.cls, []):
+            plumbed[piece.cls].append(label)
+    return decode_source(source.path, source.rel, source.encode(text)), plumbed
 
 
 @overload
@@ -230,7 +279,10 @@ def revert_edits(
     """Edits that remove eaglepatch's unchanged delegations: from the named model modules, or all of models/
     (a delegation counts as unchanged at the tree's line length, or at black's default)."""
     from ..codemods.add_delegations import LEARNED, MARKER
+    from ..codemods.names import PLUMBING
     from ..codemods.remove_delegations import RemoveDelegations
+    from ..codemods.remove_plumbing import revert_plumbing
+    from ..read.text import decode_source
 
     if models:
         paths: list[Path] = []
@@ -241,15 +293,22 @@ def revert_edits(
                 raise EaglepatchError("no such model module; pass --model with a file name under models/", path=f"models/{stem}.py")
             paths.append(path)
     else:
-        paths = [p for p in one_path_per_file(tree.models.rglob("*.py")) if p.is_file() and _has_marker(p.read_bytes(), MARKER, LEARNED)]
+        paths = [p for p in one_path_per_file(tree.models.rglob("*.py")) if p.is_file() and _has_marker(p.read_bytes(), MARKER, LEARNED, PLUMBING)]
     edits: list[FileEdit] = []
     errors: list[EaglepatchError] = []
     kept: list[tuple[str, list[str]]] = []
     for path in paths:
         try:
-            source = cache.read(path)
-            if MARKER not in source.text and LEARNED not in source.text:
+            original = source = cache.read(path)
+            if MARKER not in source.text and LEARNED not in source.text and PLUMBING not in source.text:
                 continue
+            unplumbed: dict[str, list[str]] = {}
+            if PLUMBING in source.text:  # the plumbing first: a learned hook's line numbers do not move it
+                text, removed, left = revert_plumbing(source.text)
+                unplumbed = {cls: [f"{what} (plumbing)" for what in names] for cls, names in removed.items()}
+                for cls, names in left.items():
+                    kept.append((f"{source.rel}:{cls}", [f"{what} (plumbing, edited by hand)" for what in names]))
+                source = decode_source(source.path, source.rel, source.encode(text))
             module = parse_module(source)
             widths = tuple(dict.fromkeys((style.line_length, LINE_LENGTH)))
             command = RemoveDelegations(CodemodContext(filename=str(path)), star_imported_names(cache, tree, source, module), widths)
@@ -257,8 +316,10 @@ def revert_edits(
             for cls, names in command.kept.items():
                 kept.append((f"{source.rel}:{cls}", names))
             data = source.rewrite(module, updated)
-            if data != source.data:
-                edits.append(FileEdit(source.path, source.rel, source.data, data, removed=dict(command.removed)))
+            if data != original.data:
+                removed = {cls: [*unplumbed.get(cls, ()), *names] for cls, names in command.removed.items()}
+                removed |= {cls: names for cls, names in unplumbed.items() if cls not in removed}
+                edits.append(FileEdit(source.path, source.rel, original.data, data, removed=removed))
         except EaglepatchError as exc:
             errors.append(exc)
     return edits, errors, kept

@@ -10,17 +10,105 @@ from typing import TYPE_CHECKING
 
 from ...read.locate import SourceTree
 from ...read.style import FormatStyle
+from ...records import SynthesisFit
 from ...selection import DEFAULT_MODEL, Analysis
 
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
     from ...analyze.overlay import Written
+    from ...analyze.plan import ShapeCheck as ShapeMisfit
     from ...analyze.resolve import Progress, Resolver
     from ...analyze.synthesize import HookLibrary
     from ...engine import Resolved
     from ...read.source_cache import SourceCache
-    from ...records import CallShape, MemberPlan, ModelPlan, Protocol, Signature, SynthesisFit, Wrapper
+    from ...records import CallShape, MemberPlan, ModelPlan, PlumbingPlan, Protocol, Signature, Wrapper
 
 MAX_ADOPTION_ROUNDS = 3
+
+
+class Plumber:
+    """A learned hook whose aux states cannot flow yet: the plumbing planned (analyze/plumbing_plan.py),
+    written into the files' texts by the codemod and the analysis run on what it wrote, before the hook
+    is learned from the plan's reference; or every blocker found, never a guess."""
+
+    def __init__(self, resolver: Resolver, protocol: Protocol, library: HookLibrary, line_length: int):
+        from ...analyze.plumbing import TreeClasses
+        from ...analyze.plumbing_plan import tree_planner
+
+        self.classes = TreeClasses(resolver, protocol)
+        self.planner = tree_planner(resolver, protocol, library, self.classes)
+        self.resolver, self.library, self.line_length = resolver, library, line_length
+        self.texts: dict[PlumbingPlan, dict[str, str]] = {}  # each proven plan: its files as written
+
+    def inherited(self, key: str, base: MemberPlan, owner: str) -> list[str]:
+        """What is left broken in `key` (a subclass) once apply writes `base` (the learned hook, and its
+        plumbing) into its base class `owner`: nothing, when the inherited hook works there too."""
+        from ...analyze.plumbing_plan import judge_through
+
+        if base.synthesis is None:
+            return []
+        texts = self.texts.get(base.writes_plumbing, {}) if base.writes_plumbing is not None else {}
+        report = judge_through(self.classes, key, texts, owner, self.planner, base.synthesis.reference.label, base.synthesis.backbone)
+        if isinstance(report, str):
+            return []  # the reference's hook is not one the planner reads: the inherited fix stands as planned
+        return [g.describe() for g in report.gaps]
+
+    def fit(self, entry: MemberPlan, wrapper: Wrapper, first: SynthesisFit, shape_misfit: ShapeMisfit) -> SynthesisFit:
+        """`first` (the hook library's answer) when the hook needs no plumbing or the plumbing is all
+        there; else the hook learned with the plumbing written, or why it cannot be."""
+        from ...analyze.plan import backbones
+        from ...analyze.plumbing import HOOK
+
+        held = backbones(wrapper)
+        if entry.member.name != HOOK or not held:
+            return first
+        from ...analyze.plumbing_plan import judge_through
+
+        cls = wrapper.cls
+        key = f"{cls.file}:{cls.name}"
+        if first.synthesis is not None:  # the hook alone, as learned: does the forward that runs use it?
+            alone = judge_through(self.classes, key, {}, key, self.planner, first.synthesis.reference.label, first.synthesis.backbone)
+            if not isinstance(alone, str) and not alone.gaps:
+                return first
+        attribute = first.synthesis.backbone if first.synthesis is not None else held[0].attribute
+        plan = self.planner.plan(key, attribute)
+        if plan.blockers:
+            head = first.why or "the hook alone would not make EAGLE-3 work"
+            return SynthesisFit(why=f"{head}; the plumbing cannot be written: {plan.why}", plumbing=True)
+        if not plan.ok or not plan.needs_hook:
+            return first  # the plumbing is all there: the hook alone is missing
+        left = self.prove(plan)
+        if left:
+            return SynthesisFit(why="the plumbing as written would leave " + "; ".join(left))
+        fit = self.library.fit(entry, wrapper, shape_misfit, plumbed_by=plan.reference)
+        if fit.synthesis is None:
+            return SynthesisFit(why=f"{first.why}; the plumbing can be written, but the hook cannot be learned: {fit.why}")
+        return replace(fit, writes_plumbing=plan)
+
+    def prove(self, plan: PlumbingPlan) -> list[str]:
+        """The plan written by the codemod into each file's text, then analysed: what is left (nothing,
+        when the plumbing works), a second run changing nothing and revert giving each file back."""
+        from ...analyze.plumbing_plan import check_written, reference_hook
+        from ...codemods.add_plumbing import PlumbingNotWritten, apply_plumbing
+        from ...codemods.remove_plumbing import revert_plumbing
+        from ...errors import EaglepatchError
+
+        texts: dict[str, str] = {}
+        for file in plan.files:
+            try:
+                text = self.resolver.cache.read(self.resolver.tree.srt / file).text
+                out = apply_plumbing(text, plan.pieces_in(file), self.line_length)
+            except (EaglepatchError, PlumbingNotWritten) as exc:
+                return [f"{file}: {exc}"]
+            if apply_plumbing(out, plan.pieces_in(file), self.line_length) != out:
+                return [f"{file}: a second run would change it"]
+            back, _, kept = revert_plumbing(out)
+            if back != text or kept:
+                return [f"{file}: revert would not give it back"]
+            texts[file] = out
+        self.texts[plan] = texts
+        hook = reference_hook(self.planner, plan)
+        left = check_written(self.classes, plan, texts, *hook) if hook is not None else check_written(self.classes, plan, texts)
+        return [f"{b.piece}: {b.why} ({b.at})" for b in left]
 
 
 def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analysis:
@@ -55,13 +143,19 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
 
     style = load_style(tree.models, tree.given)
     libraries: list[HookLibrary] = []  # the hook library, built when a first class needs a body learned (most runs need none)
+    plumbers: list[Plumber] = []
 
     def synthesize(entry: MemberPlan, wrapper: Wrapper) -> SynthesisFit:
         if not libraries:
             from ...analyze.synthesize import HookLibrary
 
             libraries.append(HookLibrary(resolver, protocol, style.line_length))
-        return libraries[0].fit(entry, wrapper, shape_misfit)
+        fit = libraries[0].fit(entry, wrapper, shape_misfit)
+        if fit.synthesis is None and not fit.plumbing:
+            return fit  # no body to learn, whatever the plumbing
+        if not plumbers:
+            plumbers.append(Plumber(resolver, protocol, libraries[0], style.line_length))
+        return plumbers[0].fit(entry, wrapper, fit, shape_misfit)
 
     def plan_all(written: Written) -> list[ModelPlan]:
         seen = WrittenOverlay(written)
@@ -78,11 +172,43 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
             break
         written = now
         plans = plan_all(written)
+    if plumbers:
+        plans = _judge_inherited(plumbers[0], plans)
     plans = _judge_plumbing(resolver, protocol, plans)
     _require_read(tree, cache, plans)
     warnings = list(protocol.warnings) + resolver.warnings + [_not_followed(style, note) for note in style.not_followed]
     warnings += [f"{cache.rel(path)}: left out by --exclude: not read, and not checked" for path in sorted(excluded)]
     return Analysis(request.engine, tree, cache, protocol, tuple(plans), tuple(warnings), all_models, style)
+
+
+def _judge_inherited(plumber: Plumber, plans: list[ModelPlan]) -> list[ModelPlan]:
+    """A subclass that inherits the capture hook apply learns for its base works only if its own forward
+    uses what the hook sets once the base's plumbing is written: else the inherited fix is taken back."""
+    from ...analyze.plan import without_fix
+    from ...analyze.plumbing import HOOK
+
+    by_class = {f"{p.wrapper.cls.file}:{p.wrapper.cls.name}": p for p in plans}
+    out = []
+    for plan in plans:
+        entry = next((m for m in plan.missing if m.member.name == HOOK and m.fix is not None and m.fix.kind == "inherit"), None)
+        owner = entry.fix.to if entry is not None and entry.fix is not None else None
+        base = None
+        for _ in range(len(by_class)):  # an inherited fix is written into the base, or that base's base
+            if owner is None or owner not in by_class:
+                break
+            base = next((m for m in by_class[owner].missing if m.member.name == HOOK), None)
+            if base is None or base.fix is None or base.fix.kind != "inherit":
+                break
+            owner = base.fix.to
+        if entry is None or owner is None or base is None or base.fix is None or base.fix.kind != "synthesize":
+            out.append(plan)
+            continue
+        left = plumber.inherited(f"{plan.wrapper.cls.file}:{plan.wrapper.cls.name}", base, owner)
+        if left:
+            blocker = f"inherits {HOOK} from {owner}, which apply fixes, but its own forward would not use it: " + "; ".join(left)
+            plan = without_fix(plan, HOOK, blocker)
+        out.append(plan)
+    return out
 
 
 def _judge_plumbing(resolver: Resolver, protocol: Protocol, plans: list[ModelPlan]) -> list[ModelPlan]:
