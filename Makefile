@@ -31,6 +31,10 @@ demo: venv
 	-$(BIN)/eaglepatch diff --model olmo_like $(DEMO)
 	$(BIN)/eaglepatch apply --model olmo_like $(DEMO)
 	$(BIN)/eaglepatch check --model olmo_like $(DEMO)
+	# a class with neither the hooks nor their plumbing: both are written, learned from the tree
+	-$(BIN)/eaglepatch diff --model phi_like $(DEMO)
+	$(BIN)/eaglepatch apply --model phi_like $(DEMO)
+	$(BIN)/eaglepatch check --model phi_like $(DEMO)
 
 # The whole suite: the fast tier with the network refused, then the integration tests on every
 # pinned release (tests/releases.txt; wheels fetched once into .cache/sglang, shared by the workers).

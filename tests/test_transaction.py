@@ -171,7 +171,7 @@ def test_a_signal_during_the_renames_waits_until_every_file_is_written(repo, app
     result = interrupted("replace", 2, signame, "apply", "--all", repo)
     assert result.returncode == code, result.stderr
     written = changed_files(snapshot(FIXTURE), applied)
-    assert len(written) == 8
+    assert len(written) > 2  # every wrapper file of the fixture, and the learned hooks' modules
     assert f"interrupted ({signame}) while writing: wrote all {len(written)} file(s) first" in flat(result.stderr)
     assert snapshot(repo) == applied
     assert temporaries(repo) == []
@@ -179,9 +179,10 @@ def test_a_signal_during_the_renames_waits_until_every_file_is_written(repo, app
 
 def test_a_sigint_during_the_renames_with_commit_commits_all_of_them(repo, applied):
     head = git(repo, "rev-parse", "HEAD")
+    written = changed_files(snapshot(FIXTURE), applied)
     result = interrupted("replace", 1, "SIGINT", "apply", "--all", "--commit", repo)
     assert result.returncode == 130, result.stderr
-    assert "wrote all 8 file(s) and committed them" in flat(result.stderr)
+    assert f"wrote all {len(written)} file(s) and committed them" in flat(result.stderr)
     assert git(repo, "rev-parse", "HEAD~1") == head and git(repo, "status", "--porcelain") == ""
     assert snapshot(repo) == applied
 
@@ -201,13 +202,14 @@ def test_a_run_killed_mid_way_is_named_by_the_next_run(repo, applied):
     assert result.returncode == -signal.SIGKILL
     now = {rel: data for rel, data in snapshot(repo).items() if not rel.endswith(".eaglepatch-tmp")}
     assert len(changed_files(snapshot(FIXTURE), now)) == 2  # a subset, as the issue saw
-    assert len(temporaries(repo)) == 6  # staged, never renamed
+    total = len(changed_files(snapshot(FIXTURE), applied))
+    assert len(temporaries(repo)) == total - 2  # staged, never renamed
     checked = cli("check", "--all", repo)
     assert checked.returncode == 1 and "was stopped before it finished" in checked.stderr  # check names it too
     again = cli("apply", "--all", repo)
     warning = flat(again.stderr)
     assert "an earlier `eaglepatch apply` on this tree" in warning and "was stopped before it finished" in warning
-    assert "2 of its 8 file(s) hold what it wrote" in warning and "6 are as they were" in warning
+    assert f"2 of its {total} file(s) hold what it wrote" in warning and f"{total - 2} are as they were" in warning
     assert again.returncode == 1  # it finished the work: the needs_code class is what is left
     assert snapshot(repo) == applied and temporaries(repo) == []
     third = cli("check", "--all", repo)

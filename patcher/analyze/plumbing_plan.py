@@ -736,6 +736,12 @@ class PlumbingPlanner:
         self.reference_keys = tuple(dict.fromkeys(references))
         self._references: dict[str, _Reference | str] = {}
 
+    def without(self, keys: Sequence[str]) -> PlumbingPlanner:
+        """The same planner with the references `keys` left out (their readings shared)."""
+        other = PlumbingPlanner(self.classes, [k for k in self.reference_keys if k not in keys])
+        other._references = self._references
+        return other
+
     def reference(self, key: str) -> _Reference | str:
         if key not in self._references:
             self._references[key] = read_reference(self.classes, key)

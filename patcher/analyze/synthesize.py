@@ -295,7 +295,7 @@ class HookLibrary:
             requirements = None if itself else self._requirements(reference)
             if requirements in failed:
                 continue  # fails as the one with the same requirements did
-            synthesis, why = self._try(reference, wrapper, entry, shape_misfit, held)
+            synthesis, why = self._try(reference, wrapper, entry, shape_misfit, held, plumbed=plumbed_by is not None)
             if synthesis is not None:
                 return SynthesisFit(synthesis=synthesis)
             first = first or (reference, why)
@@ -343,7 +343,13 @@ class HookLibrary:
         return self._requirements_of[key]
 
     def _try(
-        self, reference: Reference, wrapper: Wrapper, entry: MemberPlan, shape_misfit: ShapeCheck | None, held: list[InnerModel] | None = None
+        self,
+        reference: Reference,
+        wrapper: Wrapper,
+        entry: MemberPlan,
+        shape_misfit: ShapeCheck | None,
+        held: list[InnerModel] | None = None,
+        plumbed: bool = False,
     ) -> tuple[Synthesis | None, str]:
         if reference.unportable:
             return None, reference.unportable
@@ -356,7 +362,7 @@ class HookLibrary:
             return None, f"{cls.name} holds no bare backbone"
         why = ""
         for backbone in candidates:
-            why = self._backbone_misfit(reference, backbone) or self._layers_misfit(reference, wrapper, backbone)
+            why = self._backbone_misfit(reference, backbone, plumbed) or self._layers_misfit(reference, wrapper, backbone)
             if not why:
                 break
         else:
@@ -414,11 +420,15 @@ class HookLibrary:
         lines = overlong_lines(func, "    ", self.line_length)
         return lines[0] if lines else ""
 
-    def _backbone_misfit(self, reference: Reference, backbone: InnerModel) -> str:
+    def _backbone_misfit(self, reference: Reference, backbone: InnerModel, plumbed: bool = False) -> str:
+        """Why the body's `self.<backbone>.X` would not mean the same on `backbone`; the layer list it
+        sets is not asked about when the plumbing is written with it (`plumbed`)."""
         for use in reference.self_uses:
             if use.chain[0] != reference.backbone.attribute or len(use.chain) < 2:
                 continue
             attribute = use.chain[1]
+            if plumbed and attribute == CAPTURE_LAYERS:
+                continue
             for cls in backbone.classes:
                 if attribute not in cls.members:
                     return f"it uses self.{reference.backbone.attribute}.{attribute}, and {cls.name} has no {attribute}"

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` a
     from ...records import CallShape, MemberPlan, ModelPlan, PlumbingPlan, Protocol, Signature, Wrapper
 
 MAX_ADOPTION_ROUNDS = 3
+MAX_PLUMBING_REFERENCES = 4  # references whose plumbing is planned for one class before it is needs_code
 
 
 class Plumber:
@@ -70,19 +71,23 @@ class Plumber:
             if not isinstance(alone, str) and not alone.gaps:
                 return first
         attribute = first.synthesis.backbone if first.synthesis is not None else held[0].attribute
-        plan = self.planner.plan(key, attribute)
-        if plan.blockers:
-            head = first.why or "the hook alone would not make EAGLE-3 work"
-            return SynthesisFit(why=f"{head}; the plumbing cannot be written: {plan.why}", plumbing=True)
-        if not plan.ok or not plan.needs_hook:
-            return first  # the plumbing is all there: the hook alone is missing
-        left = self.prove(plan)
-        if left:
-            return SynthesisFit(why="the plumbing as written would leave " + "; ".join(left))
-        fit = self.library.fit(entry, wrapper, shape_misfit, plumbed_by=plan.reference)
-        if fit.synthesis is None:
-            return SynthesisFit(why=f"{first.why}; the plumbing can be written, but the hook cannot be learned: {fit.why}")
-        return replace(fit, writes_plumbing=plan)
+        planner, refused = self.planner, []
+        for _ in range(MAX_PLUMBING_REFERENCES):  # a reference whose hook does not fit the class: plan from the next
+            plan = planner.plan(key, attribute)
+            if plan.blockers:
+                head = first.why or "the hook alone would not make EAGLE-3 work"
+                return SynthesisFit(why=f"{head}; the plumbing cannot be written: {plan.why}", plumbing=True)
+            if not plan.ok or not plan.needs_hook:
+                return first  # the plumbing is all there: the hook alone is missing
+            left = self.prove(plan)
+            if left:
+                return SynthesisFit(why="the plumbing as written would leave " + "; ".join(left))
+            fit = self.library.fit(entry, wrapper, shape_misfit, plumbed_by=plan.reference)
+            if fit.synthesis is not None:
+                return replace(fit, writes_plumbing=plan)
+            refused.append(f"{plan.reference}: {fit.why}")
+            planner = planner.without([plan.reference])
+        return SynthesisFit(why=f"{first.why}; the plumbing can be written, but the hook cannot be learned with it: {refused[0]}")
 
     def prove(self, plan: PlumbingPlan) -> list[str]:
         """The plan written by the codemod into each file's text, then analysed: what is left (nothing,
