@@ -42,6 +42,33 @@ class Retarget(cst.CSTTransformer):
         return spelled if spelled is not None else updated_node
 
 
+PP_GROUP = "pp_group"
+
+
+class PipelineGroupCall(cst.CSTTransformer):
+    """`self.pp_group` read as the expression its reference builds it with (`get_pp_group()`): how a
+    class that keeps no pipeline group asks for its rank."""
+
+    def __init__(self, receiver: str, built: str):
+        super().__init__()
+        self.receiver = receiver
+        self.built = cst.parse_expression(built)
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        if cst_dotted_name(original_node) != f"{self.receiver}.{PP_GROUP}":
+            return updated_node
+        return self.built.deep_clone().with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
+
+
+def pp_respelled(func: cst.FunctionDef, receiver: str, built: str) -> cst.FunctionDef:
+    """The def with `self.pp_group` read as `built` (else, when "", the def itself)."""
+    if not built:
+        return func
+    out = func.visit(PipelineGroupCall(receiver, built))
+    assert isinstance(out, cst.FunctionDef), "respelling an attribute keeps a def a def"
+    return out
+
+
 def body_reads(func: cst.FunctionDef, signature: bool = False) -> tuple[cst.Module, dict[str, list[cst.Name]]]:
     """The function wrapped in a module, and the Name nodes that read a module-level name or builtin, by
     name, in order of first use: in its body only, or with `signature` in its annotations and defaults

@@ -380,6 +380,7 @@ class Synthesis:
     reference: Reference
     backbone: str  # the attribute of the class fixed that holds its backbone
     config_path: tuple[str, ...]  # the class's path from `self.config` to its backbone's config
+    pp_call: str = ""  # the class keeps no `self.pp_group`: the body reads this instead (the reference's __init__'s)
 
     def renames(self) -> dict[tuple[str, ...], tuple[str, ...]]:
         """Prefix of a `self.` chain in the reference -> what it is in the class fixed."""

@@ -291,14 +291,32 @@ def test_forward_that_does_not_unpack_is_needs_code_naming_the_line(tree: Path):
     assert f"NoUnpackForCausalLM.forward (models/no_unpack.py:{line}) does not unpack aux hidden states" in blocker
 
 
-def test_a_reference_that_needs_pipeline_state_the_class_lacks_is_not_taken(tree: Path):
-    """Without self.pp_group the class cannot run the reference's early return: another fits, or none."""
+def test_a_class_without_pipeline_state_asks_for_the_group_as_the_reference_builds_it(tree: Path):
+    """Without self.pp_group the class reads the group the way the reference's __init__ builds it
+    (`get_pp_group()`), spelled in its own file, imported when it is not."""
     path = tree / SRT / "models" / "olmo_like.py"
     path.write_text(path.read_text().replace("        self.pp_group = get_pp_group()\n", ""))
     _, data = check(tree, "olmo_like")
     missing = gaps(by_class(data)["OlmoLikeForCausalLM"])
     assert missing["get_embed_and_head"]["fix"]["kind"] == "synthesize"  # uses no pp state
-    capture = missing["set_eagle3_layers_to_capture"]
+    assert missing["set_eagle3_layers_to_capture"]["fix"] == {"kind": "synthesize", "from": "models/granite_like.py:GraniteLikeForCausalLM"}
+    result = invoke("diff", tree, "--model", "olmo_like")
+    added = [line[1:] for line in result.stdout.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert "        if not get_pp_group().is_last_rank:" in added and not any("self.pp_group" in line for line in added)
+    assert invoke("apply", tree, "--model", "olmo_like").exit_code == 0
+    compile(path.read_text(), str(path), "exec")
+    code, after = check(tree, "olmo_like")
+    assert code == 0 and by_class(after)["OlmoLikeForCausalLM"]["status"] == "compliant"
+
+
+def test_a_reference_whose_group_is_built_from_self_is_not_respelled(tree: Path):
+    """A pipeline group the reference's __init__ builds from its own state cannot be asked for elsewhere."""
+    reference = tree / SRT / "models" / "granite_like.py"
+    reference.write_text(reference.read_text().replace("self.pp_group = get_pp_group()", "self.pp_group = self.config.pp_group"))
+    path = tree / SRT / "models" / "olmo_like.py"
+    path.write_text(path.read_text().replace("        self.pp_group = get_pp_group()\n", ""))
+    _, data = check(tree, "olmo_like")
+    capture = gaps(by_class(data)["OlmoLikeForCausalLM"])["set_eagle3_layers_to_capture"]
     if capture["fix"] is not None:
         assert capture["fix"]["from"] != "models/granite_like.py:GraniteLikeForCausalLM"
     else:

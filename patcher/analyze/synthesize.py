@@ -381,8 +381,11 @@ class HookLibrary:
                     return None, f"it reads self.{'.'.join(use.chain)}, not its backbone's config"
             config_path = mine
         heads = {u.chain[0] for u in reference.self_uses}
+        pp_call = ""
         if "pp_group" in heads and "pp_group" not in cls.members:
-            return None, f"it uses self.pp_group, which {cls.name} does not keep"
+            pp_call = self._pp_group_built(reference)
+            if not pp_call:
+                return None, f"it uses self.pp_group, which {cls.name} does not keep, and how {reference.owner.name}'s __init__ builds it is not one call of its module's names"
         if "pp_group" in cls.members and not reference.knows_pp:
             return None, f"{cls.name} keeps self.pp_group (pipeline parallelism) and {reference.owner.name} knows none"
         if "lm_head" in heads and "lm_head" not in cls.members:
@@ -396,25 +399,55 @@ class HookLibrary:
                     misfit = shape_misfit(reference.signature, call.shape)
                     if misfit:
                         return None, f"it cannot take the call at {call.at} {call.shape.describe()}: {misfit}"
-        synthesis = Synthesis(reference, backbone.attribute, config_path)
+        synthesis = Synthesis(reference, backbone.attribute, config_path, pp_call)
         too_long = self._overlong(synthesis)
         if too_long:
             return None, f"retargeted, its line `{too_long.strip()}` would not fit {self.line_length} columns and black would re-wrap it"
         return synthesis, ""
 
+    def _pp_group_built(self, reference: Reference) -> str:
+        """How the reference's `__init__` builds `self.pp_group` (`get_pp_group()`, `get_parallel().pp_group`),
+        when that is calls and attributes of names its module binds and nothing of `self`: the same
+        expression, read in the hook instead, is the same group.  "" otherwise."""
+        from ..read.scopes import scope_of
+
+        init = reference.owner.members.get("__init__")
+        if init is None or not isinstance(init.path, Path) or init.header is None:
+            return ""
+        cache = self.resolver.cache
+        source = cache.read(init.path)
+        node = cache.function_ast(source, init.header)
+        if node is None:
+            return ""
+        built = [
+            stmt.value
+            for stmt in ast.walk(node)
+            if isinstance(stmt, ast.Assign)
+            and any(isinstance(t, ast.Attribute) and t.attr == "pp_group" and isinstance(t.value, ast.Name) and t.value.id == "self" for t in stmt.targets)
+        ]
+        if len(built) != 1:
+            return ""
+        value = built[0]
+        names = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+        plain = all(isinstance(n, (ast.Call, ast.Attribute, ast.Name, ast.Load)) for n in ast.walk(value))
+        if not plain or not names or "self" in names or any(isinstance(n, ast.Call) and (n.args or n.keywords) for n in ast.walk(value)):
+            return ""
+        module_names = scope_of(cache, cache.read(self.resolver.tree.srt / reference.signature.file), frozenset({reference.owner.name})).module_names()
+        return ast.unparse(value) if names <= module_names else ""
+
     def _overlong(self, synthesis: Synthesis) -> str:
         renames = synthesis.renames()
-        if all(old == new for old, new in renames.items()):
+        if all(old == new for old, new in renames.items()) and not synthesis.pp_call:
             return ""  # nothing changes length: the reference's own layout stands
         import libcst as cst
 
-        from ..codemods.retarget import ExplodeLongLiterals, Retarget, overlong_lines
+        from ..codemods.retarget import ExplodeLongLiterals, Retarget, overlong_lines, pp_respelled
         from .body_reader import receiver_of
 
         node = _node_of(self.resolver.cache, synthesis.reference.signature)
         receiver = receiver_of(node)
         assert receiver is not None, "a reference is a method (read_body refuses anything else)"
-        moved = cst.Module(body=[node]).visit(Retarget(receiver, renames)).visit(ExplodeLongLiterals("    ", self.line_length))
+        moved = cst.Module(body=[pp_respelled(node, receiver, synthesis.pp_call)]).visit(Retarget(receiver, renames)).visit(ExplodeLongLiterals("    ", self.line_length))
         func = moved.body[0]
         assert isinstance(func, cst.FunctionDef), "retargeting a def keeps it a def"
         lines = overlong_lines(func, "    ", self.line_length)

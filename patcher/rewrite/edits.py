@@ -18,7 +18,7 @@ from ..analyze.synthesize import learned_synthesis
 from ..codemods.add_delegations import LINE_LENGTH, AddDelegations, Delegation
 from ..codemods.contract import run_command
 from ..codemods.normalize_imports import NormalizeAddedImports, space_opened_block
-from ..codemods.retarget import ExplodeLongLiterals, Retarget, body_reads
+from ..codemods.retarget import ExplodeLongLiterals, Retarget, body_reads, pp_respelled
 from ..errors import EaglepatchError
 from ..read.meanings import TYPE_ONLY, UNKNOWN, inner_meaning
 from ..read.scopes import scope_of
@@ -103,6 +103,8 @@ def learned_for(
     reference_source = cache.read(tree.srt / reference.signature.file)
     reference_scope = scope_of(cache, reference_source, frozenset({reference.owner.name}))
     func = node.with_changes(params=form.params, returns=form.returns, leading_lines=[], decorators=[])
+    receiver = (list(func.params.posonly_params) + list(func.params.params))[0].name.value
+    func = pp_respelled(func, receiver, synthesis.pp_call)  # `get_pp_group` is then a module-level read, spelled below
     module, reads = body_reads(func)
     pending = PendingSpelling()
     spelled: dict = {}
@@ -117,7 +119,6 @@ def learned_for(
         for read in nodes:
             spelled[read] = expression
     spelling.commit(pending)
-    receiver = (list(func.params.posonly_params) + list(func.params.params))[0].name.value
     retargeted = module.visit(Retarget(receiver, synthesis.renames(), spelled))
     unit = spelling.scope.module.default_indent
     learned = retargeted.visit(ExplodeLongLiterals(unit, line_length)).body[0]

@@ -184,7 +184,7 @@ class _Proof:
     def learned(self, cls: str, index: int, func: cst.FunctionDef, entry: MemberPlan) -> None:
         """The written def is the reference's, statement for statement, with only the plan's `self.`
         renames; each module-level name it reads is, at call time, what the reference's file meant."""
-        from ..codemods.retarget import Retarget
+        from ..codemods.retarget import Retarget, pp_respelled
 
         synthesis = learned_synthesis(entry)
         reference = synthesis.reference
@@ -196,7 +196,7 @@ class _Proof:
         before = ref_scope.member_statement(owner, reference.signature.name)
         self._same_signature(_Sides(self, ref_scope, owner, before, cls, index), func, theirs, entry.member.name)
         receiver = _parameters(theirs.params, has_receiver=False)[0][1].name.value
-        expected = cst.Module(body=[theirs]).visit(Retarget(receiver, synthesis.renames())).body[0]
+        expected = cst.Module(body=[pp_respelled(theirs, receiver, synthesis.pp_call)]).visit(Retarget(receiver, synthesis.renames())).body[0]
         assert isinstance(expected, cst.FunctionDef), "retargeting a def keeps it a def"
         key = (ref_source.path, reference.signature.line, reference.signature.name)
         known = self.cache.memo(_DEFINITION_LOCALS, dict)
