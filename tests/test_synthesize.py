@@ -239,8 +239,8 @@ def test_same_shape_gets_bodies_learned_from_the_reference(tree: Path):
     for name in ("get_embed_and_head", "set_eagle3_layers_to_capture"):
         assert missing[name]["fix"] == {"kind": "synthesize", "from": "models/granite_like.py:GraniteLikeForCausalLM"}
         assert missing[name]["blocker"] is None
-    # companions (the draft's hooks) are the inner model's to give: a backbone has none, none is invented
-    assert "set_embed_and_head" not in missing
+    # a companion (the draft's hook) is learned beside them, never required
+    assert missing["set_embed_and_head"]["required"] is False and missing["set_embed_and_head"]["fix"]["kind"] == "synthesize"
 
 
 LIBRARY_PROBE = """\
@@ -265,6 +265,22 @@ def test_the_hook_library_is_loaded_only_for_a_class_that_needs_a_body(tree: Pat
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [loaded, fixes]
+
+
+def test_a_class_getting_its_hooks_learned_gets_the_companion_the_trees_causal_lms_carry(tree: Path):
+    """Three of the fixture's four causal LMs with both target hooks carry set_embed_and_head: a class
+    whose hooks are learned gets it learned too, as a companion; one whose capture hook is blocked
+    gets none (a companion is never written alone)."""
+    _, data = check(tree, "olmo_like", "no_collect")
+    olmo = gaps(by_class(data)["OlmoLikeForCausalLM"])
+    companion = olmo["set_embed_and_head"]
+    assert companion["required"] is False and companion["fix"]["kind"] == "synthesize"
+    assert olmo["set_eagle3_layers_to_capture"]["fix"]["kind"] == "synthesize"
+    bare = gaps(by_class(data)["BareForCausalLM"])
+    assert bare["set_eagle3_layers_to_capture"]["fix"] is None and "set_embed_and_head" not in bare
+    assert invoke("apply", tree, "--model", "olmo_like").exit_code == 0
+    text = (tree / SRT / "models" / "olmo_like.py").read_text()
+    assert "def set_embed_and_head(self, embed, head):" in text
 
 
 def test_no_collecting_backbone_is_needs_code_naming_it(tree: Path):
@@ -504,14 +520,15 @@ def test_a_class_is_tried_once_per_kind_of_reference_with_the_answer_of_trying_t
     tries = {"made": 0}
     fit, attempt = HookLibrary.fit, HookLibrary._try
 
-    def recording_fit(self, entry, wrapper, shape_misfit=None):
-        answer = fit(self, entry, wrapper, shape_misfit)
-        calls.append((self, entry, wrapper, shape_misfit, answer))
+    def recording_fit(self, entry, wrapper, shape_misfit=None, plumbed_by=None):
+        answer = fit(self, entry, wrapper, shape_misfit, plumbed_by)
+        if plumbed_by is None:  # a refit for a plumbing plan tries one reference: not the ranking under test
+            calls.append((self, entry, wrapper, shape_misfit, answer))
         return answer
 
-    def counting_try(self, *args):
+    def counting_try(self, *args, **kwargs):
         tries["made"] += 1
-        return attempt(self, *args)
+        return attempt(self, *args, **kwargs)
 
     monkeypatch.setattr(HookLibrary, "fit", recording_fit)
     monkeypatch.setattr(HookLibrary, "_try", counting_try)

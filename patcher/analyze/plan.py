@@ -64,7 +64,10 @@ def plan_wrapper(
     shape_misfit: ShapeCheck | None = None,
     synthesize: Synthesizer | None = None,
     written: Written | None = None,
+    learns_companion: Callable[[str], bool] | None = None,
 ) -> ModelPlan:
+    """`learns_companion(member)`: a class that is its own causal LM gets that draft-side member
+    learned beside the target hooks it gets learned (the tree's EAGLE-3-ready causal LMs carry it)."""
     if role == "other":
         reason = role_reason or "not a generation model: EAGLE-3 never loads it"
         return ModelPlan(wrapper=wrapper, status="compliant", role=role, role_reason=role_reason, reason=reason)
@@ -85,9 +88,14 @@ def plan_wrapper(
             continue
         if not (required or companion):
             continue  # optional for this role (probed with hasattr), or another role's concern
-        entry = _decide_fix(found, wrapper, shape_misfit, synthesize)
+        learn = required or (companion and learns_companion is not None and _holds_bare_backbone(wrapper) and learns_companion(name))
+        entry = _decide_fix(found, wrapper, shape_misfit, synthesize, learn)
         if entry.fix is not None or required:
             missing.append(entry)
+    learned = [m for m in missing if m.required and m.fix is not None and m.fix.kind == "synthesize"]
+    if not learned or any(m.required and m.fix is None for m in missing):
+        # a learned companion goes in beside learned target hooks, never alone
+        missing = [m for m in missing if m.required or m.fix is None or m.fix.kind != "synthesize"]
     status, reason = _verdict(wrapper, role, missing)
     return ModelPlan(wrapper, status, role, role_reason, tuple(missing), tuple(forwarded), reason)
 
@@ -110,13 +118,14 @@ def _locate(member: ProtocolMember, wrapper: Wrapper, written: Written, required
     return MemberPlan(member, defined, attribute, tuple(providers), tuple(lacking), required, uses=uses)
 
 
-def _decide_fix(entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | None, synthesize: Synthesizer | None) -> MemberPlan:
-    """The entry with its fix, or with the blocker saying why there is none."""
+def _decide_fix(entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | None, synthesize: Synthesizer | None, learn: bool = True) -> MemberPlan:
+    """The entry with its fix, or with the blocker saying why there is none; `learn`: a body may be
+    learned for it (what its role requires, and the companions the tree's causal LMs carry)."""
     if _holds_bare_backbone(wrapper) and any(i.classes for i in wrapper.inners):
         # the class is the causal LM: a hook reads its own lm_head and turns its own capture on, so it
         # needs a body, learned from a class of the tree that has one on the same shape, never a forward
-        # (only what its role requires: a companion is the inner model's hook, and a backbone has none to give)
-        fit = synthesize(entry, wrapper) if synthesize is not None and entry.required else None
+        # (a backbone has no hook to give)
+        fit = synthesize(entry, wrapper) if synthesize is not None and learn else None
         if fit is not None and fit.synthesis is not None:
             return replace(entry, fix=Fix("synthesize", fit.synthesis.reference.label), synthesis=fit.synthesis, writes_plumbing=fit.writes_plumbing)
         found = backbones(wrapper)

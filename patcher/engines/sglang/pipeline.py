@@ -162,9 +162,23 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
             plumbers.append(Plumber(resolver, protocol, libraries[0], style.line_length))
         return plumbers[0].fit(entry, wrapper, fit, shape_misfit)
 
+    companions: dict[str, bool] = {}
+
+    def learns_companion(member: str) -> bool:
+        if member not in companions:
+            if not libraries:
+                from ...analyze.synthesize import HookLibrary
+
+                libraries.append(HookLibrary(resolver, protocol, style.line_length))
+            companions[member] = carried_beside_hooks(libraries[0], protocol, member)
+        return companions[member]
+
     def plan_all(written: Written) -> list[ModelPlan]:
         seen = WrittenOverlay(written)
-        return [plan_wrapper(protocol, seen.wrapper(w), *roles.role_of(w.cls), shape_misfit, synthesize, written) for w in wrappers]
+        return [
+            plan_wrapper(protocol, seen.wrapper(w), *roles.role_of(w.cls), shape_misfit, synthesize, written, learns_companion)
+            for w in wrappers
+        ]
 
     # what apply writes into a class serves, in the same run, its subclasses (they inherit it) and the
     # wrappers that hold it (they can forward to it): plan again through this round's writes until they
@@ -184,6 +198,20 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
     warnings = list(protocol.warnings) + resolver.warnings + [_not_followed(style, note) for note in style.not_followed]
     warnings += [f"{cache.rel(path)}: left out by --exclude: not read, and not checked" for path in sorted(excluded)]
     return Analysis(request.engine, tree, cache, protocol, tuple(plans), tuple(warnings), all_models, style)
+
+
+def carried_beside_hooks(library: HookLibrary, protocol: Protocol, member: str) -> bool:
+    """Most of the tree's causal LMs that implement every target hook on a bare backbone implement the
+    draft-side `member` too (SGLang's EAGLE-3-ready ones carry `set_embed_and_head`): a class that gets
+    the target hooks learned gets it learned beside them."""
+    targets = [m for m in protocol.members.values() if m.required and m.role in ("target", "unknown")]
+    if not targets:
+        return False
+    ready = set.intersection(*({r.label for r in library.references(m.name)} for m in targets))
+    if not ready:
+        return False
+    carried = ready & {r.label for r in library.references(member)}
+    return 2 * len(carried) > len(ready)
 
 
 def _judge_inherited(plumber: Plumber, plans: list[ModelPlan]) -> list[ModelPlan]:
