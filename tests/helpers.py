@@ -105,3 +105,14 @@ CAPTURING_FORWARD = '''
             hidden_states = layer(positions, hidden_states, forward_batch)
         return self.logits_processor(input_ids, hidden_states, None, forward_batch, aux_hidden_states)
 '''
+
+
+def committed_copy(source: Path, root: Path) -> Path:
+    """`source` copied to `root` as a git repository with one commit (caches left out): a tree apply may write."""
+    import shutil
+
+    shutil.copytree(source, root, ignore=shutil.ignore_patterns("__pycache__"))
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "fixture tree")
+    return root

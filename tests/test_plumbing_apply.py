@@ -11,14 +11,13 @@ back.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import types
 from pathlib import Path
 
 import black
 import pytest
-from helpers import git, invoke, isolate_git
+from helpers import committed_copy, invoke, isolate_git
 from plumbing_harness import INPUTS, Config, PPGroup, Sym, build
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "checkout"
@@ -31,12 +30,7 @@ HOOK = "set_eagle3_layers_to_capture"
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch) -> Path:
     isolate_git(monkeypatch)
-    root = tmp_path / "repo"
-    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("__pycache__"))
-    git(root, "init", "-q", "-b", "main")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "fixture tree")
-    return root
+    return committed_copy(FIXTURE, tmp_path / "repo")
 
 
 def load(text: str, name: str) -> types.ModuleType:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import flat, git, isolate_git, snapshot
+from helpers import committed_copy, flat, git, isolate_git, snapshot
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = REPO_ROOT / "fixtures" / "checkout"
@@ -51,12 +51,7 @@ cli_main(sys.argv[4:])
 @pytest.fixture
 def repo(tmp_path, monkeypatch) -> Path:
     isolate_git(monkeypatch)
-    root = tmp_path / "repo"
-    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("__pycache__"))
-    git(root, "init", "-q", "-b", "main")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "fixture tree")
-    return root
+    return committed_copy(FIXTURE, tmp_path / "repo")
 
 
 def cli(*args) -> subprocess.CompletedProcess:
