@@ -42,7 +42,18 @@ For each consecutive pair (R, R+1) of the pinned releases (``tests/releases.txt`
    not compared). For ``needs_code`` ones, whether R+1 changed the method the blocker names.
    Neither body is stored: only the differing state.
 
-Prints a Markdown table (one row per side and a total) and a per-fix list, and writes
+5. **Plumbing**: for each of those fixes, whether R+1 also made the class's ``forward`` or its
+   backbone's carry aux hidden states (one uses ``aux_hidden_states`` / ``layers_to_capture`` in
+   R+1 and did not in R, or the method a ``needs_code`` blocker named now reads what it lacked:
+   ``upstream_plumbing``); whether ``apply`` on R writes plumbing with the hook (``fix.plumbing``
+   in R's report, or in the base's the learned body goes to); and for each piece it writes,
+   whether R+1's code of that method holds one of the same kind (``PIECE_CHECKS``: a syntax
+   check per kind, no more). And per release, the target classes ``check`` gives a
+   ``"gap": "plumbing"`` -- a hook their forward never uses, which a report without that gate
+   called compliant.
+
+Prints a Markdown table (one row per side and a total), one by kind of fix (delegation, learned
+body, plumbing), the broken-plumbing classes per release and a per-fix list, and writes
 ``bench/history.json``, which is committed and regenerated on purpose (``make history``).
 Runs ``check --all`` and the per-pair extraction in a process pool (``--jobs``, 2).
 """
@@ -1037,7 +1048,8 @@ def plumbing_check(blocker: str | None, old_site, new_site) -> dict | None:
 def hook_behaviour(row: dict, old: str, new: str, old_report: dict, repo: Path = REPO) -> dict:
     """For a fix of the bare-backbone shape: did ``apply`` on R write it with a learned body
     (``synthesize``, or ``inherit`` from a base that gets one), and does that body behave like
-    upstream's in R+1 on the stub model? Else, for ``needs_code``, what plumbing the blocker names."""
+    upstream's in R+1 on the stub model? Else, for ``needs_code``, what plumbing the blocker names.
+    And for every one, the plumbing upstream and ``apply`` wrote with it (``plumbing_behaviour``)."""
     old_site, new_site = sglang_releases.site_packages(old), sglang_releases.site_packages(new)
     out = {"synthesized": False, "synthesized_in": None, "learned_from": None,
            "behaves_as_upstream": None, "differences": [], "not_compared": "", "plumbing": None}
@@ -1058,6 +1070,254 @@ def hook_behaviour(row: dict, old: str, new: str, old_report: dict, repo: Path =
         out["not_compared"] = f"explain on {old} gave no learned body for {where[0]}:{where[1]}"
     if not out["synthesized"] and row.get("status_in_old") == "needs_code":
         out["plumbing"] = plumbing_check(row.get("blocker"), old_site, new_site)
+    out.update(plumbing_behaviour(row, old_report, _tree(str(old_site), old), _tree(str(new_site), new), out["plumbing"]))
+    return out
+
+
+# =========================================================================== plumbing: upstream's and apply's
+#
+# A capture hook does nothing unless the forward that runs carries what it sets: the backbone
+# collects the chosen layers' states (``aux_hidden_states``, read from ``layers_to_capture``) and
+# the class unpacks them and hands them to its logits processor. Upstream wrote that plumbing by
+# hand, with the hook; ``apply`` writes it in pieces (``fix.plumbing``). Both are read here with
+# CPython's ``ast`` on the sources, never by running them.
+
+# The identifiers a forward uses once it carries aux hidden states: a forward of R without any of
+# them carried none, whatever else it did.
+AUX_NAMES = frozenset({"aux_hidden_states", "layers_to_capture"})
+AUX = "aux_hidden_states"
+FLAG = "capture_aux_hidden_states"
+SELECTOR = "layers_to_capture"
+LOGITS = "logits_processor"
+INIT_PIECES = {"flag-default", "selector-default"}  # set when the class is built: any __init__ it runs
+
+
+@dataclass(frozen=True)
+class ForwardRead:
+    """One forward of a hook-body fix (the class's, or its backbone's) in R and in R+1: where Python
+    finds it (``file:Class.forward``, maybe a base's) and whether it uses an identifier of AUX_NAMES
+    (None: no such forward)."""
+
+    of: str  # "class" | "backbone"
+    old: str | None
+    new: str | None
+    carries_in_old: bool | None
+    carries_in_new: bool | None
+
+    @property
+    def added(self) -> bool:
+        return self.carries_in_new is True and self.carries_in_old is not True
+
+
+@dataclass(frozen=True)
+class PieceMatch:
+    """One piece ``apply`` on R writes, and whether R+1's code of the same method (``at``) holds
+    something of that piece's kind (None: no such method in R+1)."""
+
+    piece: str
+    at: str | None
+    alike: bool | None
+
+
+def carries_aux(source: str | None) -> bool | None:
+    """Whether a method's source uses an identifier of AUX_NAMES -- as a name, an attribute or a
+    keyword -- in code (comments and strings do not count); None when there is no source."""
+    if source is None:
+        return None
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Name) and node.id in AUX_NAMES
+                or isinstance(node, ast.Attribute) and node.attr in AUX_NAMES
+                or isinstance(node, ast.keyword) and node.arg in AUX_NAMES):
+            return True
+    return False
+
+
+def resolved_method(tree: SourceTree, found, method: str) -> tuple[str, str | None] | None:
+    """("file:Class.method", its source) for the ``def method`` Python finds on the class ``found``
+    (its own or a base's); None when the class has none."""
+    if found is None:
+        return None
+    member = tree.members(found).get(method)
+    if member is None or member.kind not in ("def", "property"):
+        return None
+    return (f"{member.owner_file}:{member.owner_class}.{method}",
+            method_source(tree.site, member.owner_file, member.owner_class, method))
+
+
+def backbone_class(tree: SourceTree, found, attribute: str | None):
+    """The in-tree class ``self.<attribute> = Foo(...)`` builds in the ``__init__`` of ``found``."""
+    if found is None or not attribute:
+        return None
+    held = tree.members(found).get(attribute)
+    if held is None or held.kind != "attribute":
+        return None
+    return _constructed_class(tree, found, held)
+
+
+def located(tree: SourceTree, rel: str, cls: str):
+    """The class ``cls`` of ``rel`` in ``tree``, or the one class of that name under models/ when
+    the file moved; None when absent or ambiguous."""
+    return _locate_old(tree, rel, cls, {})[1]
+
+
+def upstream_plumbing(old: SourceTree, new: SourceTree, row: dict, blocker: dict | None = None) -> dict:
+    """Whether R+1 changed the class's forward or its backbone's to carry aux hidden states: for
+    each, where it is and whether it uses them in R and in R+1. ``added`` when one of them does in
+    R+1 and did not in R, or when the method a ``needs_code`` blocker named now reads what it lacked
+    (``blocker``: ``plumbing_check``'s answer; it may name a forward neither lookup reaches). None:
+    the class is missing from a release's tree."""
+    had, has = located(old, row["old_file"], row["cls"]), located(new, row["file"], row["cls"])
+    reads = []
+    for of, before, after in (("class", had, has),
+                              ("backbone", backbone_class(old, had, row.get("backbone")),
+                               backbone_class(new, has, row.get("backbone")))):
+        then, now = resolved_method(old, before, "forward"), resolved_method(new, after, "forward")
+        reads.append(ForwardRead(of, then and then[0], now and now[0],
+                                 carries_aux(then[1]) if then else None, carries_aux(now[1]) if now else None))
+    added = any(r.added for r in reads) if had is not None and has is not None else None
+    if blocker and blocker.get("reads_it_in_new"):
+        added = True
+    return {"forwards": [asdict(r) for r in reads], "added": added,
+            "named_by_blocker": blocker["names"] if blocker and blocker.get("reads_it_in_new") else None}
+
+
+def written_plumbing(row: dict, report: dict) -> dict | None:
+    """The plumbing ``apply`` on R writes with this fix: the pieces of the gap's own ``fix.plumbing``,
+    else of the class the learned body is written in (``learned_in``: an ``inherit`` fix writes the
+    hook, and its plumbing, into the base). ``{"in": "file:Class", "pieces": [...]}``, None when none."""
+    places = [(row["old_file"], row["cls"])]
+    where = learned_in(row, report)
+    if where is not None and where not in places:
+        places.append(where)
+    for file, cls in places:
+        model = next((m for m in report.get("models", []) if (m["file"], m["class"]) == (file, cls)), None)
+        entry = gaps(model, report).get(row["member"]) if model else None
+        pieces = ((entry or {}).get("fix") or {}).get("plumbing") or []
+        if pieces:
+            return {"in": f"{file}:{cls}", "pieces": pieces}
+    return None
+
+
+def _is_self(node, name: str, me: str) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.value, ast.Name) and node.value.id == me
+
+
+def _is_name(node, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def _is_empty(node) -> bool:
+    """``[]``, ``()``, ``set()``, ``list()``: a selection of nothing."""
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return not node.elts
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"list", "tuple", "set"}
+            and not node.args and not node.keywords)
+
+
+def _assignments(func: ast.AST):
+    for node in ast.walk(func):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                yield target, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            yield node.target, node.value
+
+
+def _captures(func: ast.AST) -> bool:
+    for loop in ast.walk(func):
+        if isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
+            for node in ast.walk(loop):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in {"append", "extend"} and _is_name(node.func.value, AUX)):
+                    return True
+    return False
+
+
+def _hands_on(func: ast.AST, me: str) -> bool:
+    for node in ast.walk(func):
+        if isinstance(node, ast.Call) and _is_self(node.func, LOGITS, me):
+            if any(_is_name(a, AUX) for a in node.args) or any(
+                    k.arg == AUX or _is_name(k.value, AUX) for k in node.keywords):
+                return True
+    return False
+
+
+# what R+1's method must hold for the piece of that kind to be "as upstream": each one honest and
+# textual, on the method's syntax tree (``me``: its first parameter)
+PIECE_CHECKS = {
+    "flag-default": lambda f, me: any(_is_self(t, FLAG, me) and isinstance(v, ast.Constant) and v.value is False
+                                      for t, v in _assignments(f)),
+    "selector-default": lambda f, me: any(_is_self(t, SELECTOR, me) and _is_empty(v) for t, v in _assignments(f)),
+    "aux-init": lambda f, me: any(_is_name(t, AUX) and _is_empty(v) for t, v in _assignments(f)),
+    "capture": lambda f, me: _captures(f),
+    "tail": lambda f, me: any(isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)
+                              and any(_is_name(e, AUX) for e in n.value.elts) for n in ast.walk(f)),
+    "unpack": lambda f, me: any(isinstance(t, (ast.Tuple, ast.List)) and any(_is_name(e, AUX) for e in t.elts)
+                                for t, _ in _assignments(f)),
+    "logits-aux": lambda f, me: _hands_on(f, me),
+}
+
+
+def piece_alike(kind: str, source: str | None) -> bool | None:
+    """Whether ``source`` (a ``def``) holds a piece of ``kind``; None without a source or a check."""
+    check = PIECE_CHECKS.get(kind)
+    if source is None or check is None:
+        return None
+    func = next((n for n in ast.parse(source).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if func is None:
+        return None
+    me = func.args.args[0].arg if func.args.args else "self"
+    return bool(check(func, me))
+
+
+def _init_chain(tree: SourceTree, found, _seen: frozenset = frozenset()):
+    """("file:Class.__init__", source) of each in-tree class ``found`` is built through: its own
+    ``__init__`` and its bases' (left to right, depth first), as ``super().__init__`` runs them."""
+    _, module, node = found
+    key = (module, node.name, node.lineno)
+    if key in _seen:
+        return
+    rel = tree.rel(module)
+    source = method_source(tree.site, rel, node.name, "__init__")
+    if source is not None:
+        yield f"{rel}:{node.name}.__init__", source
+    for base in node.bases:
+        resolved = tree.resolve_expr(module, base)
+        if resolved and resolved[0] == "class":
+            yield from _init_chain(tree, resolved, _seen | {key})
+
+
+def pieces_as_upstream(new: SourceTree, pieces: list[dict], moved: dict[str, str]) -> list[PieceMatch]:
+    """For each piece ``apply`` on R writes (its ``file``, ``class``, ``method`` in R), whether R+1's
+    code of that method holds one of its kind: the method Python finds on the class in R+1, and for
+    the ``__init__`` defaults any ``__init__`` the class is built through. ``moved``: {file in R: file
+    in R+1} of the fixed class, the others looked up by name when their file is gone."""
+    out = []
+    for piece in pieces:
+        found = located(new, moved.get(piece["file"], piece["file"]), piece["class"])
+        if found is None:
+            out.append(PieceMatch(piece["piece"], None, None))
+        elif piece["piece"] in INIT_PIECES and piece["method"] == "__init__":
+            chain = list(_init_chain(new, found))
+            hit = next((at for at, source in chain if piece_alike(piece["piece"], source)), None)
+            out.append(PieceMatch(piece["piece"], hit or (chain[0][0] if chain else None),
+                                  True if hit else (False if chain else None)))
+        else:
+            method = resolved_method(new, found, piece["method"])
+            out.append(PieceMatch(piece["piece"], method and method[0], piece_alike(piece["piece"], method and method[1])))
+    return out
+
+
+def plumbing_behaviour(row: dict, old_report: dict, old: SourceTree, new: SourceTree, blocker: dict | None = None) -> dict:
+    """For a hook-body fix: whether upstream's R+1 made the forwards carry aux hidden states
+    (``upstream_plumbing``), what plumbing ``apply`` on R writes with it (``written_plumbing``) and,
+    piece by piece, whether R+1 holds one of the same kind (``as_upstream``, ``alike``: all do)."""
+    out = {"upstream_plumbing": upstream_plumbing(old, new, row, blocker),
+           "written_plumbing": written_plumbing(row, old_report)}
+    if out["written_plumbing"]:
+        matches = pieces_as_upstream(new, out["written_plumbing"]["pieces"], {row["old_file"]: row["file"]})
+        out["written_plumbing"]["as_upstream"] = [asdict(m) for m in matches]
+        out["written_plumbing"]["alike"] = bool(matches) and all(m.alike is True for m in matches)
     return out
 
 
@@ -1187,6 +1447,8 @@ def measure(versions: list[str], repo: Path, jobs: int, use_cache: bool = True) 
         "releases": versions,
         "pairs": result_pairs,
         "table": table_rows(result_pairs),
+        "kinds": kind_rows(result_pairs),
+        "plumbing_gaps": {v: broken_plumbing(r) for v, r in reports.items()},
         "latest": {
             "release": latest,
             "required_gaps": len(required),
@@ -1221,6 +1483,7 @@ def table_rows(pairs: list[dict]) -> list[dict]:
             "delegations": sum(f["shape"] == "delegation" for f in fixes),
             "as_upstream": sum(f.get("as_upstream", False) for f in fixes),
             **hook_counts(fixes),
+            **plumbing_counts(fixes),
         })
     return rows
 
@@ -1241,6 +1504,54 @@ def hook_counts(fixes: list[dict]) -> dict:
         "hook_plumbing_added_upstream": sum(bool(p["reads_it_in_new"]) for p in plumbing),
         "hook_plumbing_changed_upstream": sum(bool(p["changed_in_new"]) for p in plumbing),
     }
+
+
+CAPTURE_HOOK = "set_eagle3_layers_to_capture"  # the hook plumbing is written for
+
+
+def plumbing_counts(fixes: list[dict]) -> dict:
+    """Over upstream's capture-hook fixes on a bare backbone: how many came with plumbing upstream
+    wrote in R+1 (``upstream_plumbing.added``), how many of those ``apply`` on R writes with plumbing,
+    and how many of those have every piece's kind in R+1's code; and how many ``apply`` writes with
+    plumbing where upstream's forwards already carried (or still do not carry) aux states."""
+    hooks = [f["hook"] for f in fixes if f.get("hook") and f["member"] == CAPTURE_HOOK]
+    upstream = [h for h in hooks if (h.get("upstream_plumbing") or {}).get("added")]
+    written = [h for h in upstream if h.get("written_plumbing")]
+    return {
+        "plumbing_hooks": len(hooks),
+        "plumbing_upstream": len(upstream),
+        "plumbing_written": len(written),
+        "plumbing_alike": sum(h["written_plumbing"]["alike"] for h in written),
+        "plumbing_written_without_upstream": sum(
+            bool(h.get("written_plumbing")) and not (h.get("upstream_plumbing") or {}).get("added") for h in hooks),
+    }
+
+
+def kind_rows(pairs: list[dict]) -> list[dict]:
+    """One row per kind of fix ``apply`` writes -- a delegation, a learned hook body, the plumbing
+    behind a capture hook -- over every pair: how many upstream wrote, how many of those ``apply``
+    on R writes that way, and how many of those are as upstream's (the same attribute; behaving alike
+    on the stub; every piece's kind in R+1's method)."""
+    fixes = [f for p in pairs for f in p["fixes"]]
+    delegations = [f for f in fixes if f["shape"] == "delegation"]
+    hooks, plumbing = hook_counts(fixes), plumbing_counts(fixes)
+    return [
+        {"kind": "delegation", "upstream": len(delegations), "written": sum(f["written"] for f in delegations),
+         "as_upstream": sum(f.get("as_upstream", False) for f in delegations)},
+        {"kind": "learned body", "upstream": hooks["hook_bodies"], "written": hooks["hook_synthesized"],
+         "as_upstream": hooks["hook_behaves_as_upstream"]},
+        {"kind": "plumbing", "upstream": plumbing["plumbing_upstream"], "written": plumbing["plumbing_written"],
+         "as_upstream": plumbing["plumbing_alike"]},
+    ]
+
+
+def broken_plumbing(report: dict) -> list[str]:
+    """"file:Class" of each target class whose report has a ``"gap": "plumbing"`` entry: a capture
+    hook its forward never uses -- a state a report without the plumbing gate called compliant."""
+    return sorted({
+        f"{m['file']}:{m['class']}" for m in report.get("models", [])
+        if m.get("role", "target") == "target" and any(e.get("gap") == "plumbing" for e in m.get("missing", []))
+    })
 
 
 def markdown(result: dict) -> str:
@@ -1284,6 +1595,7 @@ def markdown(result: dict) -> str:
         + ", ".join(f"{k} {v}" for k, v in latest["required_gaps_by_member"].items())
     )
     out.append("")
+    out.extend(kinds_markdown(result))
     out.append("| R | R+1 | EntryClass classes compared | fixes | moved | new classes |")
     out.append("| --- | --- | ---: | ---: | ---: | ---: |")
     for pair in result["pairs"]:
@@ -1321,12 +1633,31 @@ def markdown(result: dict) -> str:
     return "\n".join(out)
 
 
+def kinds_markdown(result: dict) -> list[str]:
+    """The table by kind of fix, and per release the target classes with broken plumbing."""
+    out = ["| fix kind | upstream fixes | written that way by `apply` in R | as upstream |",
+           "| --- | ---: | ---: | ---: |"]
+    for row in result.get("kinds", []):
+        out.append(f"| {row['kind']} | {row['upstream']} | {row['written']} | {row['as_upstream']} |")
+    out.append("")
+    gaps_by_release = result.get("plumbing_gaps", {})
+    if gaps_by_release:
+        out.append("Target classes with a capture hook their forward never uses (`\"gap\": \"plumbing\"`), per release:")
+        out.append("")
+        for version in result["releases"]:
+            names = gaps_by_release.get(version, [])
+            shown = ", ".join(n.rpartition(":")[2] for n in names)
+            out.append(f"- {version}: {len(names)}" + (f" ({shown})" if names else ""))
+        out.append("")
+    return out
+
+
 def hook_markdown(result: dict) -> list[str]:
     """The section on hook bodies upstream wrote on a bare backbone: one line per fix."""
     rows = [(p["old"], p["new"], f) for p in result["pairs"] for f in p["fixes"] if f.get("hook")]
     if not rows:
         return []
-    total = hook_counts([f for _, _, f in rows])
+    total = hook_counts([f for _, _, f in rows]) | plumbing_counts([f for _, _, f in rows])
     out = ["", "### Hook bodies upstream wrote on a bare backbone", ""]
     out.append(
         f"{total['hook_bodies']} upstream fixes (own bodies and ones inherited from a base that got one) reach a bare "
@@ -1338,8 +1669,15 @@ def hook_markdown(result: dict) -> list[str]:
         f"{total['hook_plumbing_added_upstream']} it now reads what the blocker said it lacked."
     )
     out.append("")
-    out.append("| R -> R+1 | class.member (shape) | eaglepatch on R | behaves as upstream's |")
-    out.append("| --- | --- | --- | --- |")
+    out.append(
+        f"Of the {total['plumbing_hooks']} `{CAPTURE_HOOK}` fixes, {total['plumbing_upstream']} came with plumbing "
+        f"upstream wrote in R+1 (a forward of the class or its backbone now carries aux hidden states); `apply` on R "
+        f"writes {total['plumbing_written']} of those with plumbing, {total['plumbing_alike']} with every piece's kind "
+        f"in upstream's R+1 method, and writes plumbing for {total['plumbing_written_without_upstream']} others."
+    )
+    out.append("")
+    out.append("| R -> R+1 | class.member (shape) | eaglepatch on R | behaves as upstream's | plumbing: upstream R+1 / `apply` on R |")
+    out.append("| --- | --- | --- | --- | --- |")
     for old, new, fix in rows:
         hook = fix["hook"]
         shape = fix["shape"] + (f" from {fix['to']}" if fix["shape"] == "inherited" else "")
@@ -1365,8 +1703,21 @@ def hook_markdown(result: dict) -> list[str]:
             elif fix["blocker"]:
                 said += f"; blocker: {fix['blocker'][:120]}"
             same = "-"
-        out.append(f"| {old} -> {new} | `{fix['cls']}.{fix['member']}` ({shape}) | {said} | {same} |")
+        out.append(f"| {old} -> {new} | `{fix['cls']}.{fix['member']}` ({shape}) | {said} | {same} | {plumbing_cell(hook)} |")
     return out
+
+
+def plumbing_cell(hook: dict) -> str:
+    """``added`` / ``none`` for upstream, then the pieces ``apply`` writes, each ``=`` when R+1's method
+    holds one of its kind, ``≠`` when not, ``?`` when R+1 has no such method."""
+    upstream = hook.get("upstream_plumbing") or {}
+    said = {True: "added", False: "none", None: "?"}[upstream.get("added")]
+    written = hook.get("written_plumbing")
+    if not written:
+        return f"{said} / -"
+    marks = {True: "=", False: "≠", None: "?"}
+    pieces = ", ".join(f"{m['piece']} {marks[m['alike']]}" for m in written.get("as_upstream", []))
+    return f"{said} / {pieces}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -572,3 +572,215 @@ def test_an_inherit_fix_is_followed_to_the_base_that_learns_the_body():
     assert history.learned_in({**row, "fix_kind": "delegate", "fix_from": None}, report) is None
     unlisted = {**row, "fix_from": "models/other.py:Other"}
     assert history.learned_in(unlisted, report) == ("models/other.py", "Other")  # explain decides
+
+
+# --------------------------------------------------------------------------- plumbing: upstream's and apply's
+
+@pytest.mark.parametrize("source, expected", [
+    ("def forward(self, x):\n    return self.model(x)\n", False),
+    ("def forward(self, x):\n    # aux_hidden_states are not collected here\n    return 'layers_to_capture'\n", False),
+    ("def forward(self, x):\n    aux_hidden_states = []\n    return x\n", True),
+    ("def forward(self, x):\n    if 3 in self.layers_to_capture:\n        pass\n", True),
+    ("def forward(self, x):\n    return self.logits_processor(x, aux_hidden_states=None)\n", True),
+    ("def forward(self, x):\n    return self.capture_aux_hidden_states\n", False),  # the flag alone carries nothing
+    (None, None),
+])
+def test_a_forward_carries_aux_states_when_its_code_uses_them(source, expected):
+    assert history.carries_aux(source) is expected
+
+
+@pytest.mark.parametrize("kind, source, expected", [
+    ("flag-default", "def __init__(self):\n    self.capture_aux_hidden_states = False\n", True),
+    ("flag-default", "def __init__(self):\n    self.capture_aux_hidden_states = True\n", False),
+    ("selector-default", "def __init__(self):\n    self.layers_to_capture = []\n", True),
+    ("selector-default", "def __init__(me):\n    me.layers_to_capture = list()\n", True),
+    ("selector-default", "def __init__(self):\n    self.layers_to_capture = [2, 3]\n", False),
+    ("aux-init", "def forward(self):\n    aux_hidden_states = []\n", True),
+    ("aux-init", "def forward(self):\n    aux_hidden_states = None\n", False),
+    ("capture", "def forward(self):\n    for i, layer in enumerate(self.layers):\n"
+                "        if i in self.layers_to_capture:\n            aux_hidden_states.append(h)\n", True),
+    ("capture", "def forward(self):\n    aux_hidden_states.append(h)\n", False),  # not in the layer loop
+    ("tail", "def forward(self):\n    return hidden_states, aux_hidden_states\n", True),
+    ("tail", "def forward(self):\n    return hidden_states\n", False),
+    ("unpack", "def forward(self):\n    hidden_states, aux_hidden_states = hidden_states\n", True),
+    ("unpack", "def forward(self):\n    aux_hidden_states = None\n", False),
+    ("logits-aux", "def forward(self):\n    return self.logits_processor(ids, h, self.lm_head, batch, aux_hidden_states)\n", True),
+    ("logits-aux", "def forward(self):\n    return self.logits_processor(ids, h, aux_hidden_states=aux)\n", True),
+    ("logits-aux", "def forward(self):\n    return self.logits_processor(ids, h, self.lm_head, batch)\n", False),
+    ("logits-aux", None, None),
+    ("no-such-kind", "def forward(self):\n    pass\n", None),
+])
+def test_each_piece_kind_is_found_by_its_own_shape(kind, source, expected):
+    assert history.piece_alike(kind, source) is expected
+
+
+PLUMBED_BACKBONE = """
+    class Backbone:
+        def __init__(self, config):
+            self.layers = []
+            {init}
+
+        def forward(self, x):
+            {forward}
+            return x
+"""
+PLUMBED_CLASS = """
+    from sglang.srt.models.backbone import Backbone
+
+    class Bare:
+        def __init__(self, config):
+            self.model = Backbone(config)
+            self.lm_head = object()
+
+        def forward(self, x):
+            hidden_states = self.model(x)
+            {forward}
+            return self.logits_processor(x, hidden_states{aux})
+    {hook}
+    EntryClass = [Bare]
+"""
+HOOK_DEF = """
+        def set_eagle3_layers_to_capture(self, layer_ids=None):
+            self.capture_aux_hidden_states = True
+            self.model.layers_to_capture = layer_ids
+"""
+ROW = {"old_file": "models/m.py", "file": "models/m.py", "cls": "Bare", "backbone": "model",
+       "member": "set_eagle3_layers_to_capture", "fix_kind": "synthesize", "fix_from": "models/l.py:L"}
+
+
+def plumbing_trees(tmp_path, before: dict, after: dict):
+    def files(parts):
+        return {"models/backbone.py": PLUMBED_BACKBONE.format(init=parts.get("init", "pass"),
+                                                              forward=parts.get("backbone", "pass")),
+                "models/m.py": PLUMBED_CLASS.format(forward=parts.get("forward", "pass"), aux=parts.get("aux", ""),
+                                                    hook=parts.get("hook", ""))}
+    old, new = tree(tmp_path / "R", files(before)), tree(tmp_path / "R1", files(after))
+    return history.SourceTree(old), history.SourceTree(new)
+
+
+@pytest.mark.parametrize("after, added", [
+    ({"hook": HOOK_DEF}, False),  # the hook alone: upstream wrote no plumbing
+    ({"hook": HOOK_DEF, "backbone": "aux_hidden_states = []"}, True),
+    ({"hook": HOOK_DEF, "aux": ", aux_hidden_states"}, True),
+])
+def test_upstream_plumbing_is_a_forward_that_carries_aux_states_in_r1_only(tmp_path, after, added):
+    old, new = plumbing_trees(tmp_path, {}, after)
+    got = history.upstream_plumbing(old, new, ROW)
+    assert got["added"] is added and got["named_by_blocker"] is None
+    assert [(f["of"], f["old"], f["new"]) for f in got["forwards"]] == [
+        ("class", "models/m.py:Bare.forward", "models/m.py:Bare.forward"),
+        ("backbone", "models/backbone.py:Backbone.forward", "models/backbone.py:Backbone.forward")]
+    # a forward that already carried them in R is no plumbing upstream added
+    same, _ = plumbing_trees(tmp_path / "again", after, after)
+    assert history.upstream_plumbing(same, new, ROW)["added"] is False
+    blocker = {"names": "models/backbone.py:Backbone.forward", "reads_it_in_new": True}
+    assert history.upstream_plumbing(old, new, ROW, blocker)["added"] is True
+    assert history.upstream_plumbing(old, new, {**ROW, "cls": "Gone"})["added"] is None
+
+
+PIECES = [
+    {"piece": "selector-default", "file": "models/backbone.py", "class": "Backbone", "method": "__init__", "line": 4},
+    {"piece": "aux-init", "file": "models/backbone.py", "class": "Backbone", "method": "forward", "line": 8},
+    {"piece": "unpack", "file": "models/m.py", "class": "Bare", "method": "forward", "line": 11},
+    {"piece": "logits-aux", "file": "models/m.py", "class": "Bare", "method": "forward", "line": 12},
+]
+
+
+def test_written_plumbing_is_read_from_the_fix_or_from_the_base_it_is_learned_in():
+    report = {"schema": 2, "models": [
+        {"file": "models/m.py", "class": "Bare", "missing": [
+            {"name": "set_eagle3_layers_to_capture", "gap": "member",
+             "fix": {"kind": "synthesize", "from": "models/l.py:L", "plumbing": PIECES}}]},
+        {"file": "models/sub.py", "class": "Sub", "missing": [
+            {"name": "set_eagle3_layers_to_capture", "gap": "member",
+             "fix": {"kind": "inherit", "from": "models/m.py:Bare"}}]},
+        {"file": "models/alone.py", "class": "Alone", "missing": [
+            {"name": "set_eagle3_layers_to_capture", "gap": "member",
+             "fix": {"kind": "synthesize", "from": "models/l.py:L"}}]},
+    ]}
+    assert history.written_plumbing(ROW, report) == {"in": "models/m.py:Bare", "pieces": PIECES}
+    sub = {**ROW, "old_file": "models/sub.py", "cls": "Sub", "fix_kind": "inherit", "fix_from": "models/m.py:Bare"}
+    assert history.written_plumbing(sub, report) == {"in": "models/m.py:Bare", "pieces": PIECES}
+    assert history.written_plumbing({**ROW, "old_file": "models/alone.py", "cls": "Alone"}, report) is None
+
+
+def test_each_written_piece_is_matched_in_the_method_of_r1(tmp_path):
+    _, new = plumbing_trees(tmp_path, {}, {"hook": HOOK_DEF, "backbone": "aux_hidden_states = []",
+                                           "forward": "aux_hidden_states = None", "aux": ", aux_hidden_states"})
+    got = history.pieces_as_upstream(new, PIECES, {})
+    assert [(m.piece, m.at, m.alike) for m in got] == [
+        ("selector-default", "models/backbone.py:Backbone.__init__", False),  # upstream set no default there
+        ("aux-init", "models/backbone.py:Backbone.forward", True),
+        ("unpack", "models/m.py:Bare.forward", False),  # `aux_hidden_states = None` is no unpack
+        ("logits-aux", "models/m.py:Bare.forward", True),
+    ]
+    moved = history.pieces_as_upstream(new, [{**PIECES[3], "file": "models/old_name.py"}], {})
+    assert [(m.at, m.alike) for m in moved] == [("models/m.py:Bare.forward", True)]  # found by class name
+    assert [(m.at, m.alike) for m in history.pieces_as_upstream(new, [{**PIECES[3], "class": "Gone"}], {})] == [(None, None)]
+
+
+def test_an_init_default_counts_in_any_init_the_class_is_built_through(tmp_path):
+    site = tree(tmp_path / "T", {"models/b.py": """
+        class Base:
+            def __init__(self):
+                self.layers_to_capture = []
+
+        class Backbone(Base):
+            def __init__(self):
+                super().__init__()
+    """})
+    piece = {"piece": "selector-default", "file": "models/b.py", "class": "Backbone", "method": "__init__", "line": 7}
+    (got,) = history.pieces_as_upstream(history.SourceTree(site), [piece], {})
+    assert (got.at, got.alike) == ("models/b.py:Base.__init__", True)
+
+
+def test_plumbing_behaviour_puts_upstream_and_apply_side_by_side(tmp_path):
+    old, new = plumbing_trees(tmp_path, {}, {"hook": HOOK_DEF, "backbone": "aux_hidden_states = []",
+                                             "aux": ", aux_hidden_states"})
+    report = {"schema": 2, "models": [{"file": "models/m.py", "class": "Bare", "missing": [
+        {"name": "set_eagle3_layers_to_capture", "gap": "member",
+         "fix": {"kind": "synthesize", "from": "models/l.py:L", "plumbing": [PIECES[1], PIECES[3]]}}]}]}
+    got = history.plumbing_behaviour(ROW, report, old, new)
+    assert got["upstream_plumbing"]["added"] is True
+    assert got["written_plumbing"]["alike"] is True
+    assert [m["alike"] for m in got["written_plumbing"]["as_upstream"]] == [True, True]
+    report["models"][0]["missing"][0]["fix"]["plumbing"] = PIECES
+    assert history.plumbing_behaviour(ROW, report, old, new)["written_plumbing"]["alike"] is False
+
+
+def test_broken_plumbing_lists_target_classes_with_a_plumbing_gap():
+    report = {"schema": 2, "models": [
+        {"file": "models/a.py", "class": "A", "role": "target", "missing": [
+            {"name": "set_eagle3_layers_to_capture", "gap": "plumbing", "plumbing": [{"piece": "capture"}]}]},
+        {"file": "models/b.py", "class": "B", "role": "target", "missing": [
+            {"name": "get_embed_and_head", "gap": "member"}]},
+        {"file": "models/c.py", "class": "C", "role": "draft", "missing": [
+            {"name": "set_eagle3_layers_to_capture", "gap": "plumbing"}]},
+        {"file": "models/d.py", "class": "D", "role": "target", "missing": []},
+    ]}
+    assert history.broken_plumbing(report) == ["models/a.py:A"]
+    assert history.broken_plumbing({"models": [{"file": "f", "class": "E", "missing": [{"name": "x"}]}]}) == []
+
+
+def test_plumbing_counts_and_the_rows_by_kind():
+    def hook(added, pieces=None):
+        written = None if pieces is None else {"pieces": pieces, "alike": all(pieces)}
+        return {"synthesized": False, "behaves_as_upstream": None, "plumbing": None,
+                "upstream_plumbing": {"added": added}, "written_plumbing": written}
+
+    capture = {"member": "set_eagle3_layers_to_capture", "shape": "body", "written": False}
+    fixes = [
+        {**capture, "hook": hook(True, [True, True])},
+        {**capture, "hook": hook(True, [True, False])},
+        {**capture, "hook": hook(True)},
+        {**capture, "hook": hook(False, [True])},
+        {**capture, "hook": hook(True, [True]), "member": "get_embed_and_head"},  # not the capture hook
+        {"member": "get_embed_and_head", "shape": "delegation", "written": True, "as_upstream": True},
+    ]
+    assert history.plumbing_counts(fixes) == {
+        "plumbing_hooks": 4, "plumbing_upstream": 3, "plumbing_written": 2, "plumbing_alike": 1,
+        "plumbing_written_without_upstream": 1}
+    rows = {r["kind"]: r for r in history.kind_rows([{"fixes": fixes}])}
+    assert rows["plumbing"] == {"kind": "plumbing", "upstream": 3, "written": 2, "as_upstream": 1}
+    assert rows["delegation"] == {"kind": "delegation", "upstream": 1, "written": 1, "as_upstream": 1}
+    assert rows["learned body"]["upstream"] == 5
