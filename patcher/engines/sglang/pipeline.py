@@ -16,6 +16,7 @@ from ...selection import DEFAULT_MODEL, Analysis
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
     from ...analyze.overlay import Written
     from ...analyze.plan import ShapeCheck as ShapeMisfit
+    from ...analyze.plumbing import TreeClasses
     from ...analyze.resolve import Progress, Resolver
     from ...analyze.synthesize import HookLibrary
     from ...engine import Resolved
@@ -193,7 +194,7 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
         plans = plan_all(written)
     if plumbers:
         plans = _judge_inherited(plumbers[0], plans)
-    plans = _judge_plumbing(resolver, protocol, plans)
+    plans = _judge_plumbing(resolver, protocol, plans, plumbers[0].classes if plumbers else None)
     _require_read(tree, cache, plans)
     warnings = list(protocol.warnings) + resolver.warnings + [_not_followed(style, note) for note in style.not_followed]
     warnings += [f"{cache.rel(path)}: left out by --exclude: not read, and not checked" for path in sorted(excluded)]
@@ -244,7 +245,7 @@ def _judge_inherited(plumber: Plumber, plans: list[ModelPlan]) -> list[ModelPlan
     return out
 
 
-def _judge_plumbing(resolver: Resolver, protocol: Protocol, plans: list[ModelPlan]) -> list[ModelPlan]:
+def _judge_plumbing(resolver: Resolver, protocol: Protocol, plans: list[ModelPlan], classes: TreeClasses | None = None) -> list[ModelPlan]:
     """A target whose capture hook exists (its own or inherited) but whose forward never uses what the
     hook sets is not EAGLE-3-capable: its plan gains a plumbing gap naming every broken piece.  Only
     the hook as the tree has it is judged, not one this run's apply writes."""
@@ -254,7 +255,7 @@ def _judge_plumbing(resolver: Resolver, protocol: Protocol, plans: list[ModelPla
     member = protocol.members.get(HOOK)
     if member is None:
         return plans
-    classes = TreeClasses(resolver, protocol)
+    classes = classes or TreeClasses(resolver, protocol)  # the planner's, when one ran: each class parsed once
     out = []
     for plan in plans:
         cls = plan.wrapper.cls
