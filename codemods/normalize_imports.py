@@ -48,13 +48,16 @@ class NormalizeAddedImports(cst.CSTTransformer):
         `from <package> import ...` line, into the block of imports from the same top-level package, when
         the file has one (one paragraph, in isort's order: one isort section)."""
         body = list(updated_node.body)
-        for statement in [s for s in body if _new_from_import(s, self.added, self.present) is not None]:
+        unplaced = {id(s) for s in body if _new_from_import(s, self.added, self.present) is not None}
+        for statement in [s for s in body if id(s) in unplaced]:
             module = _new_from_import(statement, self.added, self.present)
             assert module is not None, "listed above"
+            unplaced.discard(id(statement))
             index = next(i for i, s in enumerate(body) if s is statement)
             rest = body[:index] + body[index + 1 :]
             if not _is_stdlib(module):
-                place = _package_place(rest, statement, module, self.force_sort, self.order_by_type)
+                # the other new lines, still where AddImportsVisitor put them, are not the paragraph's order
+                place = _package_place(rest, statement, module, self.force_sort, self.order_by_type, unplaced)
                 if place is None or place[0] == index:
                     continue
                 spot, opens = place
@@ -244,7 +247,9 @@ def _blank_before(statement: Statement) -> bool:
     return any(line.comment is None for line in statement.leading_lines)
 
 
-def _package_place(body: list[Statement], statement: Statement, module: str, force_sort: bool = False, order_by_type: bool = True) -> tuple[int, bool] | None:
+def _package_place(
+    body: list[Statement], statement: Statement, module: str, force_sort: bool = False, order_by_type: bool = True, unplaced: set[int] | frozenset[int] = frozenset()
+) -> tuple[int, bool] | None:
     """(where isort puts the new `from module import ...` line `statement`: among the file's imports from the
     same top-level package and the lines of their paragraph (isort separates sections by a blank line), in
     isort's order; whether it is then the paragraph's first line), or None when the file has no such
@@ -261,11 +266,14 @@ def _package_place(body: list[Statement], statement: Statement, module: str, for
         last += 1
     if any(_blank_before(body[i]) or _import_key(body[i]) is None for i in range(first + 1, last + 1)):
         return None
-    keys = [_import_key(body[i], force_sort, order_by_type) for i in range(first, last + 1)]
+    placed = [i for i in range(first, last + 1) if id(body[i]) not in unplaced]  # `unplaced`: other lines this run adds
+    if not placed:
+        return None
+    keys = [_import_key(body[i], force_sort, order_by_type) for i in placed]
     mine = _import_key(statement, force_sort, order_by_type)
     if mine is None or keys != sorted(keys):  # type: ignore[type-var]  # every key is a tuple here
         return None
-    at = next((first + offset for offset, key in enumerate(keys) if key > mine), last + 1)  # type: ignore[operator]
+    at = next((i for i, key in zip(placed, keys) if key > mine), placed[-1] + 1)  # type: ignore[operator]
     return at, at == first
 
 

@@ -85,6 +85,14 @@ def test_isort_key_is_isorts_order(names):
 LONG = {"sglang.srt.layers.quantization.base_config": {"QuantizationConfig", "QuantizeMethodBase"}}
 STYLED = [
     pytest.param(
+        "from sglang.srt.models.qwen2 import Qwen2Model\nfrom sglang.srt.utils import add_prefix\n",
+        {"sglang.srt.platforms": {"current_platform"}, "sglang.srt.runtime_context": {"get_parallel"}},
+        {"line_length": 88},
+        "from sglang.srt.models.qwen2 import Qwen2Model\nfrom sglang.srt.platforms import current_platform\n"
+        "from sglang.srt.runtime_context import get_parallel\nfrom sglang.srt.utils import add_prefix\n",
+        id="two-new-lines-of-one-package-each-in-its-place",
+    ),
+    pytest.param(
         "from sglang.srt.layers.quantization.base_config import QuantizationConfig\n",
         LONG,
         {"line_length": 100},
