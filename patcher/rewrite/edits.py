@@ -22,7 +22,7 @@ from ..codemods.retarget import ExplodeLongLiterals, Retarget, body_reads, pp_re
 from ..errors import EaglepatchError
 from ..read.meanings import TYPE_ONLY, UNKNOWN, inner_meaning
 from ..read.scopes import scope_of
-from ..read.slices import CutText, parse_module, rewrite_cut
+from ..read.slices import Bodiless, CutText, parse_cut, parse_module, rewrite_cut
 from ..read.source_cache import SourceCache
 from ..read.star_imports import star_imported_names
 from ..read.style import DEFAULT_STYLE, FormatStyle
@@ -170,9 +170,12 @@ def build_edits(cache: SourceCache, tree: SourceTree, plans: Sequence[ModelPlan]
                 for cls, entries in classes.items()
             }
             edit = None
-            if source is original:  # the cache's parses are of the file as read, not of its plumbed text
+            if source is original:
                 bodiless = cache.parse_bodiless(source, frozenset(classes))
-                edit = apply_codemod(source, delegations, bodiless.module, style, bodiless.cut) if bodiless.cut else None
+            else:  # the cache's parses are of the file as read, not of its plumbed text
+                parsed = parse_cut(source.text, classes=frozenset(classes), mark=True)
+                bodiless = Bodiless(*parsed) if parsed is not None else Bodiless(parse_module(source), None)
+            edit = apply_codemod(source, delegations, bodiless.module, style, bodiless.cut) if bodiless.cut else None
             if edit is None:  # the cut module could not be spliced back: the codemod on the whole file
                 edit = apply_codemod(source, delegations, cache.parse_whole(source).module if source is original else None, style)
             if edit.changed:
