@@ -151,27 +151,26 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
     libraries: list[HookLibrary] = []  # the hook library, built when a first class needs a body learned (most runs need none)
     plumbers: list[Plumber] = []
 
-    def synthesize(entry: MemberPlan, wrapper: Wrapper) -> SynthesisFit:
+    def library() -> HookLibrary:
         if not libraries:
             from ...analyze.synthesize import HookLibrary
 
             libraries.append(HookLibrary(resolver, protocol, style.line_length))
-        fit = libraries[0].fit(entry, wrapper, shape_misfit)
+        return libraries[0]
+
+    def synthesize(entry: MemberPlan, wrapper: Wrapper) -> SynthesisFit:
+        fit = library().fit(entry, wrapper, shape_misfit)
         if fit.synthesis is None and not fit.plumbing:
             return fit  # no body to learn, whatever the plumbing
         if not plumbers:
-            plumbers.append(Plumber(resolver, protocol, libraries[0], style.line_length))
+            plumbers.append(Plumber(resolver, protocol, library(), style.line_length))
         return plumbers[0].fit(entry, wrapper, fit, shape_misfit)
 
     companions: dict[str, bool] = {}
 
     def learns_companion(member: str) -> bool:
         if member not in companions:
-            if not libraries:
-                from ...analyze.synthesize import HookLibrary
-
-                libraries.append(HookLibrary(resolver, protocol, style.line_length))
-            companions[member] = carried_beside_hooks(libraries[0], protocol, member)
+            companions[member] = carried_beside_hooks(library(), protocol, member)
         return companions[member]
 
     def plan_all(written: Written) -> list[ModelPlan]:
