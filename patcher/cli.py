@@ -108,6 +108,13 @@ ExcludeOpt = typer.Option(
     help="File or glob (relative to srt) never to read: a file that does not parse stops every command (exit 2) "
     "until it is fixed or left out here (or in [tool.eaglepatch] exclude). Repeatable.",
 )
+AlgorithmOpt = typer.Option(
+    None,
+    "--algorithm",
+    metavar="NAME",
+    help="A speculative algorithm of the tree's own enum (EAGLE3, DFLASH, ...) whose hooks to check; repeatable. "
+    "Default: every algorithm whose code calls a hook on the target model (or [tool.eaglepatch] algorithms).",
+)
 InstalledOpt = typer.Option(
     False, "--installed", help="Target the sglang that `python` on PATH would import (found without importing it)."
 )
@@ -292,13 +299,14 @@ def _selection(
     python: Optional[str],
     engine: Optional[EngineName],
     exclude: Optional[list[str]] = None,
+    algorithms: Optional[list[str]] = None,
 ) -> Selection:
     """The command's flags as a selection.Selection (the analysis and the result cache's key read the same one)."""
     from .selection import Selection
 
     return Selection(
         path, tuple(models or ()), all_models, tuple(consumers or ()), tuple(ignore or ()), installed, python,
-        engine.value if engine is not None else None, tuple(exclude or ()),
+        engine.value if engine is not None else None, tuple(exclude or ()), algorithms=tuple(algorithms or ()),
     )
 
 
@@ -312,6 +320,7 @@ def _again(
     python: Optional[str],
     engine: Optional[EngineName],
     exclude: Optional[list[str]] = None,
+    algorithms: Optional[list[str]] = None,
 ) -> str:
     """The selection's flags as given, quoted for a POSIX shell: the hint after `check` names
     `diff` and `apply` with them, so copying it looks at what this check looked at."""
@@ -322,6 +331,7 @@ def _again(
     words += [w for c in consumers or [] for w in ("--consumer", c)]
     words += [w for i in ignore or [] for w in ("--ignore", i)]
     words += [w for e in exclude or [] for w in ("--exclude", e)]
+    words += [w for a in algorithms or [] for w in ("--algorithm", a)]
     words += ["--installed"] if installed else []
     words += ["--python", python] if python else []
     words += ["--engine", engine.value] if engine is not None else []
@@ -406,14 +416,15 @@ def check(
     ),
     engine: Optional[EngineName] = EngineOpt,
     exclude: Optional[list[str]] = ExcludeOpt,
+    algorithm: Optional[list[str]] = AlgorithmOpt,
     quiet: bool = QuietOpt,
 ) -> None:
     """Report every EAGLE-3 member a model class lacks (a CI gate: exit 1 when a required one is missing)."""
     errors_as(output_format.value)
     if baseline is not None and write_baseline is not None:
         fail("--baseline and --write-baseline do not go together; pass one of them")
-    again = _again(path, model, all_models, consumer, ignore, installed, python, engine, exclude)
-    resolved = _resolve_selection(_selection(path, model, consumer, all_models, ignore, installed, python, engine, exclude), "check")
+    again = _again(path, model, all_models, consumer, ignore, installed, python, engine, exclude, algorithm)
+    resolved = _resolve_selection(_selection(path, model, consumer, all_models, ignore, installed, python, engine, exclude, algorithm), "check")
     results = None
     if write_baseline is None:
         results = _result_cache(resolved, output_format, baseline, no_cache, {"again": again, "quiet": quiet})
@@ -471,6 +482,7 @@ def _result_cache(
         "consumers": [str(c) for c in consumers],
         "ignore": merged.ignore,
         "exclude": merged.exclude,
+        "algorithms": merged.algorithms,
         "format": output_format.value,
         "baseline": [str(baseline), baseline_file] if baseline is not None else None,
         "cwd": os.getcwd(),
@@ -579,10 +591,11 @@ def diff(
     python: Optional[str] = PythonOpt,
     engine: Optional[EngineName] = EngineOpt,
     exclude: Optional[list[str]] = ExcludeOpt,
+    algorithm: Optional[list[str]] = AlgorithmOpt,
     quiet: bool = QuietOpt,
 ) -> None:
     """Print what `apply` would write (delegations, learned hook bodies), as a unified diff with git headers (dry run)."""
-    resolved = _resolve_selection(_selection(path, model, consumer, all_models, ignore, installed, python, engine, exclude), "diff")
+    resolved = _resolve_selection(_selection(path, model, consumer, all_models, ignore, installed, python, engine, exclude, algorithm), "diff")
     analysis = run_analysis(resolved, quiet)
     _leftover_journal(analysis.tree, clear=False)
     edits, errors = _edits(resolved.engine, analysis, quiet)
@@ -688,10 +701,11 @@ def apply(
     commit: bool = typer.Option(False, "--commit", help="Commit just the patched files (git work trees only)."),
     engine: Optional[EngineName] = EngineOpt,
     exclude: Optional[list[str]] = ExcludeOpt,
+    algorithm: Optional[list[str]] = AlgorithmOpt,
     quiet: bool = QuietOpt,
 ) -> None:
     """Write the missing members (delegations, learned hook bodies) into the model files, then show what was done."""
-    resolved = _resolve_selection(_selection(path, model, consumer, all_models, ignore, installed, python, engine, exclude), "apply")
+    resolved = _resolve_selection(_selection(path, model, consumer, all_models, ignore, installed, python, engine, exclude, algorithm), "apply")
     analysis = run_analysis(resolved, quiet)
     _leftover_journal(analysis.tree, clear=True)
     edits, errors = _edits(resolved.engine, analysis, quiet, NOTHING_WRITTEN)

@@ -5,6 +5,7 @@
     consumers = ["speculative/my_worker.py", "speculative/extra_*.py"]   # globs, relative to srt
     ignore = ["set_embed"]           # protocol members never reported or written
     exclude = ["models/broken.py"]   # files never read (globs, relative to srt): the gate does not ask them to parse
+    algorithms = ["EAGLE3"]          # the speculative algorithms checked (default: every one that calls target hooks)
 
 Command-line flags win over the file.
 """
@@ -25,7 +26,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]  # a 3.10 dependency; mypy may run on 3.11 without it
 
-KNOWN_KEYS = {"models", "all", "consumers", "ignore", "exclude"}
+KNOWN_KEYS = {"models", "all", "consumers", "ignore", "exclude", "algorithms"}
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Settings:
     consumers: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
+    algorithms: list[str] = field(default_factory=list)
     source: Path | None = None  # the pyproject.toml it came from
 
 
@@ -84,7 +86,7 @@ def load_settings(srt: Path, stop: Path | None = None) -> Settings:
     all_models = table.get("all", False)
     if not isinstance(all_models, bool):
         raise EaglepatchError("[tool.eaglepatch] all must be true or false", path=str(path))
-    return Settings(strings("models"), all_models, strings("consumers"), strings("ignore"), strings("exclude"), path)
+    return Settings(strings("models"), all_models, strings("consumers"), strings("ignore"), strings("exclude"), strings("algorithms"), path)
 
 
 def merge_settings(tree: SourceTree, selection: Selection) -> tuple[Selection, list[Path]]:
@@ -101,6 +103,7 @@ def merge_settings(tree: SourceTree, selection: Selection) -> tuple[Selection, l
         ignore=tuple(sorted(set(selection.ignore) | set(settings.ignore))),
         engine=selection.engine,
         exclude=tuple(dict.fromkeys([*selection.exclude, *settings.exclude])),
+        algorithms=tuple(selection.algorithms or settings.algorithms),
         ignore_from={
             **{name: str(settings.source) for name in settings.ignore},
             **{name: "--ignore" for name in selection.ignore},

@@ -15,6 +15,7 @@ Status = Literal["compliant", "fixable", "needs_code", "dynamic", "unresolved"]
 STATUSES: tuple[Status, ...] = ("compliant", "fixable", "needs_code", "dynamic", "unresolved")
 MODEL_ROLES: tuple[ModelRole, ...] = ("target", "draft", "other")
 UseKind = Literal["call", "attribute"]
+EAGLE3 = "EAGLE3"  # the member of the tree's algorithm enum the EAGLE-3 protocol (analyze/protocol.py) is read for
 SignatureKind = Literal["method", "property", "attribute"]
 # "delegate": to an inner model's attribute; "inherit": written into a base class, "file:Class";
 # "synthesize": a body learned from the class `to`, "file:Class"; "base": the interface `to` added to
@@ -64,6 +65,16 @@ class ProtocolMember:
     name: str
     uses: tuple[Use, ...] = ()
     assigned_at: tuple[str, ...] = ()  # "path:line" where EAGLE-3 code assigns `model.name = ...`
+    algorithms: tuple[str, ...] = ()  # the speculative algorithms whose code needs it; () : EAGLE-3's alone
+
+    @property
+    def needed_by(self) -> tuple[str, ...]:
+        return self.algorithms or (EAGLE3,)
+
+    @property
+    def other_algorithms(self) -> tuple[str, ...]:
+        """The algorithms needing it when EAGLE-3 does not: what a report names beside it."""
+        return () if EAGLE3 in self.needed_by else self.needed_by
 
     @property
     def kind(self) -> UseKind:

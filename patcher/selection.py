@@ -81,3 +81,4 @@ class Selection:
     engine: str | None = None  # an engine's name (--engine); None: what the tree's shape says
     exclude: tuple[str, ...] = ()  # paths or globs never read, relative to srt or absolute
     ignore_from: Mapping[str, str] = field(default_factory=dict)  # member -> "--ignore" or the pyproject.toml naming it
+    algorithms: tuple[str, ...] = ()  # --algorithm, as given; () : every algorithm the tree defines that calls target hooks

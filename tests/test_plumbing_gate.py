@@ -146,7 +146,7 @@ def test_a_baseline_accepts_the_plumbing_gap_by_its_own_name(tmp_path: Path) -> 
     baseline = tmp_path / "baseline.json"
     assert invoke("check", root, "--model", "cap", "--write-baseline", baseline).exit_code == 0
     entries = json.loads(baseline.read_text())["entries"]
-    assert entries == [{"file": "models/cap.py", "class": "CapForCausalLM", "member": "set_eagle3_layers_to_capture (plumbing)"}]
+    assert entries == [{"file": "models/cap.py", "class": "CapForCausalLM", "member": "set_eagle3_layers_to_capture (plumbing)", "algorithms": ["EAGLE3"]}]
     assert invoke("check", root, "--model", "cap", "--baseline", baseline, "--no-cache").exit_code == 0
     # a baseline that accepts the member missing does not accept its plumbing broken
     entries[0]["member"] = "set_eagle3_layers_to_capture"

@@ -37,7 +37,7 @@ from ..errors import EaglepatchError
 from ..read.locate import SourceTree
 from ..read.source_cache import SourceCache
 from ..read.text import SourceFile
-from ..records import Protocol, ProtocolMember
+from ..records import EAGLE3, Protocol, ProtocolMember
 from .protocol import Block, CodeScope, OneOf, condition_literals, read_scope
 
 GuardKind = Literal["predicate", "member", "flag"]
@@ -852,3 +852,64 @@ def read_algorithms(
             )
         )
     return Algorithms(enum, tuple(flags.values()), tuple(algorithms))
+
+
+# --------------------------------------------------------------------------- the run's protocol
+
+
+def hook_calling(algorithms: Algorithms) -> tuple[str, ...]:
+    """The algorithms whose code calls a hook on the target model: what a run checks by default."""
+    return tuple(a.name for a in algorithms.algorithms if a.name == EAGLE3 or any(m.role == "target" for m in _target_members(a)))
+
+
+def _target_members(algorithm: Algorithm) -> list[ProtocolMember]:
+    """The members its code uses on the target model, with those uses only.  A draft is built for one
+    algorithm, and nothing in the tree says which a draft class serves: draft-side uses of algorithms
+    other than EAGLE-3 are not held against every draft."""
+    out = []
+    for member in algorithm.protocol.members.values():
+        uses = tuple(u for u in member.uses if u.role == "target")
+        if uses:
+            out.append(ProtocolMember(member.name, uses, member.assigned_at))
+    return out
+
+
+def run_protocol(
+    tree: SourceTree,
+    cache: SourceCache,
+    eagle3: Protocol,
+    selected: Sequence[str] = (),
+    extra_consumers: list[Path] | None = None,
+) -> Protocol:
+    """The EAGLE-3 protocol with what the other selected algorithms need of the target model, each member
+    tagged with the algorithms needing it.  `selected` empty: every algorithm that calls target hooks.
+    A member EAGLE-3 needs keeps EAGLE-3's reading (its roles and requiredness); the others bring their
+    target-side uses.  A tree without an algorithm enum (or none but EAGLE-3's code) gives `eagle3`."""
+    read = read_algorithms(tree, cache, extra_consumers, given={EAGLE3: eagle3})
+    known = read.names or (EAGLE3,)
+    unknown = [name for name in selected if name.upper() not in known]
+    if unknown:
+        raise EaglepatchError(
+            f"--algorithm {unknown[0]}: this tree defines {', '.join(known)}" + (f" (read from {read.enum.at})" if read.enum else "")
+        )
+    chosen = tuple(dict.fromkeys(name.upper() for name in selected)) or hook_calling(read) or (EAGLE3,)
+    members: dict[str, ProtocolMember] = {}
+    if EAGLE3 in chosen:
+        members = {name: replace(m, algorithms=(EAGLE3,)) for name, m in eagle3.members.items()}
+    for algorithm in read.algorithms:
+        if algorithm.name == EAGLE3 or algorithm.name not in chosen:
+            continue
+        for member in _target_members(algorithm):
+            if member.name in eagle3.ignored:
+                continue
+            if member.name in eagle3.members and EAGLE3 in chosen:
+                have = members[member.name]
+                members[member.name] = replace(have, algorithms=(*have.algorithms, algorithm.name))
+            elif member.name in members:
+                have = members[member.name]
+                uses = tuple(dict.fromkeys([*have.uses, *member.uses]))
+                members[member.name] = replace(have, uses=uses, algorithms=(*have.algorithms, algorithm.name))
+            else:
+                members[member.name] = replace(member, algorithms=(algorithm.name,))
+    consumers = tuple(dict.fromkeys([*eagle3.consumers, *(u.at.split(":")[0] for m in members.values() for u in m.uses)]))
+    return replace(eagle3, members=members, consumers=consumers)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -39,6 +40,12 @@ if TYPE_CHECKING:
     from .resolve import Resolver
 
 HOOK = "set_eagle3_layers_to_capture"
+_CAPTURE_HOOK = re.compile(r"set_\w+_layers_to_capture")  # SGLang's name for the hook of each algorithm that captures aux states
+
+
+def is_capture_hook(name: str) -> bool:
+    """A hook that chooses the layers whose hidden states the forward hands on (EAGLE-3's, DFlash's, ...)."""
+    return _CAPTURE_HOOK.fullmatch(name) is not None
 
 # What a gap is about, in the order the pieces run:
 #   hook: the hook writes no capture state (or calls a backbone hook that does not exist);

@@ -81,11 +81,13 @@ def _mode_for(target: Path) -> int:
 def write_baseline(path: Path, plans: Sequence[ModelPlan]) -> int:
     """Atomically write every required gap; returns how many were recorded."""
     keys = gap_keys(plans)
+    needed_by = {(p.wrapper.path, p.wrapper.cls.name, m.label): m.member.needed_by for p in plans for m in p.required_gaps}
     document = {
         "schema": SCHEMA,
         "tool": "eaglepatch",
-        "about": "Required EAGLE-3 gaps accepted as known; `eaglepatch check --baseline` fails only on others.",
-        "entries": [{"file": f, "class": c, "member": m} for f, c, m in keys],
+        "about": "Required gaps (EAGLE-3's and other algorithms') accepted as known; `eaglepatch check --baseline` fails only on others.",
+        # "algorithms" says who needs the member; it is not part of the key (a member's name is its algorithm's)
+        "entries": [{"file": f, "class": c, "member": m, "algorithms": list(needed_by[f, c, m])} for f, c, m in keys],
     }
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")

@@ -33,6 +33,7 @@ def member_json(plan: MemberPlan, with_definition: bool = True) -> dict:
         "fix": plan.fix.as_json() if plan.fix is not None else None,
         "blocker": plan.blocker,
         "gap": plan.gap,
+        "algorithms": list(member.needed_by),
     }
     if plan.plumbing:
         data["plumbing"] = [{"piece": g.piece, "why": g.why, "at": g.at} for g in plan.plumbing]
@@ -60,6 +61,7 @@ def protocol_json(member: ProtocolMember) -> dict:
         "roles": member.roles,
         "required": member.required,
         "called_at": member.called_at,
+        "algorithms": list(member.needed_by),
         "uses": [
             {
                 "at": u.at,
@@ -207,14 +209,21 @@ def _with_plumbing(entry: MemberPlan) -> str:
     return f", with its plumbing ({where})"
 
 
+def algorithm_tag(member: ProtocolMember) -> str:
+    """` (DFLASH)` beside a member EAGLE-3 does not need; nothing beside EAGLE-3's own (the output of a
+    tree with no other algorithm stays as it was)."""
+    return f" ({', '.join(member.other_algorithms)})" if member.other_algorithms else ""
+
+
 def gap_message(plan: ModelPlan, entry: MemberPlan) -> str:
     """One sentence for annotations and SARIF: what is missing, where EAGLE-3 uses it, the fix or the blocker."""
     member = entry.member
     cls = plan.wrapper.cls.name
-    used = f"EAGLE-3 uses it at {', '.join(entry.called_at[:3])}"
+    algorithms = " and ".join(member.other_algorithms) or "EAGLE-3"
+    used = f"{algorithms} uses it at {', '.join(entry.called_at[:3])}"
     if entry.gap == "plumbing":
         where = f" ({entry.defined.at})" if entry.defined is not None else ""
-        return f"{cls} ({plan.role}) has {member.name}{where} but EAGLE-3 cannot work: {entry.blocker}; {used}"
+        return f"{cls} ({plan.role}) has {member.name}{where} but {algorithms} cannot work: {entry.blocker}; {used}"
     if entry.fix is not None and entry.fix.kind == "inherit":
         return f"{cls} lacks {member.name}; {used}. Fix: eaglepatch apply writes it into its base {entry.fix.to}"
     if entry.fix is not None and entry.fix.kind == "base":
@@ -244,7 +253,7 @@ def write_github(analysis: Analysis, out: TextIO, gate: Gate | None = None, base
                 continue  # accepted in the baseline
             level = "error" if entry.required else "notice"
             what = "broken plumbing for" if entry.gap == "plumbing" else "missing"
-            title = _escape(f"eaglepatch: {what} {entry.member.name}", True)
+            title = _escape(f"eaglepatch: {what} {entry.member.name}{algorithm_tag(entry.member)}", True)
             message = _escape(gap_message(plan, entry))
             out.write(f"::{level} file={file},line={wrapper.cls.line},title={title}::{message}\n")
     if quiet:
@@ -361,7 +370,7 @@ def print_model(plan: ModelPlan, console: Console, gate: Gate | None = None) -> 
             what = "no fix: its forward never uses what the hook sets"
         else:
             what = f"no fix: {entry.blocker}"
-        console.print(f"  {label} [bold]{member.name}[/bold]: {what}")
+        console.print(f"  {label} [bold]{member.name}[/bold]{algorithm_tag(member)}: {what}")
         for piece in entry.plumbing:
             console.print(f"  {'':13}[red]{piece.piece}[/red]: {piece.why} ({piece.at})")
         if entry.providers and entry.lacking:
@@ -371,7 +380,7 @@ def print_model(plan: ModelPlan, console: Console, gate: Gate | None = None) -> 
             )
         console.print(f"  [dim]{'':13}used at {_sites(entry.called_at)}[/dim]")
     for entry in plan.forwarded:
-        console.print(f"  [green]✓ present   [/green] [bold]{entry.member.name}[/bold]")
+        console.print(f"  [green]✓ present   [/green] [bold]{entry.member.name}[/bold]{algorithm_tag(entry.member)}")
 
 
 def _print_closing(analysis: Analysis, console: Console, gate: Gate | None, again: str = "") -> None:
@@ -512,6 +521,7 @@ def write_sarif(analysis: Analysis, out: TextIO, gate: Gate | None = None, base:
                     "ruleId": f"eaglepatch/{rule}",
                     "level": "error" if entry.required else "note",
                     "message": {"text": gap_message(plan, entry)},
+                    "properties": {"algorithms": list(entry.member.needed_by)},
                     "locations": [
                         {
                             "physicalLocation": {

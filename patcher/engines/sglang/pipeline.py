@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ...read.locate import SourceTree
 from ...read.style import FormatStyle
-from ...records import SynthesisFit
+from ...records import EAGLE3, SynthesisFit
 from ...selection import DEFAULT_MODEL, Analysis
 
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
@@ -119,9 +119,11 @@ class Plumber:
 
 def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analysis:
     """The protocol is extracted once and shared by every wrapper looked at."""
+    from ...analyze.algorithms import run_protocol
     from ...analyze.class_index import definition_ast
     from ...analyze.overlay import WrittenOverlay
     from ...analyze.plan import call_misfit, plan_wrapper
+    from ...analyze.plumbing import HOOK, is_capture_hook
     from ...analyze.protocol import extract_protocol
     from ...analyze.resolve import Resolver, select_wrappers
     from ...analyze.roles import learn_roles
@@ -132,7 +134,7 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
     models, all_models, ignore, ignore_from = selection.models, selection.all_models, selection.ignore, selection.ignore_from
     extra_consumers = list(request.consumers)
     cache = SourceCache(tree.srt, excluded)
-    protocol = extract_protocol(tree, cache, extra_consumers, ignore, ignore_from)
+    protocol = run_protocol(tree, cache, extract_protocol(tree, cache, extra_consumers, ignore, ignore_from), selection.algorithms, extra_consumers)
     resolver = Resolver(tree, cache)
     if all_models:
         wrappers = resolver.all_wrappers(protocol, progress)
@@ -160,6 +162,11 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
 
     def synthesize(entry: MemberPlan, wrapper: Wrapper) -> SynthesisFit:
         fit = library().fit(entry, wrapper, shape_misfit)
+        if fit.synthesis is not None and is_capture_hook(entry.member.name) and entry.member.name != HOOK:
+            # what another algorithm's capture hook sets is read by the forward's plumbing; only the
+            # EAGLE-3 hook's plumbing is planned and proven (Plumber), so this body is not written
+            why = f"a learned {entry.member.name} ({', '.join(entry.member.needed_by)}) is written only once its plumbing can be proven, which eaglepatch does for {HOOK} alone"
+            return SynthesisFit(why=f"{why}; compare {fit.synthesis.reference.label}")
         if fit.synthesis is None and not fit.plumbing:
             return fit  # no body to learn, whatever the plumbing
         if not plumbers:
@@ -204,7 +211,7 @@ def carried_beside_hooks(library: HookLibrary, protocol: Protocol, member: str) 
     """Most of the tree's causal LMs that implement every target hook on a bare backbone implement the
     draft-side `member` too (SGLang's EAGLE-3-ready ones carry `set_embed_and_head`): a class that gets
     the target hooks learned gets it learned beside them."""
-    targets = [m for m in protocol.members.values() if m.required and m.role in ("target", "unknown")]
+    targets = [m for m in protocol.members.values() if m.required and m.role in ("target", "unknown") and EAGLE3 in m.needed_by]
     if not targets:
         return False
     ready = set.intersection(*({r.label for r in library.references(m.name)} for m in targets))
@@ -246,28 +253,32 @@ def _judge_inherited(plumber: Plumber, plans: list[ModelPlan]) -> list[ModelPlan
 
 def _judge_plumbing(resolver: Resolver, protocol: Protocol, plans: list[ModelPlan], classes: TreeClasses | None = None) -> list[ModelPlan]:
     """A target whose capture hook exists (its own or inherited) but whose forward never uses what the
-    hook sets is not EAGLE-3-capable: its plan gains a plumbing gap naming every broken piece.  Only
-    the hook as the tree has it is judged, not one this run's apply writes."""
+    hook sets cannot run the algorithm: its plan gains a plumbing gap naming every broken piece.  Only
+    the hook as the tree has it is judged, not one this run's apply writes.  Another algorithm's capture
+    hook is held to its hook alone (it must reach a method the held class defines): the forward pieces
+    are read with EAGLE-3's conventions, which DFlash's and DSpark's newer taps (an accumulator handed to
+    the layers, per-layer flags, a nested pair) do not follow."""
     from ...analyze.plan import with_broken_plumbing
-    from ...analyze.plumbing import HOOK, TreeClasses, analyze_plumbing
+    from ...analyze.plumbing import HOOK, TreeClasses, analyze_plumbing, is_capture_hook
 
-    member = protocol.members.get(HOOK)
-    if member is None:
+    hooks = [m for name, m in protocol.members.items() if is_capture_hook(name)]
+    if not hooks:
         return plans
     classes = classes or TreeClasses(resolver, protocol)  # the planner's, when one ran: each class parsed once
     out = []
     for plan in plans:
         cls = plan.wrapper.cls
-        hook = cls.members.get(HOOK)
-        if plan.role != "target" or hook is None or hook.kind != "method" or HOOK in cls.pending or cls.dynamic:
-            # a hook bound as a class attribute (`hook = _impl`) has no body to follow: not judged
-            out.append(plan)
-            continue
-        report = analyze_plumbing(classes, f"{cls.file}:{cls.name}")
-        if report.broken:
-            plan = with_broken_plumbing(plan, member, report.gaps, report.read)
-        else:
-            plan = replace(plan, read=tuple(dict.fromkeys([*plan.read, *report.read])))
+        for member in hooks:
+            hook = cls.members.get(member.name)
+            if plan.role != "target" or hook is None or hook.kind != "method" or member.name in cls.pending or cls.dynamic:
+                # a hook bound as a class attribute (`hook = _impl`) has no body to follow: not judged
+                continue
+            report = analyze_plumbing(classes, f"{cls.file}:{cls.name}", member.name)
+            gaps = report.gaps if member.name == HOOK else [g for g in report.gaps if g.piece == "hook"]
+            if gaps:
+                plan = with_broken_plumbing(plan, member, gaps, report.read)
+            else:
+                plan = replace(plan, read=tuple(dict.fromkeys([*plan.read, *report.read])))
         out.append(plan)
     return out
 

@@ -53,6 +53,12 @@ class VllmEngine:
         from .plan import analyze_vllm
 
         selection = request.selection
+        from ...errors import EaglepatchError
+        from ...records import EAGLE3
+
+        others = [a for a in selection.algorithms if a.upper() != EAGLE3]
+        if others:
+            raise EaglepatchError(f"--algorithm {others[0]}: the vLLM profile reads EAGLE-3's interface (SupportsEagle3) only; pass --algorithm EAGLE3 or none")
         return analyze_vllm(self, request.tree, selection.models, selection.all_models, progress, request.excluded)
 
     def edits(self, analysis: Analysis) -> tuple[list[FileEdit], list[EaglepatchError]]:
