@@ -39,6 +39,7 @@ class Delegation:
     note: str = ""  # one line under the marker: why the signature is not the inner's
     learned: cst.FunctionDef | None = None  # style "learned": the whole def, retargeted (codemods/retarget.py)
     origin: str = ""  # style "learned": "file:Class" it was learned from
+    purpose: str = "EAGLE-3"  # the algorithms its docstring names: "EAGLE-3", or the tree's names ("DFLASH") of others
 
 
 def _code(node: cst.CSTNode) -> str:
@@ -308,7 +309,7 @@ def render_delegation(delegation: Delegation, unit: str = "    ", newline: str =
     keyword = "async def" if delegation.is_async else "def"
     params = ["self"] if delegation.style == "property" else signature.params
     lines += fit_call(i1, unit, f"{keyword} {name}(", params, f"){returns}:", width)
-    lines.append(f'{i2}"""Forward to ``self.{attr}`` (EAGLE-3 speculative decoding)."""')
+    lines.append(f'{i2}"""Forward to ``self.{attr}`` ({delegation.purpose} speculative decoding)."""')
     me = "self" if delegation.style == "property" else signature.receiver
     message = f'f"{{{me}.__class__.__name__}}.{attr} has no {name}"'
     if "hasattr" not in signature.names:  # upstream's shape: look before you leap
@@ -349,7 +350,7 @@ def render_setter(delegation: Delegation, unit: str = "    ", newline: str = "\n
     i1, i2, i3 = unit, unit * 2, unit * 3
     message = f'f"{{self.__class__.__name__}}.{attr} has no {name}"'
     lines = [f"{i1}{marker_text(delegation)}", f"{i1}@{name}.setter", f"{i1}def {name}(self, value):"]
-    lines.append(f'{i2}"""Forward to ``self.{attr}`` (EAGLE-3 speculative decoding)."""')
+    lines.append(f'{i2}"""Forward to ``self.{attr}`` ({delegation.purpose} speculative decoding)."""')
     lines.append(f"{i2}inner = self.{attr}")
     lines.append(f"{i2}if inner is None:")
     lines += fit_call(i3, unit, "raise AttributeError(", [message], ")", width)

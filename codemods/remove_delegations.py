@@ -35,6 +35,22 @@ def _marker(func: cst.FunctionDef) -> tuple[str, list[str]] | None:
     return None
 
 
+_PURPOSE = re.compile(r"Forward to ``self\.\w+`` \((.+) speculative decoding\)\.")
+
+
+def _purpose(func: cst.FunctionDef) -> str:
+    """The algorithms the docstring names (render_delegation writes them there): the rest must match."""
+    body = func.body.body
+    first = body[0] if body and isinstance(func.body, cst.IndentedBlock) else None
+    if isinstance(first, cst.SimpleStatementLine) and isinstance(first.body[0], cst.Expr):
+        value = first.body[0].value
+        if isinstance(value, cst.SimpleString):
+            found = _PURPOSE.fullmatch(value.evaluated_value if isinstance(value.evaluated_value, str) else "")
+            if found:
+                return found.group(1)
+    return Delegation.purpose
+
+
 def _is_pristine(func: cst.FunctionDef, attribute: str, module: cst.Module, unit: str, widths: tuple[int, ...] = (LINE_LENGTH,)) -> bool:
     """True when the method is byte for byte what eaglepatch would write for its own signature at one of
     the line lengths `widths` (a learned body: what it was when written, as its marker's digest says)."""
@@ -49,6 +65,7 @@ def _is_pristine(func: cst.FunctionDef, attribute: str, module: cst.Module, unit
         params=func.params,
         returns=func.returns,
         is_async=func.asynchronous is not None,
+        purpose=_purpose(func),
     )
     newline = module.default_newline
     printer = cst.Module(body=[], default_indent=unit, default_newline=newline)

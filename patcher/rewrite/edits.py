@@ -63,7 +63,7 @@ def delegation_for(
     # a delegate fix is planned only for a member an inner model defines (plan._locate sets both together)
     assert signature is not None and attribute is not None, "a delegation needs the inner definition and attribute"
     if entry.member.assigned_at:  # EAGLE-3 code sets it: reads and writes both reach the inner model
-        return Delegation(name=entry.member.name, inner_attribute=attribute, style="settable")
+        return Delegation(name=entry.member.name, inner_attribute=attribute, style="settable", purpose=purpose_of(entry))
     node = signature_node(cache, signature) if signature.kind == "method" else None
     if isinstance(node, cst.FunctionDef):
         decorators = {_decorator_name(d) for d in node.decorators}
@@ -82,8 +82,14 @@ def delegation_for(
             binding=binding,
             imports=form.imports,
             note=f"signature not copied: {form.fallback}" if form.fallback else "",
+            purpose=purpose_of(entry),
         )
-    return Delegation(name=entry.member.name, inner_attribute=attribute, style="property")
+    return Delegation(name=entry.member.name, inner_attribute=attribute, style="property", purpose=purpose_of(entry))
+
+
+def purpose_of(entry: MemberPlan) -> str:
+    """What a delegation's docstring says it is for: EAGLE-3, or the other algorithms needing it."""
+    return " and ".join(entry.member.other_algorithms) or "EAGLE-3"
 
 
 def learned_for(

@@ -1,0 +1,199 @@
+"""Every speculative algorithm the tree defines, beside EAGLE-3 (analyze/algorithms.py: run_protocol).
+
+The bundled checkout knows EAGLE and EAGLE3 only; here a copy of it gains a DFLASH member in its enum,
+a runner branch that calls `set_dflash_layers_to_capture` on the target under `is_dflash()`, and that
+hook on the DeepSeek language model the Kimi wrapper holds, as SGLang 0.5.16+ has them.  The wrapper
+lacks the hook: `check` names it with its algorithm, `--algorithm` selects, `apply` writes the
+delegation, and the patched module imports and forwards the runner's call.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import isolate_git, snapshot
+from typer.testing import CliRunner
+
+from eaglepatch.cli import app
+
+CHECKOUT = Path(__file__).resolve().parent.parent / "fixtures" / "checkout"
+SRT = Path("python/sglang/srt")
+KIMI = "KimiK25ForConditionalGeneration"
+DFLASH_HOOK = "set_dflash_layers_to_capture"
+RUNNER = CliRunner()
+
+EDITS = {
+    "speculative/spec_info.py": [
+        ("    NGRAM = auto()\n", "    NGRAM = auto()\n    DFLASH = auto()\n"),
+        (
+            "    def is_ngram(self):\n",
+            "    def is_dflash(self):\n        return self == SpeculativeAlgorithm.DFLASH\n\n    def is_ngram(self):\n",
+        ),
+    ],
+    "model_executor/model_runner.py": [
+        (
+            "                self.eagle_aux_hidden_state_layer_ids\n            )\n",
+            "                self.eagle_aux_hidden_state_layer_ids\n            )\n"
+            "        self.dflash_use_aux_hidden_state = spec_algorithm.is_dflash()\n"
+            "        if self.dflash_use_aux_hidden_state:\n"
+            "            self.model.set_dflash_layers_to_capture(\n"
+            "                self.eagle_aux_hidden_state_layer_ids\n            )\n",
+        ),
+    ],
+    "models/deepseek_v2.py": [
+        (
+            "class DeepseekV3ForCausalLM(DeepseekV2ForCausalLM):\n",
+            "    def set_dflash_layers_to_capture(self, layer_ids: List[int]):\n"
+            "        self.capture_aux_hidden_states = True\n"
+            "        self.model.layers_to_capture = [val + 1 for val in layer_ids]\n"
+            "\n\n"
+            "class DeepseekV3ForCausalLM(DeepseekV2ForCausalLM):\n",
+        ),
+    ],
+}
+
+
+@pytest.fixture(autouse=True)
+def isolated_git(monkeypatch):
+    isolate_git(monkeypatch, columns=200)
+
+
+def eaglepatch(*args) -> object:
+    result = RUNNER.invoke(app, [str(a) for a in args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def dflash_checkout(root: Path) -> Path:
+    shutil.copytree(CHECKOUT, root, symlinks=True)
+    for rel, pairs in EDITS.items():
+        path = root / SRT / rel
+        text = path.read_text(encoding="utf-8")
+        for old, new in pairs:
+            assert text.count(old) == 1, f"{rel}: the fixture changed, {old!r} is not there once"
+            text = text.replace(old, new)
+        path.write_text(text, encoding="utf-8")
+    return root
+
+
+def kimi(data: dict) -> dict:
+    (model,) = [m for m in data["models"] if m["class"] == KIMI]
+    return model
+
+
+def gaps(model: dict) -> dict[str, dict]:
+    return {m["name"]: m for m in model["missing"]}
+
+
+def check_json(root: Path, *flags: str) -> tuple[int, dict]:
+    result = eaglepatch("check", root, "--format", "json", "--no-cache", *flags)
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_the_kimi_wrapper_lacks_the_dflash_hook_and_check_names_its_algorithm(tmp_path):
+    root = dflash_checkout(tmp_path / "tree")
+    code, data = check_json(root)
+    assert code == 1
+    missing = gaps(kimi(data))
+    hook = missing[DFLASH_HOOK]
+    assert hook["algorithms"] == ["DFLASH"] and hook["role"] == "target" and hook["required"]
+    assert hook["called_at"] == ["model_executor/model_runner.py:18"]
+    assert hook["fix"] == {"kind": "delegate", "to": "language_model"}
+    assert missing["set_eagle3_layers_to_capture"]["algorithms"] == ["EAGLE3"]  # still EAGLE-3's alone
+    assert "EAGLE" in missing["get_embed_and_head"]["algorithms"]  # both EAGLE workers use it
+    table = eaglepatch("check", root, "--no-cache")
+    assert f"{DFLASH_HOOK} (DFLASH): fix: forward to self.language_model" in table.stdout
+    github = eaglepatch("check", root, "--no-cache", "--format", "github").stdout
+    line = next(x for x in github.splitlines() if DFLASH_HOOK in x and KIMI in x)
+    assert f"title=eaglepatch%3A missing {DFLASH_HOOK} (DFLASH)::" in line and "DFLASH uses it at" in line
+
+
+def test_algorithm_selects_what_is_checked(tmp_path):
+    root = dflash_checkout(tmp_path / "tree")
+    _, only_eagle3 = check_json(root, "--algorithm", "EAGLE3")
+    assert DFLASH_HOOK not in gaps(kimi(only_eagle3))
+    _, default = check_json(root)
+    assert set(gaps(kimi(default))) - {DFLASH_HOOK} == set(gaps(kimi(only_eagle3)))  # the rest is EAGLE-3's as it was
+    _, only_dflash = check_json(root, "--algorithm", "dflash")
+    assert set(gaps(kimi(only_dflash))) == {DFLASH_HOOK}
+    assert [m["name"] for m in only_dflash["protocol"]] == [DFLASH_HOOK]
+
+
+def test_an_algorithm_the_tree_does_not_define_is_an_error_naming_those_it_does(tmp_path):
+    root = dflash_checkout(tmp_path / "tree")
+    before = snapshot(root)
+    result = eaglepatch("apply", root, "--algorithm", "MEDUSA")
+    assert result.exit_code == 2
+    assert "--algorithm MEDUSA: this tree defines EAGLE, EAGLE3, NGRAM, DFLASH (read from speculative/spec_info.py:7)" in result.output
+    assert snapshot(root) == before
+
+
+def test_the_pyproject_table_selects_and_a_flag_wins(tmp_path):
+    root = dflash_checkout(tmp_path / "tree")
+    (root / "pyproject.toml").write_text('[tool.eaglepatch]\nalgorithms = ["EAGLE3"]\n', encoding="utf-8")
+    _, data = check_json(root)
+    assert DFLASH_HOOK not in gaps(kimi(data))
+    _, flagged = check_json(root, "--algorithm", "DFLASH")
+    assert DFLASH_HOOK in gaps(kimi(flagged))
+
+
+def test_a_tree_without_another_algorithm_reads_as_before():
+    """The bundled checkout defines EAGLE and EAGLE3 only: every member is EAGLE-3's, none is tagged."""
+    code, data = check_json(CHECKOUT, "--all")
+    assert code == 1
+    assert all("EAGLE3" in m["algorithms"] for m in data["protocol"])
+    assert "(EAGLE" not in eaglepatch("check", CHECKOUT, "--all", "--no-cache").stdout
+
+
+FORWARD_SCRIPT = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import types
+from sglang.srt.models.kimi_k25 import KimiK25ForConditionalGeneration as Wrapper
+from sglang.srt.model_executor.model_runner import ModelRunner
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm as Algo
+
+N = types.SimpleNamespace
+w = Wrapper(N(text_config=N(hidden_size=8, vocab_size=32, num_hidden_layers=6)))
+inner = w.language_model
+assert not inner.capture_aux_hidden_states
+ModelRunner(w, Algo.DFLASH, [1, 3])
+assert inner.capture_aux_hidden_states and inner.model.layers_to_capture == [2, 4], inner.model.layers_to_capture
+print("OK")
+"""
+
+
+def test_apply_writes_the_dflash_delegation_and_the_runner_reaches_the_inner_hook(tmp_path):
+    root = dflash_checkout(tmp_path / "tree")
+    before = subprocess.run([sys.executable, "-I", "-B", "-c", FORWARD_SCRIPT, str(root / "python")], capture_output=True, text=True, timeout=60)
+    assert before.returncode != 0 and f"'{KIMI}' object has no attribute '{DFLASH_HOOK}'" in before.stderr
+    result = eaglepatch("apply", root, "--model", "kimi_k25", "--algorithm", "DFLASH")
+    assert result.exit_code == 0, result.output
+    text = (root / SRT / "models" / "kimi_k25.py").read_text(encoding="utf-8")
+    assert f"    def {DFLASH_HOOK}(self, layer_ids: List[int]):\n" in text
+    assert '"""Forward to ``self.language_model`` (DFLASH speculative decoding)."""' in text
+    assert f"        return inner.{DFLASH_HOOK}(layer_ids)\n" in text
+    assert "def set_eagle3_layers_to_capture" not in text  # --algorithm DFLASH: EAGLE-3's hooks are not written
+    after = subprocess.run([sys.executable, "-I", "-B", "-c", FORWARD_SCRIPT, str(root / "python")], capture_output=True, text=True, timeout=60)
+    assert after.returncode == 0 and after.stdout.strip().endswith("OK"), after.stdout + after.stderr
+    patched = snapshot(root)
+    again = eaglepatch("apply", root, "--model", "kimi_k25", "--algorithm", "DFLASH")
+    assert again.exit_code == 0 and snapshot(root) == patched  # idempotent
+    code, data = check_json(root, "--model", "kimi_k25", "--algorithm", "DFLASH")
+    assert code == 0 and kimi(data)["status"] == "compliant"
+    assert eaglepatch("revert", root, "--model", "kimi_k25").exit_code == 0
+    assert snapshot(root) == snapshot(dflash_checkout(tmp_path / "pristine"))  # the bytes back
+
+
+def test_the_vllm_profile_refuses_an_algorithm_other_than_eagle3(tmp_path):
+    vllm = Path(__file__).resolve().parent.parent / "fixtures" / "vllm"
+    result = eaglepatch("check", vllm, "--algorithm", "DFLASH", "--no-cache")
+    assert result.exit_code == 2
+    assert "--algorithm DFLASH: the vLLM profile reads EAGLE-3's interface (SupportsEagle3) only" in result.output
+    assert eaglepatch("check", vllm, "--algorithm", "EAGLE3", "--no-cache").exit_code == eaglepatch("check", vllm, "--no-cache").exit_code
