@@ -885,14 +885,18 @@ def run_protocol(
     tagged with the algorithms needing it.  `selected` empty: every algorithm that calls target hooks.
     A member EAGLE-3 needs keeps EAGLE-3's reading (its roles and requiredness); the others bring their
     target-side uses.  A tree without an algorithm enum (or none but EAGLE-3's code) gives `eagle3`."""
-    read = read_algorithms(tree, cache, extra_consumers, given={EAGLE3: eagle3})
-    known = read.names or (EAGLE3,)
+    enum = find_enum(tree, cache)
+    known = enum.algorithms if enum is not None else (EAGLE3,)
     unknown = [name for name in selected if name.upper() not in known]
     if unknown:
         raise EaglepatchError(
-            f"--algorithm {unknown[0]}: this tree defines {', '.join(known)}" + (f" (read from {read.enum.at})" if read.enum else "")
+            f"--algorithm {unknown[0]}: this tree defines {', '.join(known)}" + (f" (read from {enum.at})" if enum else "")
         )
-    chosen = tuple(dict.fromkeys(name.upper() for name in selected)) or hook_calling(read) or (EAGLE3,)
+    only = tuple(dict.fromkeys(name.upper() for name in selected)) or None  # each protocol read costs: only those asked for
+    if only == (EAGLE3,):
+        return replace(eagle3, members={name: replace(m, algorithms=(EAGLE3,)) for name, m in eagle3.members.items()})
+    read = read_algorithms(tree, cache, extra_consumers, only=only, given={EAGLE3: eagle3})
+    chosen = only or hook_calling(read) or (EAGLE3,)
     members: dict[str, ProtocolMember] = {}
     if EAGLE3 in chosen:
         members = {name: replace(m, algorithms=(EAGLE3,)) for name, m in eagle3.members.items()}
