@@ -197,3 +197,77 @@ def test_the_vllm_profile_refuses_an_algorithm_other_than_eagle3(tmp_path):
     assert result.exit_code == 2
     assert "--algorithm DFLASH: the vLLM profile reads EAGLE-3's interface (SupportsEagle3) only" in result.output
     assert eaglepatch("check", vllm, "--algorithm", "EAGLE3", "--no-cache").exit_code == eaglepatch("check", vllm, "--no-cache").exit_code
+
+
+# --------------------------------------------------------------------------- a learned DFlash hook, proven on stubs
+
+
+def _load_fixture(text: str, name: str):
+    """The module's text run against the fixture's own sglang package (its nn stand-in, no torch)."""
+    import types
+
+    site = str(CHECKOUT / "python")
+    sys.path.insert(0, site)
+    try:
+        module = types.ModuleType(name)
+        exec(compile(text, name, "exec"), module.__dict__)
+        return module
+    finally:
+        sys.path.remove(site)
+        for loaded in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+            del sys.modules[loaded]
+
+
+def test_a_learned_dflash_hook_captures_what_the_trees_eagle3_hook_does(tmp_path):
+    """Qwen2ForCausalLM has EAGLE-3's hook and plumbing, not DFlash's: apply learns DFlash's from the
+    tree's reference (DeepSeek's `[val + 1 for val in layer_ids]`), writes nothing else, and on stubs
+    the patched class hands the logits processor the streams entering layers k + 1, as its own EAGLE-3
+    hook with the same ids does."""
+    from plumbing_harness import INPUTS, Sym, build
+
+    root = dflash_checkout(tmp_path / "tree")
+    path = root / SRT / "models" / "qwen2.py"
+    original = path.read_text(encoding="utf-8")
+    code, data = check_json(root, "--model", "qwen2", "--algorithm", "DFLASH")
+    (model,) = data["models"]
+    assert code == 1 and gaps(model)[DFLASH_HOOK]["fix"] == {"kind": "synthesize", "from": "models/deepseek_v2.py:DeepseekV2ForCausalLM"}
+    assert eaglepatch("apply", root, "--model", "qwen2", "--algorithm", "DFLASH").exit_code == 0
+    written = path.read_text(encoding="utf-8")
+    assert written.count(f"def {DFLASH_HOOK}(") == 1
+    assert [line for line in original.splitlines() if line not in written.splitlines()] == []  # nothing else touched
+    patched = _load_fixture(written, "qwen2_after")
+    cls = patched.Qwen2ForCausalLM
+    dflash, eagle3 = build(cls, pair=True), build(cls, pair=True)
+    getattr(dflash.model, DFLASH_HOOK)([0, 2, 4])
+    eagle3.model.set_eagle3_layers_to_capture([0, 2, 4])
+    dflash.model.forward(*INPUTS)
+    eagle3.model.forward(*INPUTS)
+    (call,) = dflash.logits.calls
+    assert call["aux_hidden_states"] == [Sym("(h0 + r0)"), Sym("(h2 + r2)"), Sym("(h4 + r4)")]
+    assert dflash.logits.calls == eagle3.logits.calls
+    off = build(cls, pair=True)
+    off.model.forward(*INPUTS)
+    assert off.logits.calls[0]["aux_hidden_states"] is None  # capture off: as before
+    code, data = check_json(root, "--model", "qwen2", "--algorithm", "DFLASH")
+    assert code == 0 and data["models"][0]["status"] == "compliant"
+    assert eaglepatch("revert", root, "--model", "qwen2").exit_code == 0
+    assert path.read_text(encoding="utf-8") == original
+
+
+def test_a_learned_dflash_hook_is_refused_where_the_forward_would_not_use_it(tmp_path):
+    """The same class with its forward no longer handing the aux states on: the learned hook would set
+    state nothing reads, so it is not offered, and the gap names the piece."""
+    root = dflash_checkout(tmp_path / "tree")
+    path = root / SRT / "models" / "qwen2.py"
+    text = path.read_text(encoding="utf-8")
+    old = "input_ids, hidden_states, self.lm_head, forward_batch, aux_hidden_states\n"
+    assert text.count(old) == 1
+    path.write_text(text.replace(old, "input_ids, hidden_states, self.lm_head, forward_batch\n"), encoding="utf-8")
+    before = snapshot(root)
+    code, data = check_json(root, "--model", "qwen2", "--algorithm", "DFLASH")
+    (model,) = data["models"]
+    hook = gaps(model)[DFLASH_HOOK]
+    assert code == 1 and model["status"] == "needs_code" and hook["fix"] is None
+    assert "learned from models/deepseek_v2.py:DeepseekV2ForCausalLM would not work here: logits-aux" in hook["blocker"]
+    result = eaglepatch("apply", root, "--model", "qwen2", "--algorithm", "DFLASH")
+    assert result.exit_code == 1 and snapshot(root) == before  # required gaps remain, nothing written

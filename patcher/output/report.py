@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from ..records import MemberPlan, ModelPlan, ProtocolMember, Synthesis
+from ..records import EAGLE3, MemberPlan, ModelPlan, ProtocolMember, Synthesis
 from .baseline import gap_keys
 
 if TYPE_CHECKING:
@@ -207,6 +207,15 @@ def _with_plumbing(entry: MemberPlan) -> str:
         return ""
     where = ", ".join(dict.fromkeys(f"{p.kind} in {p.cls}.{p.method}" for p in plan.pieces))
     return f", with its plumbing ({where})"
+
+
+def readiness_of(analysis: Analysis) -> str:
+    """What the summary's title says is checked: EAGLE-3, EAGLE-3 and the others, or only the others."""
+    others = list(dict.fromkeys(a for m in analysis.protocol.members.values() for a in m.other_algorithms))
+    eagle3 = not analysis.protocol.members or any(EAGLE3 in m.needed_by for m in analysis.protocol.members.values())
+    if not others:
+        return "EAGLE-3"
+    return ", ".join((["EAGLE-3"] if eagle3 else []) + others)
 
 
 def algorithm_tag(member: ProtocolMember) -> str:
@@ -423,7 +432,7 @@ def print_summary(analysis: Analysis, console: Console, gate: Gate | None = None
         analysis.plans,
         key=lambda p: (_STATUS_ORDER.get(p.status, 9), _ROLE_ORDER.get(p.role, 9), p.wrapper.path, p.wrapper.cls.name),
     )
-    lines = [] if quiet else [f"[bold]EAGLE-3 readiness of {len(analysis.plans)} model classes[/bold]"]
+    lines = [] if quiet else [f"[bold]{readiness_of(analysis)} readiness of {len(analysis.plans)} model classes[/bold]"]
     baselined = gate is not None and gate.source is not None
     for plan in plans:
         if plan.status in ("compliant", "dynamic") and not plan.missing and not analysis.engine.lists_clean_classes:

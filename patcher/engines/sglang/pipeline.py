@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` a
     from ...analyze.synthesize import HookLibrary
     from ...engine import Resolved
     from ...read.source_cache import SourceCache
-    from ...records import CallShape, MemberPlan, ModelPlan, PlumbingPlan, Protocol, Signature, Wrapper
+    from ...records import CallShape, MemberPlan, ModelPlan, PlumbingPlan, Protocol, Signature, Synthesis, Wrapper
 
 MAX_ADOPTION_ROUNDS = 3
 MAX_PLUMBING_REFERENCES = 4  # references whose plumbing is planned for one class before it is needs_code
@@ -89,6 +89,22 @@ class Plumber:
             refused.append(f"{plan.reference}: {fit.why}")
             planner = planner.without([plan.reference])
         return SynthesisFit(why=f"{first.why}; the plumbing can be written, but the hook cannot be learned with it: {refused[0]}")
+
+    def judge_learned(self, key: str, hook: str, synthesis: Synthesis) -> list[str]:
+        """What is left broken in `key` with `hook` learned as `synthesis` says and nothing else written:
+        nothing when the forward the tree has uses it.  The reference's own plumbing must pass whole."""
+        from ...analyze.plumbing import analyze_plumbing, method_of
+        from ...analyze.plumbing_plan import PatchedClasses, with_hook
+
+        reference = synthesis.reference.label
+        own = analyze_plumbing(self.classes, reference, hook)
+        if own.broken:
+            return [f"the reference's own forward does not use it ({own.gaps[0].describe()})"]
+        found = method_of(self.classes.mro(reference), hook)
+        if found is None:
+            return [f"{reference} defines no {hook} the analysis can read"]
+        start = with_hook(self.classes, key, reference, found[1], synthesis.backbone, synthesis.reference.backbone.attribute)
+        return [g.describe() for g in analyze_plumbing(PatchedClasses(self.classes, start), key, hook).gaps]
 
     def prove(self, plan: PlumbingPlan) -> list[str]:
         """The plan written by the codemod into each file's text, then analysed: what is left (nothing,
@@ -163,10 +179,15 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
     def synthesize(entry: MemberPlan, wrapper: Wrapper) -> SynthesisFit:
         fit = library().fit(entry, wrapper, shape_misfit)
         if fit.synthesis is not None and is_capture_hook(entry.member.name) and entry.member.name != HOOK:
-            # what another algorithm's capture hook sets is read by the forward's plumbing; only the
-            # EAGLE-3 hook's plumbing is planned and proven (Plumber), so this body is not written
-            why = f"a learned {entry.member.name} ({', '.join(entry.member.needed_by)}) is written only once its plumbing can be proven, which eaglepatch does for {HOOK} alone"
-            return SynthesisFit(why=f"{why}; compare {fit.synthesis.reference.label}")
+            # another algorithm's capture hook: written only where the forward the tree has already
+            # uses what the learned body sets (its plumbing is not planned; EAGLE-3's is, by Plumber)
+            if not plumbers:
+                plumbers.append(Plumber(resolver, protocol, library(), style.line_length))
+            left = plumbers[0].judge_learned(f"{wrapper.cls.file}:{wrapper.cls.name}", entry.member.name, fit.synthesis)
+            if left:
+                why = f"the {entry.member.name} learned from {fit.synthesis.reference.label} would not work here: " + "; ".join(left)
+                return SynthesisFit(why=why + f" (eaglepatch writes plumbing for {HOOK} alone)")
+            return fit
         if fit.synthesis is None and not fit.plumbing:
             return fit  # no body to learn, whatever the plumbing
         if not plumbers:
