@@ -1416,9 +1416,11 @@ def measure(versions: list[str], repo: Path, jobs: int, use_cache: bool = True) 
         old_names = {p["name"] for p in old_report.get("protocol", [])}
         required_new = {p["name"]: bool(p.get("required")) for p in new_report.get("protocol", [])}
         rows = []
+        needed_by = merged_algorithms(new_report, old_report)
         for fix in truth.fixes:
             fix.side = side(fix.member, protocol[(truth.old, truth.new)])
             row = asdict(fix)
+            row["algorithms"] = needed_by.get(fix.member, [DEFAULT_ALGORITHM])
             row.update(in_old_protocol=fix.member in old_names, required_in_new=required_new.get(fix.member))
             row.update(verdict(old_report, fix.old_file, fix.cls, fix.member))
             # what apply writes is what upstream wrote: a delegation to the same attribute
@@ -1448,6 +1450,7 @@ def measure(versions: list[str], repo: Path, jobs: int, use_cache: bool = True) 
         "pairs": result_pairs,
         "table": table_rows(result_pairs),
         "kinds": kind_rows(result_pairs),
+        "algorithms": algorithm_rows(result_pairs),
         "plumbing_gaps": {v: broken_plumbing(r) for v, r in reports.items()},
         "latest": {
             "release": latest,
@@ -1527,6 +1530,45 @@ def plumbing_counts(fixes: list[dict]) -> dict:
     }
 
 
+DEFAULT_ALGORITHM = "EAGLE3"  # what a report from before `protocol[].algorithms` read: EAGLE-3's protocol alone
+
+
+def merged_algorithms(*reports: dict) -> dict[str, list[str]]:
+    """member -> the algorithms the reports' protocols say need it (R+1's first, then R's)."""
+    out: dict[str, list[str]] = {}
+    for report in reports:
+        for item in report.get("protocol", []):
+            names = out.setdefault(item["name"], [])
+            names.extend(a for a in item.get("algorithms", [DEFAULT_ALGORITHM]) if a not in names)
+    return out
+
+
+def algorithm_rows(pairs: list[dict]) -> list[dict]:
+    """One row per algorithm, over the fixes of members it needs (a member several need counts for
+    each): upstream's fixes, from which pair on, how many `check` on R reported and `apply` on R wrote,
+    delegations written as upstream's, and bare-backbone bodies learned and behaving alike."""
+    fixes = [(p["new"], f) for p in pairs for f in p["fixes"]]
+    names = list(dict.fromkeys(a for _, f in fixes for a in f.get("algorithms", [DEFAULT_ALGORITHM])))
+    rows = []
+    for name in names:
+        mine = [(new, f) for new, f in fixes if name in f.get("algorithms", [DEFAULT_ALGORITHM])]
+        ones = [f for _, f in mine]
+        hooks = hook_counts(ones)
+        rows.append({
+            "algorithm": name,
+            "first_fixed_in": mine[0][0],
+            "fixes": len(ones),
+            "reported": sum(f["reported"] for f in ones),
+            "written": sum(f["written"] for f in ones),
+            "delegations": sum(f["shape"] == "delegation" for f in ones),
+            "delegations_as_upstream": sum(f.get("as_upstream", False) for f in ones),
+            "hook_bodies": hooks["hook_bodies"],
+            "hook_synthesized": hooks["hook_synthesized"],
+            "hook_behaves_as_upstream": hooks["hook_behaves_as_upstream"],
+        })
+    return rows
+
+
 def kind_rows(pairs: list[dict]) -> list[dict]:
     """One row per kind of fix ``apply`` writes -- a delegation, a learned hook body, the plumbing
     behind a capture hook -- over every pair: how many upstream wrote, how many of those ``apply``
@@ -1596,6 +1638,7 @@ def markdown(result: dict) -> str:
     )
     out.append("")
     out.extend(kinds_markdown(result))
+    out.extend(algorithms_markdown(result))
     out.append("| R | R+1 | EntryClass classes compared | fixes | moved | new classes |")
     out.append("| --- | --- | ---: | ---: | ---: | ---: |")
     for pair in result["pairs"]:
@@ -1649,6 +1692,24 @@ def kinds_markdown(result: dict) -> list[str]:
             shown = ", ".join(n.rpartition(":")[2] for n in names)
             out.append(f"- {version}: {len(names)}" + (f" ({shown})" if names else ""))
         out.append("")
+    return out
+
+
+def algorithms_markdown(result: dict) -> list[str]:
+    """The table per algorithm (from reports that tag members with the algorithms needing them)."""
+    rows = result.get("algorithms", [])
+    if not rows:
+        return []
+    out = ["| algorithm | upstream fixes (from) | reported missing in R | written by `apply` in R "
+           "| delegations written as upstream's | bare-backbone bodies: learned in R, alike |",
+           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        out.append(
+            f"| {row['algorithm']} | {row['fixes']} ({row['first_fixed_in']}) | {row['reported']} | {row['written']} "
+            f"| {row['delegations_as_upstream']} of {row['delegations']} "
+            f"| {row['hook_synthesized']} of {row['hook_bodies']}, {row['hook_behaves_as_upstream']} alike |"
+        )
+    out.append("")
     return out
 
 

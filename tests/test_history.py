@@ -784,3 +784,31 @@ def test_plumbing_counts_and_the_rows_by_kind():
     assert rows["plumbing"] == {"kind": "plumbing", "upstream": 3, "written": 2, "as_upstream": 1}
     assert rows["delegation"] == {"kind": "delegation", "upstream": 1, "written": 1, "as_upstream": 1}
     assert rows["learned body"]["upstream"] == 5
+
+
+def test_algorithms_are_read_from_either_report_and_an_old_report_means_eagle3():
+    new = {"protocol": [{"name": "set_dflash_layers_to_capture", "algorithms": ["DFLASH"]},
+                        {"name": "get_embed_and_head", "algorithms": ["EAGLE3", "EAGLE"]}]}
+    old = {"protocol": [{"name": "get_embed_and_head"}, {"name": "set_embed"}]}  # before the field existed
+    assert history.merged_algorithms(new, old) == {
+        "set_dflash_layers_to_capture": ["DFLASH"], "get_embed_and_head": ["EAGLE3", "EAGLE"], "set_embed": ["EAGLE3"]}
+
+
+def test_the_rows_by_algorithm_count_a_shared_member_for_each():
+    def fix(member, algorithms, written, shape="delegation", as_upstream=False):
+        return {"member": member, "algorithms": algorithms, "reported": True, "written": written,
+                "shape": shape, "as_upstream": as_upstream}
+
+    pairs = [
+        {"new": "0.5.10", "fixes": [fix("get_embed_and_head", ["EAGLE3", "EAGLE"], True, as_upstream=True)]},
+        {"new": "0.5.16", "fixes": [fix("set_dflash_layers_to_capture", ["DFLASH"], False, "body"),
+                                    fix("set_dflash_layers_to_capture", ["DFLASH"], True, as_upstream=True)]},
+    ]
+    rows = {r["algorithm"]: r for r in history.algorithm_rows(pairs)}
+    assert list(rows) == ["EAGLE3", "EAGLE", "DFLASH"]
+    assert rows["DFLASH"] == {
+        "algorithm": "DFLASH", "first_fixed_in": "0.5.16", "fixes": 2, "reported": 2, "written": 1,
+        "delegations": 1, "delegations_as_upstream": 1, "hook_bodies": 0, "hook_synthesized": 0, "hook_behaves_as_upstream": 0}
+    assert rows["EAGLE"]["fixes"] == rows["EAGLE3"]["fixes"] == 1 and rows["EAGLE"]["first_fixed_in"] == "0.5.10"
+    table = "\n".join(history.algorithms_markdown({"algorithms": list(rows.values())}))
+    assert "| DFLASH | 2 (0.5.16) | 2 | 1 | 1 of 1 | 0 of 0, 0 alike |" in table
