@@ -111,6 +111,7 @@ class Protocol:
     general_interface: Mapping[str, str]  # member -> where the runner uses it outside EAGLE-3
     warnings: tuple[str, ...] = ()
     ignored: tuple[str, ...] = ()  # members the user asked to leave out
+    one_of: tuple[tuple[str, ...], ...] = ()  # groups of optional members of which a model needs one (a hasattr chain that raises)
 
 
 @dataclass(frozen=True)

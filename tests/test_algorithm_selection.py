@@ -271,3 +271,67 @@ def test_a_learned_dflash_hook_is_refused_where_the_forward_would_not_use_it(tmp
     assert "learned from models/deepseek_v2.py:DeepseekV2ForCausalLM would not work here: logits-aux" in hook["blocker"]
     result = eaglepatch("apply", root, "--model", "qwen2", "--algorithm", "DFLASH")
     assert result.exit_code == 1 and snapshot(root) == before  # required gaps remain, nothing written
+
+
+# --------------------------------------------------------------------------- one of a group: DSpark's hasattr chain
+
+DSPARK_EDITS = {
+    "speculative/spec_info.py": [
+        ("    DFLASH = auto()\n", "    DFLASH = auto()\n    DSPARK = auto()\n"),
+        (
+            "    def is_dflash(self):\n        return self == SpeculativeAlgorithm.DFLASH\n",
+            "    def is_dflash(self):\n        return self == SpeculativeAlgorithm.DFLASH\n\n"
+            "    def is_dspark(self):\n        return self == SpeculativeAlgorithm.DSPARK\n\n"
+            "    def is_dflash_family(self):\n        return self.is_dflash() or self.is_dspark()\n",
+        ),
+    ],
+    "model_executor/model_runner.py": [
+        (
+            "        self.dflash_use_aux_hidden_state = spec_algorithm.is_dflash()\n"
+            "        if self.dflash_use_aux_hidden_state:\n"
+            "            self.model.set_dflash_layers_to_capture(\n"
+            "                self.eagle_aux_hidden_state_layer_ids\n            )\n",
+            "        self.dflash_use_aux_hidden_state = spec_algorithm.is_dflash_family()\n"
+            "        is_dspark = spec_algorithm.is_dspark()\n"
+            "        ids = self.eagle_aux_hidden_state_layer_ids\n"
+            "        if self.dflash_use_aux_hidden_state:\n"
+            '            if is_dspark and hasattr(self.model, "set_dspark_layers_to_capture"):\n'
+            "                self.model.set_dspark_layers_to_capture(ids)\n"
+            '            elif hasattr(self.model, "set_dflash_layers_to_capture"):\n'
+            "                self.model.set_dflash_layers_to_capture(ids)\n"
+            "            else:\n"
+            '                raise ValueError("implements neither hook")\n',
+        ),
+    ],
+}
+
+
+def dspark_checkout(root: Path) -> Path:
+    dflash_checkout(root)
+    for rel, pairs in DSPARK_EDITS.items():
+        path = root / SRT / rel
+        text = path.read_text(encoding="utf-8")
+        for old, new in pairs:
+            assert text.count(old) == 1, f"{rel}: {old!r} is not there once"
+            text = text.replace(old, new)
+        path.write_text(text, encoding="utf-8")
+    return root
+
+
+def test_a_class_needs_one_member_of_a_group_the_one_its_inner_model_has(tmp_path):
+    """DSpark calls its own hook when the model has it, else DFlash's, else raises: a class with
+    neither is held to the one its inner model defines (DFlash's here); one with either needs nothing."""
+    root = dspark_checkout(tmp_path / "tree")
+    code, data = check_json(root, "--all", "--algorithm", "DSPARK")
+    by_class = {m["class"]: m for m in data["models"]}
+    kimi_gaps = gaps(by_class[KIMI])
+    assert code == 1 and set(kimi_gaps) == {DFLASH_HOOK}
+    assert kimi_gaps[DFLASH_HOOK]["required"] and kimi_gaps[DFLASH_HOOK]["fix"] == {"kind": "delegate", "to": "language_model"}
+    assert kimi_gaps[DFLASH_HOOK]["algorithms"] == ["DSPARK"]
+    assert by_class["DeepseekV2ForCausalLM"]["status"] == "compliant"  # it has DFlash's: DSpark takes it
+    exotic = gaps(by_class["ExoticForCausalLM"])  # no inner model with either: held to the group's first
+    assert set(exotic) == {"set_dspark_layers_to_capture"} and exotic["set_dspark_layers_to_capture"]["required"]
+    protocol = {m["name"]: m for m in data["protocol"]}
+    assert not protocol["set_dspark_layers_to_capture"]["required"] and not protocol[DFLASH_HOOK]["required"]
+    _, both = check_json(root, "--model", "kimi_k25", "--algorithm", "DSPARK", "--algorithm", "DFLASH")
+    assert gaps(kimi(both))[DFLASH_HOOK]["algorithms"] == ["DFLASH", "DSPARK"]  # required by DFlash itself

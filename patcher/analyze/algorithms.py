@@ -916,4 +916,13 @@ def run_protocol(
             else:
                 members[member.name] = replace(member, algorithms=(algorithm.name,))
     consumers = tuple(dict.fromkeys([*eagle3.consumers, *(u.at.split(":")[0] for m in members.values() for u in m.uses)]))
-    return replace(eagle3, members=members, consumers=consumers)
+    groups = tuple(
+        dict.fromkeys(
+            group.members
+            for algorithm in read.algorithms
+            if algorithm.name in chosen
+            for group in algorithm.one_of
+            if all(m in members for m in group.members) and not any(members[m].required for m in group.members)
+        )
+    )
+    return replace(eagle3, members=members, consumers=consumers, one_of=groups)

@@ -74,9 +74,10 @@ def plan_wrapper(
     missing: list[MemberPlan] = []
     forwarded: list[MemberPlan] = []
     own = wrapper.cls.members
+    needed_one = _needed_of_groups(protocol, wrapper, role, written or {})
     for name, member in protocol.members.items():
         mine = tuple(uses_for_role(member.uses, role))
-        required = any(u.required for u in mine)
+        required = any(u.required for u in mine) or name in needed_one
         companion = not mine and role == "target" and member.required
         found = _locate(member, wrapper, written or {}, required, mine)
         if name in wrapper.cls.pending and (required or companion):
@@ -98,6 +99,22 @@ def plan_wrapper(
         missing = [m for m in missing if m.required or m.fix is None or m.fix.kind != "synthesize"]
     status, reason = _verdict(wrapper, role, missing)
     return ModelPlan(wrapper, status, role, role_reason, tuple(missing), tuple(forwarded), reason)
+
+
+def _needed_of_groups(protocol: Protocol, wrapper: Wrapper, role: ModelRole, written: Written) -> set[str]:
+    """For each group of which a model needs one member and this class has none (its own, pending, or
+    forwarded dynamically): the member it is held to, the first an inner model defines, else the first."""
+    out: set[str] = set()
+    for group in protocol.one_of:
+        members = [protocol.members[name] for name in group if name in protocol.members]
+        if not members or not any(uses_for_role(m.uses, role) for m in members):
+            continue
+        have = [m for m in members if m.name in wrapper.cls.members or m.name in wrapper.cls.pending]
+        if have or wrapper.forwards_dynamically:
+            continue
+        located = [m for m in members if _locate(m, wrapper, written, False, ()).defined is not None]
+        out.add((located or members)[0].name)
+    return out
 
 
 def _locate(member: ProtocolMember, wrapper: Wrapper, written: Written, required: bool, uses: tuple[Use, ...]) -> MemberPlan:
