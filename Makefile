@@ -23,6 +23,9 @@ demo: venv
 	rm -rf $(DEMO) && mkdir -p $(DEMO)
 	cp -r fixtures/checkout/. $(DEMO)/
 	cd $(DEMO) && git init -q -b main && git add -A && git -c user.name=demo -c user.email=demo@example.invalid commit -qm "fixture tree"
+	# the seed's launch, predicted before it runs: the missing hooks and the context-length failure
+	-$(BIN)/eaglepatch preflight $(DEMO) -- python -m sglang.launch_server --model-path fixtures/checkpoints/kimi-k2.5 \
+	    --speculative-algorithm EAGLE3 --speculative-draft-model-path fixtures/checkpoints/kimi-k2.5-eagle3 --tp 8
 	-$(BIN)/eaglepatch check $(DEMO)
 	-$(BIN)/eaglepatch diff $(DEMO)
 	$(BIN)/eaglepatch apply $(DEMO)

@@ -16,6 +16,8 @@ once into .cache/ by tests/sglang_releases.py):
 * `check --all` cold against `ast.parse` of every .py file below srt, and against `libcst.parse_module`
   of every file (the naive tool); `check --all` warm against `python -c pass`;
 * `--help` and `--version` against `python -c pass`;
+* `preflight` of the seed's launch (fixtures/checkpoints/) against `check --model kimi_k25` without
+  the cache, on the same tree (preflight reads the target class's verdict, then the launch's rules);
 * the scaling of `check --all` (cold) over 1x, 2x, 4x and 8x copies of models/ on the newest release:
   time per size, the paired slope (seconds per added copy from 4x to 8x over that from 2x to 4x:
   1.0 is linear) and peak RSS.
@@ -203,8 +205,16 @@ def release_block(version: str, args, cli: list[str], bare: Command, scratch: Pa
     print("  check --all: cold vs ast.parse of every file, warm vs bare python", file=sys.stderr)
     interleave([all_cold, ast_all, all_warm, bare_all], args.runs)
 
+    checkpoints = REPO / "fixtures" / "checkpoints"
+    launch = ["python", "-m", "sglang.launch_server", "--model-path", str(checkpoints / "kimi-k2.5"), "--speculative-algorithm",
+              "EAGLE3", "--speculative-draft-model-path", str(checkpoints / "kimi-k2.5-eagle3"), "--tp", "8"]
+    flight = Command("preflight (the seed's launch)", [*cli, "preflight", tree, "--", *launch], (0, 1))
+    kimi = Command("check --model kimi_k25 cold", [*cli, "check", "--no-cache", "--model", "kimi_k25", tree], (0, 1))
+    print("  preflight vs check --model kimi_k25 (no cache), same tree", file=sys.stderr)
+    interleave([flight, kimi], args.runs)
+
     rows = [pair_row(check_cold, floor), pair_row(check_warm, bare_here), pair_row(all_cold, ast_all),
-            pair_row(all_warm, bare_all)]
+            pair_row(all_warm, bare_all), pair_row(flight, kimi)]
     if args.libcst_runs:
         all_cold2 = Command("check --all cold", every, (0, 1), before=cold)
         libcst_all = Command(f"libcst.parse_module of all {len(files)} files", [sys.executable, "-c", PARSE_ALL, tree, "libcst"])

@@ -793,6 +793,57 @@ def explain(
     raise typer.Exit(0)
 
 
+EPILOG_PREFLIGHT = """\
+Examples:
+
+\b
+  eaglepatch preflight /root/sglang -- python -m sglang.launch_server --model-path /models/kimi-k2.5 \\
+      --speculative-algorithm EAGLE3 --speculative-draft-model-path /models/kimi-k2.5-eagle3 --tp 8
+  eaglepatch preflight --installed --format json -- SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 sglang serve ...
+
+Everything after `--` is the launch as you would type it, environment assignments first. The
+options are read the way this tree's server parser reads them; the two checkpoints' config.json
+and the draft's safetensors headers are read, never a tensor. Nothing is written.
+Exit codes: 0 no fail finding, 1 some, 2 error (unreadable config, a path that is no checkpoint).
+"""
+
+
+@app.command(epilog=EPILOG_PREFLIGHT, context_settings={"allow_interspersed_args": False})
+def preflight(
+    words: Optional[list[str]] = typer.Argument(
+        None, metavar="[PATH] -- LAUNCH...", help="The SGLang tree (default: the current folder), then the launch command.", show_default=False
+    ),
+    output_format: ExplainFormat = typer.Option(ExplainFormat.table, "--format", "-f", help="table or json."),
+    installed: bool = InstalledOpt,
+    python: Optional[str] = PythonOpt,
+) -> None:
+    """Predict the launch's failures before any weight loads: the target's hooks, the draft and its context length, layer ids, vocabulary."""
+    errors_as(output_format.value)
+    from .errors import EaglepatchError
+    from .preflight import run_preflight
+    from .selection import Selection
+
+    words = list(words or [])
+    path = None
+    if words and not (installed or python) and Path(words[0]).is_dir():
+        path = Path(words.pop(0))
+    if words and words[0] == "--":  # after PATH the parser stops reading options: the separator is still here
+        words.pop(0)
+    if not words:
+        fail("preflight needs the launch command after `--` (e.g. -- python -m sglang.launch_server --model-path ...)")
+    try:
+        report = run_preflight(Selection(path, installed=installed, python=python), words)
+    except EaglepatchError as exc:
+        fail(str(exc))
+    from .output.preflight import print_preflight, write_preflight_json
+
+    if output_format is ExplainFormat.json:
+        write_preflight_json(report, sys.stdout)
+    else:
+        print_preflight(report, _console())
+    raise typer.Exit(1 if report.failed else 0)
+
+
 def cli_main(argv: list[str] | None = None) -> None:
     """Entry point: an unexpected failure is still exit 2 with one line, never a findings exit 1."""
     import os

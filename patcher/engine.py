@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .rewrite.edits import FileEdit
     from .selection import Analysis, Selection
 
-Command = Literal["check", "diff", "apply", "revert", "explain"]
+Command = Literal["check", "diff", "apply", "revert", "explain", "preflight"]
 
 
 @dataclass(frozen=True)

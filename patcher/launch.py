@@ -17,7 +17,7 @@ TYPE_CHECKING = False  # typing's own costs `--version` an import; type checkers
 if TYPE_CHECKING:
     from .cache import ResultCache
 
-COMMANDS = ("check", "diff", "apply", "revert", "explain")
+COMMANDS = ("check", "diff", "apply", "revert", "explain", "preflight")
 HELP = ("--help", "-h")
 
 

@@ -412,3 +412,22 @@ class SynthesisFit:
     why: str = ""
     plumbing: bool = False  # `why` is that the aux states cannot flow: the plumbing writer may answer it
     writes_plumbing: PlumbingPlan | None = None  # the plumbing written with the learned hook
+
+
+# --------------------------------------------------------------------------- preflight (analyze/preflight.py)
+
+Severity = Literal["fail", "warn", "info"]
+When = Literal["arguments", "before-load", "after-target-load", "first-request", "silent"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing `preflight` predicts about a launch: how bad, which rule, what it saw, when it would
+    bite, where the tree says so ("file:line", relative to srt, or a checkpoint's file), the fix."""
+
+    severity: Severity
+    check: str  # a stable kebab-case name
+    message: str
+    when: When
+    where: str = ""
+    fix: str = ""

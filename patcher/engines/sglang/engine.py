@@ -33,7 +33,7 @@ class SglangEngine:
     lists_clean_classes = False  # `check --all` reads hundreds of classes: the clean ones go unsaid
     hint = HINT
     not_found = f"no sglang/srt folder with models/ found below it; {HINT}"
-    commands: frozenset[Command] = frozenset({"check", "diff", "apply", "revert", "explain"})
+    commands: frozenset[Command] = frozenset({"check", "diff", "apply", "revert", "explain", "preflight"})
 
     def locate(self, given: Path) -> SourceTree | None:
         candidates: list[tuple[Path, Layout]] = [

@@ -22,7 +22,7 @@ HINT = (
     "(with vllm/model_executor/models/interfaces.py)"
 )
 # what a command the profile does not serve yet points at instead
-INSTEAD: dict[str, str] = {"explain": "eaglepatch check shows each wrapper's reasons"}
+INSTEAD: dict[str, str] = {"explain": "eaglepatch check shows each wrapper's reasons", "preflight": "it reads SGLang launches"}
 
 
 class VllmEngine:

@@ -1,0 +1,209 @@
+"""Analyze stage: the launch-time rules `eaglepatch preflight` checks, each read from the tree where
+the tree says it, the rest mirrored with the tree location printed beside the finding.
+
+Every rule is a function of what was read (the launch line, the two checkpoints, the tree's own
+facts in `TreeFacts`) to findings; none loads a weight or imports SGLang.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..read.checkpoint import Checkpoint
+from ..read.launch_line import LaunchLine
+from ..read.locate import SourceTree
+from ..records import Finding
+
+CONTEXT_SWITCH = re.compile(r"envs\.(SGLANG_\w*LONGER_CONTEXT\w*)\.get\(\)|\b(SGLANG_\w*LONGER_CONTEXT\w*)\b")
+_ENTRY = re.compile(r"^EntryClass\s*=\s*(\[[^\]]*\]|\(?[\w ,]+\)?)", re.MULTILINE)
+EAGLE_ALGORITHMS = ("EAGLE", "EAGLE3")  # the algorithms whose draft is an EAGLE head, loaded from --speculative-draft-model-path
+
+
+@dataclass(frozen=True)
+class TreeFacts:
+    """What the rules read of the tree, each with where it was read."""
+
+    registry: dict[str, str] = field(default_factory=dict)  # architecture -> "models/file.py"
+    context_keys: tuple[str, ...] = ()
+    context_keys_at: str = ""
+    context_switch: str = ""  # the environment variable that lets a longer context through
+    context_at: str = ""  # where the check raises
+    algorithms: tuple[str, ...] = ()  # the tree's enum members
+
+
+def read_registry(tree: SourceTree) -> dict[str, str]:
+    """Every class an `EntryClass = ...` of models/ names, with its module: what SGLang's registry
+    serves an `architectures` entry with."""
+    out: dict[str, str] = {}
+    for path in sorted(tree.models.rglob("*.py")):
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for match in _ENTRY.finditer(text):
+            for name in re.findall(r"[A-Za-z_]\w*", match.group(1)):
+                out.setdefault(name, path.relative_to(tree.srt).as_posix())
+    return out
+
+
+def _literal_list(path: Path, name: str) -> tuple[tuple[str, ...], int]:
+    try:
+        module = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError):
+        return (), 0
+    for node in module.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            if isinstance(node.value, (ast.List, ast.Tuple)):
+                return tuple(e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)), node.lineno
+    return (), 0
+
+
+def read_facts(tree: SourceTree, algorithms: Sequence[str] = ()) -> TreeFacts:
+    registry = read_registry(tree)
+    keys: tuple[str, ...] = ()
+    keys_at = ""
+    for candidate in ("utils/hf_transformers_utils.py", "utils/hf_transformers/common.py", "hf_transformers_utils.py"):
+        found, line = _literal_list(tree.srt / candidate, "CONTEXT_LENGTH_KEYS")
+        if found:
+            keys, keys_at = found, f"{candidate}:{line}"
+            break
+    switch, at = "", ""
+    config = tree.srt / "configs" / "model_config.py"
+    if config.is_file():
+        for number, text in enumerate(config.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            match = CONTEXT_SWITCH.search(text)
+            if match:
+                switch, at = match.group(1) or match.group(2), f"configs/model_config.py:{number}"
+                break
+    return TreeFacts(registry, keys, keys_at, switch, at, tuple(algorithms))
+
+
+def derived_context(config: Checkpoint, keys: Sequence[str]) -> int | None:
+    """The context length SGLang derives from a config (get_context_length, mirrored): the first of
+    `keys` present, times the rope scaling factor unless the scaling keeps the original length."""
+    text = config.text_config
+    rope = text.get("rope_scaling")
+    factor: float = 1
+    if isinstance(rope, dict):
+        factor = rope.get("factor", 1) if isinstance(rope.get("factor", 1), (int, float)) else 1
+        if "original_max_position_embeddings" in rope or rope.get("rope_type") == "llama3":
+            factor = 1
+    for key in keys or ("max_position_embeddings",):
+        value = text.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return int(factor * value)
+    return None
+
+
+def _finding(severity: str, check: str, message: str, when: str, where: str = "", fix: str = "") -> Finding:
+    return Finding(severity, check, message, when, where, fix)  # type: ignore[arg-type]  # the rules pass literals
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+def launch_rules(line: LaunchLine) -> Iterator[Finding]:
+    for error in line.errors:
+        fix = "spell the option out in full" if error.startswith("ambiguous") else "check the option's name in `--help` of this release"
+        yield _finding("fail", "launch-arguments", f"the server's parser stops: {error}", "arguments", line.options.at, fix)
+    for option in line.missing_required:
+        yield _finding("fail", "launch-arguments", f"{option.strings[0]} is required", "arguments", option.at, f"pass {option.strings[0]}")
+
+
+def draft_path_rule(line: LaunchLine, algorithm: str | None, draft_option_at: str) -> Iterator[Finding]:
+    if algorithm in EAGLE_ALGORITHMS and line.get("speculative_draft_model_path") is None:
+        yield _finding(
+            "fail", "draft-path-missing",
+            f"--speculative-algorithm {algorithm} without --speculative-draft-model-path: the target loads, then the draft cannot",
+            "after-target-load", draft_option_at, "pass --speculative-draft-model-path with the EAGLE-3 draft's folder",
+        )
+
+
+def architecture_rules(target: Checkpoint | None, draft: Checkpoint | None, algorithm: str | None, facts: TreeFacts) -> Iterator[Finding]:
+    for what, checkpoint, when in (("target", target, "before-load"), ("draft", draft, "after-target-load")):
+        if checkpoint is None:
+            continue
+        names = checkpoint.architectures
+        if not names:
+            yield _finding("fail", f"{what}-architecture", f"the {what}'s config.json names no architectures", when,
+                           str(checkpoint.path / "config.json"), "set `architectures` in config.json")
+        elif names[0] not in facts.registry:
+            yield _finding("fail", f"{what}-architecture", f"the {what}'s architecture {names[0]} is not served by this release "
+                           "(no EntryClass under models/ names it)", when, "models/", "use a release that has it, or a draft of a registered class")
+        else:
+            yield _finding("info", f"{what}-architecture", f"the {what}'s {names[0]} is served by {facts.registry[names[0]]}", when,
+                           facts.registry[names[0]])
+    if draft is not None and algorithm == "EAGLE" and draft.architectures and "Eagle3" in draft.architectures[0]:
+        yield _finding("warn", "algorithm-draft-mismatch", f"--speculative-algorithm EAGLE with an EAGLE-3 draft ({draft.architectures[0]}): "
+                       "the draft gets no aux hidden states and accepts almost nothing", "silent", "", "pass --speculative-algorithm EAGLE3")
+
+
+def context_rule(target: Checkpoint, draft: Checkpoint, line: LaunchLine, facts: TreeFacts) -> Iterator[Finding]:
+    asked = line.get("context_length")
+    target_context = int(asked) if asked is not None and asked.isdigit() else derived_context(target, facts.context_keys)
+    draft_context = derived_context(draft, facts.context_keys)
+    if target_context is None or draft_context is None or draft_context >= target_context:
+        return
+    switch = facts.context_switch or "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+    where = facts.context_at or "configs/model_config.py"
+    said = f"the draft's context length ({draft_context}, from its config.json) is below the target's ({target_context}" + (
+        ", --context-length)" if asked is not None else ", from its config.json)")
+    if line.environment.get(switch, "").lower() in ("1", "true", "yes"):
+        yield _finding("warn", "context-length", said + f"; {switch}=1 lets the draft run past the positions it was built for: "
+                       "long requests may fail or degrade", "first-request", where, "use a draft trained for the target's context, or cap --context-length")
+    else:
+        yield _finding("fail", "context-length", said + ": the draft's model config raises once the target has loaded", "after-target-load", where,
+                       f"set {switch}=1 before the command, or pass --context-length {draft_context}")
+
+
+def aux_layer_rule(target: Checkpoint, draft: Checkpoint, shift: tuple[str, str] | None) -> Iterator[Finding]:
+    """`shift`: (how the target's own hook maps the draft's ids, "file:line" of that hook)."""
+    eagle = draft.config.get("eagle_config")
+    ids = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
+    layers = target.number("num_hidden_layers")
+    if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+        return
+    if layers is not None:
+        beyond = [i for i in ids if i >= layers]
+        if beyond:
+            yield _finding("fail", "aux-layer-ids", f"the draft's eagle_aux_hidden_state_layer_ids {ids} name layers {beyond} "
+                           f"at or beyond the target's {layers}", "first-request", "", "use a draft trained on this target")
+    if shift is not None:
+        how, where = shift
+        yield _finding("info", "aux-layer-ids", f"the draft's ids {ids} are {how} by the target's set_eagle3_layers_to_capture in this release",
+                       "silent", where)
+
+
+def vocab_rule(draft: Checkpoint, line: LaunchLine) -> Iterator[Finding]:
+    small, full = draft.number("draft_vocab_size", text=False), draft.number("vocab_size", text=False)
+    if small is None or full is None or small >= full:
+        return
+    if any(name.endswith("d2t") for name in draft.weights) or line.get("speculative_token_map"):
+        return
+    where = ", ".join(draft.weight_files) or "no .safetensors in the folder"
+    yield _finding("warn", "draft-vocab-mapping", f"the draft's draft_vocab_size ({small}) is below vocab_size ({full}) and its weights hold no d2t "
+                   "mapping: its tokens map to the wrong ids and nearly nothing is accepted", "silent", where,
+                   "use the draft's weights with their d2t tensor, or pass --speculative-token-map")
+
+
+def hidden_size_rule(target: Checkpoint, draft: Checkpoint) -> Iterator[Finding]:
+    want = target.number("hidden_size")
+    have = draft.number("target_hidden_size", text=False) or draft.number("hidden_size", text=False)
+    if want is not None and have is not None and want != have:
+        key = "target_hidden_size" if draft.number("target_hidden_size", text=False) else "hidden_size"
+        yield _finding("fail", "hidden-size", f"the draft expects target hidden states of {have} ({key}), the target's are {want}",
+                       "after-target-load", str(draft.path / "config.json"), "use a draft trained on this target")
+
+
+def hook_shift(source: str | None) -> str | None:
+    """How a `set_eagle3_layers_to_capture` body maps the ids it is given: read from its text."""
+    if source is None:
+        return None
+    if re.search(r"\+\s*1\b", source):
+        conditional = re.search(r"if\s+[^\n]*layer_ids\[0\]|if\s+[^\n]*==\s*1", source)
+        return "shifted by one only in some cases (the hook tests the ids first)" if conditional else "shifted by one (each k becomes k + 1)"
+    return "taken as they are"

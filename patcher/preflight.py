@@ -1,0 +1,117 @@
+"""`eaglepatch preflight`: a launch read before it runs, every failure it would meet predicted.
+
+read (the tree's options, the launch line, the two checkpoints' config.json and weight headers) ->
+analyze (the target class's verdict for the chosen algorithm, as `check --model` gives it, and the
+rules of analyze/preflight.py) -> findings.  It never writes and never imports SGLang or a weight.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import EaglepatchError
+from .records import Finding
+
+if TYPE_CHECKING:
+    from .read.checkpoint import Checkpoint
+from .selection import Selection
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    srt: str
+    algorithm: str | None
+    target_class: str | None  # "models/file.py:Class"
+    draft_class: str | None
+    findings: tuple[Finding, ...]
+
+    @property
+    def failed(self) -> bool:
+        return any(f.severity == "fail" for f in self.findings)
+
+
+def _def_text(srt: Path, rel: str, line: int) -> str | None:
+    try:
+        text = (srt / rel).read_text(encoding="utf-8")
+        module = ast.parse(text)
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    for node in ast.walk(module):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            if node.lineno == line or any(d.lineno == line for d in node.decorator_list):
+                return ast.get_source_segment(text, node)
+    return None
+
+
+def _checkpoint(value: str | None, what: str) -> Checkpoint | None:
+    from .read.checkpoint import read_checkpoint
+
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise EaglepatchError(f"{what} {value!r} is not a local folder: preflight reads its config.json; download it first", path=value)
+    return read_checkpoint(path, what)
+
+
+def run_preflight(selection: Selection, words: Sequence[str]) -> PreflightReport:
+    from .analyze import preflight as rules
+    from .analyze.algorithms import find_enum
+    from .read.launch_line import read_launch, read_options
+    from .read.source_cache import SourceCache
+    from .run import analyze, locate
+
+    engine, tree = locate(selection)
+    refusal = engine.refusal("preflight")
+    if refusal is not None:
+        raise EaglepatchError(refusal, path=str(tree.given))
+    options = read_options(tree)
+    line = read_launch(words, options)
+    enum = find_enum(tree, SourceCache(tree.srt))
+    known = enum.algorithms if enum is not None else ()
+    asked = line.get("speculative_algorithm")
+    algorithm = asked.upper() if asked else None
+    target = _checkpoint(line.get("model_path"), "the target")
+    draft = _checkpoint(line.get("speculative_draft_model_path"), "the draft")
+    facts = rules.read_facts(tree, known)
+    findings: list[Finding] = [*rules.launch_rules(line)]
+    draft_option = options.by_string.get("--speculative-draft-model-path")
+    findings += rules.draft_path_rule(line, algorithm, draft_option.at if draft_option else "")
+    findings += rules.architecture_rules(target, draft, algorithm, facts)
+    target_class = draft_class = None
+    shift = None
+    if target is not None and target.architectures and target.architectures[0] in facts.registry:
+        name = target.architectures[0]
+        module = facts.registry[name].removeprefix("models/").removesuffix(".py")
+        target_class = f"{facts.registry[name]}:{name}"
+        if algorithm is not None and algorithm in known:
+            analysis = analyze(Selection(path=tree.given, models=(f"{module}:{name}",), algorithms=(algorithm,)))
+            plan = analysis.plans[0]
+            for entry in plan.required_gaps:
+                fix = f"eaglepatch apply --model {module}:{name} {tree.given}" if entry.fix is not None else f"needs code: {entry.blocker}"
+                what = "cannot work" if entry.gap == "plumbing" else "is missing"
+                findings.append(Finding(
+                    "fail", "target-hooks",
+                    f"{name} {what}: {entry.member.name} ({', '.join(entry.member.needed_by)} calls it at {', '.join(entry.called_at[:2])})",
+                    "after-target-load", f"{plan.wrapper.path}:{plan.wrapper.cls.line}", fix,
+                ))
+            hook = next((e for e in (*plan.missing, *plan.forwarded) if e.member.name == "set_eagle3_layers_to_capture"), None)
+            signature = (hook.defined if hook is not None else None) or plan.wrapper.cls.members.get("set_eagle3_layers_to_capture")
+            if signature is not None:
+                how = rules.hook_shift(_def_text(tree.srt, signature.file, signature.line))
+                shift = (how, signature.at) if how else None
+        elif algorithm is not None:
+            findings.append(Finding("info", "target-hooks", f"--speculative-algorithm {asked}: not a member of this tree's algorithm enum "
+                                    f"({', '.join(known)}); the target's hooks are not checked", "arguments", enum.at if enum else ""))
+    if draft is not None and draft.architectures and draft.architectures[0] in facts.registry:
+        draft_class = f"{facts.registry[draft.architectures[0]]}:{draft.architectures[0]}"
+    if target is not None and draft is not None:
+        findings += rules.context_rule(target, draft, line, facts)
+        findings += rules.aux_layer_rule(target, draft, shift)
+        findings += rules.vocab_rule(draft, line)
+        findings += rules.hidden_size_rule(target, draft)
+    return PreflightReport(str(tree.srt), algorithm, target_class, draft_class, tuple(findings))

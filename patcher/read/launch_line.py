@@ -1,0 +1,255 @@
+"""Read stage: a launch command line, read the way the tree's own argument parser would read it.
+
+The options are read from the tree, never listed here: every `parser.add_argument("--x", "--y", ...)`
+of `server_args.py` gives an option's spellings, whether it takes a value (`action="store_true"` and
+the like take none; `nargs="*"`/`"+"` take several) and its `dest`.  Then the command's words are
+matched as argparse matches them: `--opt=value`, `--opt value`, a unique prefix of a long option when
+the parser allows abbreviations (argparse's default), an error for an ambiguous or unknown one.
+Environment assignments before the command (`VAR=1 python -m sglang.launch_server ...`) are kept.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import EaglepatchError
+from ..read.locate import SourceTree
+
+SERVER_ARGS = "server_args.py"
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_NO_VALUE = {"store_true", "store_false", "store_const", "count", "help", "version", "append_const"}
+# how people start SGLang's server: `python -m sglang.launch_server`, the `sglang serve` script
+_ENTRY_MODULES = ("sglang.launch_server", "sglang.launch_server.py")
+_SERVE_SCRIPT = re.compile(r"(?:.*/)?sglang")  # the console script: `sglang serve ...`
+
+
+@dataclass(frozen=True)
+class Option:
+    """One `add_argument` of the tree's parser."""
+
+    strings: tuple[str, ...]  # "--speculative-draft-model-path", "--speculative-draft-model"
+    dest: str
+    takes: str  # "none" | "one" | "many" | "optional"
+    at: str  # "server_args.py:3931"
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Options:
+    by_string: Mapping[str, Option]
+    allow_abbrev: bool
+    at: str  # where they were read
+
+    def match(self, word: str) -> tuple[Option | None, str]:
+        """The option a word names (exact, else a unique prefix when abbreviations are allowed), or
+        None with why: argparse's "unrecognized" or "ambiguous"."""
+        if word in self.by_string:
+            return self.by_string[word], ""
+        if self.allow_abbrev and word.startswith("--"):
+            found = sorted({o.dest: o for s, o in self.by_string.items() if s.startswith(word)}.values(), key=lambda o: o.strings[0])
+            if len(found) == 1:
+                return found[0], ""
+            if found:
+                return None, f"ambiguous option: {word} could match " + ", ".join(o.strings[0] for o in found)
+        return None, f"unrecognized argument: {word}"
+
+
+@dataclass(frozen=True)
+class LaunchLine:
+    """A launch command as the tree's parser reads it."""
+
+    words: tuple[str, ...]
+    environment: Mapping[str, str]
+    values: Mapping[str, str | bool | tuple[str, ...]]  # dest -> value ("True" flags: True)
+    spelled: Mapping[str, str]  # dest -> the word the user wrote (an abbreviation shows here)
+    errors: tuple[str, ...] = ()  # what argparse would stop on
+    missing_required: tuple[Option, ...] = ()
+    options: Options = field(default_factory=lambda: Options({}, True, ""))
+
+    def get(self, dest: str) -> str | None:
+        value = self.values.get(dest)
+        return value if isinstance(value, str) else None
+
+
+def _string_args(node: ast.Call) -> list[str]:
+    return [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+
+
+def _keyword(node: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in node.keywords if k.arg == name), None)
+
+
+def _parse(path: Path) -> ast.Module:
+    try:
+        return ast.parse(path.read_bytes())
+    except (OSError, SyntaxError) as exc:
+        raise EaglepatchError(f"cannot read the server's options ({exc.__class__.__name__}); point PATH at an SGLang tree", path=str(path)) from None
+
+
+def read_options(tree: SourceTree) -> Options:
+    """Every option of the tree's server argument parser: the `parser.add_argument` calls of
+    server_args.py and, where it registers dataclass fields (`add_cli_args_from_dataclass`, 0.5.2x),
+    every `name: A[T, "help" | Arg(...)]` field of the namespaces under arg_groups/fields/."""
+    path = tree.srt / SERVER_ARGS
+    module = _parse(path)
+    by_string: dict[str, Option] = {}
+    allow_abbrev = True
+    for node in ast.walk(module):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id if isinstance(node.func, ast.Name) else ""
+        if name == "ArgumentParser":
+            value = _keyword(node, "allow_abbrev")
+            if isinstance(value, ast.Constant) and value.value is False:
+                allow_abbrev = False
+            continue
+        if name == "add_cli_args_from_dataclass":
+            for option in _field_options(tree):
+                for string in option.strings:
+                    by_string.setdefault(string, option)
+            continue
+        if name != "add_argument":
+            continue
+        strings = [s for s in _string_args(node) if s.startswith("-")]
+        if not strings:
+            continue
+        action, nargs, dest = _keyword(node, "action"), _keyword(node, "nargs"), _keyword(node, "dest")
+        takes = "one"
+        if isinstance(action, ast.Constant) and action.value in _NO_VALUE:
+            takes = "none"
+        elif action is not None and not isinstance(action, ast.Constant):
+            takes = "none" if "Boolean" in ast.unparse(action) or "store_true" in ast.unparse(action) else "one"
+        if isinstance(nargs, ast.Constant):
+            takes = {"*": "many", "+": "many", "?": "optional"}.get(str(nargs.value), "many" if nargs.value not in (None, 1) else "one")
+        longs = [s for s in strings if s.startswith("--")]
+        name = dest.value if isinstance(dest, ast.Constant) and isinstance(dest.value, str) else (longs or strings)[0].lstrip("-").replace("-", "_")
+        required = _keyword(node, "required")
+        option = Option(tuple(strings), name, takes, f"{SERVER_ARGS}:{node.lineno}", isinstance(required, ast.Constant) and required.value is True)
+        for string in strings:
+            by_string.setdefault(string, option)
+    if not by_string:
+        raise EaglepatchError("defines no server options (no parser.add_argument calls); is this an SGLang tree?", path=str(path))
+    return Options(by_string, allow_abbrev, SERVER_ARGS)
+
+
+def _field_options(tree: SourceTree) -> list[Option]:
+    """The options a dataclass field declares, as arg_utils' add_cli_args_from_dataclass registers
+    them: `--field-name` (or `Arg(cli_name=...)`) and its `aliases`; a `bool` is `store_true`, a
+    `List[...]` takes several values; `Arg(no_cli=True)` registers none."""
+    out: list[Option] = []
+    folder = tree.srt / "arg_groups" / "fields"
+    for path in sorted(folder.glob("*.py")) if folder.is_dir() else []:
+        rel = path.relative_to(tree.srt).as_posix()
+        for node in ast.walk(_parse(path)):
+            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(node.annotation, ast.Subscript)):
+                continue
+            head = node.annotation.value
+            if not (isinstance(head, ast.Name) and head.id in ("A", "Annotated")) or not isinstance(node.annotation.slice, ast.Tuple):
+                continue
+            kind, *meta = node.annotation.slice.elts
+            arg = meta[0] if meta else None
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                arg_call = None
+            elif isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "Arg":
+                arg_call = arg
+            else:
+                continue
+            if arg_call is not None and isinstance(_keyword(arg_call, "no_cli"), ast.Constant) and getattr(_keyword(arg_call, "no_cli"), "value", False):
+                continue
+            cli = _keyword(arg_call, "cli_name") if arg_call is not None else None
+            names = [cli.value if isinstance(cli, ast.Constant) and isinstance(cli.value, str) else "--" + node.target.id.replace("_", "-")]
+            aliases = _keyword(arg_call, "aliases") if arg_call is not None else None
+            if isinstance(aliases, (ast.List, ast.Tuple)):
+                names += [e.value for e in aliases.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            spelled = ast.unparse(kind)
+            action = _keyword(arg_call, "action") if arg_call is not None else None
+            nargs = _keyword(arg_call, "nargs") if arg_call is not None else None
+            takes = "one"
+            if action is not None:
+                takes = "none" if (isinstance(action, ast.Constant) and action.value in _NO_VALUE) or "Boolean" in ast.unparse(action) else "one"
+            elif re.fullmatch(r"(Optional\[)?bool\]?", spelled):
+                takes = "none"
+            elif re.search(r"\b(List|list)\[", spelled):
+                takes = "many"
+            if isinstance(nargs, ast.Constant):
+                takes = {"*": "many", "+": "many", "?": "optional"}.get(str(nargs.value), takes)
+            required = _keyword(arg_call, "required") if arg_call is not None else None
+            needed = (isinstance(required, ast.Constant) and required.value is True) or (required is None and node.value is None and takes != "none")
+            out.append(Option(tuple(names), node.target.id, takes, f"{rel}:{node.lineno}", needed))
+    return out
+
+
+def _entry_at(words: Sequence[str]) -> int:
+    """The index of the first option word after the program: `python -m sglang.launch_server`,
+    `sglang serve`, `python3 -m sglang.launch_server`, `.../launch_server.py`."""
+    for i, word in enumerate(words):
+        if word in _ENTRY_MODULES or word.endswith("/launch_server.py") or word.endswith("sglang/launch_server"):
+            return i + 1
+        if _SERVE_SCRIPT.fullmatch(word) and i + 1 < len(words) and words[i + 1] == "serve":
+            return i + 2
+    raise EaglepatchError(
+        "the launch command starts no SGLang server: pass it after `--`, as you would type it "
+        "(`python -m sglang.launch_server --model-path ...` or `sglang serve ...`)",
+        path="LAUNCH",
+    )
+
+
+def read_launch(words: Sequence[str], options: Options) -> LaunchLine:
+    """`words` as typed (one string is split as a POSIX shell would)."""
+    if len(words) == 1 and " " in words[0]:
+        words = shlex.split(words[0])
+    environment: dict[str, str] = {}
+    start = 0
+    while start < len(words) and _ASSIGNMENT.match(words[start]):
+        name, _, value = words[start].partition("=")
+        environment[name] = value
+        start += 1
+    rest = list(words[start:])
+    if rest and rest[0] == "env":  # `env VAR=1 python -m ...`
+        rest = rest[1:]
+        while rest and _ASSIGNMENT.match(rest[0]):
+            name, _, value = rest.pop(0).partition("=")
+            environment[name] = value
+    begin = _entry_at(rest)
+    values: dict[str, str | bool | tuple[str, ...]] = {}
+    spelled: dict[str, str] = {}
+    errors: list[str] = []
+    i = begin
+    args = rest
+    while i < len(args):
+        word = args[i]
+        i += 1
+        if not word.startswith("-") or word == "-":
+            errors.append(f"unrecognized argument: {word}")
+            continue
+        head, eq, inline = word.partition("=")
+        option, why = options.match(head)
+        if option is None:
+            errors.append(why)
+            while i < len(args) and not args[i].startswith("-"):
+                i += 1  # its value, if it had one: argparse stops at the first error anyway
+            continue
+        spelled[option.dest] = head
+        if option.takes == "none":
+            values[option.dest] = True
+            continue
+        if eq:
+            values[option.dest] = inline
+            continue
+        taken: list[str] = []
+        while i < len(args) and not (args[i].startswith("--") or (args[i].startswith("-") and len(args[i]) > 1 and not args[i][1].isdigit())):
+            taken.append(args[i])
+            i += 1
+            if option.takes in ("one", "optional"):
+                break
+        if not taken and option.takes == "one":
+            errors.append(f"argument {head}: expected one argument")
+            continue
+        values[option.dest] = taken[0] if option.takes != "many" and taken else tuple(taken) if taken else True
+    required = tuple(dict.fromkeys(o for o in options.by_string.values() if o.required and o.dest not in values))
+    return LaunchLine(tuple(words), environment, values, spelled, tuple(errors), required, options)
