@@ -289,3 +289,45 @@ def test_the_same_launch_on_the_newest_release_reads_its_dataclass_options():
     assert found["context-length"][0]["severity"] == "fail"
     _, ambiguous = preflight(site, launch(draft=None) + ["--speculative-draft", "x"])
     assert "ambiguous option" in by_check(ambiguous)["launch-arguments"][0]["message"]
+
+
+def _release_trees() -> list:
+    import sglang_releases
+
+    pinned = sglang_releases.read_releases()
+    return [pytest.param(v, marks=pytest.mark.integration, id=v) for v in (pinned[0], pinned[-1])]
+
+
+@pytest.fixture(scope="module")
+def release_site(request):
+    import sglang_releases
+
+    return sglang_releases.site_packages(request.param)
+
+
+@pytest.mark.parametrize("release_site", _release_trees(), indirect=True)
+def test_each_rule_both_ways_on_the_oldest_and_newest_release(release_site, tmp_path):
+    """The rules that read the tree (its options, its context switch, its registry) fire and stay
+    quiet on real releases as on the fixture."""
+    def checks(words: list[str]) -> dict[str, list[dict]]:
+        return by_check(preflight(release_site, words)[1])
+
+    seed = checks(launch())
+    assert seed["context-length"][0]["severity"] == "fail" and seed["context-length"][0]["fix"].startswith(f"set {SWITCH}=1")
+    assert checks(launch(env=(f"{SWITCH}=1",)))["context-length"][0]["severity"] == "warn"
+    assert "context-length" not in checks(launch("--context-length", "131072"))
+    assert "draft-path-missing" in checks(launch(draft=None)) and "draft-path-missing" not in seed
+    assert "ambiguous option" in checks(launch(draft=None) + ["--speculative-draft", str(DRAFT)])["launch-arguments"][0]["message"]
+    assert "launch-arguments" not in seed and "launch-arguments" in checks(launch("--no-such-option"))
+    assert "algorithm-draft-mismatch" in checks(launch(algorithm="EAGLE")) and "algorithm-draft-mismatch" not in seed
+    assert {f["severity"] for f in seed["draft-architecture"]} == {"info"}  # LlamaForCausalLMEagle3 is registered
+    renamed = tmp_path / "draft"
+    shutil.copytree(DRAFT, renamed)
+    config = json.loads((renamed / "config.json").read_text())
+    config.update(architectures=["NoSuchEagle3"], hidden_size=4096, draft_vocab_size=32000)
+    (renamed / "config.json").write_text(json.dumps(config))
+    (renamed / "model.safetensors").unlink()
+    odd = checks(launch(draft=renamed))
+    assert odd["draft-architecture"][0]["severity"] == "fail" and odd["hidden-size"][0]["severity"] == "fail"
+    assert odd["draft-vocab-mapping"][0]["when"] == "silent"
+    assert "hidden-size" not in seed and "draft-vocab-mapping" not in seed  # the d2t is in its header
