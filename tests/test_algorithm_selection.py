@@ -335,3 +335,43 @@ def test_a_class_needs_one_member_of_a_group_the_one_its_inner_model_has(tmp_pat
     assert not protocol["set_dspark_layers_to_capture"]["required"] and not protocol[DFLASH_HOOK]["required"]
     _, both = check_json(root, "--model", "kimi_k25", "--algorithm", "DSPARK", "--algorithm", "DFLASH")
     assert gaps(kimi(both))[DFLASH_HOOK]["algorithms"] == ["DFLASH", "DSPARK"]  # required by DFlash itself
+
+
+def test_a_learned_dflash_hook_rides_on_the_plumbing_written_for_eagle3(tmp_path):
+    """phi_like lacks both capture hooks and their plumbing: with EAGLE-3 and DFlash checked, apply
+    writes the plumbing once, EAGLE-3's hook and DFlash's beside it, and on stubs DFlash's captures
+    what EAGLE-3's does.  With DFlash alone nothing writes the plumbing, so neither is offered."""
+    from plumbing_harness import INPUTS, build
+
+    root = dflash_checkout(tmp_path / "tree")
+    llama = root / SRT / "models" / "llama.py"  # a reference that keeps pp_group, as phi_like does
+    text = llama.read_text(encoding="utf-8")
+    hook = (
+        f"    def {DFLASH_HOOK}(self, layer_ids: List[int]):\n        if not self.pp_group.is_last_rank:\n            return\n"
+        "        self.capture_aux_hidden_states = True\n        self.model.layers_to_capture = [val + 1 for val in layer_ids]\n"
+    )
+    assert text.count("\n\nEntryClass = LlamaForCausalLM") == 1
+    llama.write_text(text.replace("\n\nEntryClass = LlamaForCausalLM", "\n" + hook + "\n\nEntryClass = LlamaForCausalLM"), encoding="utf-8")
+    _, alone = check_json(root, "--model", "phi_like", "--algorithm", "DFLASH")
+    hook = gaps(alone["models"][0])[DFLASH_HOOK]
+    assert hook["fix"] is None and "has no layers_to_capture" in hook["blocker"]
+    code, data = check_json(root, "--model", "phi_like")
+    missing = gaps(data["models"][0])
+    assert missing["set_eagle3_layers_to_capture"]["fix"]["plumbing"]
+    assert missing[DFLASH_HOOK]["fix"] == {"kind": "synthesize", "from": "models/llama.py:LlamaForCausalLM"}
+    path = root / SRT / "models" / "phi_like.py"
+    original = path.read_text(encoding="utf-8")
+    assert eaglepatch("apply", root, "--model", "phi_like").exit_code == 0
+    written = path.read_text(encoding="utf-8")
+    assert written.count("aux_hidden_states.append(") == 1 and written.count(f"def {DFLASH_HOOK}(") == 1
+    cls = _load_fixture(written, "phi_after").PhiLikeForCausalLM
+    dflash, eagle3 = build(cls, pair=True), build(cls, pair=True)
+    getattr(dflash.model, DFLASH_HOOK)([0, 2, 4])
+    eagle3.model.set_eagle3_layers_to_capture([0, 2, 4])
+    dflash.model.forward(*INPUTS)
+    eagle3.model.forward(*INPUTS)
+    assert dflash.logits.calls == eagle3.logits.calls and dflash.logits.calls[0]["aux_hidden_states"]
+    code, after = check_json(root, "--model", "phi_like")
+    assert code == 0 and after["models"][0]["status"] == "compliant"
+    assert eaglepatch("revert", root, "--model", "phi_like").exit_code == 0
+    assert path.read_text(encoding="utf-8") == original

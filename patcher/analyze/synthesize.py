@@ -267,10 +267,14 @@ class HookLibrary:
         return self._ties_of[key]
 
     # -- fitting -------------------------------------------------------------------------------
-    def fit(self, entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | None = None, plumbed_by: str | None = None) -> SynthesisFit:
+    def fit(
+        self, entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | None = None, plumbed_by: str | None = None, plumbed: bool = False
+    ) -> SynthesisFit:
         """The best reference whose body means the same in `wrapper`'s class, or why there is none.
         `plumbed_by` ("file:Class"): the plumbing is written with the hook, learned from that class, so
-        the hook is learned from that class only and the plumbing as it is now is not asked about."""
+        the hook is learned from that class only and the plumbing as it is now is not asked about.
+        `plumbed`: this run writes the plumbing for another hook (the caller judges the result on it):
+        any reference, and the plumbing as it is now not asked about."""
         member = entry.member.name
         references = self.references(member)
         if not references:
@@ -278,7 +282,7 @@ class HookLibrary:
         if member not in self._captures:
             self._captures[member] = member_needs_capture(references)
         held = backbones(wrapper)  # once for every reference tried
-        plumbing = self.plumbing(wrapper, references, held) if plumbed_by is None else ""
+        plumbing = self.plumbing(wrapper, references, held) if plumbed_by is None and not plumbed else ""
         if plumbing and self._captures[member]:
             return SynthesisFit(why=plumbing, plumbing=True)
         # tried best first: the first that fits is the answer, and when none does the first
@@ -295,7 +299,7 @@ class HookLibrary:
             requirements = None if itself else self._requirements(reference)
             if requirements in failed:
                 continue  # fails as the one with the same requirements did
-            synthesis, why = self._try(reference, wrapper, entry, shape_misfit, held, plumbed=plumbed_by is not None)
+            synthesis, why = self._try(reference, wrapper, entry, shape_misfit, held, plumbed=plumbed_by is not None or plumbed)
             if synthesis is not None:
                 return SynthesisFit(synthesis=synthesis)
             first = first or (reference, why)

@@ -40,6 +40,8 @@ class Plumber:
         self.planner = tree_planner(resolver, protocol, library, self.classes)
         self.resolver, self.library, self.line_length = resolver, library, line_length
         self.texts: dict[PlumbingPlan, dict[str, str]] = {}  # each proven plan: its files as written
+        self.plumbed: dict[str, PlumbingPlan] = {}  # "file:Class" -> the plumbing its learned EAGLE-3 hook comes with
+        self.riding: set[tuple[str, str]] = set()  # (class, hook) learned on that plumbing: kept only if it is written
 
     def inherited(self, key: str, base: MemberPlan, owner: str) -> list[str]:
         """What is left broken in `key` (a subclass) once apply writes `base` (the learned hook, and its
@@ -85,14 +87,16 @@ class Plumber:
                 return SynthesisFit(why="the plumbing as written would leave " + "; ".join(left))
             fit = self.library.fit(entry, wrapper, shape_misfit, plumbed_by=plan.reference)
             if fit.synthesis is not None:
+                self.plumbed[key] = plan
                 return replace(fit, writes_plumbing=plan)
             refused.append(f"{plan.reference}: {fit.why}")
             planner = planner.without([plan.reference])
         return SynthesisFit(why=f"{first.why}; the plumbing can be written, but the hook cannot be learned with it: {refused[0]}")
 
     def judge_learned(self, key: str, hook: str, synthesis: Synthesis) -> list[str]:
-        """What is left broken in `key` with `hook` learned as `synthesis` says and nothing else written:
-        nothing when the forward the tree has uses it.  The reference's own plumbing must pass whole."""
+        """What is left broken in `key` with `hook` learned as `synthesis` says: nothing when the forward
+        uses it, as the tree has it or with the plumbing this run writes for the class's EAGLE-3 hook.
+        The reference's own plumbing must pass whole."""
         from ...analyze.plumbing import analyze_plumbing, method_of
         from ...analyze.plumbing_plan import PatchedClasses, with_hook
 
@@ -103,8 +107,13 @@ class Plumber:
         found = method_of(self.classes.mro(reference), hook)
         if found is None:
             return [f"{reference} defines no {hook} the analysis can read"]
-        start = with_hook(self.classes, key, reference, found[1], synthesis.backbone, synthesis.reference.backbone.attribute)
-        return [g.describe() for g in analyze_plumbing(PatchedClasses(self.classes, start), key, hook).gaps]
+        plan = self.plumbed.get(key)  # the class's EAGLE-3 hook is learned with plumbing: judged on the files as written
+        texts = self.texts.get(plan, {}) if plan is not None else {}
+        if plan is not None:
+            self.riding.add((key, hook))
+        seen = PatchedClasses(self.classes, files=texts)
+        start = with_hook(seen, key, reference, found[1], synthesis.backbone, synthesis.reference.backbone.attribute)
+        return [g.describe() for g in analyze_plumbing(PatchedClasses(self.classes, start, texts), key, hook).gaps]
 
     def prove(self, plan: PlumbingPlan) -> list[str]:
         """The plan written by the codemod into each file's text, then analysed: what is left (nothing,
@@ -178,12 +187,15 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
 
     def synthesize(entry: MemberPlan, wrapper: Wrapper) -> SynthesisFit:
         fit = library().fit(entry, wrapper, shape_misfit)
+        key = f"{wrapper.cls.file}:{wrapper.cls.name}"
+        if fit.plumbing and is_capture_hook(entry.member.name) and entry.member.name != HOOK and plumbers and key in plumbers[0].plumbed:
+            fit = library().fit(entry, wrapper, shape_misfit, plumbed=True)  # on the plumbing written for EAGLE-3's hook
         if fit.synthesis is not None and is_capture_hook(entry.member.name) and entry.member.name != HOOK:
             # another algorithm's capture hook: written only where the forward the tree has already
             # uses what the learned body sets (its plumbing is not planned; EAGLE-3's is, by Plumber)
             if not plumbers:
                 plumbers.append(Plumber(resolver, protocol, library(), style.line_length))
-            left = plumbers[0].judge_learned(f"{wrapper.cls.file}:{wrapper.cls.name}", entry.member.name, fit.synthesis)
+            left = plumbers[0].judge_learned(key, entry.member.name, fit.synthesis)
             if left:
                 why = f"the {entry.member.name} learned from {fit.synthesis.reference.label} would not work here: " + "; ".join(left)
                 return SynthesisFit(why=why + f" (eaglepatch writes plumbing for {HOOK} alone)")
@@ -221,6 +233,7 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
         plans = plan_all(written)
     if plumbers:
         plans = _judge_inherited(plumbers[0], plans)
+        plans = _judge_riding(plumbers[0], plans)
     plans = _judge_plumbing(resolver, protocol, plans, plumbers[0].classes if plumbers else None)
     _require_read(tree, cache, plans)
     warnings = list(protocol.warnings) + resolver.warnings + [_not_followed(style, note) for note in style.not_followed]
@@ -268,6 +281,24 @@ def _judge_inherited(plumber: Plumber, plans: list[ModelPlan]) -> list[ModelPlan
         if left:
             blocker = f"inherits {HOOK} from {owner}, which apply fixes, but its own forward would not use it: " + "; ".join(left)
             plan = without_fix(plan, HOOK, blocker)
+        out.append(plan)
+    return out
+
+
+def _judge_riding(plumber: Plumber, plans: list[ModelPlan]) -> list[ModelPlan]:
+    """Another algorithm's hook learned on the plumbing the class's EAGLE-3 hook comes with is taken back
+    when that hook's fix (and so its plumbing) is not in the final plan."""
+    from ...analyze.plan import without_fix
+    from ...analyze.plumbing import HOOK
+
+    out = []
+    for plan in plans:
+        key = f"{plan.wrapper.cls.file}:{plan.wrapper.cls.name}"
+        carrier = next((m for m in plan.missing if m.member.name == HOOK), None)
+        written = carrier is not None and carrier.fix is not None and carrier.writes_plumbing is not None
+        for entry in plan.missing:
+            if (key, entry.member.name) in plumber.riding and entry.fix is not None and not written:
+                plan = without_fix(plan, entry.member.name, f"it needs the plumbing written with {HOOK}, which apply does not write here")
         out.append(plan)
     return out
 
