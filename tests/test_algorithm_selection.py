@@ -16,16 +16,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import isolate_git, snapshot
-from typer.testing import CliRunner
-
-from eaglepatch.cli import app
+from helpers import invoke, isolate_git, snapshot
 
 CHECKOUT = Path(__file__).resolve().parent.parent / "fixtures" / "checkout"
 SRT = Path("python/sglang/srt")
 KIMI = "KimiK25ForConditionalGeneration"
 DFLASH_HOOK = "set_dflash_layers_to_capture"
-RUNNER = CliRunner()
 
 EDITS = {
     "speculative/spec_info.py": [
@@ -63,16 +59,12 @@ def isolated_git(monkeypatch):
     isolate_git(monkeypatch, columns=200)
 
 
-def eaglepatch(*args) -> object:
-    result = RUNNER.invoke(app, [str(a) for a in args])
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
+eaglepatch = invoke
 
 
-def dflash_checkout(root: Path) -> Path:
-    shutil.copytree(CHECKOUT, root, symlinks=True)
-    for rel, pairs in EDITS.items():
+def edited(root: Path, edits: dict[str, list[tuple[str, str]]]) -> Path:
+    """The tree at `root` with each (old, new) replacement made in its file; each old text is there once."""
+    for rel, pairs in edits.items():
         path = root / SRT / rel
         text = path.read_text(encoding="utf-8")
         for old, new in pairs:
@@ -80,6 +72,11 @@ def dflash_checkout(root: Path) -> Path:
             text = text.replace(old, new)
         path.write_text(text, encoding="utf-8")
     return root
+
+
+def dflash_checkout(root: Path) -> Path:
+    shutil.copytree(CHECKOUT, root, symlinks=True)
+    return edited(root, EDITS)
 
 
 def kimi(data: dict) -> dict:
@@ -307,15 +304,7 @@ DSPARK_EDITS = {
 
 
 def dspark_checkout(root: Path) -> Path:
-    dflash_checkout(root)
-    for rel, pairs in DSPARK_EDITS.items():
-        path = root / SRT / rel
-        text = path.read_text(encoding="utf-8")
-        for old, new in pairs:
-            assert text.count(old) == 1, f"{rel}: {old!r} is not there once"
-            text = text.replace(old, new)
-        path.write_text(text, encoding="utf-8")
-    return root
+    return edited(dflash_checkout(root), DSPARK_EDITS)
 
 
 def test_a_class_needs_one_member_of_a_group_the_one_its_inner_model_has(tmp_path):
