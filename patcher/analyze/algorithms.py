@@ -859,7 +859,7 @@ def read_algorithms(
 
 def hook_calling(algorithms: Algorithms) -> tuple[str, ...]:
     """The algorithms whose code calls a hook on the target model: what a run checks by default."""
-    return tuple(a.name for a in algorithms.algorithms if a.name == EAGLE3 or any(m.role == "target" for m in _target_members(a)))
+    return tuple(a.name for a in algorithms.algorithms if a.name == EAGLE3 or _target_members(a))
 
 
 def _target_members(algorithm: Algorithm) -> list[ProtocolMember]:

@@ -191,8 +191,8 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
         if fit.plumbing and is_capture_hook(entry.member.name) and entry.member.name != HOOK and plumbers and key in plumbers[0].plumbed:
             fit = library().fit(entry, wrapper, shape_misfit, plumbed=True)  # on the plumbing written for EAGLE-3's hook
         if fit.synthesis is not None and is_capture_hook(entry.member.name) and entry.member.name != HOOK:
-            # another algorithm's capture hook: written only where the forward the tree has already
-            # uses what the learned body sets (its plumbing is not planned; EAGLE-3's is, by Plumber)
+            # another algorithm's capture hook: written only where the forward uses what the learned
+            # body sets, as the tree has it or with the plumbing Plumber writes for EAGLE-3's hook
             if not plumbers:
                 plumbers.append(Plumber(resolver, protocol, library(), style.line_length))
             left = plumbers[0].judge_learned(key, entry.member.name, fit.synthesis)
