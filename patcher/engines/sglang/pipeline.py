@@ -297,7 +297,8 @@ def _judge_riding(plumber: Plumber, plans: list[ModelPlan]) -> list[ModelPlan]:
         carrier = next((m for m in plan.missing if m.member.name == HOOK), None)
         written = carrier is not None and carrier.fix is not None and carrier.writes_plumbing is not None
         for entry in plan.missing:
-            if (key, entry.member.name) in plumber.riding and entry.fix is not None and not written:
+            learned = entry.fix is not None and entry.fix.kind == "synthesize"  # an inherited one rides on its base's
+            if (key, entry.member.name) in plumber.riding and learned and not written:
                 plan = without_fix(plan, entry.member.name, f"it needs the plumbing written with {HOOK}, which apply does not write here")
         out.append(plan)
     return out
