@@ -662,6 +662,13 @@ CALLS = {  # member -> the calls made, each on a fresh stub
     "set_eagle3_layers_to_capture": [(None,), ([1, 5, 9],)],
     "set_embed_and_head": [("<new embed>", "<new head>")],  # strings name sentinels, made per run
 }
+# every algorithm's capture hook (DFlash's, DSpark's) is called as EAGLE-3's is: with no ids, and with some
+CAPTURE_CALLS = CALLS["set_eagle3_layers_to_capture"]
+_CAPTURE_HOOK = re.compile(r"set_\w+_layers_to_capture")
+
+
+def calls_for(member: str) -> list[tuple] | None:
+    return CALLS.get(member) or (CAPTURE_CALLS if _CAPTURE_HOOK.fullmatch(member) else None)
 
 
 class NotModelled(BaseException):
@@ -788,7 +795,7 @@ def run_body(source: str, member: str, backbone: str) -> list[dict]:
     import builtins
 
     outcomes = []
-    for args in CALLS[member]:
+    for args in calls_for(member) or []:
         misses: list[str] = []
         me, names = stub_model(backbone, misses)
         args = tuple(Sentinel(a[1:-1]) if isinstance(a, str) and a.startswith("<") else a for a in args)
@@ -817,7 +824,7 @@ def compare_bodies(ours: str, upstream: str, member: str, backbone: str = "model
     ``{"behaves_as_upstream": True | False | None, "differences": [...], "not_compared": why}``;
     each difference is ``{"call", "what", "eaglepatch", "upstream"}``. None when ``member`` has no
     calls to make, or either body reads something the stub does not hold."""
-    if member not in CALLS:
+    if calls_for(member) is None:
         return {"behaves_as_upstream": None, "differences": [], "not_compared": f"no calls defined for {member}"}
     results = {}
     for side, source in (("eaglepatch", ours), ("upstream", upstream)):

@@ -812,3 +812,17 @@ def test_the_rows_by_algorithm_count_a_shared_member_for_each():
     assert rows["EAGLE"]["fixes"] == rows["EAGLE3"]["fixes"] == 1 and rows["EAGLE"]["first_fixed_in"] == "0.5.10"
     table = "\n".join(history.algorithms_markdown({"algorithms": list(rows.values())}))
     assert "| DFLASH | 2 (0.5.16) | 2 | 1 | 1 of 1 | 0 of 0, 0 alike |" in table
+
+
+def test_every_algorithms_capture_hook_is_called_as_eagle3s_and_compared():
+    """DFlash's hook learned with the reference's `+ 1` behaves as upstream's; one without it does not."""
+    upstream = (
+        "def set_dflash_layers_to_capture(self, layer_ids):\n"
+        "    if layer_ids is None:\n        raise ValueError('DFLASH requires explicit layer_ids')\n"
+        "    self.capture_aux_hidden_states = True\n    self.model.layers_to_capture = [val + 1 for val in layer_ids]\n"
+    )
+    unshifted = upstream.replace("[val + 1 for val in layer_ids]", "list(layer_ids)")
+    assert history.calls_for("set_dspark_layers_to_capture") == history.calls_for("set_eagle3_layers_to_capture")
+    assert history.calls_for("load_weights") is None
+    assert history.compare_bodies(upstream, upstream, "set_dflash_layers_to_capture")["behaves_as_upstream"] is True
+    assert history.compare_bodies(unshifted, upstream, "set_dflash_layers_to_capture")["behaves_as_upstream"] is False
