@@ -131,7 +131,9 @@ def test_a_codemod_run_on_cut_wrapper_files_writes_what_it_writes_on_whole_files
 
     monkeypatch.setattr(edits, "apply_codemod", counting)
     def every_other_file(plans):
-        files = sorted({plan.wrapper.path for plan in plans if plan.writes})[::2]
+        # a file the plumbing writes is cut-parsed on the plumbed text whatever parse_bodiless does: left out
+        plumbed = {p.file for plan in plans for m in plan.writes if m.writes_plumbing for p in m.writes_plumbing.pieces}
+        files = sorted({plan.wrapper.path for plan in plans if plan.writes and plan.wrapper.path not in plumbed})[::2]
         return [plan for plan in plans if plan.wrapper.path in files]
 
     analysis = analyze(sglang_latest, all_models=True)

@@ -520,9 +520,9 @@ def test_a_class_is_tried_once_per_kind_of_reference_with_the_answer_of_trying_t
     tries = {"made": 0}
     fit, attempt = HookLibrary.fit, HookLibrary._try
 
-    def recording_fit(self, entry, wrapper, shape_misfit=None, plumbed_by=None):
-        answer = fit(self, entry, wrapper, shape_misfit, plumbed_by)
-        if plumbed_by is None:  # a refit for a plumbing plan tries one reference: not the ranking under test
+    def recording_fit(self, entry, wrapper, shape_misfit=None, plumbed_by=None, plumbed=False):
+        answer = fit(self, entry, wrapper, shape_misfit, plumbed_by, plumbed)
+        if plumbed_by is None and not plumbed:  # a refit for a plumbing plan tries one reference: not the ranking under test
             calls.append((self, entry, wrapper, shape_misfit, answer))
         return answer
 
