@@ -102,18 +102,21 @@ def pip_failure(what: str, proc: subprocess.CompletedProcess) -> ReleaseError:
 
 
 def extract_sources(wheel: Path, site: Path, package: str) -> int:
-    """Extract ``<package>/**/*.py`` from ``wheel`` into ``site``; return the count."""
+    """Extract ``<package>/**/*.py`` from ``wheel`` into ``site``; return the count.  Every folder of the
+    package is made, those holding no source too: SGLang probes some at import time (0.5.20 on, the
+    models import ``sglang.kernels.jit``, which raises unless its ``include/`` and ``csrc/`` exist)."""
     count = 0
     top = package + "/"
     with zipfile.ZipFile(wheel) as zf:
         for info in zf.infolist():
             name = info.filename
-            if info.is_dir() or not name.startswith(top) or not name.endswith(".py"):
-                continue
             parts = name.split("/")
-            if any(part in ("", ".", "..") for part in parts):
+            if not name.startswith(top) or any(part in (".", "..") for part in parts):
                 continue  # never write outside the tree
-            dest = site.joinpath(*parts)
+            dest = site.joinpath(*filter(None, parts))
+            if info.is_dir() or not name.endswith(".py"):
+                (dest if info.is_dir() else dest.parent).mkdir(parents=True, exist_ok=True)
+                continue
             dest.parent.mkdir(parents=True, exist_ok=True)
             with zf.open(info) as src, open(dest, "wb") as out:
                 shutil.copyfileobj(src, out)

@@ -53,6 +53,23 @@ def _fake_completed(args, returncode=0, stdout="", stderr=""):
     return subprocess.CompletedProcess(args, returncode, stdout, stderr)
 
 
+def test_extraction_keeps_sources_only_but_every_folder(tmp_path):
+    """0.5.20's models import `sglang.kernels.jit`, which raises unless its `include/` and `csrc/`
+    exist: the folders stay (empty), their headers do not; nothing lands outside the tree."""
+    wheel = tmp_path / "sglang-9.9.9-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("sglang/kernels/jit/__init__.py", "")
+        zf.writestr("sglang/kernels/jit/include/sgl/vec.cuh", "// header")
+        zf.writestr("sglang/kernels/jit/csrc/", "")
+        zf.writestr("sglang-9.9.9.dist-info/METADATA", "Name: sglang")
+        zf.writestr("sglang/../escape.py", "x = 1")
+    site = tmp_path / "site"
+    assert sr.extract_sources(wheel, site, "sglang") == 1
+    assert _tree_files(site) == {"sglang/kernels/jit/__init__.py"}
+    assert (site / "sglang/kernels/jit/include/sgl").is_dir() and (site / "sglang/kernels/jit/csrc").is_dir()
+    assert not (tmp_path / "escape.py").exists() and not (site / "sglang-9.9.9.dist-info").exists()
+
+
 # --------------------------------------------------------------------------- real 0.5.9
 
 
