@@ -74,13 +74,19 @@ def run_preflight(selection: Selection, words: Sequence[str]) -> PreflightReport
     enum = find_enum(tree, SourceCache(tree.srt))
     known = enum.algorithms if enum is not None else ()
     asked = line.get("speculative_algorithm")
-    algorithm = asked.upper() if asked else None
     target = _checkpoint(line.get("model_path"), "the target")
     draft = _checkpoint(line.get("speculative_draft_model_path"), "the draft")
     facts = rules.read_facts(tree, known)
-    findings: list[Finding] = [*rules.launch_rules(line)]
+    algorithm = asked.upper() if asked else None
+    if algorithm is not None and algorithm in facts.aliases:
+        algorithm = facts.aliases[algorithm][0]  # NEXTN runs as EAGLE: what is checked is what runs
+    findings: list[Finding] = [*rules.launch_rules(line), *rules.alias_rule(asked, facts)]
+    if facts.unreadable:
+        findings.append(Finding("warn", "registry", f"{len(facts.unreadable)} model file(s) could not be read, so an architecture they "
+                                f"register is not seen: {', '.join(facts.unreadable[:5])}", "before-load", facts.unreadable[0],
+                                "make the files readable (UTF-8)"))
     draft_option = options.by_string.get("--speculative-draft-model-path")
-    findings += rules.draft_path_rule(line, algorithm, draft_option.at if draft_option else "")
+    findings += rules.draft_path_rule(line, algorithm, draft_option.at if draft_option else "", target, facts)
     findings += rules.architecture_rules(target, draft, algorithm, facts)
     target_class = draft_class = None
     shift = None
@@ -114,4 +120,7 @@ def run_preflight(selection: Selection, words: Sequence[str]) -> PreflightReport
         findings += rules.aux_layer_rule(target, draft, shift)
         findings += rules.vocab_rule(draft, line)
         findings += rules.hidden_size_rule(target, draft)
+        findings += rules.draft_attention_rule(target, draft, line, facts)
+    if draft is not None:
+        findings += rules.draft_quantization_rule(draft, line, facts)
     return PreflightReport(str(tree.srt), algorithm, target_class, draft_class, tuple(findings))

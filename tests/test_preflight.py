@@ -78,7 +78,7 @@ def test_the_table_names_each_failure_and_nothing_is_written(tmp_path):
     assert result.exit_code == 1
     text = flat(result.stdout)  # the table wraps at the terminal's width
     assert "fail target-hooks (after-target-load): KimiK25ForConditionalGeneration is missing: set_eagle3_layers_to_capture" in text
-    assert "3 fail, 0 warn, 3 info" in text
+    assert "3 fail, 0 warn, 4 info" in text
     assert snapshot(tree) == before
 
 
@@ -126,6 +126,30 @@ def test_options_are_read_as_the_trees_parser_reads_them(word, fires):
         assert len(errors) == 1 and fires in errors[0]
 
 
+CHOICES_CASES = [
+    # (server_args.py's text around the option, the choices read)
+    ('p.add_argument("--b", choices=["x", "y"])', ("x", "y")),
+    ('B = ["x", "y"]\np.add_argument("--b", choices=B)', ("x", "y")),
+    ('A = ("x",)\nB = A\np.add_argument("--b", choices=B)', ("x",)),  # 0.5.16's draft quantization
+    ('from sglang.srt.layers.choices import C\np.add_argument("--b", choices=C)', ("q", "r")),
+    ('p.add_argument("--b", choices=[*B, "unquant"])', ("unquant",)),  # the starred part is not read
+    ('p.add_argument("--b", choices=sorted(B))', ()),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), CHOICES_CASES)
+def test_an_options_choices_are_read_to_their_literal(tmp_path, text, expected):
+    from eaglepatch.read.launch_line import read_options
+    from eaglepatch.read.locate import SourceTree
+
+    srt = tmp_path / "sglang" / "srt"
+    (srt / "layers").mkdir(parents=True)
+    (srt / "layers" / "choices.py").write_text('C = ["q", "r"]\n')
+    (srt / "server_args.py").write_text("import argparse\np = argparse.ArgumentParser()\n" + text + "\n")
+    options = read_options(SourceTree(srt, tmp_path, "srt"))
+    assert options.by_string["--b"].choices == expected
+
+
 def test_eagle3_without_a_draft_path_fails_after_the_target_loads():
     _, data = preflight(CHECKOUT, launch(draft=None))
     (missing,) = by_check(data)["draft-path-missing"]
@@ -150,6 +174,97 @@ def test_an_unregistered_draft_architecture_fails(tmp_path):
     _, data = preflight(CHECKOUT, launch(draft=draft))
     (arch,) = by_check(data)["draft-architecture"]
     assert arch["severity"] == "fail" and "KimiK25Eagle3MLA is not served by this release" in arch["message"]
+
+
+def _copy_checkpoint(tmp_path: Path, source: Path, name: str, **changes: object) -> Path:
+    folder = tmp_path / name
+    shutil.copytree(source, folder)
+    config = json.loads((folder / "config.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_nextn_runs_as_eagle_as_the_trees_arguments_rename_it():
+    """`NEXTN` is renamed to `EAGLE` by the server's argument handling (read from the fixture's
+    server_args.py): the EAGLE draft-mismatch rule then applies to it, and EAGLE's hooks are checked."""
+    _, data = preflight(CHECKOUT, launch(algorithm="NEXTN"))
+    found = by_check(data)
+    (alias,) = found["algorithm-alias"]
+    assert alias["severity"] == "info" and "runs as EAGLE" in alias["message"] and alias["where"] == "server_args.py:37"
+    assert data["algorithm"] == "EAGLE" and "algorithm-draft-mismatch" in found
+    assert "algorithm-alias" not in by_check(preflight(CHECKOUT, launch())[1])
+
+
+@pytest.mark.parametrize(
+    ("arch", "algorithm", "severity"),
+    [
+        ("DeepseekV3ForCausalLM", "EAGLE", "info"),  # its own MTP layers: the server drafts with the target's folder
+        ("DeepseekV3ForCausalLM", "EAGLE3", "fail"),  # the same fallback, but the target is no EAGLE-3 head
+        ("KimiK25ForConditionalGeneration", "EAGLE", "fail"),  # not in the tree's list: nothing to draft with
+    ],
+)
+def test_a_missing_draft_path_reads_the_trees_self_drafting_list(tmp_path, arch, algorithm, severity):
+    target = _copy_checkpoint(tmp_path, TARGET, "target", architectures=[arch])
+    _, data = preflight(CHECKOUT, launch(target=target, draft=None, algorithm=algorithm))
+    (missing,) = by_check(data)["draft-path-missing"]
+    assert missing["severity"] == severity
+    if arch == "DeepseekV3ForCausalLM":
+        assert missing["where"] == "server_args.py:40"  # the `if model_arch in [...]` of the fixture
+
+
+@pytest.mark.parametrize(
+    ("extra", "draft_mla", "severity"),
+    [
+        (("--attention-backend", "flashmla"), False, "fail"),
+        (("--attention-backend", "flashmla", "--speculative-draft-attention-backend", "fa3"), False, None),
+        (("--attention-backend", "fa3"), False, None),
+        ((), False, "info"),  # the server picks the target's kernel on the GPU it finds: cannot be known here
+        (("--attention-backend", "flashmla"), True, None),  # an MLA draft runs MLA kernels
+    ],
+)
+def test_an_mla_target_hands_its_attention_kernel_to_the_draft(tmp_path, extra, draft_mla, severity):
+    draft = _copy_checkpoint(tmp_path, DRAFT, "draft", kv_lora_rank=512 if draft_mla else None)
+    _, data = preflight(CHECKOUT, launch(*extra, draft=draft))
+    found = by_check(data).get("draft-attention-backend", [])
+    assert [f["severity"] for f in found] == ([severity] if severity else [])
+    if severity == "fail":
+        assert "flashmla is an MLA kernel" in found[0]["message"] and found[0]["fix"].startswith("pass --speculative-draft-attention-backend fa3")
+        assert found[0]["where"] == "model_executor/model_runner.py:30"  # where a draft worker takes its own
+
+
+@pytest.mark.parametrize(
+    ("extra", "quantized_draft", "fires"),
+    [
+        (("--quantization", "fp8"), False, True),
+        (("--quantization", "fp8", "--speculative-draft-model-quantization", "unquant"), False, False),
+        (("--quantization", "fp8"), True, False),  # the draft's own quantization_config says how it is stored
+        ((), False, False),
+    ],
+)
+def test_the_targets_quantization_is_carried_to_the_draft(tmp_path, extra, quantized_draft, fires):
+    draft = _copy_checkpoint(tmp_path, DRAFT, "draft", quantization_config={"quant_method": "fp8"} if quantized_draft else None)
+    _, data = preflight(CHECKOUT, launch(*extra, draft=draft))
+    found = by_check(data).get("draft-quantization", [])
+    assert bool(found) == fires
+    if fires:
+        (finding,) = found
+        assert finding["severity"] == "warn" and "BF16" in finding["message"] and "inherits --quantization fp8" in finding["message"]
+        assert finding["fix"] == "pass --speculative-draft-model-quantization unquant" and finding["where"] == "server_args.py:45"
+
+
+def test_an_unreadable_model_file_is_named(tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(CHECKOUT, tree)
+    (tree / "python/sglang/srt/models/broken.py").write_bytes(b"EntryClass = [Broken\xff]\n")
+    _, data = preflight(tree, launch())
+    (registry,) = by_check(data)["registry"]
+    assert registry["severity"] == "warn" and registry["where"] == "models/broken.py"
+    assert "registry" not in by_check(preflight(CHECKOUT, launch())[1])
 
 
 # --------------------------------------------------------------------------- errors: one line, exit 2
@@ -295,7 +410,8 @@ def _release_trees() -> list:
     import sglang_releases
 
     pinned = sglang_releases.read_releases()
-    return [pytest.param(v, marks=pytest.mark.integration, id=v) for v in (pinned[0], pinned[-1])]
+    # the middle one declares its options as fields of ServerArgs itself (0.5.14 - 0.5.19)
+    return [pytest.param(v, marks=pytest.mark.integration, id=v) for v in dict.fromkeys((pinned[0], pinned[len(pinned) // 2], pinned[-1]))]
 
 
 @pytest.fixture(scope="module")
@@ -331,3 +447,21 @@ def test_each_rule_both_ways_on_the_oldest_and_newest_release(release_site, tmp_
     assert odd["draft-architecture"][0]["severity"] == "fail" and odd["hidden-size"][0]["severity"] == "fail"
     assert odd["draft-vocab-mapping"][0]["when"] == "silent"
     assert "hidden-size" not in seed and "draft-vocab-mapping" not in seed  # the d2t is in its header
+    # read from the release: NEXTN's rename, the MLA kernel the draft inherits, the quantization it inherits
+    nextn = checks(launch(algorithm="NEXTN"))
+    assert nextn["algorithm-alias"][0]["message"].startswith("--speculative-algorithm NEXTN runs as EAGLE")
+    assert "algorithm-draft-mismatch" in nextn and "algorithm-alias" not in seed
+    latent = checks(launch("--attention-backend", "flashmla"))
+    assert [f["severity"] for f in latent["draft-attention-backend"]] == ["fail"]
+    assert "draft-attention-backend" not in checks(launch("--attention-backend", "flashmla", "--speculative-draft-attention-backend", "fa3"))
+    quantized = checks(launch("--quantization", "fp8"))
+    assert quantized["draft-quantization"][0]["fix"] == "pass --speculative-draft-model-quantization unquant"
+    assert "draft-quantization" not in checks(launch("--quantization", "fp8", "--speculative-draft-model-quantization", "unquant"))
+    assert "draft-quantization" not in seed
+    deepseek = tmp_path / "deepseek"
+    shutil.copytree(TARGET, deepseek)
+    config = json.loads((deepseek / "config.json").read_text())
+    config.update(architectures=["DeepseekV3ForCausalLM"])
+    (deepseek / "config.json").write_text(json.dumps(config))
+    assert checks(launch(target=deepseek, draft=None, algorithm="EAGLE"))["draft-path-missing"][0]["severity"] == "info"
+    assert checks(launch(target=deepseek, draft=None))["draft-path-missing"][0]["severity"] == "fail"

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..read.checkpoint import Checkpoint
-from ..read.launch_line import LaunchLine
+from ..read.launch_line import LaunchLine, literal_strings
 from ..read.locate import SourceTree
 from ..records import Finding
 
@@ -33,21 +33,113 @@ class TreeFacts:
     context_switch: str = ""  # the environment variable that lets a longer context through
     context_at: str = ""  # where the check raises
     algorithms: tuple[str, ...] = ()  # the tree's enum members
+    unreadable: tuple[str, ...] = ()  # model files the registry could not read: an architecture may hide there
+    aliases: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # "NEXTN" -> ("EAGLE", "server_args.py:2352")
+    draft_quantization_at: str = ""  # where the draft falls back to the target's --quantization
+    draft_attention_at: str = ""  # where a draft worker takes its own attention backend, when one is given
+    self_drafting: tuple[str, ...] = ()  # architectures whose own MTP layers are the draft when no path is given
+    self_drafting_at: str = ""
 
 
-def read_registry(tree: SourceTree) -> dict[str, str]:
+def read_registry(tree: SourceTree) -> tuple[dict[str, str], tuple[str, ...]]:
     """Every class an `EntryClass = ...` of models/ names, with its module: what SGLang's registry
-    serves an `architectures` entry with."""
+    serves an `architectures` entry with; and the model files that could not be read."""
     out: dict[str, str] = {}
+    unreadable: list[str] = []
     for path in sorted(tree.models.rglob("*.py")):
         try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            unreadable.append(path.relative_to(tree.srt).as_posix())
             continue
         for match in _ENTRY.finditer(text):
             for name in re.findall(r"[A-Za-z_]\w*", match.group(1)):
                 out.setdefault(name, path.relative_to(tree.srt).as_posix())
+    return out, tuple(unreadable)
+
+
+def _names_algorithm(node: ast.expr) -> bool:
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+    return name == "speculative_algorithm"
+
+
+def _compared(test: ast.expr) -> list[str]:
+    """The names `speculative_algorithm == "X"` (joined by `or`) tests for."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        return [name for value in test.values for name in _compared(value)]
+    if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) and _names_algorithm(test.left)
+            and isinstance(test.comparators[0], ast.Constant) and isinstance(test.comparators[0].value, str)):
+        return [test.comparators[0].value]
+    return []
+
+
+def read_aliases(tree: SourceTree) -> dict[str, tuple[str, str]]:
+    """The algorithm names the server's argument handling renames before it builds a worker:
+    `if self.speculative_algorithm == "NEXTN": self.speculative_algorithm = "EAGLE"` (server_args.py),
+    or a hook returning the name it runs as (arg_groups/, 0.5.2x).  A name a branch renames only on
+    some further condition is not taken: the rename read is the branch's own last word."""
+    out: dict[str, tuple[str, str]] = {}
+    folder = tree.srt / "arg_groups"
+    for path in [tree.srt / "server_args.py", *(sorted(folder.glob("*.py")) if folder.is_dir() else [])]:
+        try:
+            module = ast.parse(path.read_bytes())
+        except (OSError, SyntaxError):
+            continue
+        for node in ast.walk(module):
+            if not isinstance(node, ast.If):
+                continue
+            names = _compared(node.test)
+            if not names:
+                continue
+            runs_as = None
+            for statement in node.body:
+                if (isinstance(statement, ast.Assign) and any(_names_algorithm(t) for t in statement.targets)
+                        or isinstance(statement, ast.Return)) and isinstance(statement.value, ast.Constant) and isinstance(statement.value.value, str):
+                    runs_as = statement.value.value
+            if runs_as is None:
+                continue
+            for name in names:
+                if name != runs_as:
+                    out.setdefault(name, (runs_as, f"{path.relative_to(tree.srt).as_posix()}:{node.lineno}"))
     return out
+
+
+def read_self_drafting(tree: SourceTree) -> tuple[tuple[str, ...], str]:
+    """The architectures for which the server sets `speculative_draft_model_path = self.model_path`
+    when none is given: `if model_arch in [...]: if self.speculative_draft_model_path is None: ...`."""
+    folder = tree.srt / "arg_groups"
+    for path in [tree.srt / "server_args.py", *(sorted(folder.glob("*.py")) if folder.is_dir() else [])]:
+        try:
+            module = ast.parse(path.read_bytes())
+        except (OSError, SyntaxError):
+            continue
+        for node in ast.walk(module):
+            if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and isinstance(node.test.ops[0], ast.In)):
+                continue
+            if _names_algorithm(node.test.left):  # the algorithms branch around it, not the architectures
+                continue
+            names = literal_strings(node.test.comparators[0]) or ()
+            body = ast.unparse(ast.Module(body=node.body, type_ignores=[]))
+            if names and re.search(r"speculative_draft_model_path\s*=\s*(?:\w+\.)?model_path\b", body):
+                return names, f"{path.relative_to(tree.srt).as_posix()}:{node.lineno}"
+    return (), ""
+
+
+_DRAFT_QUANTIZATION = re.compile(r"speculative_draft_model_quantization\s*=\s*(?:\w+\.)?quantization\b")
+_DRAFT_ATTENTION = re.compile(r"\b(?:server_args|get_spec\(\))\.speculative_draft_attention_backend\b")
+
+
+def _first_line(tree: SourceTree, rels: Sequence[str], pattern: re.Pattern[str]) -> str:
+    for rel in rels:
+        path = tree.srt / rel
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for number, text in enumerate(lines, 1):
+            if pattern.search(text):
+                return f"{rel}:{number}"
+    return ""
 
 
 def _literal_list(path: Path, name: str) -> tuple[tuple[str, ...], int]:
@@ -63,7 +155,7 @@ def _literal_list(path: Path, name: str) -> tuple[tuple[str, ...], int]:
 
 
 def read_facts(tree: SourceTree, algorithms: Sequence[str] = ()) -> TreeFacts:
-    registry = read_registry(tree)
+    registry, unreadable = read_registry(tree)
     keys: tuple[str, ...] = ()
     keys_at = ""
     for candidate in ("utils/hf_transformers_utils.py", "utils/hf_transformers/common.py", "hf_transformers_utils.py"):
@@ -79,7 +171,12 @@ def read_facts(tree: SourceTree, algorithms: Sequence[str] = ()) -> TreeFacts:
             if match:
                 switch, at = match.group(1) or match.group(2), f"configs/model_config.py:{number}"
                 break
-    return TreeFacts(registry, keys, keys_at, switch, at, tuple(algorithms))
+    hooks = sorted(p.relative_to(tree.srt).as_posix() for p in (tree.srt / "arg_groups").glob("*.py")) if (tree.srt / "arg_groups").is_dir() else []
+    quantization_at = _first_line(tree, ["server_args.py", *hooks], _DRAFT_QUANTIZATION)
+    attention_at = _first_line(tree, ["model_executor/model_runner.py", "speculative/draft_utils.py"], _DRAFT_ATTENTION)
+    self_drafting, self_drafting_at = read_self_drafting(tree)
+    return TreeFacts(registry, keys, keys_at, switch, at, tuple(algorithms), unreadable, read_aliases(tree), quantization_at, attention_at,
+                     self_drafting, self_drafting_at)
 
 
 def derived_context(config: Checkpoint, keys: Sequence[str]) -> int | None:
@@ -114,13 +211,77 @@ def launch_rules(line: LaunchLine) -> Iterator[Finding]:
         yield _finding("fail", "launch-arguments", f"{option.strings[0]} is required", "arguments", option.at, f"pass {option.strings[0]}")
 
 
-def draft_path_rule(line: LaunchLine, algorithm: str | None, draft_option_at: str) -> Iterator[Finding]:
-    if algorithm in EAGLE_ALGORITHMS and line.get("speculative_draft_model_path") is None:
-        yield _finding(
-            "fail", "draft-path-missing",
-            f"--speculative-algorithm {algorithm} without --speculative-draft-model-path: the target loads, then the draft cannot",
-            "after-target-load", draft_option_at, "pass --speculative-draft-model-path with the EAGLE-3 draft's folder",
-        )
+def alias_rule(asked: str | None, facts: TreeFacts) -> Iterator[Finding]:
+    if asked is not None and asked.upper() in facts.aliases:
+        runs_as, where = facts.aliases[asked.upper()]
+        yield _finding("info", "algorithm-alias", f"--speculative-algorithm {asked} runs as {runs_as} in this release: "
+                       f"{runs_as}'s hooks and draft are checked", "arguments", where)
+
+
+def draft_path_rule(line: LaunchLine, algorithm: str | None, draft_option_at: str, target: Checkpoint | None = None,
+                    facts: TreeFacts | None = None) -> Iterator[Finding]:
+    if algorithm not in EAGLE_ALGORITHMS or line.get("speculative_draft_model_path") is not None:
+        return
+    arch = target.architectures[0] if target is not None and target.architectures else None
+    itself = facts is not None and arch is not None and arch in facts.self_drafting
+    if itself and algorithm == "EAGLE":
+        yield _finding("info", "draft-path-missing", f"no --speculative-draft-model-path: {arch}'s own MTP layers are the draft "
+                       "(the server uses the target's folder for it)", "arguments", facts.self_drafting_at if facts else "")
+        return
+    said = (f"--speculative-algorithm {algorithm} without --speculative-draft-model-path: the server takes {arch} itself as the draft, "
+            "which is no EAGLE-3 head: the target loads twice, then the draft fails") if itself else (
+        f"--speculative-algorithm {algorithm} without --speculative-draft-model-path: the target loads, then the draft cannot")
+    where = facts.self_drafting_at if itself and facts is not None else draft_option_at
+    yield _finding("fail", "draft-path-missing", said, "after-target-load", where,
+                   "pass --speculative-draft-model-path with the EAGLE-3 draft's folder")
+
+
+def is_mla(checkpoint: Checkpoint) -> bool:
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): its config compresses the KV into a latent."""
+    return checkpoint.number("kv_lora_rank") is not None
+
+
+_ATTENTION_OPTIONS = ("attention_backend", "decode_attention_backend", "prefill_attention_backend")
+
+
+def draft_attention_rule(target: Checkpoint, draft: Checkpoint, line: LaunchLine, facts: TreeFacts) -> Iterator[Finding]:
+    """An MLA target's attention kernel, inherited by a draft whose attention is not MLA."""
+    if not facts.draft_attention_at or not is_mla(target) or is_mla(draft) or line.get("speculative_draft_attention_backend"):
+        return
+    own = line.options.by_string.get("--speculative-draft-attention-backend")
+    if own is None:
+        return
+    arch = draft.architectures[0] if draft.architectures else "the draft"
+    given = {dest: value for dest in _ATTENTION_OPTIONS if (value := line.get(dest))}
+    latent = {dest: value for dest, value in given.items() if "mla" in value.lower()}
+    backend = line.options.by_string.get("--attention-backend")
+    plain = next((c for c in ("fa3", "flashinfer", "triton") if c in (backend.choices if backend else ())), "<a backend for MHA>")
+    fix = f"pass --speculative-draft-attention-backend {plain} (or another of the release's backends that is not MLA)"
+    if latent:
+        spelled = ", ".join(f"--{dest.replace('_', '-')} {value}" for dest, value in latent.items())
+        yield _finding("fail", "draft-attention-backend", f"{spelled} is an MLA kernel, and the draft ({arch}) inherits it: its attention "
+                       "is not MLA (no kv_lora_rank in its config.json)", "after-target-load", facts.draft_attention_at, fix)
+    elif not given:
+        yield _finding("info", "draft-attention-backend", f"the target is MLA and the draft ({arch}) is not: the draft runs the attention "
+                       "backend the server picks for the target on this GPU; if that is an MLA kernel, the draft cannot use it",
+                       "after-target-load", facts.draft_attention_at, fix)
+
+
+def draft_quantization_rule(draft: Checkpoint, line: LaunchLine, facts: TreeFacts) -> Iterator[Finding]:
+    """`--quantization` carried over to a draft whose checkpoint is not quantized that way."""
+    method = line.get("quantization")
+    if not facts.draft_quantization_at or method is None or method == "unquant" or line.get("speculative_draft_model_quantization"):
+        return
+    if isinstance(draft.config.get("quantization_config"), dict) or isinstance(draft.text_config.get("quantization_config"), dict):
+        return
+    own = line.options.by_string.get("--speculative-draft-model-quantization")
+    dtypes = sorted({w.dtype for w in draft.weights.values() if w.dtype})
+    held = f"its weights are {', '.join(dtypes)}" if dtypes else "its config.json has no quantization_config"
+    fix = "pass --speculative-draft-model-quantization unquant" if own is not None and "unquant" in own.choices else (
+        "pass --speculative-draft-model-quantization with the draft's own method")
+    yield _finding("warn", "draft-quantization", f"the draft inherits --quantization {method}, but its checkpoint is not quantized ({held}): "
+                   "it fails to load, or is quantized on the fly unlike how it was trained", "after-target-load",
+                   facts.draft_quantization_at, fix)
 
 
 def architecture_rules(target: Checkpoint | None, draft: Checkpoint | None, algorithm: str | None, facts: TreeFacts) -> Iterator[Finding]:

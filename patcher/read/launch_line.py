@@ -37,6 +37,7 @@ class Option:
     takes: str  # "none" | "one" | "many" | "optional"
     at: str  # "server_args.py:3931"
     required: bool = False
+    choices: tuple[str, ...] = ()  # the values argparse accepts, when the tree spells them out
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,47 @@ def _keyword(node: ast.Call, name: str) -> ast.expr | None:
     return next((k.value for k in node.keywords if k.arg == name), None)
 
 
+def literal_strings(node: ast.expr | None) -> tuple[str, ...] | None:
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return tuple(e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    return None
+
+
+class _Choices:
+    """`choices=` of an option, read to its literal: a list written there, or a module-level name
+    (`ATTENTION_BACKEND_CHOICES = [...]`) of the same module or of the `sglang.srt` module it is
+    imported from.  () where it goes further (a call, a comprehension)."""
+
+    def __init__(self, tree: SourceTree):
+        self.tree = tree
+        self.modules: dict[Path, ast.Module | None] = {}
+
+    def _module(self, path: Path) -> ast.Module | None:
+        if path not in self.modules:
+            try:
+                self.modules[path] = ast.parse(path.read_bytes())
+            except (OSError, SyntaxError):
+                self.modules[path] = None
+        return self.modules[path]
+
+    def of(self, node: ast.expr | None, path: Path, module: ast.Module, depth: int = 0) -> tuple[str, ...]:
+        literal = literal_strings(node)
+        if literal is not None or not isinstance(node, ast.Name) or depth > 2:
+            return literal or ()
+        for statement in module.body:
+            if isinstance(statement, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in statement.targets):
+                found = literal_strings(statement.value)  # `B = A`: A's
+                return found if found is not None else self.of(statement.value, path, module, depth + 1)
+            if isinstance(statement, ast.ImportFrom) and statement.module and statement.module.startswith("sglang.srt."):
+                if any((alias.asname or alias.name) == node.id for alias in statement.names):
+                    parts = statement.module.split(".")[2:]
+                    source = next((c for c in (self.tree.srt.joinpath(*parts).with_suffix(".py"), self.tree.srt.joinpath(*parts, "__init__.py")) if c.is_file()), None)
+                    other = self._module(source) if source is not None else None
+                    name = next(a.name for a in statement.names if (a.asname or a.name) == node.id)
+                    return self.of(ast.Name(name), source, other, depth + 1) if other is not None and source is not None else ()
+        return ()
+
+
 def _parse(path: Path) -> ast.Module:
     try:
         return ast.parse(path.read_bytes())
@@ -93,10 +135,12 @@ def _parse(path: Path) -> ast.Module:
 
 def read_options(tree: SourceTree) -> Options:
     """Every option of the tree's server argument parser: the `parser.add_argument` calls of
-    server_args.py and, where it registers dataclass fields (`add_cli_args_from_dataclass`, 0.5.2x),
-    every `name: A[T, "help" | Arg(...)]` field of the namespaces under arg_groups/fields/."""
+    server_args.py and, where it registers dataclass fields (`add_cli_args_from_dataclass`, 0.5.14 on),
+    every `name: A[T, "help" | Arg(...)]` field of ServerArgs and of the namespaces under
+    arg_groups/fields/."""
     path = tree.srt / SERVER_ARGS
     module = _parse(path)
+    choices = _Choices(tree)
     by_string: dict[str, Option] = {}
     allow_abbrev = True
     for node in ast.walk(module):
@@ -109,7 +153,7 @@ def read_options(tree: SourceTree) -> Options:
                 allow_abbrev = False
             continue
         if name == "add_cli_args_from_dataclass":
-            for option in _field_options(tree):
+            for option in _field_options(tree, choices):
                 for string in option.strings:
                     by_string.setdefault(string, option)
             continue
@@ -129,7 +173,8 @@ def read_options(tree: SourceTree) -> Options:
         longs = [s for s in strings if s.startswith("--")]
         name = dest.value if isinstance(dest, ast.Constant) and isinstance(dest.value, str) else (longs or strings)[0].lstrip("-").replace("-", "_")
         required = _keyword(node, "required")
-        option = Option(tuple(strings), name, takes, f"{SERVER_ARGS}:{node.lineno}", isinstance(required, ast.Constant) and required.value is True)
+        option = Option(tuple(strings), name, takes, f"{SERVER_ARGS}:{node.lineno}", isinstance(required, ast.Constant) and required.value is True,
+                        choices.of(_keyword(node, "choices"), path, module))
         for string in strings:
             by_string.setdefault(string, option)
     if not by_string:
@@ -137,15 +182,17 @@ def read_options(tree: SourceTree) -> Options:
     return Options(by_string, allow_abbrev, SERVER_ARGS)
 
 
-def _field_options(tree: SourceTree) -> list[Option]:
+def _field_options(tree: SourceTree, choices: _Choices) -> list[Option]:
     """The options a dataclass field declares, as arg_utils' add_cli_args_from_dataclass registers
     them: `--field-name` (or `Arg(cli_name=...)`) and its `aliases`; a `bool` is `store_true`, a
     `List[...]` takes several values; `Arg(no_cli=True)` registers none."""
     out: list[Option] = []
     folder = tree.srt / "arg_groups" / "fields"
-    for path in sorted(folder.glob("*.py")) if folder.is_dir() else []:
+    # 0.5.14 - 0.5.19 declare them on ServerArgs itself; 0.5.20 on, in namespaces under arg_groups/fields/
+    for path in [tree.srt / SERVER_ARGS, *(sorted(folder.glob("*.py")) if folder.is_dir() else [])]:
         rel = path.relative_to(tree.srt).as_posix()
-        for node in ast.walk(_parse(path)):
+        module = _parse(path)
+        for node in ast.walk(module):
             if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(node.annotation, ast.Subscript)):
                 continue
             head = node.annotation.value
@@ -180,7 +227,8 @@ def _field_options(tree: SourceTree) -> list[Option]:
                 takes = {"*": "many", "+": "many", "?": "optional"}.get(str(nargs.value), takes)
             required = _keyword(arg_call, "required") if arg_call is not None else None
             needed = (isinstance(required, ast.Constant) and required.value is True) or (required is None and node.value is None and takes != "none")
-            out.append(Option(tuple(names), node.target.id, takes, f"{rel}:{node.lineno}", needed))
+            allowed = choices.of(_keyword(arg_call, "choices"), path, module) if arg_call is not None else ()
+            out.append(Option(tuple(names), node.target.id, takes, f"{rel}:{node.lineno}", needed, allowed))
     return out
 
 
