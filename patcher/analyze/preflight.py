@@ -73,55 +73,56 @@ def _compared(test: ast.expr) -> list[str]:
     return []
 
 
-def read_aliases(tree: SourceTree) -> dict[str, tuple[str, str]]:
+def argument_branches(tree: SourceTree) -> list[tuple[str, ast.If]]:
+    """Every `if` of the server's argument handling ("file:line", node): server_args.py and, from
+    0.5.16, the hooks under arg_groups/.  Read once; the rules below look for their shapes in it."""
+    out: list[tuple[str, ast.If]] = []
+    folder = tree.srt / "arg_groups"
+    for path in [tree.srt / "server_args.py", *(sorted(folder.glob("*.py")) if folder.is_dir() else [])]:
+        try:
+            module = ast.parse(path.read_bytes())
+        except (OSError, SyntaxError):
+            continue
+        rel = path.relative_to(tree.srt).as_posix()
+        out += [(f"{rel}:{node.lineno}", node) for node in ast.walk(module) if isinstance(node, ast.If)]
+    return out
+
+
+def read_aliases(branches: Sequence[tuple[str, ast.If]]) -> dict[str, tuple[str, str]]:
     """The algorithm names the server's argument handling renames before it builds a worker:
     `if self.speculative_algorithm == "NEXTN": self.speculative_algorithm = "EAGLE"` (server_args.py),
     or a hook returning the name it runs as (arg_groups/, 0.5.2x).  A name a branch renames only on
     some further condition is not taken: the rename read is the branch's own last word."""
     out: dict[str, tuple[str, str]] = {}
-    folder = tree.srt / "arg_groups"
-    for path in [tree.srt / "server_args.py", *(sorted(folder.glob("*.py")) if folder.is_dir() else [])]:
-        try:
-            module = ast.parse(path.read_bytes())
-        except (OSError, SyntaxError):
+    for at, node in branches:
+        names = _compared(node.test)
+        if not names:
             continue
-        for node in ast.walk(module):
-            if not isinstance(node, ast.If):
-                continue
-            names = _compared(node.test)
-            if not names:
-                continue
-            runs_as = None
-            for statement in node.body:
-                if (isinstance(statement, ast.Assign) and any(_names_algorithm(t) for t in statement.targets)
-                        or isinstance(statement, ast.Return)) and isinstance(statement.value, ast.Constant) and isinstance(statement.value.value, str):
-                    runs_as = statement.value.value
-            if runs_as is None:
-                continue
-            for name in names:
-                if name != runs_as:
-                    out.setdefault(name, (runs_as, f"{path.relative_to(tree.srt).as_posix()}:{node.lineno}"))
+        runs_as = None
+        for statement in node.body:
+            if (isinstance(statement, ast.Assign) and any(_names_algorithm(t) for t in statement.targets)
+                    or isinstance(statement, ast.Return)) and isinstance(statement.value, ast.Constant) and isinstance(statement.value.value, str):
+                runs_as = statement.value.value
+        if runs_as is None:
+            continue
+        for name in names:
+            if name != runs_as:
+                out.setdefault(name, (runs_as, at))
     return out
 
 
-def read_self_drafting(tree: SourceTree) -> tuple[tuple[str, ...], str]:
+def read_self_drafting(branches: Sequence[tuple[str, ast.If]]) -> tuple[tuple[str, ...], str]:
     """The architectures for which the server sets `speculative_draft_model_path = self.model_path`
     when none is given: `if model_arch in [...]: if self.speculative_draft_model_path is None: ...`."""
-    folder = tree.srt / "arg_groups"
-    for path in [tree.srt / "server_args.py", *(sorted(folder.glob("*.py")) if folder.is_dir() else [])]:
-        try:
-            module = ast.parse(path.read_bytes())
-        except (OSError, SyntaxError):
+    for at, node in branches:
+        if not (isinstance(node.test, ast.Compare) and isinstance(node.test.ops[0], ast.In)):
             continue
-        for node in ast.walk(module):
-            if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and isinstance(node.test.ops[0], ast.In)):
-                continue
-            if _names_algorithm(node.test.left):  # the algorithms branch around it, not the architectures
-                continue
-            names = literal_strings(node.test.comparators[0]) or ()
-            body = ast.unparse(ast.Module(body=node.body, type_ignores=[]))
-            if names and re.search(r"speculative_draft_model_path\s*=\s*(?:\w+\.)?model_path\b", body):
-                return names, f"{path.relative_to(tree.srt).as_posix()}:{node.lineno}"
+        if _names_algorithm(node.test.left):  # the algorithms branch around it, not the architectures
+            continue
+        names = literal_strings(node.test.comparators[0]) or ()
+        body = ast.unparse(ast.Module(body=node.body, type_ignores=[]))
+        if names and re.search(r"speculative_draft_model_path\s*=\s*(?:\w+\.)?model_path\b", body):
+            return names, at
     return (), ""
 
 
@@ -174,9 +175,10 @@ def read_facts(tree: SourceTree, algorithms: Sequence[str] = ()) -> TreeFacts:
     hooks = sorted(p.relative_to(tree.srt).as_posix() for p in (tree.srt / "arg_groups").glob("*.py")) if (tree.srt / "arg_groups").is_dir() else []
     quantization_at = _first_line(tree, ["server_args.py", *hooks], _DRAFT_QUANTIZATION)
     attention_at = _first_line(tree, ["model_executor/model_runner.py", "speculative/draft_utils.py"], _DRAFT_ATTENTION)
-    self_drafting, self_drafting_at = read_self_drafting(tree)
-    return TreeFacts(registry, keys, keys_at, switch, at, tuple(algorithms), unreadable, read_aliases(tree), quantization_at, attention_at,
-                     self_drafting, self_drafting_at)
+    branches = argument_branches(tree)
+    self_drafting, self_drafting_at = read_self_drafting(branches)
+    return TreeFacts(registry, keys, keys_at, switch, at, tuple(algorithms), unreadable, read_aliases(branches), quantization_at,
+                     attention_at, self_drafting, self_drafting_at)
 
 
 def derived_context(config: Checkpoint, keys: Sequence[str]) -> int | None:
