@@ -827,7 +827,21 @@ def preflight(
     path = None
     if words and not (installed or python) and Path(words[0]).is_dir():
         path = Path(words.pop(0))
-    if words and words[0] == "--":  # after PATH the parser stops reading options: the separator is still here
+    # after PATH the parser stops reading options: ours, between PATH and `--`, are read here
+    while words and words[0] != "--" and words[0].startswith("-"):
+        option, _, inline = words.pop(0).partition("=")
+        if option == "--installed":
+            installed = True
+            continue
+        value = inline or (words.pop(0) if words and words[0] != "--" else "")
+        if option in ("--format", "-f") and value in {f.value for f in ExplainFormat}:
+            output_format = ExplainFormat(value)
+            errors_as(output_format.value)
+        elif option == "--python" and value:
+            python = value
+        else:
+            fail(f"preflight: {option} {value}".rstrip() + " is not an option of preflight; the launch goes after `--`")
+    if words and words[0] == "--":
         words.pop(0)
     if not words:
         fail("preflight needs the launch command after `--` (e.g. -- python -m sglang.launch_server --model-path ...)")

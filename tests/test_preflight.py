@@ -283,6 +283,17 @@ def test_bad_input_is_one_line_and_exit_2(words, says):
     assert result.exit_code == 2 and says in result.output and len(result.output.strip().splitlines()) == 1
 
 
+def test_options_between_the_path_and_the_launch_are_preflights_own():
+    """`preflight PATH --format json -- LAUNCH`: the parser stops at PATH, the format is still read;
+    an option preflight does not have is exit 2, never silently dropped into the launch."""
+    result = RUNNER.invoke(app, ["preflight", str(CHECKOUT), "--format", "json", "--", *launch()])
+    assert result.exit_code == 1 and json.loads(result.stdout)["algorithm"] == "EAGLE3"
+    result = RUNNER.invoke(app, ["preflight", str(CHECKOUT), "-f=json", "--", *launch()])
+    assert json.loads(result.stdout)["schema"] == 1
+    bad = RUNNER.invoke(app, ["preflight", str(CHECKOUT), "--tp", "8", "--", *launch()])
+    assert bad.exit_code == 2 and "--tp 8 is not an option of preflight" in bad.output
+
+
 def test_a_config_that_is_not_json_is_exit_2(tmp_path):
     draft = tmp_path / "draft"
     draft.mkdir()

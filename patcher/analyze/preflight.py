@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..read.checkpoint import Checkpoint
-from ..read.launch_line import LaunchLine, literal_strings
+from ..read.launch_line import LaunchLine, literal_strings, parsed_module
 from ..read.locate import SourceTree
 from ..records import Finding
 
@@ -80,7 +80,7 @@ def argument_branches(tree: SourceTree) -> list[tuple[str, ast.If]]:
     folder = tree.srt / "arg_groups"
     for path in [tree.srt / "server_args.py", *(sorted(folder.glob("*.py")) if folder.is_dir() else [])]:
         try:
-            module = ast.parse(path.read_bytes())
+            module = parsed_module(path)
         except (OSError, SyntaxError):
             continue
         rel = path.relative_to(tree.srt).as_posix()

@@ -126,9 +126,22 @@ class _Choices:
         return ()
 
 
+_PARSED: dict[tuple[Path, int, int], ast.Module] = {}
+
+
+def parsed_module(path: Path) -> ast.Module:
+    """`path` parsed once per run (server_args.py is 7,000 lines; the options and the argument
+    handling's rules both read it).  Raises OSError or SyntaxError as ast.parse does."""
+    stat = path.stat()
+    key = (path, stat.st_mtime_ns, stat.st_size)
+    if key not in _PARSED:
+        _PARSED[key] = ast.parse(path.read_bytes())
+    return _PARSED[key]
+
+
 def _parse(path: Path) -> ast.Module:
     try:
-        return ast.parse(path.read_bytes())
+        return parsed_module(path)
     except (OSError, SyntaxError) as exc:
         raise EaglepatchError(f"cannot read the server's options ({exc.__class__.__name__}); point PATH at an SGLang tree", path=str(path)) from None
 
