@@ -42,6 +42,14 @@ class Sym:
             raise TypeError(f"unsupported operand: {other!r} + {self.expr}")
         return Sym(f"({other.expr} + {self.expr})")
 
+    def __mul__(self, other: object) -> Sym:  # an embedding scaled (`* self.config.scale_emb`)
+        return Sym(f"({self.expr} * {_term(other)})")
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: object) -> Sym:
+        return Sym(f"({self.expr} / {_term(other)})")
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sym) and other.expr == self.expr
 
@@ -50,6 +58,15 @@ class Sym:
 
     def __repr__(self) -> str:
         return self.expr
+
+
+def _term(value: object) -> str:
+    """A factor as an expression: a number as written, anything else by its type (stable across runs)."""
+    if isinstance(value, Sym):
+        return value.expr
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return f"<{type(value).__name__}>"
 
 
 class Token:
@@ -107,7 +124,7 @@ class PPProxyTensors(dict):
         self.tensors = tensors
 
 
-def _logits_signature(input_ids, hidden_states, lm_head, logits_metadata, aux_hidden_states=None, hidden_states_before_norm=None):
+def logits_signature(input_ids, hidden_states, lm_head, logits_metadata, aux_hidden_states=None, hidden_states_before_norm=None):
     """SGLang's LogitsProcessor.forward, parameter for parameter (its body is not needed)."""
 
 
@@ -118,7 +135,7 @@ class Recorder:
         self.calls: list[dict[str, object]] = []
 
     def __call__(self, *args: object, **kwargs: object) -> Token:
-        bound = inspect.signature(_logits_signature).bind(*args, **kwargs)
+        bound = inspect.signature(logits_signature).bind(*args, **kwargs)
         bound.apply_defaults()
         self.calls.append(dict(bound.arguments))
         return Token(f"logits#{len(self.calls)}")
