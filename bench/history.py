@@ -1328,6 +1328,92 @@ def plumbing_behaviour(row: dict, old_report: dict, old: SourceTree, new: Source
     return out
 
 
+# =========================================================================== plumbing: run on stubs
+#
+# ``pieces_as_upstream`` reads the pieces; this runs them.  For each fix ``apply`` on R writes
+# plumbing for, ``apply`` runs on a copy of R (that class's file, EAGLE-3 only), and the patched class
+# and upstream's R+1 class are run on the same stubs (tests/real_forward.py: the release's own forward
+# and hook, the backbone a stand-in capturing the layers ``layers_to_capture`` names).  R+1 is checked
+# first: where its forward hands no aux states on, the first later release whose does is the oracle.
+
+BACKBONE_PIECES = {"selector-default", "aux-init", "capture", "tail"}  # written into the backbone: run the real one
+RUN_IDS_NOTE = "hook([0, 2, 4]) then forward, on the stubs of tests/real_forward.py"
+
+
+def real_forward(site: Path, spec: list[dict], workdir: Path, label: str) -> dict:
+    spec_file = workdir / f"{label}.json"
+    spec_file.write_text(json.dumps(spec), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-I", str(REPO / "tests" / "real_forward.py"), str(site), str(spec_file)],
+        capture_output=True, text=True, env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1"}, timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"real_forward on {site} exited {done.returncode}: {done.stderr[-2000:]}")
+    return json.loads(done.stdout)
+
+
+def _module_name(rel: str) -> str:
+    return ".".join(SRT) + "." + rel.removesuffix(".py").replace("/", ".")
+
+
+def _hands_aux_on(run: dict | None) -> bool:
+    calls = (run or {}).get("logits") or []
+    return bool(calls) and bool(calls[0].get("aux_hidden_states"))
+
+
+def plumbing_runs(row: dict, old: str, later: list[str], repo: Path, workdir: Path) -> dict:
+    """``apply`` on a copy of R, then R's patched class against upstream's (R+1, or the first later
+    release that captures) on the same stubs: the same returns and logits-processor arguments with
+    the hook called; with it not called, the patched forward as R's own."""
+    import shutil
+
+    hook, cls = row["member"], row["cls"]
+    old_file, new_file = row["old_file"], row["file"]
+    site = workdir / "site"
+    shutil.rmtree(site, ignore_errors=True)
+    shutil.copytree(sglang_releases.site_packages(old) / PACKAGE, site / PACKAGE)
+    module, path = checkout_import(str(repo))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p), "NO_COLOR": "1"}
+    stem = Path(old_file).stem
+    applied = subprocess.run(
+        [sys.executable, "-m", module, "apply", str(site), "--model", stem, "--algorithm", "EAGLE3"],
+        cwd=repo, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=CHECK_TIMEOUT_SECONDS,
+    )
+    out: dict = {"applied": applied.returncode, "compared_with": None, "runs_as_upstream": None, "differences": []}
+    if applied.returncode not in (0, 1):
+        out["not_compared"] = f"apply exited {applied.returncode}: {applied.stderr.strip()[-300:]}"
+        return out
+    pieces = (row.get("hook") or {}).get("written_plumbing", {}).get("pieces") or []
+    backbone = "real" if any(p.get("piece") in BACKBONE_PIECES for p in pieces) else "stand-in"
+    spec = [{"module": _module_name(old_file), "class": cls, "hooks": [hook], "backbone": backbone}]
+    ours = real_forward(site, spec, workdir, "ours")[f"{_module_name(old_file)}:{cls}"]
+    released = real_forward(sglang_releases.site_packages(old), spec, workdir, "released")[f"{_module_name(old_file)}:{cls}"]
+    shutil.rmtree(site, ignore_errors=True)
+    upstream, oracle = None, None
+    for version in later:
+        new_spec = [{"module": _module_name(new_file), "class": cls, "hooks": [hook], "backbone": backbone}]
+        found = real_forward(sglang_releases.site_packages(version), new_spec, workdir, f"upstream-{version}")
+        candidate = found.get(f"{_module_name(new_file)}:{cls}", {})
+        if _hands_aux_on((candidate.get("on") or {}).get(hook)):
+            upstream, oracle = candidate, version
+            break
+    if upstream is None:
+        out["not_compared"] = f"no release from {later[0]} on hands aux states on from {cls}.{hook} ({RUN_IDS_NOTE})"
+        return out
+    out["compared_with"] = oracle
+    mine, theirs = (ours.get("on") or {}).get(hook) or {}, upstream["on"][hook]
+    if ours.get("off") != released.get("off"):
+        out["differences"].append({"what": "forward with no hook called", "eaglepatch": ours.get("off"), "upstream": released.get("off")})
+    for what in ("returned", "logits"):
+        if mine.get(what) != theirs.get(what):
+            out["differences"].append({"what": what, "eaglepatch": mine.get(what, mine.get("error")), "upstream": theirs.get(what)})
+    if mine.get("backbone") != theirs.get("backbone"):  # informative: state the stand-in backbone does not read
+        out["backbone"] = {"eaglepatch": mine.get("backbone"), "upstream": theirs.get("backbone")}
+    out["runs_as_upstream"] = not out["differences"]
+    return out
+
+
 # =========================================================================== the run
 
 
@@ -1440,6 +1526,24 @@ def measure(versions: list[str], repo: Path, jobs: int, use_cache: bool = True) 
         pair["contract"] = contract(old_report)
         result_pairs.append(pair)
 
+    # the written plumbing, run: apply on R, then both classes on the same stubs (cached per fix)
+    for pair in result_pairs:
+        later = versions[versions.index(pair["new"]):]
+        for row in pair["fixes"]:
+            written_plumbing = (row.get("hook") or {}).get("written_plumbing")
+            if not written_plumbing:
+                continue
+            harness = hashlib.sha256((REPO / "tests" / "real_forward.py").read_bytes()).hexdigest()[:12]
+            cached = CACHE / key / "runs" / f"{pair['old']}-{row['cls']}-{row['member']}-{harness}.json"
+            if use_cache and cached.is_file():
+                written_plumbing["runs"] = json.loads(cached.read_text())
+                continue
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            workdir = cached.with_suffix("")
+            workdir.mkdir(exist_ok=True)
+            written_plumbing["runs"] = plumbing_runs(row, pair["old"], later, repo, workdir)
+            cached.write_text(json.dumps(written_plumbing["runs"]))
+
     latest = versions[-1]
     fixed_classes = {f["cls"] for p in result_pairs for f in p["fixes"]}
     report = reports[latest]
@@ -1532,6 +1636,7 @@ def plumbing_counts(fixes: list[dict]) -> dict:
         "plumbing_upstream": len(upstream),
         "plumbing_written": len(written),
         "plumbing_alike": sum(h["written_plumbing"]["alike"] for h in written),
+        "plumbing_runs_as_upstream": sum(bool((h["written_plumbing"].get("runs") or {}).get("runs_as_upstream")) for h in written),
         "plumbing_written_without_upstream": sum(
             bool(h.get("written_plumbing")) and not (h.get("upstream_plumbing") or {}).get("added") for h in hooks),
     }
@@ -1580,7 +1685,8 @@ def kind_rows(pairs: list[dict]) -> list[dict]:
     """One row per kind of fix ``apply`` writes -- a delegation, a learned hook body, the plumbing
     behind a capture hook -- over every pair: how many upstream wrote, how many of those ``apply``
     on R writes that way, and how many of those are as upstream's (the same attribute; behaving alike
-    on the stub; every piece's kind in R+1's method)."""
+    on the stub; for plumbing, running as upstream's on the stubs of tests/real_forward.py, every
+    piece's kind in R+1's method beside it as `pieces_alike`)."""
     fixes = [f for p in pairs for f in p["fixes"]]
     delegations = [f for f in fixes if f["shape"] == "delegation"]
     hooks, plumbing = hook_counts(fixes), plumbing_counts(fixes)
@@ -1590,7 +1696,7 @@ def kind_rows(pairs: list[dict]) -> list[dict]:
         {"kind": "learned body", "upstream": hooks["hook_bodies"], "written": hooks["hook_synthesized"],
          "as_upstream": hooks["hook_behaves_as_upstream"]},
         {"kind": "plumbing", "upstream": plumbing["plumbing_upstream"], "written": plumbing["plumbing_written"],
-         "as_upstream": plumbing["plumbing_alike"]},
+         "as_upstream": plumbing["plumbing_runs_as_upstream"], "pieces_alike": plumbing["plumbing_alike"]},
     ]
 
 

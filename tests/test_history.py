@@ -763,15 +763,15 @@ def test_broken_plumbing_lists_target_classes_with_a_plumbing_gap():
 
 
 def test_plumbing_counts_and_the_rows_by_kind():
-    def hook(added, pieces=None):
-        written = None if pieces is None else {"pieces": pieces, "alike": all(pieces)}
+    def hook(added, pieces=None, runs=None):
+        written = None if pieces is None else {"pieces": pieces, "alike": all(pieces), "runs": runs}
         return {"synthesized": False, "behaves_as_upstream": None, "plumbing": None,
                 "upstream_plumbing": {"added": added}, "written_plumbing": written}
 
     capture = {"member": "set_eagle3_layers_to_capture", "shape": "body", "written": False}
     fixes = [
-        {**capture, "hook": hook(True, [True, True])},
-        {**capture, "hook": hook(True, [True, False])},
+        {**capture, "hook": hook(True, [True, True], {"runs_as_upstream": False})},  # its pieces read alike, it runs otherwise
+        {**capture, "hook": hook(True, [True, False], {"runs_as_upstream": True})},
         {**capture, "hook": hook(True)},
         {**capture, "hook": hook(False, [True])},
         {**capture, "hook": hook(True, [True]), "member": "get_embed_and_head"},  # not the capture hook
@@ -779,9 +779,10 @@ def test_plumbing_counts_and_the_rows_by_kind():
     ]
     assert history.plumbing_counts(fixes) == {
         "plumbing_hooks": 4, "plumbing_upstream": 3, "plumbing_written": 2, "plumbing_alike": 1,
-        "plumbing_written_without_upstream": 1}
+        "plumbing_runs_as_upstream": 1, "plumbing_written_without_upstream": 1}
     rows = {r["kind"]: r for r in history.kind_rows([{"fixes": fixes}])}
-    assert rows["plumbing"] == {"kind": "plumbing", "upstream": 3, "written": 2, "as_upstream": 1}
+    # "as upstream" for plumbing is what ran alike on the stubs; the pieces read alike beside it
+    assert rows["plumbing"] == {"kind": "plumbing", "upstream": 3, "written": 2, "as_upstream": 1, "pieces_alike": 1}
     assert rows["delegation"] == {"kind": "delegation", "upstream": 1, "written": 1, "as_upstream": 1}
     assert rows["learned body"]["upstream"] == 5
 
