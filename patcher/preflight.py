@@ -80,11 +80,7 @@ def run_preflight(selection: Selection, words: Sequence[str]) -> PreflightReport
     algorithm = asked.upper() if asked else None
     if algorithm is not None and algorithm in facts.aliases:
         algorithm = facts.aliases[algorithm][0]  # NEXTN runs as EAGLE: what is checked is what runs
-    findings: list[Finding] = [*rules.launch_rules(line), *rules.alias_rule(asked, facts)]
-    if facts.unreadable:
-        findings.append(Finding("warn", "registry", f"{len(facts.unreadable)} model file(s) could not be read, so an architecture they "
-                                f"register is not seen: {', '.join(facts.unreadable[:5])}", "before-load", facts.unreadable[0],
-                                "make the files readable (UTF-8)"))
+    findings: list[Finding] = [*rules.launch_rules(line), *rules.alias_rule(asked, facts), *rules.registry_rule(facts)]
     draft_option = options.by_string.get("--speculative-draft-model-path")
     findings += rules.draft_path_rule(line, algorithm, draft_option.at if draft_option else "", target, facts)
     findings += rules.architecture_rules(target, draft, algorithm, facts)

@@ -213,6 +213,12 @@ def launch_rules(line: LaunchLine) -> Iterator[Finding]:
         yield _finding("fail", "launch-arguments", f"{option.strings[0]} is required", "arguments", option.at, f"pass {option.strings[0]}")
 
 
+def registry_rule(facts: TreeFacts) -> Iterator[Finding]:
+    if facts.unreadable:
+        yield _finding("warn", "registry", f"{len(facts.unreadable)} model file(s) could not be read, so an architecture they register "
+                       f"is not seen: {', '.join(facts.unreadable[:5])}", "before-load", facts.unreadable[0], "make the files readable (UTF-8)")
+
+
 def alias_rule(asked: str | None, facts: TreeFacts) -> Iterator[Finding]:
     if asked is not None and asked.upper() in facts.aliases:
         runs_as, where = facts.aliases[asked.upper()]
@@ -220,20 +226,20 @@ def alias_rule(asked: str | None, facts: TreeFacts) -> Iterator[Finding]:
                        f"{runs_as}'s hooks and draft are checked", "arguments", where)
 
 
-def draft_path_rule(line: LaunchLine, algorithm: str | None, draft_option_at: str, target: Checkpoint | None = None,
-                    facts: TreeFacts | None = None) -> Iterator[Finding]:
+def draft_path_rule(line: LaunchLine, algorithm: str | None, draft_option_at: str, target: Checkpoint | None,
+                    facts: TreeFacts) -> Iterator[Finding]:
     if algorithm not in EAGLE_ALGORITHMS or line.get("speculative_draft_model_path") is not None:
         return
     arch = target.architectures[0] if target is not None and target.architectures else None
-    itself = facts is not None and arch is not None and arch in facts.self_drafting
+    itself = arch is not None and arch in facts.self_drafting
     if itself and algorithm == "EAGLE":
         yield _finding("info", "draft-path-missing", f"no --speculative-draft-model-path: {arch}'s own MTP layers are the draft "
-                       "(the server uses the target's folder for it)", "arguments", facts.self_drafting_at if facts else "")
+                       "(the server uses the target's folder for it)", "arguments", facts.self_drafting_at)
         return
     said = (f"--speculative-algorithm {algorithm} without --speculative-draft-model-path: the server takes {arch} itself as the draft, "
             "which is no EAGLE-3 head: the target loads twice, then the draft fails") if itself else (
         f"--speculative-algorithm {algorithm} without --speculative-draft-model-path: the target loads, then the draft cannot")
-    where = facts.self_drafting_at if itself and facts is not None else draft_option_at
+    where = facts.self_drafting_at if itself else draft_option_at
     yield _finding("fail", "draft-path-missing", said, "after-target-load", where,
                    "pass --speculative-draft-model-path with the EAGLE-3 draft's folder")
 
