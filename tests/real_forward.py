@@ -2,7 +2,7 @@
 
 Run as a script in a fresh interpreter (stub_imports installs an import hook for the whole process):
 
-    python tests/real_forward.py SITE_PACKAGES SPEC.json
+    python tests/real_forward.py SITE_PACKAGES SPEC.json [--code-cache FOLDER]
 
 SPEC.json is a list of {"module": ..., "class": ..., "hooks": [capture hook, ...], "backbone": "real" |
 "stand-in", "key": its name in the output (default "module:class")}.  For each class it prints, as JSON, what the runs did -- ``off`` (forward as built),
@@ -453,6 +453,10 @@ def main(site: str, spec: list[dict]) -> dict:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: python tests/real_forward.py SITE_PACKAGES SPEC.json")
+    if len(sys.argv) not in (3, 5) or len(sys.argv) == 5 and sys.argv[3] != "--code-cache":
+        sys.exit("usage: python tests/real_forward.py SITE_PACKAGES SPEC.json [--code-cache FOLDER]")
+    if len(sys.argv) == 5:  # compiled once for every interpreter of the session (stub_imports.share_compiled_code)
+        import stub_imports
+
+        stub_imports.share_compiled_code(sys.argv[4])
     json.dump(main(sys.argv[1], json.loads(Path(sys.argv[2]).read_text(encoding="utf-8"))), sys.stdout)
