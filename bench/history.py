@@ -1340,19 +1340,6 @@ BACKBONE_PIECES = {"selector-default", "aux-init", "capture", "tail"}  # written
 RUN_IDS_NOTE = "hook([0, 2, 4]) then forward, on the stubs of tests/real_forward.py"
 
 
-def real_forward(site: Path, spec: list[dict], workdir: Path, label: str) -> dict:
-    spec_file = workdir / f"{label}.json"
-    spec_file.write_text(json.dumps(spec), encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-I", str(REPO / "tests" / "real_forward.py"), str(site), str(spec_file)],
-        capture_output=True, text=True, env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1"}, timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"real_forward on {site} exited {done.returncode}: {done.stderr[-2000:]}")
-    return json.loads(done.stdout)
-
-
 def _module_name(rel: str) -> str:
     return ".".join(SRT) + "." + rel.removesuffix(".py").replace("/", ".")
 
@@ -1367,6 +1354,8 @@ def plumbing_runs(row: dict, old: str, later: list[str], repo: Path, workdir: Pa
     release that captures) on the same stubs: the same returns and logits-processor arguments with
     the hook called; with it not called, the patched forward as R's own."""
     import shutil
+
+    from real_forward import run_fresh as real_forward  # tests/ is on the path (sglang_releases above)
 
     hook, cls = row["member"], row["cls"]
     old_file, new_file = row["old_file"], row["file"]

@@ -452,6 +452,25 @@ def main(site: str, spec: list[dict]) -> dict:
     return out
 
 
+def run_fresh(site: Path, spec: list[dict], workdir: Path, label: str, code_cache: Path | None = None) -> dict:
+    """This script on `site` in a fresh interpreter (the stub import hook is process-wide): the spec
+    written to `workdir/label.json`, the report returned; RuntimeError with its stderr if it fails."""
+    import os
+    import subprocess
+
+    spec_file = workdir / f"{label}.json"
+    spec_file.write_text(json.dumps(spec), encoding="utf-8")
+    shared = ["--code-cache", str(code_cache)] if code_cache is not None else []
+    done = subprocess.run(
+        [sys.executable, "-I", str(Path(__file__).resolve()), str(site), str(spec_file), *shared],
+        capture_output=True, text=True, env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1"}, timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"real_forward on {site} exited {done.returncode}: {done.stderr[-3000:]}")
+    return json.loads(done.stdout)
+
+
 if __name__ == "__main__":
     if len(sys.argv) not in (3, 5) or len(sys.argv) == 5 and sys.argv[3] != "--code-cache":
         sys.exit("usage: python tests/real_forward.py SITE_PACKAGES SPEC.json [--code-cache FOLDER]")

@@ -695,19 +695,6 @@ def test_no_compliant_class_has_broken_plumbing(version):
             assert any(g["gap"] == "plumbing" and g["plumbing"] for g in model["missing"]), (version, name)
 
 
-def _real_forward(site: Path, spec: list[dict], workdir: Path, label: str, code_cache: Path) -> dict:
-    """tests/real_forward.py on `site` in a fresh interpreter (its stub import hook is process-wide),
-    compiling through the session's shared folder."""
-    spec_file = workdir / f"{label}.json"
-    spec_file.write_text(json.dumps(spec), encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-I", str(Path(__file__).with_name("real_forward.py")), str(site), str(spec_file), "--code-cache", str(code_cache)],
-        capture_output=True, text=True, env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1"}, timeout=600,
-    )
-    assert done.returncode == 0, f"real_forward on {site} exited {done.returncode}: {done.stderr[-3000:]}"
-    return json.loads(done.stdout)
-
-
 CAPTURE_HOOK = "set_eagle3_layers_to_capture"
 # the pieces apply writes into the backbone; the others go into the class (or the base whose forward runs)
 BACKBONE_PIECES = {"selector-default", "aux-init", "capture", "tail"}
@@ -756,11 +743,13 @@ def test_written_plumbing_runs_like_its_reference(version, tmp_path, tmp_path_fa
     # a reference serves pupils of both kinds: run once with each backbone, under its own key
     spec = classes + [entry(*ref.split(":"), real, f"{ref}@{real}") for ref, real in sorted(references)]
     code_cache = _stub_code_cache(tmp_path_factory)
-    patched = _real_forward(root / "python", spec, tmp_path, "patched", code_cache)
+    from real_forward import run_fresh
+
+    patched = run_fresh(root / "python", spec, tmp_path, "patched", code_cache)
     # the release's class is run with its backbone where the patched one has it (a hook says where)
     for entry_ in classes:
         entry_["backbone_attribute"] = patched[f"{entry_['module']}:{entry_['class']}"].get("backbone_attribute")
-    released = _real_forward(sglang_releases.site_packages(version), classes, tmp_path, "released", code_cache)
+    released = run_fresh(sglang_releases.site_packages(version), classes, tmp_path, "released", code_cache)
     assert patched["signature"] == released["signature"] == "release"  # bound to the release's LogitsProcessor.forward
     unrunnable: dict[str, str] = {}  # the release's own forward does not run on the stubs either
     proven = hook_only = 0
