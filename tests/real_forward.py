@@ -454,7 +454,8 @@ def main(site: str, spec: list[dict]) -> dict:
 
 def run_fresh(site: Path, spec: list[dict], workdir: Path, label: str, code_cache: Path | None = None) -> dict:
     """This script on `site` in a fresh interpreter (the stub import hook is process-wide): the spec
-    written to `workdir/label.json`, the report returned; RuntimeError with its stderr if it fails."""
+    written to `workdir/label.json`, the report returned; RuntimeError with its stderr if it fails.
+    `-B`: `site` is often the shared release cache, which must never gain `__pycache__` folders."""
     import os
     import subprocess
 
@@ -462,7 +463,7 @@ def run_fresh(site: Path, spec: list[dict], workdir: Path, label: str, code_cach
     spec_file.write_text(json.dumps(spec), encoding="utf-8")
     shared = ["--code-cache", str(code_cache)] if code_cache is not None else []
     done = subprocess.run(
-        [sys.executable, "-I", str(Path(__file__).resolve()), str(site), str(spec_file), *shared],
+        [sys.executable, "-I", "-B", str(Path(__file__).resolve()), str(site), str(spec_file), *shared],
         capture_output=True, text=True, env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1"}, timeout=600,
         stdin=subprocess.DEVNULL,
     )

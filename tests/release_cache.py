@@ -127,7 +127,11 @@ def extract_sources(wheel: Path, site: Path, package: str) -> int:
 def copy_tree(src: Path, dest_pkg: Path) -> Path:
     dest_pkg.parent.mkdir(parents=True, exist_ok=True)
     # copyfile: the copy gets fresh, writable permissions whatever the cache has.
-    shutil.copytree(src, dest_pkg, copy_function=shutil.copyfile, dirs_exist_ok=True)
+    # __pycache__: a cache written into by an older run must not leak bytecode into checkouts.
+    shutil.copytree(
+        src, dest_pkg, copy_function=shutil.copyfile, dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     return dest_pkg
 
 

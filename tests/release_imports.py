@@ -108,7 +108,7 @@ def _stub_check(site: Path, spec: dict, workdir: Path, label: str, code_cache: P
     env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1"}  # SGLang's own CPU platform: no device probing
     shared = ["--code-cache", str(code_cache)] if code_cache is not None else []
     done = subprocess.run(
-        [sys.executable, "-I", str(HERE / "stub_imports.py"), str(site), "--check", str(spec_file), *shared],
+        [sys.executable, "-I", "-B", str(HERE / "stub_imports.py"), str(site), "--check", str(spec_file), *shared],
         capture_output=True, text=True, env=env, timeout=900,
     )
     if done.returncode != 0:
