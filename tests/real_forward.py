@@ -24,8 +24,10 @@ How the class is built, and why:
 * the backbone is the attribute the capture hook writes the layer ids on (else ``self.model``).  A
   real one is the release's, built by the chain, its decoder layers, embedding and norm replaced by
   plumbing_harness's recording ones: the aux states are the streams entering the captured layers
-  (``(h0 + r0)``).  A stand-in has the contract the plumbing analysis checks of a backbone: ``hidden``
-  when ``layers_to_capture`` is empty, else ``(hidden, [aux<i> for i in layers_to_capture])``, the
+  (``(h0 + r0)``); where its loop checks its layers' types (NemotronH's ``isinstance(layer, Layers)``)
+  the recording layers take those classes on, and ``layer.forward(...)`` records as ``layer(...)``.
+  A stand-in has the contract the plumbing analysis checks of a backbone: ``hidden`` when
+  ``layers_to_capture`` is empty, else ``(hidden, [aux<i> for i in layers_to_capture])``, the
   proxy on a rank that is not the last; its aux names carry the ids, so the convention a hook writes
   (``val + 1``) shows in what the logits processor gets.  0.5.23's backbones hand a capture callback
   to layers of another API: the stand-in serves there;
@@ -270,7 +272,7 @@ def layer_targets(backbone: object) -> tuple[str, ...]:
     """What the backbone's loop unpacks a decoder layer's call into: ``("hidden_states", "residual")``,
     ``("hidden_states", "topk_indices")`` (DeepSeek-V2's), or the hidden states alone."""
     source = textwrap.dedent(inspect.getsource(type(backbone).forward))
-    call = re.search(r"\(?\s*(\w+(?:\s*,\s*\w+)*)\s*,?\s*\)?\s*=\s*(?:layer|self\.\w+\[\s*\w+\s*\])\(", source)
+    call = re.search(r"\(?\s*(\w+(?:\s*,\s*\w+)*)\s*,?\s*\)?\s*=\s*(?:layer|self\.\w+\[\s*\w+\s*\])(?:\.forward)?\(", source)
     return tuple(name.strip() for name in call.group(1).split(",")) if call else ("hidden_states",)
 
 
@@ -289,6 +291,10 @@ class Layer(StreamLayer):
 
         return stub_imports.stub_class(f"Layer.{name}", "harness")()
 
+    def forward(self, *args: object, **kwargs: object) -> object:
+        """NemotronH's loop calls `layer.forward(...)`: the same recorded call."""
+        return self(*args, **kwargs)
+
     def __call__(self, *args: object, **kwargs: object) -> object:
         returned = super().__call__(*args, **kwargs)
         extra = self.targets[2:] if self.pair else self.targets[1:]
@@ -296,6 +302,20 @@ class Layer(StreamLayer):
             return returned
         head = returned if isinstance(returned, tuple) else (returned,)
         return (*head, *(Token(f"{name}{self.index}") for name in extra))
+
+
+def checked_layer_types(backbone: object) -> tuple[type, ...]:
+    """The classes the backbone's loop checks its layers against (NemotronH's ``if not isinstance(layer,
+    Layers): raise``, ``Layers`` a union of its decoder-layer classes): the recording layers take them on."""
+    forward = type(backbone).forward
+    source = textwrap.dedent(inspect.getsource(forward))
+    found: list[type] = []
+    for name in re.findall(r"isinstance\(\s*layer\w*\s*,\s*(\w+)\s*\)", source):
+        value = forward.__globals__.get(name)
+        for candidate in getattr(value, "__args__", None) or (value if isinstance(value, tuple) else (value,)):
+            if isinstance(candidate, type) and candidate not in found:
+                found.append(candidate)
+    return tuple(found)
 
 
 def backbone_attribute(cls: type, hooks: list[str]) -> str:
@@ -344,7 +364,9 @@ def build(cls: type, signature: inspect.Signature, real_backbone: bool, attribut
         config = Config()
         targets = layer_targets(backbone)
         pair = len(targets) > 1 and targets[1] == "residual"
-        layers = [Layer(i, pair, targets=targets) for i in range(config.num_hidden_layers)]
+        checked = checked_layer_types(backbone)
+        kind = type("Layer", (Layer, *checked), {"__module__": __name__}) if checked else Layer
+        layers = [kind(i, pair, targets=targets) for i in range(config.num_hidden_layers)]
         embed, stack, norms = parts(backbone)
         installed: dict[str, object] = {"start_layer": 0, "end_layer": len(layers), embed: Embed(), stack: layers}
         installed.update({norm: RMSNorm() for norm in norms})

@@ -163,6 +163,42 @@ TREE = {
                 self.transformer.layers_to_capture = [val + 1 for val in layer_ids]
 
 
+        class AttentionLayer(nn.Module):
+            pass
+
+
+        class MambaLayer(nn.Module):
+            pass
+
+
+        Layers = AttentionLayer | MambaLayer
+
+
+        class CheckedModel(LoopModel):
+            def forward(self, input_ids, positions, forward_batch, input_embeds=None):
+                hidden_states, residual = self.embed_tokens(input_ids), None
+                aux_hidden_states = []
+                for i in range(self.start_layer, self.end_layer):
+                    layer = self.layers[i]
+                    if not isinstance(layer, Layers):
+                        raise ValueError(f"Unknown layer type: {type(layer)}")
+                    if i in self.layers_to_capture:
+                        aux_hidden_states.append(hidden_states + residual if residual is not None else hidden_states)
+                    hidden_states, residual = layer.forward(hidden_states=hidden_states, residual=residual, forward_batch=forward_batch)
+                hidden_states, _ = self.norm_f(hidden_states, residual)
+                if len(aux_hidden_states) == 0:
+                    return hidden_states
+                return hidden_states, aux_hidden_states
+
+
+        class CheckedForCausalLM(TransformerForCausalLM):
+            def __init__(self, config, quant_config=None, prefix: str = ""):
+                nn.Module.__init__(self)
+                self.pp_group = get_pp_group()
+                self.transformer = CheckedModel(config)
+                self.capture_aux_hidden_states = False
+
+
         class HooklessForCausalLM(nn.Module):
             def forward(self, input_ids, positions, forward_batch):
                 return self.logits_processor(input_ids, self.model(input_ids, positions, forward_batch), self.lm_head, forward_batch)
@@ -179,7 +215,7 @@ def report(tmp_path_factory) -> dict:
     classes = ["TinyForCausalLM", "NoArgForCausalLM", "NoDefaultForCausalLM", "HooklessForCausalLM"]
     spec = site.parent / "tiny-spec.json"
     entries = [{"module": "sglang.srt.models.tiny", "class": c} for c in classes]
-    entries.append({"module": "sglang.srt.models.tiny", "class": "TransformerForCausalLM", "backbone": "real"})
+    entries += [{"module": "sglang.srt.models.tiny", "class": c, "backbone": "real"} for c in ("TransformerForCausalLM", "CheckedForCausalLM")]
     spec.write_text(json.dumps(entries), encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "-I", str(HERE / "real_forward.py"), str(site), str(spec)],
@@ -227,3 +263,15 @@ def test_a_real_backbone_hands_on_the_streams_entering_the_captured_layers(repor
     on = lm["on"]["set_eagle3_layers_to_capture"]
     assert on["logits"][0]["aux_hidden_states"] == ["(h0 + r0)", "(h2 + r2)", "(h4 + r4)"]
     assert on["logits"][0]["hidden_states"] == off["hidden_states"] and on["backbone_calls"] == 1
+
+
+def test_a_backbone_that_checks_its_layer_types_and_calls_forward_runs_on_recording_layers(report):
+    """NemotronH's loop: `if not isinstance(layer, Layers): raise`, `Layers` a union of its layer
+    classes, then `layer.forward(hidden_states=..., residual=...)`: the recording layers pass the check
+    and record the call, so the streams are the same as through `layer(...)`."""
+    checked, plain = report["CheckedForCausalLM"], report["TransformerForCausalLM"]
+    assert "error" not in checked["off"], checked["off"]
+    (off,) = checked["off"]["logits"]
+    assert off["hidden_states"] == "norm((h5 + r5))"  # `self.norm_f` replaced by the recording norm
+    on = checked["on"]["set_eagle3_layers_to_capture"]["logits"][0]
+    assert on["aux_hidden_states"] == plain["on"]["set_eagle3_layers_to_capture"]["logits"][0]["aux_hidden_states"]
