@@ -17,6 +17,7 @@ from .errors import EaglepatchError
 from .records import Finding
 
 if TYPE_CHECKING:
+    from .analyze.preflight import TargetHook
     from .read.checkpoint import Checkpoint
 from .selection import Selection
 
@@ -34,17 +35,22 @@ class PreflightReport:
         return any(f.severity == "fail" for f in self.findings)
 
 
-def _def_text(srt: Path, rel: str, line: int) -> str | None:
+def _target_hook(srt: Path, rel: str, line: int, at: str) -> TargetHook:
+    """The `def` at `rel:line` and whether a backbone of its module captures after its last layer
+    (GPT-OSS's `if self.end_layer in self.layers_to_capture`)."""
+    from .analyze import preflight as rules
+
     try:
         text = (srt / rel).read_text(encoding="utf-8")
         module = ast.parse(text)
     except (OSError, SyntaxError, UnicodeDecodeError):
-        return None
+        return rules.TargetHook(None, at)
+    source = None
     for node in ast.walk(module):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= (node.end_lineno or node.lineno):
             if node.lineno == line or any(d.lineno == line for d in node.decorator_list):
-                return ast.get_source_segment(text, node)
-    return None
+                source = ast.get_source_segment(text, node)
+    return rules.TargetHook(source, at, rules.captures_after_last_layer(module))
 
 
 def _checkpoint(value: str | None, what: str) -> Checkpoint | None:
@@ -85,7 +91,7 @@ def run_preflight(selection: Selection, words: Sequence[str]) -> PreflightReport
     findings += rules.draft_path_rule(line, algorithm, draft_option.at if draft_option else "", target, facts)
     findings += rules.architecture_rules(target, draft, algorithm, facts)
     target_class = draft_class = None
-    shift = None
+    target_hook: TargetHook | None = None
     if target is not None and target.architectures and target.architectures[0] in facts.registry:
         name = target.architectures[0]
         module = facts.registry[name].removeprefix("models/").removesuffix(".py")
@@ -104,8 +110,7 @@ def run_preflight(selection: Selection, words: Sequence[str]) -> PreflightReport
             hook = next((e for e in (*plan.missing, *plan.forwarded) if e.member.name == "set_eagle3_layers_to_capture"), None)
             signature = (hook.defined if hook is not None else None) or plan.wrapper.cls.members.get("set_eagle3_layers_to_capture")
             if signature is not None:
-                how = rules.hook_shift(_def_text(tree.srt, signature.file, signature.line))
-                shift = (how, signature.at) if how else None
+                target_hook = _target_hook(tree.srt, signature.file, signature.line, signature.at)
         elif algorithm is not None:
             findings.append(Finding("info", "target-hooks", f"--speculative-algorithm {asked}: not a member of this tree's algorithm enum "
                                     f"({', '.join(known)}); the target's hooks are not checked", "arguments", enum.at if enum else ""))
@@ -113,7 +118,7 @@ def run_preflight(selection: Selection, words: Sequence[str]) -> PreflightReport
         draft_class = f"{facts.registry[draft.architectures[0]]}:{draft.architectures[0]}"
     if target is not None and draft is not None:
         findings += rules.context_rule(target, draft, line, facts)
-        findings += rules.aux_layer_rule(target, draft, shift)
+        findings += rules.aux_layer_rule(target, draft, target_hook)
         findings += rules.vocab_rule(draft, line)
         findings += rules.hidden_size_rule(target, draft)
         findings += rules.draft_attention_rule(target, draft, line, facts)

@@ -8,8 +8,10 @@ header-only safetensors file).  Each rule is tested both ways; the real releases
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -353,16 +355,63 @@ def test_aux_layer_ids_beyond_the_target_fail_on_the_first_request(ids, fires):
     assert bool(found) is fires
 
 
+HOOK_DEF = "def set_eagle3_layers_to_capture(self, layer_ids=None):\n    if not self.pp_group.is_last_rank:\n        return\n{}"
+CONDITIONAL = "if layer_ids and layer_ids[0] == 1:\n    self.model.layers_to_capture = [val + 1 for val in layer_ids]\nelse:\n    self.model.layers_to_capture = list(layer_ids)"
+FINAL_BOUNDARY = "if layer_ids and max(layer_ids) == self.config.num_hidden_layers:\n    self.model.layers_to_capture = list(layer_ids)\nelse:\n    self.model.layers_to_capture = [val + 1 for val in layer_ids]"
+
+
 @pytest.mark.parametrize(
-    ("body", "said"),
+    ("body", "ids", "captured", "how", "condition"),
     [
-        ("self.model.layers_to_capture = [val + 1 for val in layer_ids]", "shifted by one (each k becomes k + 1)"),
-        ("if layer_ids and layer_ids[0] == 1:\n    x = [val + 1 for val in layer_ids]\nelse:\n    x = list(layer_ids)", "only in some cases"),
-        ("self.model.layers_to_capture = list(layer_ids)", "taken as they are"),
+        ("self.model.layers_to_capture = [val + 1 for val in layer_ids]", [2, 30, 58], (3, 31, 59), "shifted by one", ""),
+        ("self.model.layers_to_capture = list(layer_ids)", [2, 30, 58], (2, 30, 58), "taken as they are", ""),
+        (CONDITIONAL, [1, 29, 57], (2, 30, 58), "shifted by one", "`layer_ids and layer_ids[0] == 1` is true"),
+        (CONDITIONAL, [2, 30, 58], (2, 30, 58), "taken as they are", "`layer_ids and layer_ids[0] == 1` is false"),
+        (FINAL_BOUNDARY, [2, 30, 61], (2, 30, 61), "taken as they are", "`layer_ids and max(layer_ids) == self.config.num_hidden_layers` is true"),
+        (FINAL_BOUNDARY, [2, 30, 58], (3, 31, 59), "shifted by one", "`layer_ids and max(layer_ids) == self.config.num_hidden_layers` is false"),
+        # kept on self, then handed to the backbone (the fixture's DeepSeek-V2 shape)
+        ("self.layers_to_capture = [val + 1 for val in layer_ids]\nself.model.layers_to_capture = self.layers_to_capture", [2], (3,), "shifted by one", ""),
+        ("self.model.layers_to_capture = [val + 2 for val in layer_ids if val > 0]", [0, 4], (6,), "mapped to [6]", ""),
+        # what this reading does not follow is said, never guessed
+        ("for k in layer_ids:\n    self.model.layers_to_capture = [k]", [2], None, "does not follow", ""),
+        ("if hasattr(self.model, 'x'):\n    self.model.x(layer_ids)\nelse:\n    self.model.layers_to_capture = layer_ids", [2], None, "does not follow (hasattr", ""),
     ],
 )
-def test_the_layer_id_convention_is_read_from_the_hook(body, said):
-    assert said in (rules.hook_shift(body) or "")
+def test_the_layers_captured_are_the_targets_hook_followed_with_the_drafts_ids(body, ids, captured, how, condition):
+    source = HOOK_DEF.format(textwrap.indent(body, "    "))
+    mapping = rules.layer_mapping(source, ids, {"num_hidden_layers": 61})
+    assert mapping is not None and mapping.captured == captured and how in mapping.how
+    assert mapping.condition == condition
+
+
+def test_a_hook_that_only_delegates_says_nothing_of_the_layers():
+    source = HOOK_DEF.format("    self.language_model.set_eagle3_layers_to_capture(layer_ids)")
+    assert rules.layer_mapping(source, [2, 30, 58]) is None
+
+
+@pytest.mark.parametrize(
+    ("body", "final", "ids", "fails"),
+    [
+        ("self.model.layers_to_capture = [val + 1 for val in layer_ids]", False, [2, 30, 59], False),
+        # shifted past the last layer: never captured, though the draft's own ids are in range
+        ("self.model.layers_to_capture = [val + 1 for val in layer_ids]", False, [2, 30, 60], True),
+        ("self.model.layers_to_capture = list(layer_ids)", False, [2, 30, 60], False),
+        # a backbone that captures after its last layer takes the id equal to the layer count
+        (FINAL_BOUNDARY, True, [2, 30, 61], False),
+        (FINAL_BOUNDARY, False, [2, 30, 61], True),
+    ],
+)
+def test_ids_the_targets_hook_moves_past_the_last_layer_fail(body, final, ids, fails):
+    hook = rules.TargetHook(HOOK_DEF.format(textwrap.indent(body, "    ")), "models/x.py:1", final)
+    draft = checkpoint({"eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}})
+    found = [f for f in rules.aux_layer_rule(checkpoint(TARGET_CONFIG), draft, hook) if f.severity == "fail"]
+    assert bool(found) is fails
+    assert all(f.where == "models/x.py:1" for f in found)
+
+
+def test_a_backbone_capturing_after_its_last_layer_is_read_from_the_module():
+    assert rules.captures_after_last_layer(ast.parse("if self.end_layer in self.layers_to_capture:\n    aux.append(h)"))
+    assert not rules.captures_after_last_layer(ast.parse("if i in self.layers_to_capture:\n    aux.append(h)"))
 
 
 @pytest.mark.parametrize(
@@ -398,8 +447,9 @@ def test_the_seeds_launch_on_0_5_9(sglang_059):
     assert missing == ["get_embed_and_head", "set_eagle3_layers_to_capture"]
     (context,) = found["context-length"]
     assert context["where"].startswith("configs/model_config.py:") and SWITCH in context["fix"]
-    assert "shifted by one (each k becomes k + 1)" in found["aux-layer-ids"][0]["message"]
-    assert found["aux-layer-ids"][0]["where"].startswith("models/deepseek_v2.py:")
+    (aux,) = found["aux-layer-ids"]
+    assert "shifted by one (each k becomes k + 1)" in aux["message"] and "enters layers [3, 31, 59]" in aux["message"]
+    assert aux["where"].startswith("models/deepseek_v2.py:")
 
 
 @pytest.mark.integration
@@ -413,6 +463,10 @@ def test_the_same_launch_on_the_newest_release_reads_its_dataclass_options():
     assert "launch-arguments" not in found  # --model-path, --tp and the speculative options are its fields'
     assert "target-hooks" not in found  # upstream fixed Kimi-K2.5's hooks by hand since 0.5.9
     assert found["context-length"][0]["severity"] == "fail"
+    # the same draft, other layers: this release's hook shifts only ids starting at 1 (0.5.9's: always)
+    (aux,) = found["aux-layer-ids"]
+    assert "taken as they are" in aux["message"] and "[0] == 1` is false" in aux["message"]
+    assert "enters layers [2, 30, 58]" in aux["message"]
     _, ambiguous = preflight(site, launch(draft=None) + ["--speculative-draft", "x"])
     assert "ambiguous option" in by_check(ambiguous)["launch-arguments"][0]["message"]
 

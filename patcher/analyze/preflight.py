@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator, Mapping, Sequence
+import textwrap
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -329,22 +330,32 @@ def context_rule(target: Checkpoint, draft: Checkpoint, line: LaunchLine, facts:
                        f"set {switch}=1 before the command, or pass --context-length {draft_context}")
 
 
-def aux_layer_rule(target: Checkpoint, draft: Checkpoint, shift: tuple[str, str] | None) -> Iterator[Finding]:
-    """`shift`: (how the target's own hook maps the draft's ids, "file:line" of that hook)."""
+def aux_layer_rule(target: Checkpoint, draft: Checkpoint, hook: TargetHook | None) -> Iterator[Finding]:
+    """The draft's aux-layer ids through the target's own hook: the layers captured in this release."""
     eagle = draft.config.get("eagle_config")
     ids = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
     layers = target.number("num_hidden_layers")
-    if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         return
+    config = {"num_hidden_layers": layers} if layers is not None else {}
+    mapping = layer_mapping(hook.source, ids, config) if hook is not None else None
+    where = hook.at if hook is not None else ""
+    captured = list(mapping.captured) if mapping is not None and mapping.captured is not None else None
     if layers is not None:
-        beyond = [i for i in ids if i >= layers]
-        if beyond:
+        limit = layers + 1 if hook is not None and hook.captures_final else layers
+        beyond = [i for i in (captured if captured is not None else ids) if i >= limit]
+        if beyond and captured is not None and captured != ids:
+            yield _finding("fail", "aux-layer-ids", f"the draft's eagle_aux_hidden_state_layer_ids {ids} become layers {captured} in this "
+                           f"release's set_eagle3_layers_to_capture: {beyond} at or beyond the target's {layers} never capture",
+                           "first-request", where, "use a draft trained on this target (for this release's layer-id convention)")
+        elif beyond:
             yield _finding("fail", "aux-layer-ids", f"the draft's eagle_aux_hidden_state_layer_ids {ids} name layers {beyond} "
-                           f"at or beyond the target's {layers}", "first-request", "", "use a draft trained on this target")
-    if shift is not None:
-        how, where = shift
-        yield _finding("info", "aux-layer-ids", f"the draft's ids {ids} are {how} by the target's set_eagle3_layers_to_capture in this release",
-                       "silent", where)
+                           f"at or beyond the target's {layers}", "first-request", where, "use a draft trained on this target")
+    if mapping is not None:
+        chosen = f" (its test {mapping.condition})" if mapping.condition else ""
+        layers_of = f": the backbone captures what enters layers {captured}" if captured is not None else ""
+        yield _finding("info", "aux-layer-ids", f"the draft's ids {ids} are {mapping.how} by the target's "
+                       f"set_eagle3_layers_to_capture in this release{chosen}{layers_of}", "silent", where)
 
 
 def vocab_rule(draft: Checkpoint, line: LaunchLine) -> Iterator[Finding]:
@@ -368,11 +379,212 @@ def hidden_size_rule(target: Checkpoint, draft: Checkpoint) -> Iterator[Finding]
                        "after-target-load", str(draft.path / "config.json"), "use a draft trained on this target")
 
 
-def hook_shift(source: str | None) -> str | None:
-    """How a `set_eagle3_layers_to_capture` body maps the ids it is given: read from its text."""
+@dataclass(frozen=True)
+class TargetHook:
+    """The target's own `set_eagle3_layers_to_capture`, as the aux-layer rule reads it."""
+
+    source: str | None  # its `def`'s text; None where the file could not be read
+    at: str  # "file:line"
+    captures_final: bool = False  # a backbone of its module captures id == its layer count (after the loop)
+
+
+def captures_after_last_layer(module: ast.Module) -> bool:
+    """`self.end_layer in self.layers_to_capture` somewhere in the module: an id equal to the layer
+    count captures the last layer's output (GPT-OSS), instead of never firing."""
+    return any(isinstance(n, ast.Compare) and isinstance(n.left, ast.Attribute) and n.left.attr == "end_layer"
+               and isinstance(n.ops[0], ast.In) and isinstance(n.comparators[0], ast.Attribute)
+               and n.comparators[0].attr == "layers_to_capture" for n in ast.walk(module))
+
+
+class _Unknown(Exception):
+    """The hook's body depends on something this reading does not follow."""
+
+
+@dataclass(frozen=True)
+class LayerMapping:
+    """What the target's own `set_eagle3_layers_to_capture` does with the draft's ids, followed through
+    its body with the ids bound: the layer ids it asks the backbone to capture."""
+
+    captured: tuple[int, ...] | None  # None: the body could not be followed for these ids
+    how: str  # "shifted by one (each k becomes k + 1)", "taken as they are", ...
+    condition: str = ""  # "`<test on the ids>` is true|false": what chose the branch, when the hook has more than one
+
+
+def _evaluate(node: ast.expr, env: Mapping[str, object]) -> object:
+    """A value of the small language layer-id hooks are written in; `_Unknown` for anything else."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id in env:
+            return env[node.id]
+        raise _Unknown(node.id)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_evaluate(e, env) for e in node.elts]
+    if isinstance(node, ast.BoolOp):
+        value: object = isinstance(node.op, ast.And)
+        for operand in node.values:
+            value = _evaluate(operand, env)
+            if bool(value) is not isinstance(node.op, ast.And):
+                return value
+        return value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return not _evaluate(node.operand, env)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_int(_evaluate(node.operand, env))
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        left, right = _int(_evaluate(node.left, env)), _int(_evaluate(node.right, env))
+        return left + right if isinstance(node.op, ast.Add) else left - right
+    if isinstance(node, ast.Subscript):
+        sequence, index = _evaluate(node.value, env), _evaluate(node.slice, env)
+        if isinstance(sequence, list) and isinstance(index, int) and -len(sequence) <= index < len(sequence):
+            return sequence[index]
+        raise _Unknown(_short(node))
+    if isinstance(node, ast.Compare):
+        current = _evaluate(node.left, env)
+        for op, comparator in zip(node.ops, node.comparators):
+            other = _evaluate(comparator, env)
+            if not _compare(op, current, other):
+                return False
+            current = other
+        return True
+    if isinstance(node, ast.Attribute) and ast.unparse(node) in env:  # `self.config.num_hidden_layers`: the target's
+        return env[ast.unparse(node)]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SEQUENCE_CALLS and len(node.args) == 1 and not node.keywords:
+        value = _evaluate(node.args[0], env)
+        if not isinstance(value, list) or node.func.id in ("max", "min") and not value:
+            raise _Unknown(_short(node))
+        return _SEQUENCE_CALLS[node.func.id](value)
+    generator = node.generators[0] if isinstance(node, ast.ListComp) and len(node.generators) == 1 else None
+    if isinstance(node, ast.ListComp) and generator is not None and isinstance(generator.target, ast.Name) and not generator.is_async:
+        items, name = _evaluate(generator.iter, env), generator.target.id
+        if not isinstance(items, list):
+            raise _Unknown(_short(generator.iter))
+        bound = [{**env, name: item} for item in items]
+        return [_evaluate(node.elt, e) for e in bound if all(_evaluate(test, e) for test in generator.ifs)]
+    raise _Unknown(_short(node))
+
+
+def _short(node: ast.AST) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_SEQUENCE_CALLS: dict[str, Callable[[list], object]] = {"list": list, "sorted": sorted, "len": len, "max": max, "min": min}
+
+
+def _int(value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise _Unknown(repr(value))
+
+
+def _compare(op: ast.cmpop, left: object, right: object) -> bool:
+    if isinstance(op, ast.Is):
+        return left is right
+    if isinstance(op, ast.IsNot):
+        return left is not right
+    if isinstance(op, ast.Eq):
+        return left == right
+    if isinstance(op, ast.NotEq):
+        return left != right
+    if isinstance(op, ast.In) and isinstance(right, list):
+        return left in right
+    if isinstance(op, ast.NotIn) and isinstance(right, list):
+        return left not in right
+    if isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE)):
+        a, b = _int(left), _int(right)
+        return {ast.Lt: a < b, ast.LtE: a <= b, ast.Gt: a > b, ast.GtE: a >= b}[type(op)]
+    raise _Unknown(type(op).__name__)
+
+
+def _reads(node: ast.AST, name: str) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
+
+
+def _ends(body: Sequence[ast.stmt]) -> bool:
+    """A branch that only leaves: the pipeline guard's `if not self.pp_group.is_last_rank: return`."""
+    return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise)) and not any(_assigns_capture(s) for s in body)
+
+
+def _run_capture(body: Sequence[ast.stmt], env: dict[str, object], parameter: str, conditions: list[str]) -> tuple[bool, object]:
+    """The statements run with `env`: (stopped, the last value given to `*.layers_to_capture`, or None).
+    A test this reading cannot evaluate is followed where one branch only leaves: the path on which the
+    hook acts (the last pipeline rank)."""
+    captured: object = None
+    for statement in body:
+        if isinstance(statement, (ast.Return, ast.Raise)):
+            return True, captured
+        if isinstance(statement, ast.If):
+            try:
+                test = bool(_evaluate(statement.test, env))
+            except _Unknown:
+                if _reads(statement.test, parameter) or _ends(statement.body) == _ends(statement.orelse):
+                    raise
+                test = not _ends(statement.body)
+            else:
+                sets = any(_assigns_capture(s) for s in [*statement.body, *statement.orelse])
+                if sets and _reads(statement.test, parameter) and not _is_none_test(statement.test, parameter):
+                    conditions.append(f"`{ast.unparse(statement.test)}` is {'true' if test else 'false'}")
+            stopped, value = _run_capture(statement.body if test else statement.orelse, env, parameter, conditions)
+            captured = value if value is not None else captured
+            if stopped:
+                return True, captured
+        elif isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is not None:
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            if any(isinstance(t, ast.Attribute) and t.attr == "layers_to_capture" for t in targets):
+                captured = _evaluate(statement.value, env)
+            for target in targets:  # `num_layers = ...`, `self.layers_to_capture = ...`: read back later
+                if isinstance(target, (ast.Name, ast.Attribute)):
+                    try:
+                        env[ast.unparse(target)] = _evaluate(statement.value, env)
+                    except _Unknown:
+                        env.pop(ast.unparse(target), None)
+        elif _assigns_capture(statement):
+            raise _Unknown(type(statement).__name__)  # a loop or `with` that sets the ids: not followed
+    return False, captured
+
+
+def _assigns_capture(statement: ast.AST) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "layers_to_capture" and isinstance(n.ctx, ast.Store) for n in ast.walk(statement))
+
+
+def _is_none_test(test: ast.expr, parameter: str) -> bool:
+    """`layer_ids is None` / `is not None`: the default branch, not a condition on the ids' values."""
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == parameter
+            and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot))
+            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None)
+
+
+def layer_mapping(source: str | None, ids: Sequence[int], config: Mapping[str, int] | None = None) -> LayerMapping | None:
+    """The target's `set_eagle3_layers_to_capture` (its `def`'s text) followed with `ids` as its
+    argument and `self.config.<key>` read from the target's `config` (GPT-OSS tests `max(layer_ids)
+    == num_layers`): which layers it asks the backbone to capture, and whether a test on the ids
+    decided it (0.5.18's DeepSeek-V2 shifts only when `layer_ids[0] == 1`)."""
     if source is None:
         return None
-    if re.search(r"\+\s*1\b", source):
-        conditional = re.search(r"if\s+[^\n]*layer_ids\[0\]|if\s+[^\n]*==\s*1", source)
-        return "shifted by one only in some cases (the hook tests the ids first)" if conditional else "shifted by one (each k becomes k + 1)"
-    return "taken as they are"
+    try:
+        function = ast.parse(textwrap.dedent(source)).body[0]
+    except (SyntaxError, IndexError):
+        return None
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    arguments = [a.arg for a in (*function.args.posonlyargs, *function.args.args)][1:]  # after self
+    if not arguments:
+        return None
+    if not any(_assigns_capture(s) for s in function.body):
+        return None  # it hands the ids to another hook, or marks layers by flag: nothing to say from here
+    conditions: list[str] = []
+    try:
+        env: dict[str, object] = {arguments[0]: list(ids), **{f"self.config.{k}": v for k, v in (config or {}).items()}}
+        _, captured = _run_capture(function.body, env, arguments[0], conditions)
+    except _Unknown as unknown:
+        return LayerMapping(None, f"mapped by a body this reading does not follow ({unknown})")
+    if not isinstance(captured, list) or not all(isinstance(i, int) for i in captured):
+        return LayerMapping(None, "not handed on to the backbone's layers_to_capture")
+    if captured == [i + 1 for i in ids]:
+        how = "shifted by one (each k becomes k + 1)"
+    elif captured == list(ids):
+        how = "taken as they are"
+    else:
+        how = f"mapped to {captured}"
+    return LayerMapping(tuple(captured), how, "; ".join(conditions))
