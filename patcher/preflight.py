@@ -116,6 +116,8 @@ def run_preflight(selection: Selection, words: Sequence[str]) -> PreflightReport
                                     f"({', '.join(known)}); the target's hooks are not checked", "arguments", enum.at if enum else ""))
     if draft is not None and draft.architectures and draft.architectures[0] in facts.registry:
         draft_class = f"{facts.registry[draft.architectures[0]]}:{draft.architectures[0]}"
+        if algorithm in rules.EAGLE_ALGORITHMS:  # an EAGLE head's loader; MTP and DFlash drafts load another way
+            findings += rules.draft_weights_rule(draft, rules.read_draft_loader(tree, facts.registry[draft.architectures[0]], draft.architectures[0]))
     if target is not None and draft is not None:
         findings += rules.context_rule(target, draft, line, facts)
         findings += rules.aux_layer_rule(target, draft, target_hook)

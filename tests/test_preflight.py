@@ -435,6 +435,118 @@ def test_the_draft_weights_are_read_from_their_header_only():
     assert (DRAFT / "model.safetensors").stat().st_size < 4096  # no tensor data
 
 
+EAGLE_HEAD = """
+import re
+
+from sglang.srt.models.llama import LlamaForCausalLM
+
+
+class EagleModel:
+    def __init__(self, config):
+        self.embed_tokens = None
+        self.fc = None
+        self.{layer} = None
+        self.norm = None
+
+
+class HeadForCausalLMEagle3(LlamaForCausalLM):
+    def __init__(self, config):
+        self.model = EagleModel(config)
+        self.lm_head = None
+
+    def load_weights(self, weights):
+        params_dict = dict(self.named_parameters())
+        renames = {renames}
+        for name, loaded_weight in weights:
+            for old, new in renames.items():
+                if old in name:
+                    name = name.replace(old, new)
+            name = {sub}
+            if "d2t" in name:
+                continue
+            if name == "t2d" or name.endswith(".t2d"):
+                continue
+            param_name = name if name in params_dict else f"model.{{name}}"
+            if param_name in params_dict:
+                params_dict[param_name].weight_loader(loaded_weight)
+"""
+SPECFORGE = ("d2t", "t2d", "fc.weight", "lm_head.weight", "midlayer.self_attn.q_proj.weight", "norm.weight", "embed_tokens.weight")
+LAYERS_0 = ("d2t", "fc.weight", "layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.up_proj.weight", "norm.weight")
+
+
+def _head_tree(tmp_path: Path, layer: str, renames: str = "{}", sub: str = "name"):
+    from eaglepatch.read.locate import SourceTree
+
+    srt = tmp_path / "sglang" / "srt"
+    (srt / "models").mkdir(parents=True)
+    (srt / "models" / "head.py").write_text(EAGLE_HEAD.format(layer=layer, renames=renames, sub=sub))
+    (srt / "models" / "llama.py").write_text("class LlamaForCausalLM:\n    def __init__(self, config):\n        self.logits_processor = None\n")
+    return SourceTree(srt, tmp_path, "srt")
+
+
+@pytest.mark.parametrize(
+    ("layer", "renames", "sub", "weights", "skipped"),
+    [
+        ("midlayer", "{}", "name", SPECFORGE, []),
+        # a head whose decoder layer is `layers`: SpecForge's `midlayer.*` names find no module
+        ("layers", "{}", "name", SPECFORGE, ["midlayer.self_attn.q_proj.weight"]),
+        # ... unless its loader renames them (0.5.12's legacy map), substring for substring
+        ("layers", '{"midlayer": "layers.0"}', "name", SPECFORGE, []),
+        # a head that holds `midlayer` and the draft's `layers.0.*` names (0.5.9 - 0.5.11)
+        ("midlayer", "{}", "name", LAYERS_0, ["layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.up_proj.weight"]),
+        # the Kimi MLA head's `re.sub(r"^layers\.0\.", "midlayer.", name)`
+        ("midlayer", "{}", 're.sub(r"^layers\\.0\\.", "midlayer.", name)', LAYERS_0, ["model.layers.0.mlp.up_proj.weight"]),
+    ],
+)
+def test_the_draft_weights_its_class_would_skip_are_named(tmp_path, layer, renames, sub, weights, skipped):
+    loader = rules.read_draft_loader(_head_tree(tmp_path, layer, renames, sub), "models/head.py", "HeadForCausalLMEagle3")
+    assert loader is not None and {"d2t", "t2d"} <= set(loader.consumed)
+    assert "logits_processor" in loader.modules  # read through the models module it imports from
+    assert rules.unloaded_weights(weights, loader) == skipped
+    found = list(rules.draft_weights_rule(checkpoint({}, weights), loader))
+    assert bool(found) is bool(skipped)
+    if skipped:
+        (warn,) = found
+        line = EAGLE_HEAD.splitlines().index("    def load_weights(self, weights):") + 1
+        assert warn.severity == "warn" and warn.when == "silent" and warn.where == f"models/head.py:{line}"
+        assert f"{len(skipped)} of the draft's {len(weights)} weights" in warn.message and skipped[0] in warn.message
+
+
+def test_a_loader_of_another_shape_is_not_read(tmp_path):
+    tree = _head_tree(tmp_path, "midlayer")
+    path = tree.srt / "models" / "head.py"
+    path.write_text(path.read_text().replace('f"model.{name}"', "name"))
+    assert rules.read_draft_loader(tree, "models/head.py", "HeadForCausalLMEagle3") is None
+    assert rules.read_draft_loader(tree, "models/missing.py", "HeadForCausalLMEagle3") is None
+
+
+def _safetensors(path: Path, names: tuple[str, ...]) -> None:
+    """A valid .safetensors file of one BF16 element per tensor: the header is what preflight reads."""
+    import struct
+
+    header = {name: {"dtype": "BF16", "shape": [1], "data_offsets": [2 * i, 2 * i + 2]} for i, name in enumerate(names)}
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + bytes(2 * len(names)))
+
+
+def test_preflight_names_the_draft_weights_only_for_an_eagle_head(tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(CHECKOUT, tree, ignore=shutil.ignore_patterns("__pycache__", ".git"))
+    head = tree / "python" / "sglang" / "srt" / "models" / "llama_eagle3.py"
+    head.write_text(head.read_text().replace("\n\nEntryClass", textwrap.indent(
+        "\ndef load_weights(self, weights):\n    params_dict = dict(self.named_parameters())\n    for name, w in weights:\n"
+        "        if \"d2t\" in name or \"t2d\" in name:\n            continue\n"
+        "        param = name if name in params_dict else f\"model.{name}\"\n", "    ") + "\n\nEntryClass"))
+    draft = tmp_path / "draft"
+    shutil.copytree(DRAFT, draft)
+    _safetensors(draft / "model.safetensors", ("d2t", "fc.weight", "transformer.h.0.attn.weight", "lm_head.weight"))
+    _, data = preflight(tree, launch(draft=draft))
+    (warn,) = by_check(data)["draft-weights"]
+    assert "transformer.h.0.attn.weight" in warn["message"] and warn["where"].startswith("models/llama_eagle3.py:")
+    _, other = preflight(tree, launch(draft=draft, algorithm="NGRAM"))
+    assert "draft-weights" not in by_check(other)
+
+
 # --------------------------------------------------------------------------- real releases
 
 
@@ -530,3 +642,20 @@ def test_each_rule_both_ways_on_the_oldest_and_newest_release(release_site, tmp_
     (deepseek / "config.json").write_text(json.dumps(config))
     assert checks(launch(target=deepseek, draft=None, algorithm="EAGLE"))["draft-path-missing"][0]["severity"] == "info"
     assert checks(launch(target=deepseek, draft=None))["draft-path-missing"][0]["severity"] == "fail"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("version", "skipped"), [("0.5.9", ["layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.up_proj.weight"]),
+                                                 (None, [])])
+def test_a_drafts_layers_0_names_load_only_where_the_release_renames_them(version, skipped):
+    """0.5.9's LlamaForCausalLMEagle3 holds `midlayer` and skips `layers.0.*` without a word; the
+    newest renames `midlayer` to `layers.0` and loads both namings."""
+    import sglang_releases
+
+    from eaglepatch.read.locate import SourceTree
+
+    srt = sglang_releases.site_packages(version or sglang_releases.read_releases()[-1]) / "sglang" / "srt"
+    loader = rules.read_draft_loader(SourceTree(srt, srt, "srt"), "models/llama_eagle3.py", "LlamaForCausalLMEagle3")
+    assert loader is not None
+    assert rules.unloaded_weights(LAYERS_0, loader) == skipped
+    assert rules.unloaded_weights(SPECFORGE, loader) == []

@@ -59,6 +59,110 @@ def read_registry(tree: SourceTree) -> tuple[dict[str, str], tuple[str, ...]]:
     return out, tuple(unreadable)
 
 
+@dataclass(frozen=True)
+class DraftLoader:
+    """What the draft class's `load_weights` accepts, read from its module (and the models modules it
+    imports from): a weight whose name, renamed as it renames them, starts with none of the modules any
+    `__init__` there holds is skipped without a word, its parameter left as initialised."""
+
+    cls: str
+    at: str  # "file:line" of its load_weights
+    modules: frozenset[str]  # every `self.X = ...` of an `__init__` in those files, and "model"
+    renames: tuple[tuple[str, str], ...] = ()  # its str -> str dict literals, and `re.sub` patterns ("re:" + pattern)
+    consumed: tuple[str, ...] = ()  # `if "d2t" in name: ...; continue` (or `name == "d2t"`): names it takes another way
+
+
+def read_draft_loader(tree: SourceTree, rel: str, cls: str) -> DraftLoader | None:
+    """None where the class's module, or a `load_weights` in it, cannot be read, or the loader is not
+    of the EAGLE heads' shape (a name it does not find falls back to `f"model.{name}"`, then is
+    skipped): nothing is said of it."""
+    try:
+        module = parsed_module(tree.srt / rel)
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    loaders = [n for n in ast.walk(module) if isinstance(n, ast.FunctionDef) and n.name == "load_weights"]
+    owner = next((n for n in module.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+    own = [n for n in (owner.body if owner else []) if isinstance(n, ast.FunctionDef) and n.name == "load_weights"]
+    if not (own or loaders):
+        return None
+    loader = (own or loaders)[0]
+    modules = {"model"}
+    imported = [n.module for n in module.body if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("sglang.srt.models.")]
+    for tree_module in [module, *(_parsed_or_none(tree.srt / (m.removeprefix("sglang.srt.").replace(".", "/") + ".py")) for m in imported)]:
+        for init in (n for n in ast.walk(tree_module) if isinstance(n, ast.FunctionDef) and n.name == "__init__") if tree_module else ():
+            modules |= {t.attr for n in ast.walk(init) if isinstance(n, (ast.Assign, ast.AnnAssign))
+                        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+    if not any(isinstance(n, ast.JoinedStr) and n.values and isinstance(n.values[0], ast.Constant) and n.values[0].value == "model."
+               for n in ast.walk(loader)):
+        return None  # not the EAGLE heads' `f"model.{name}"` fallback: a loader of another shape, not read
+    renames = [(k.value, v.value) for n in ast.walk(loader) if isinstance(n, ast.Dict) for k, v in zip(n.keys, n.values)
+               if isinstance(k, ast.Constant) and isinstance(k.value, str) and isinstance(v, ast.Constant) and isinstance(v.value, str)]
+    for n in ast.walk(loader):
+        if isinstance(n, ast.Call) and ast.unparse(n.func) == "re.sub" and len(n.args) >= 2:
+            pattern, replacement = n.args[0], n.args[1]
+            if isinstance(pattern, ast.Constant) and isinstance(pattern.value, str) and isinstance(replacement, ast.Constant) and isinstance(replacement.value, str):
+                renames.append(("re:" + pattern.value, replacement.value))
+    consumed = [token for n in ast.walk(loader) if isinstance(n, ast.If) and any(isinstance(b, ast.Continue) for b in n.body)
+                for token in _name_tests(n.test)]
+    return DraftLoader(cls, f"{rel}:{loader.lineno}", frozenset(modules), tuple(renames), tuple(dict.fromkeys(consumed)))
+
+
+def _name_tests(test: ast.expr) -> list[str]:
+    """The strings `"d2t" in name`, `name == "d2t"`, `name.endswith(".d2t")` (joined by `or`) test a name for."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        return [token for value in test.values for token in _name_tests(value)]
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        left, right = test.left, test.comparators[0]
+        if isinstance(test.ops[0], ast.In) and isinstance(left, ast.Constant) and isinstance(left.value, str):
+            return [left.value]
+        if isinstance(test.ops[0], ast.Eq) and isinstance(right, ast.Constant) and isinstance(right.value, str):
+            return [right.value]
+    if (isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and test.func.attr in ("endswith", "startswith")
+            and test.args and isinstance(test.args[0], ast.Constant) and isinstance(test.args[0].value, str)):
+        return [test.args[0].value]
+    return []
+
+
+def _parsed_or_none(path: Path) -> ast.Module | None:
+    try:
+        return parsed_module(path)
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+
+
+def unloaded_weights(names: Sequence[str], loader: DraftLoader) -> list[str]:
+    """The weight names `loader` skips: renamed as its load_weights renames them (substring for
+    substring), then neither taken another way nor starting with a module the class holds."""
+    out = []
+    for original in names:
+        name = original
+        for old, new in loader.renames:
+            if old.startswith("re:"):
+                name = re.sub(old[3:], new, name)
+            elif old in name:
+                name = name.replace(old, new)
+        if any(token in name for token in loader.consumed):
+            continue
+        head = name.removeprefix("model.").split(".")[0]
+        if head not in loader.modules:
+            out.append(original)
+    return out
+
+
+def draft_weights_rule(draft: Checkpoint, loader: DraftLoader | None) -> Iterator[Finding]:
+    if loader is None or not draft.weights:
+        return
+    skipped = unloaded_weights(sorted(draft.weights), loader)
+    if not skipped:
+        return
+    shown = ", ".join(skipped[:4]) + (f", and {len(skipped) - 4} more" if len(skipped) > 4 else "")
+    yield _finding("warn", "draft-weights", f"{len(skipped)} of the draft's {len(draft.weights)} weights name modules {loader.cls} "
+                   f"does not hold ({shown}): its load_weights skips them without a word and those parameters keep their "
+                   "initial values", "silent", loader.at,
+                   f"rename the draft's weights to the modules {loader.cls} loads, or use a draft exported for this release")
+
+
 def _names_algorithm(node: ast.expr) -> bool:
     name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
     return name == "speculative_algorithm"
