@@ -114,10 +114,12 @@ def run_preflight(selection: Selection, words: Sequence[str]) -> PreflightReport
         elif algorithm is not None:
             findings.append(Finding("info", "target-hooks", f"--speculative-algorithm {asked}: not a member of this tree's algorithm enum "
                                     f"({', '.join(known)}); the target's hooks are not checked", "arguments", enum.at if enum else ""))
-    if draft is not None and draft.architectures and draft.architectures[0] in facts.registry:
-        draft_class = f"{facts.registry[draft.architectures[0]]}:{draft.architectures[0]}"
+    draft_arch = draft.architectures[0] if draft is not None and draft.architectures else None
+    draft_arch = rules.draft_loaded_as(draft_arch, facts.draft_rewrites)[0] if draft_arch else None  # as the model config names it
+    if draft is not None and draft_arch in facts.registry:
+        draft_class = f"{facts.registry[draft_arch]}:{draft_arch}"
         if algorithm in rules.EAGLE_ALGORITHMS:  # an EAGLE head's loader; MTP and DFlash drafts load another way
-            findings += rules.draft_weights_rule(draft, rules.read_draft_loader(tree, facts.registry[draft.architectures[0]], draft.architectures[0]))
+            findings += rules.draft_weights_rule(draft, rules.read_draft_loader(tree, facts.registry[draft_arch], draft_arch))
     if target is not None and draft is not None:
         findings += rules.context_rule(target, draft, line, facts)
         findings += rules.aux_layer_rule(target, draft, target_hook)

@@ -547,6 +547,46 @@ def test_preflight_names_the_draft_weights_only_for_an_eagle_head(tmp_path):
     assert "draft-weights" not in by_check(other)
 
 
+@pytest.mark.parametrize(
+    ("branch", "expected"),
+    [
+        ('if is_draft_model and self.hf_config.architectures[0] == "MiMoForCausalLM":\n    self.hf_config.architectures[0] = "MiMoMTP"',
+         {"MiMoForCausalLM": "MiMoMTP"}),
+        ('if is_draft_model and self.hf_config.architectures[0] in ["A", "B"]:\n    self.hf_config.architectures[0] = "ANextN"',
+         {"A": "ANextN", "B": "ANextN"}),
+        # a further condition, or a body that decides further: not the class for every draft
+        ('if is_draft_model and self.speculative_algorithm == "DSPARK" and self.hf_config.architectures[0] == "A":\n'
+         '    self.hf_config.architectures[0] = "ADSpark"', {}),
+        ('if is_draft_model and self.hf_config.architectures[0] == "A":\n    if bundled:\n        self.hf_config.architectures[0] = "X"\n'
+         '    else:\n        self.hf_config.architectures[0] = "Y"', {}),
+        # the target's own branch
+        ('if self.hf_config.architectures[0] == "A":\n    self.hf_config.architectures[0] = "B"', {}),
+    ],
+)
+def test_the_architectures_the_model_config_rewrites_for_a_draft_are_read(tmp_path, branch, expected):
+    from eaglepatch.read.locate import SourceTree
+
+    srt = tmp_path / "sglang" / "srt"
+    (srt / "configs").mkdir(parents=True)
+    source = "class ModelConfig:\n    def _config_draft_model(self):\n        is_draft_model = self.is_draft_model\n" + textwrap.indent(branch, " " * 8)
+    (srt / "configs" / "model_config.py").write_text(source + "\n")
+    found = rules.read_draft_rewrites(SourceTree(srt, tmp_path, "srt"))
+    assert {k: v[0] for k, v in found.items()} == expected
+    assert all(at == "configs/model_config.py:4" for _, at in found.values())
+
+
+def test_a_draft_is_looked_up_as_the_class_the_model_config_leaves_it():
+    rewrites = {"A": ("B", "configs/model_config.py:10"), "B": ("C", "configs/model_config.py:20"), "D": ("A", "configs/model_config.py:5")}
+    assert rules.draft_loaded_as("A", rewrites) == ("C", "configs/model_config.py:20")  # file order: A -> B, then B -> C
+    assert rules.draft_loaded_as("D", rewrites) == ("C", "configs/model_config.py:20")
+    assert rules.draft_loaded_as("B", {"B": ("C", "m:20"), "C": ("B", "m:10")}) == ("C", "m:20")  # C -> B ran before
+    assert rules.draft_loaded_as("Z", rewrites) == ("Z", "")
+    facts = rules.TreeFacts(registry={"C": "models/c.py"}, draft_rewrites=rewrites)
+    found = list(rules.architecture_rules(None, checkpoint({"architectures": ["A"]}), "EAGLE", facts))
+    assert [(f.check, f.severity, f.where) for f in found] == [
+        ("draft-architecture", "info", "configs/model_config.py:20"), ("draft-architecture", "info", "models/c.py")]
+
+
 # --------------------------------------------------------------------------- real releases
 
 
@@ -659,3 +699,18 @@ def test_a_drafts_layers_0_names_load_only_where_the_release_renames_them(versio
     assert loader is not None
     assert rules.unloaded_weights(LAYERS_0, loader) == skipped
     assert rules.unloaded_weights(SPECFORGE, loader) == []
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("version", ["0.5.9", None])
+def test_deepseek_v3_as_a_draft_is_served_by_its_nextn_class(version):
+    import sglang_releases
+
+    from eaglepatch.read.locate import SourceTree
+
+    srt = sglang_releases.site_packages(version or sglang_releases.read_releases()[-1]) / "sglang" / "srt"
+    tree = SourceTree(srt, srt, "srt")
+    loaded, at = rules.draft_loaded_as("DeepseekV3ForCausalLM", rules.read_draft_rewrites(tree))
+    assert loaded == "DeepseekV3ForCausalLMNextN" and at.startswith("configs/model_config.py:")
+    assert rules.read_registry(tree)[0][loaded] == "models/deepseek_nextn.py"
+    assert rules.draft_loaded_as("LlamaForCausalLMEagle3", rules.read_draft_rewrites(tree)) == ("LlamaForCausalLMEagle3", "")

@@ -40,6 +40,7 @@ class TreeFacts:
     draft_attention_at: str = ""  # where a draft worker takes its own attention backend, when one is given
     self_drafting: tuple[str, ...] = ()  # architectures whose own MTP layers are the draft when no path is given
     self_drafting_at: str = ""
+    draft_rewrites: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # "DeepseekV3ForCausalLM" -> ("...NextN", "file:line")
 
 
 def read_registry(tree: SourceTree) -> tuple[dict[str, str], tuple[str, ...]]:
@@ -260,6 +261,55 @@ def _literal_list(path: Path, name: str) -> tuple[tuple[str, ...], int]:
     return (), 0
 
 
+def _tested_architectures(test: ast.expr) -> list[str]:
+    """`is_draft_model and self.hf_config.architectures[0] == "X"` (or `in ["X", ...]`): the X's."""
+    parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    flags = [part for part in parts if ast.unparse(part) in ("is_draft_model", "self.is_draft_model")]
+    tests = [part for part in parts if isinstance(part, ast.Compare) and len(part.ops) == 1 and ast.unparse(part.left).endswith("architectures[0]")]
+    if not flags or len(tests) != 1 or len(flags) + len(tests) != len(parts):
+        return []  # a further condition (the algorithm, a config class): not the class for every draft
+    right, op = tests[0].comparators[0], tests[0].ops[0]
+    if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) and isinstance(right.value, str):
+        return [right.value]
+    if isinstance(op, ast.In) and isinstance(right, (ast.List, ast.Tuple)):
+        return [e.value for e in right.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return []
+
+
+def read_draft_rewrites(tree: SourceTree) -> dict[str, tuple[str, str]]:
+    """The architectures the model config rewrites for a draft before the registry is asked
+    (configs/model_config.py: `if is_draft_model and ...architectures[0] == "DeepseekV3ForCausalLM":
+    ...architectures[0] = "DeepseekV3ForCausalLMNextN"`). Only a branch whose own body names the new
+    class is taken; one that decides further (DeepSeek-V4's DSpark or MTP) is left out."""
+    try:
+        module = parsed_module(tree.srt / "configs" / "model_config.py")
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return {}
+    out: dict[str, tuple[str, str]] = {}
+    for node in ast.walk(module):
+        if not isinstance(node, ast.If):
+            continue
+        names = _tested_architectures(node.test)
+        new = [s.value.value for s in node.body if isinstance(s, ast.Assign) and len(s.targets) == 1
+               and ast.unparse(s.targets[0]).endswith("architectures[0]") and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str)]
+        if names and len(new) == 1:
+            for name in names:
+                out.setdefault(name, (new[0], f"configs/model_config.py:{node.lineno}"))
+    return out
+
+
+def draft_loaded_as(architecture: str, rewrites: Mapping[str, tuple[str, str]]) -> tuple[str, str]:
+    """The class the model config leaves a draft's `architecture` as, and where it was rewritten
+    ("" when it is not): the branches run in file order, so A -> B then B -> C leaves C."""
+    name, at = architecture, ""
+    for _ in range(len(rewrites)):
+        step = rewrites.get(name)
+        if step is None or step[0] == name or at and int(step[1].rpartition(":")[2]) <= int(at.rpartition(":")[2]):
+            break
+        name, at = step
+    return name, at
+
+
 def read_facts(tree: SourceTree, algorithms: Sequence[str] = ()) -> TreeFacts:
     registry, unreadable = read_registry(tree)
     keys: tuple[str, ...] = ()
@@ -283,7 +333,7 @@ def read_facts(tree: SourceTree, algorithms: Sequence[str] = ()) -> TreeFacts:
     branches = argument_branches(tree)
     self_drafting, self_drafting_at = read_self_drafting(branches)
     return TreeFacts(registry, keys, keys_at, switch, at, tuple(algorithms), unreadable, read_aliases(branches), quantization_at,
-                     attention_at, self_drafting, self_drafting_at)
+                     attention_at, self_drafting, self_drafting_at, read_draft_rewrites(tree))
 
 
 def derived_context(config: Checkpoint, keys: Sequence[str]) -> int | None:
@@ -402,6 +452,11 @@ def architecture_rules(target: Checkpoint | None, draft: Checkpoint | None, algo
         if checkpoint is None:
             continue
         names = checkpoint.architectures
+        loaded, rewritten_at = draft_loaded_as(names[0], facts.draft_rewrites) if what == "draft" and names else ("", "")
+        if rewritten_at:  # what the registry is asked for is the class the model config names
+            yield _finding("info", "draft-architecture", f"the draft's {names[0]} is loaded as {loaded} (the model config "
+                           "rewrites it for a draft)", when, rewritten_at)
+            names = (loaded, *names[1:])
         if not names:
             yield _finding("fail", f"{what}-architecture", f"the {what}'s config.json names no architectures", when,
                            str(checkpoint.path / "config.json"), "set `architectures` in config.json")
