@@ -8,6 +8,7 @@ rules of analyze/preflight.py) -> findings.  It never writes and never imports S
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,20 +38,28 @@ class PreflightReport:
 
 def _target_hook(srt: Path, rel: str, line: int, at: str) -> TargetHook:
     """The `def` at `rel:line` and whether a backbone of its module captures after its last layer
-    (GPT-OSS's `if self.end_layer in self.layers_to_capture`)."""
+    (GPT-OSS's `if self.end_layer in self.layers_to_capture`).  Only the `def`'s block is parsed,
+    and the module only where its text holds `end_layer in`: preflight runs before every launch."""
+    import inspect
+    import textwrap
+
     from .analyze import preflight as rules
 
     try:
         text = (srt / rel).read_text(encoding="utf-8")
-        module = ast.parse(text)
-    except (OSError, SyntaxError, UnicodeDecodeError):
+        lines = text.splitlines(keepends=True)
+        block = textwrap.dedent("".join(inspect.getblock(lines[line - 1:]))) if 0 < line <= len(lines) else ""
+        function = ast.parse(block).body[0] if block else None
+    except (OSError, UnicodeDecodeError, SyntaxError, IndexError, inspect.EndOfBlock):
         return rules.TargetHook(None, at)
-    source = None
-    for node in ast.walk(module):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= (node.end_lineno or node.lineno):
-            if node.lineno == line or any(d.lineno == line for d in node.decorator_list):
-                source = ast.get_source_segment(text, node)
-    return rules.TargetHook(source, at, rules.captures_after_last_layer(module))
+    source = block if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+    final = False
+    if re.search(r"end_layer\s+in\b", text):
+        try:
+            final = rules.captures_after_last_layer(ast.parse(text))
+        except SyntaxError:
+            final = False
+    return rules.TargetHook(source, at, final)
 
 
 def _checkpoint(value: str | None, what: str) -> Checkpoint | None:
