@@ -589,15 +589,15 @@ def _evaluate(node: ast.expr, env: Mapping[str, object]) -> object:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         return not _evaluate(node.operand, env)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -_int(_evaluate(node.operand, env))
+        return -_as_int(_evaluate(node.operand, env))
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
-        left, right = _int(_evaluate(node.left, env)), _int(_evaluate(node.right, env))
+        left, right = _as_int(_evaluate(node.left, env)), _as_int(_evaluate(node.right, env))
         return left + right if isinstance(node.op, ast.Add) else left - right
     if isinstance(node, ast.Subscript):
         sequence, index = _evaluate(node.value, env), _evaluate(node.slice, env)
         if isinstance(sequence, list) and isinstance(index, int) and -len(sequence) <= index < len(sequence):
             return sequence[index]
-        raise _Unknown(_short(node))
+        raise _Unknown(_clipped_source(node))
     if isinstance(node, ast.Compare):
         current = _evaluate(node.left, env)
         for op, comparator in zip(node.ops, node.comparators):
@@ -611,19 +611,19 @@ def _evaluate(node: ast.expr, env: Mapping[str, object]) -> object:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SEQUENCE_CALLS and len(node.args) == 1 and not node.keywords:
         value = _evaluate(node.args[0], env)
         if not isinstance(value, list) or node.func.id in ("max", "min") and not value:
-            raise _Unknown(_short(node))
+            raise _Unknown(_clipped_source(node))
         return _SEQUENCE_CALLS[node.func.id](value)
     generator = node.generators[0] if isinstance(node, ast.ListComp) and len(node.generators) == 1 else None
     if isinstance(node, ast.ListComp) and generator is not None and isinstance(generator.target, ast.Name) and not generator.is_async:
         items, name = _evaluate(generator.iter, env), generator.target.id
         if not isinstance(items, list):
-            raise _Unknown(_short(generator.iter))
+            raise _Unknown(_clipped_source(generator.iter))
         bound = [{**env, name: item} for item in items]
         return [_evaluate(node.elt, e) for e in bound if all(_evaluate(test, e) for test in generator.ifs)]
-    raise _Unknown(_short(node))
+    raise _Unknown(_clipped_source(node))
 
 
-def _short(node: ast.AST) -> str:
+def _clipped_source(node: ast.AST) -> str:
     text = ast.unparse(node)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -631,7 +631,7 @@ def _short(node: ast.AST) -> str:
 _SEQUENCE_CALLS: dict[str, Callable[[list], object]] = {"list": list, "sorted": sorted, "len": len, "max": max, "min": min}
 
 
-def _int(value: object) -> int:
+def _as_int(value: object) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     raise _Unknown(repr(value))
@@ -651,7 +651,7 @@ def _compare(op: ast.cmpop, left: object, right: object) -> bool:
     if isinstance(op, ast.NotIn) and isinstance(right, list):
         return left not in right
     if isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE)):
-        a, b = _int(left), _int(right)
+        a, b = _as_int(left), _as_int(right)
         return {ast.Lt: a < b, ast.LtE: a <= b, ast.Gt: a > b, ast.GtE: a >= b}[type(op)]
     raise _Unknown(type(op).__name__)
 
@@ -660,7 +660,7 @@ def _reads(node: ast.AST, name: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
 
 
-def _ends(body: Sequence[ast.stmt]) -> bool:
+def _only_leaves(body: Sequence[ast.stmt]) -> bool:
     """A branch that only leaves: the pipeline guard's `if not self.pp_group.is_last_rank: return`."""
     return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise)) and not any(_assigns_capture(s) for s in body)
 
@@ -677,9 +677,9 @@ def _run_capture(body: Sequence[ast.stmt], env: dict[str, object], parameter: st
             try:
                 test = bool(_evaluate(statement.test, env))
             except _Unknown:
-                if _reads(statement.test, parameter) or _ends(statement.body) == _ends(statement.orelse):
+                if _reads(statement.test, parameter) or _only_leaves(statement.body) == _only_leaves(statement.orelse):
                     raise
-                test = not _ends(statement.body)
+                test = not _only_leaves(statement.body)
             else:
                 sets = any(_assigns_capture(s) for s in [*statement.body, *statement.orelse])
                 if sets and _reads(statement.test, parameter) and not _is_none_test(statement.test, parameter):
