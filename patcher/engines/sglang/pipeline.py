@@ -42,6 +42,7 @@ class Plumber:
         self.texts: dict[PlumbingPlan, dict[str, str]] = {}  # each proven plan: its files as written
         self.plumbed: dict[str, PlumbingPlan] = {}  # "file:Class" -> the plumbing its learned EAGLE-3 hook comes with
         self.riding: set[tuple[str, str]] = set()  # (class, hook) learned on that plumbing: kept only if it is written
+        self.proofs: dict[PlumbingPlan, tuple[str, ...]] = {}  # each plan proven once a run: adoption rounds plan again
 
     def inherited(self, key: str, base: MemberPlan, owner: str) -> list[str]:
         """What is left broken in `key` (a subclass) once apply writes `base` (the learned hook, and its
@@ -117,7 +118,13 @@ class Plumber:
 
     def prove(self, plan: PlumbingPlan) -> list[str]:
         """The plan written by the codemod into each file's text, then analysed: what is left (nothing,
-        when the plumbing works), a second run changing nothing and revert giving each file back."""
+        when the plumbing works), a second run changing nothing and revert giving each file back.  A
+        plan is a frozen record and the tree does not change within a run: each is proven once."""
+        if plan not in self.proofs:
+            self.proofs[plan] = tuple(self._prove(plan))
+        return list(self.proofs[plan])
+
+    def _prove(self, plan: PlumbingPlan) -> list[str]:
         from ...analyze.plumbing_plan import check_written, reference_hook
         from ...codemods.add_plumbing import PlumbingNotWritten, apply_plumbing
         from ...codemods.remove_plumbing import revert_plumbing
