@@ -1245,17 +1245,18 @@ def check_written(classes: ClassLookup, plan: PlumbingPlan, texts: Mapping[str, 
 
 
 def judge_through(
-    classes: ClassLookup, key: str, texts: Mapping[str, str], owner: str, planner: PlumbingPlanner, reference_key: str, attribute: str
+    classes: ClassLookup, key: str, patched: Mapping[str, ClassSource], owner: str, planner: PlumbingPlanner, reference_key: str, attribute: str
 ) -> PlumbingReport | str:
-    """The analysis of `key` once apply has written: the files as `texts` say, and `owner` (a base of
-    `key`, or `key` itself) holding the hook learned from `reference_key`, on `self.<attribute>`; or why
-    the reference's hook cannot be read (its plumbing is not complete)."""
+    """The analysis of `key` once apply has written: the classes `patched` says (patched_sources of the
+    plumbing written), and `owner` (a base of `key`, or `key` itself) holding the hook learned from
+    `reference_key`, on `self.<attribute>`; or why the reference's hook cannot be read (its plumbing is
+    not complete)."""
     reference = planner.reference(reference_key)
     if not isinstance(reference, _Reference):
         return reference
-    seen = PatchedClasses(classes, files=texts)
+    seen = PatchedClasses(classes, patched)
     start = with_hook(seen, owner, reference.key, reference.hook, attribute, reference.attribute)
-    return analyze_plumbing(PatchedClasses(classes, start, texts), key)
+    return analyze_plumbing(PatchedClasses(classes, {**patched, **start}), key)
 
 
 def reference_hook(planner: PlumbingPlanner, plan: PlumbingPlan) -> tuple[FunctionNode, str] | None:

@@ -28,7 +28,7 @@ from ..read.star_imports import star_imported_names
 from ..read.style import DEFAULT_STYLE, FormatStyle
 from ..read.text import SourceFile
 from ..records import MemberPlan, ModelPlan, PlumbingPiece
-from .verify import prove_edit
+from .verify import prove_edit, prove_plumbing
 
 if TYPE_CHECKING:
     from ..read.locate import SourceTree
@@ -208,8 +208,8 @@ def plumbing_by_file(plans: Sequence[ModelPlan]) -> dict[str, tuple[PlumbingPiec
 
 
 def with_plumbing(source: SourceFile, pieces: Sequence[PlumbingPiece], line_length: int) -> tuple[SourceFile, dict[str, list[str]]]:
-    """`source` with the pieces written in (codemods/add_plumbing.py), and class -> what went into it;
-    `source` itself when there are none."""
+    """`source` with the pieces written in (codemods/add_plumbing.py) and proven to be what `check`
+    judged (verify.prove_plumbing), and class -> what went into it; `source` itself when there are none."""
     if not pieces:
         return source, {}
     from ..codemods.add_plumbing import PlumbingNotWritten, apply_plumbing
@@ -224,6 +224,7 @@ def with_plumbing(source: SourceFile, pieces: Sequence[PlumbingPiece], line_leng
         text = apply_plumbing(source.text, pieces, line_length)
     except PlumbingNotWritten as exc:
         raise EaglepatchError(f"the plumbing cannot be written as planned ({exc}); run apply again", path=source.rel) from None
+    prove_plumbing(source.rel, source.text, text, pieces, line_length)
     plumbed: dict[str, list[str]] = {}
     for piece in pieces:
         label = f"{piece.kind} in {piece.method} (plumbing)"

@@ -20,6 +20,7 @@ file is not written; `diff` and `apply` both stop there.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 from collections.abc import Mapping, Sequence
@@ -38,7 +39,7 @@ from ..read.scopes import Exports, ModuleScope, dotted_module, scope_of
 from ..read.slices import Parsed, parse_cut
 from ..read.source_cache import MemoKey, SourceCache
 from ..read.text import SourceFile, decode_source
-from ..records import MemberPlan
+from ..records import MemberPlan, PlumbingPiece
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -462,3 +463,32 @@ def _flat_code(node: cst.CSTNode) -> str:
 def _access_name(node: cst.Name | cst.Attribute | cst.BaseString) -> str:
     """The name a scope access reads: a Name's (or a string's) own text, else the node's code (a dotted name)."""
     return node.value if isinstance(node, (cst.Name, cst.SimpleString)) else _flat_code(node)
+
+
+def prove_plumbing(rel: str, text: str, written: str, pieces: Sequence[PlumbingPiece], line_length: int) -> None:
+    """The plumbing as the codemod wrote it (`written`, from `text`) is what `check` proved in `ast`:
+    every class it went into parses to the same syntax tree as the class with the plan's pieces put
+    into it (analyze/plumbing_plan.patched_sources, the tree the analysis judged), a second run changes
+    nothing and revert gives `text` back.  Anything else is an error for the file: nothing is written."""
+    from ..analyze.plumbing import SourceClasses
+    from ..analyze.plumbing_plan import patched_sources
+    from ..codemods.add_plumbing import apply_plumbing
+    from ..codemods.remove_plumbing import revert_plumbing
+
+    def fail(why: str) -> EaglepatchError:
+        return EaglepatchError(f"the plumbing as written {why}; report it, and fix one class at a time with --model", path=rel)
+
+    try:
+        proven = patched_sources(SourceClasses({rel: text}), pieces)
+        seen = SourceClasses({rel: written})
+    except (ValueError, SyntaxError) as exc:
+        raise fail(f"cannot be read back ({exc})") from None
+    for key, cls in proven.items():
+        found = seen.mro(key)
+        if not found or ast.dump(found[0].node) != ast.dump(cls.node):
+            raise fail(f"is not the code check proved in {cls.name}")
+    if apply_plumbing(written, pieces, line_length) != written:
+        raise fail("would change again on a second run")
+    back, _, kept = revert_plumbing(written)
+    if back != text or kept:
+        raise fail("would not be taken back whole by revert")

@@ -16,7 +16,7 @@ from ...selection import DEFAULT_MODEL, Analysis
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
     from ...analyze.overlay import Written
     from ...analyze.plan import ShapeCheck as ShapeMisfit
-    from ...analyze.plumbing import TreeClasses
+    from ...analyze.plumbing import ClassSource, TreeClasses
     from ...analyze.resolve import Progress, Resolver
     from ...analyze.synthesize import HookLibrary
     from ...engine import Resolved
@@ -28,9 +28,11 @@ MAX_PLUMBING_REFERENCES = 4  # references whose plumbing is planned for one clas
 
 
 class Plumber:
-    """A learned hook whose aux states cannot flow yet: the plumbing planned (analyze/plumbing_plan.py),
-    written into the files' texts by the codemod and the analysis run on what it wrote, before the hook
-    is learned from the plan's reference; or every blocker found, never a guess."""
+    """A learned hook whose aux states cannot flow yet: the plumbing planned (analyze/plumbing_plan.py)
+    and proven in `ast` (its pieces put into copies of the classes' syntax trees and the analysis run
+    again) before the hook is learned from the plan's reference; or every blocker found, never a guess.
+    The libcst write of a plan, its idempotence and revert are proven where files are written
+    (rewrite/edits.py: with_plumbing), never in `check`."""
 
     def __init__(self, resolver: Resolver, protocol: Protocol, library: HookLibrary, line_length: int):
         from ...analyze.plumbing import TreeClasses
@@ -39,10 +41,21 @@ class Plumber:
         self.classes = TreeClasses(resolver, protocol)
         self.planner = tree_planner(resolver, protocol, library, self.classes)
         self.resolver, self.library, self.line_length = resolver, library, line_length
-        self.texts: dict[PlumbingPlan, dict[str, str]] = {}  # each proven plan: its files as written
         self.plumbed: dict[str, PlumbingPlan] = {}  # "file:Class" -> the plumbing its learned EAGLE-3 hook comes with
         self.riding: set[tuple[str, str]] = set()  # (class, hook) learned on that plumbing: kept only if it is written
-        self.proofs: dict[PlumbingPlan, tuple[str, ...]] = {}  # each plan proven once a run: adoption rounds plan again
+        self._patched: dict[PlumbingPlan, dict[str, ClassSource]] = {}  # each plan's classes, patched once a run
+
+    def patched(self, plan: PlumbingPlan | None) -> dict[str, ClassSource]:
+        """The classes `plan` writes into, with its pieces in copies of their syntax trees: what the
+        analysis sees once apply has written it.  A plan is a frozen record and the tree does not change
+        within a run: each is patched once."""
+        from ...analyze.plumbing_plan import patched_sources
+
+        if plan is None or not plan.pieces:
+            return {}
+        if plan not in self._patched:
+            self._patched[plan] = patched_sources(self.classes, plan.pieces)
+        return self._patched[plan]
 
     def inherited(self, key: str, base: MemberPlan, owner: str) -> list[str]:
         """What is left broken in `key` (a subclass) once apply writes `base` (the learned hook, and its
@@ -51,15 +64,17 @@ class Plumber:
 
         if base.synthesis is None:
             return []
-        texts = self.texts.get(base.writes_plumbing, {}) if base.writes_plumbing is not None else {}
-        report = judge_through(self.classes, key, texts, owner, self.planner, base.synthesis.reference.label, base.synthesis.backbone)
+        patched = self.patched(base.writes_plumbing)
+        report = judge_through(self.classes, key, patched, owner, self.planner, base.synthesis.reference.label, base.synthesis.backbone)
         if isinstance(report, str):
             return []  # the reference's hook is not one the planner reads: the inherited fix stands as planned
         return [g.describe() for g in report.gaps]
 
     def fit(self, entry: MemberPlan, wrapper: Wrapper, first: SynthesisFit, shape_misfit: ShapeMisfit) -> SynthesisFit:
         """`first` (the hook library's answer) when the hook needs no plumbing or the plumbing is all
-        there; else the hook learned with the plumbing written, or why it cannot be."""
+        there; else the hook learned with the plumbing written, or why it cannot be.  The planner proves
+        each plan in `ast` before it returns it (plumbing_plan.verify_plan): a plan with pieces and no
+        blockers is one the analysis finds working once written."""
         from ...analyze.plan import backbones
         from ...analyze.plumbing import HOOK
 
@@ -83,9 +98,6 @@ class Plumber:
                 return SynthesisFit(why=f"{head}; the plumbing cannot be written: {plan.why}", plumbing=True)
             if not plan.ok or not plan.needs_hook:
                 return first  # the plumbing is all there: the hook alone is missing
-            left = self.prove(plan)
-            if left:
-                return SynthesisFit(why="the plumbing as written would leave " + "; ".join(left))
             fit = self.library.fit(entry, wrapper, shape_misfit, plumbed_by=plan.reference)
             if fit.synthesis is not None:
                 self.plumbed[key] = plan
@@ -108,45 +120,13 @@ class Plumber:
         found = method_of(self.classes.mro(reference), hook)
         if found is None:
             return [f"{reference} defines no {hook} the analysis can read"]
-        plan = self.plumbed.get(key)  # the class's EAGLE-3 hook is learned with plumbing: judged on the files as written
-        texts = self.texts.get(plan, {}) if plan is not None else {}
+        plan = self.plumbed.get(key)  # the class's EAGLE-3 hook is learned with plumbing: judged with it written
+        patched = self.patched(plan)
         if plan is not None:
             self.riding.add((key, hook))
-        seen = PatchedClasses(self.classes, files=texts)
+        seen = PatchedClasses(self.classes, patched)
         start = with_hook(seen, key, reference, found[1], synthesis.backbone, synthesis.reference.backbone.attribute)
-        return [g.describe() for g in analyze_plumbing(PatchedClasses(self.classes, start, texts), key, hook).gaps]
-
-    def prove(self, plan: PlumbingPlan) -> list[str]:
-        """The plan written by the codemod into each file's text, then analysed: what is left (nothing,
-        when the plumbing works), a second run changing nothing and revert giving each file back.  A
-        plan is a frozen record and the tree does not change within a run: each is proven once."""
-        if plan not in self.proofs:
-            self.proofs[plan] = tuple(self._prove(plan))
-        return list(self.proofs[plan])
-
-    def _prove(self, plan: PlumbingPlan) -> list[str]:
-        from ...analyze.plumbing_plan import check_written, reference_hook
-        from ...codemods.add_plumbing import PlumbingNotWritten, apply_plumbing
-        from ...codemods.remove_plumbing import revert_plumbing
-        from ...errors import EaglepatchError
-
-        texts: dict[str, str] = {}
-        for file in plan.files:
-            try:
-                text = self.resolver.cache.read(self.resolver.tree.srt / file).text
-                out = apply_plumbing(text, plan.pieces_in(file), self.line_length)
-            except (EaglepatchError, PlumbingNotWritten) as exc:
-                return [f"{file}: {exc}"]
-            if apply_plumbing(out, plan.pieces_in(file), self.line_length) != out:
-                return [f"{file}: a second run would change it"]
-            back, _, kept = revert_plumbing(out)
-            if back != text or kept:
-                return [f"{file}: revert would not give it back"]
-            texts[file] = out
-        self.texts[plan] = texts
-        hook = reference_hook(self.planner, plan)
-        left = check_written(self.classes, plan, texts, *hook) if hook is not None else check_written(self.classes, plan, texts)
-        return [f"{b.piece}: {b.why} ({b.at})" for b in left]
+        return [g.describe() for g in analyze_plumbing(PatchedClasses(self.classes, {**patched, **start}), key, hook).gaps]
 
 
 def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analysis:
