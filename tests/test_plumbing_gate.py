@@ -161,3 +161,53 @@ def test_apply_says_the_plumbing_gap_is_left(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "1 required member(s) missing" in " ".join(result.stdout.split())
     assert (root / "sglang/srt/models/cap.py").read_bytes() == before
+
+
+WRAPPER = '''\
+from torch import nn
+
+from sglang.srt.models.cap import CapForCausalLM
+
+
+class CapVLForConditionalGeneration(nn.Module):
+    def __init__(self, config):
+        self.config = config
+        self.language_model = CapForCausalLM(config)
+
+    def forward(self, input_ids, positions, forward_batch):
+        return self.language_model(input_ids, positions, forward_batch)
+
+
+EntryClass = CapVLForConditionalGeneration
+'''
+
+
+def _left(data: dict) -> list[tuple[str, str, str]]:
+    """The gaps apply does not write: (class, gap name, blocker)."""
+    return sorted((m["class"], g["name"] + (" (plumbing)" if g["gap"] == "plumbing" else ""), g["blocker"]) for m in data["models"] for g in m["missing"] if g["fix"] is None)
+
+
+def test_a_delegation_to_broken_plumbing_is_judged_before_apply_writes_it(tmp_path: Path) -> None:
+    """The verdict is a fixed point: a wrapper lacking the capture hook, whose inner model has it but
+    never hands the aux states on, gets the delegation written and the plumbing gap named, by `check`
+    before `apply` exactly as after it; both `apply`s exit 1 and the second changes no byte."""
+    root = tree(tmp_path, NO_LOGITS_AUX)
+    (root / "sglang/srt/models/cap_vl.py").write_text(WRAPPER)
+    code, before = check_json(root, "--model", "cap_vl")
+    (model,) = [m for m in before["models"] if m["class"] == "CapVLForConditionalGeneration"]
+    assert code == 1 and model["status"] == "needs_code"
+    hook = [g for g in model["missing"] if g["name"] == "set_eagle3_layers_to_capture"]
+    assert sorted((g["gap"], (g["fix"] or {}).get("kind")) for g in hook) == [("member", "delegate"), ("plumbing", None)]
+    (plumbing,) = [g for g in hook if g["gap"] == "plumbing"]
+    assert [p["piece"] for p in plumbing["plumbing"]] == ["logits-aux"]
+    wrapper = root / "sglang/srt/models/cap_vl.py"
+    first = invoke("apply", root, "--model", "cap_vl")
+    assert first.exit_code == 1, first.stdout
+    assert "def set_eagle3_layers_to_capture" in wrapper.read_text()
+    code, after = check_json(root, "--model", "cap_vl")
+    assert code == 1
+    assert _left(after) == _left(before)
+    assert not [g for m in after["models"] for g in m["missing"] if g["fix"] is not None]  # nothing apply wrote is reported again
+    written = wrapper.read_bytes()
+    second = invoke("apply", root, "--model", "cap_vl")
+    assert second.exit_code == 1 and wrapper.read_bytes() == written

@@ -735,11 +735,14 @@ class PlumbingPlanner:
         self.classes = classes
         self.reference_keys = tuple(dict.fromkeys(references))
         self._references: dict[str, _Reference | str] = {}
+        # a plan is a function of the tree, the references and (class, attribute): the planning rounds of
+        # one run ask again for the same ones
+        self._plans: dict[tuple[tuple[str, ...], str, str], PlumbingPlan] = {}
 
     def without(self, keys: Sequence[str]) -> PlumbingPlanner:
-        """The same planner with the references `keys` left out (their readings shared)."""
+        """The same planner with the references `keys` left out (their readings and plans shared)."""
         other = PlumbingPlanner(self.classes, [k for k in self.reference_keys if k not in keys])
-        other._references = self._references
+        other._references, other._plans = self._references, self._plans
         return other
 
     def reference(self, key: str) -> _Reference | str:
@@ -754,6 +757,12 @@ class PlumbingPlanner:
     def plan(self, key: str, attribute: str = "model") -> PlumbingPlan:
         """The plumbing `key` ("file:Class") needs for its capture hook (its own, or the one the synthesis
         would write, learned from the reference chosen here) to work, through `self.<attribute>`."""
+        memo = (self.reference_keys, key, attribute)
+        if memo not in self._plans:
+            self._plans[memo] = self._plan(key, attribute)
+        return self._plans[memo]
+
+    def _plan(self, key: str, attribute: str) -> PlumbingPlan:
         classes = self.classes
         mro = classes.mro(key)
         found = _Plan()
@@ -1147,13 +1156,13 @@ def with_hook(classes: ClassLookup, key: str, reference_key: str, hook: Function
     `self.<attribute>`): what the synthesis writes, as the analysis needs it."""
     mro = classes.mro(key)
     cls = mro[0]
-    node = copy.deepcopy(cls.node)
+    node = copy.copy(cls.node)  # shallow: its statements are shared, never changed (patched_sources copies what it edits)
     written = copy.deepcopy(hook)
     if attribute != reference_attribute:
         for sub in ast.walk(written):
             if isinstance(sub, ast.Attribute) and _attr_of_self(sub) == reference_attribute:
                 sub.attr = attribute
-    node.body.append(written)
+    node.body = [*cls.node.body, written]
     return {cls.key: ClassSource(cls.name, cls.file, node)}
 
 
@@ -1161,13 +1170,15 @@ def patched_sources(classes: ClassLookup, pieces: Sequence[PlumbingPiece], start
     """The classes the pieces go into, with the pieces put into copies of their syntax trees."""
     out: dict[str, ClassSource] = dict(start or {})
     inserted: set[int] = set()
+    copied: set[str] = set()  # the pieces edit statements in place: each class is copied whole before the first
     for piece in pieces:
         key = f"{piece.file}:{piece.cls}"
-        if key not in out:
-            found = classes.mro(key)
-            if not found:
+        if key not in copied:
+            found = out.get(key) or next(iter(classes.mro(key)), None)
+            if found is None:
                 raise ValueError(f"{key}: not in the tree")
-            out[key] = ClassSource(found[0].name, found[0].file, copy.deepcopy(found[0].node))
+            out[key] = ClassSource(found.name, found.file, copy.deepcopy(found.node))
+            copied.add(key)
         _apply_piece(out[key].node, piece, inserted)
     return out
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+import copy
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,7 +17,7 @@ from ...selection import DEFAULT_MODEL, Analysis
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
     from ...analyze.overlay import Written
     from ...analyze.plan import ShapeCheck as ShapeMisfit
-    from ...analyze.plumbing import ClassSource, TreeClasses
+    from ...analyze.plumbing import ClassLookup, ClassSource, TreeClasses
     from ...analyze.resolve import Progress, Resolver
     from ...analyze.synthesize import HookLibrary
     from ...engine import Resolved
@@ -305,15 +306,31 @@ def _judge_plumbing(resolver: Resolver, protocol: Protocol, plans: list[ModelPla
     if not hooks:
         return plans
     classes = classes or TreeClasses(resolver, protocol)  # the planner's, when one ran: each class parsed once
+    delegating: dict[str, ClassLookup] = {}  # hook -> the classes with every delegation of it this run writes
     out = []
     for plan in plans:
         cls = plan.wrapper.cls
+        key = f"{cls.file}:{cls.name}"
         for member in hooks:
             hook = cls.members.get(member.name)
-            if plan.role != "target" or hook is None or hook.kind != "method" or member.name in cls.pending or cls.dynamic:
+            fixed = any(m.member.name == member.name and m.fix is not None and m.fix.kind in ("delegate", "inherit") for m in plan.missing)
+            if plan.role != "target" or cls.dynamic:
+                continue
+            if fixed and hook is None:
+                # the verdict is a fixed point: the delegation apply writes (here, or into the base this
+                # class inherits it from) is judged as the next check will judge it, so a gap it would
+                # leave is named before anything is written
+                if member.name not in delegating:
+                    delegating[member.name] = _with_delegations(classes, plans, member.name)
+                report = analyze_plumbing(delegating[member.name], key, member.name)
+                # an inner that lacks the hook gets it written in this run (else no delegation is
+                # planned to it), proven on its own plan: only what the delegation itself reaches counts
+                report = replace(report, gaps=tuple(g for g in report.gaps if g.piece != "delegate"))
+            elif hook is None or hook.kind != "method" or member.name in cls.pending:
                 # a hook bound as a class attribute (`hook = _impl`) has no body to follow: not judged
                 continue
-            report = analyze_plumbing(classes, f"{cls.file}:{cls.name}", member.name)
+            else:
+                report = analyze_plumbing(classes, key, member.name)
             gaps = report.gaps if member.name == HOOK else [g for g in report.gaps if g.piece == "hook"]
             if gaps:
                 plan = with_broken_plumbing(plan, member, gaps, report.read)
@@ -321,6 +338,31 @@ def _judge_plumbing(resolver: Resolver, protocol: Protocol, plans: list[ModelPla
                 plan = replace(plan, read=tuple(dict.fromkeys([*plan.read, *report.read])))
         out.append(plan)
     return out
+
+
+def _with_delegations(classes: TreeClasses, plans: Sequence[ModelPlan], hook: str) -> ClassLookup:
+    """The classes with every delegation of `hook` this run writes in them: `self.<inner>.<hook>(...)`
+    (its arguments do not matter to the analysis, which follows the call into the inner's hook)."""
+    from ...analyze.plumbing import ClassSource
+    from ...analyze.plumbing_plan import PatchedClasses
+
+    replaced: dict[str, ClassSource] = {}
+    for plan in plans:
+        key = f"{plan.wrapper.cls.file}:{plan.wrapper.cls.name}"
+        inner = next((m.fix.to for m in plan.writes if m.member.name == hook and m.fix is not None and m.fix.kind == "delegate"), None)
+        mro = classes.mro(key) if inner is not None else ()
+        if not mro:
+            continue
+        cls = mro[0]
+        written = ast.parse(f"def {hook}(self, *args, **kwargs):\n    return self.{inner}.{hook}(*args, **kwargs)\n").body[0]
+        end = cls.node.end_lineno or cls.node.lineno
+        for node in ast.walk(written):
+            if isinstance(node, (ast.stmt, ast.expr)):
+                node.lineno = node.end_lineno = end
+        node = copy.copy(cls.node)  # shallow: the analysis only reads
+        node.body = [*cls.node.body, written]
+        replaced[key] = ClassSource(cls.name, cls.file, node)
+    return PatchedClasses(classes, replaced)
 
 
 def depended_on(plans: Iterable[ModelPlan]) -> list[str]:
