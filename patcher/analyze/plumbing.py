@@ -730,10 +730,17 @@ class _Findings:
 def analyze_plumbing(classes: ClassLookup, key: str, hook: str = HOOK) -> PlumbingReport:
     """Every missing or broken piece of the plumbing behind the class's `hook` ("file:Class" `key`),
     and the mechanism the hook uses.  The class must have the hook (its own or inherited); a class
-    without one gets a `hook` gap."""
+    without one gets a `hook` gap.  The tree's own classes (a TreeClasses) are judged once a run per
+    (class, hook): the gate, the planner and the hook library ask the same question."""
+    memo = classes.reports if isinstance(classes, TreeClasses) else None
+    if memo is not None and (key, hook) in memo:
+        return memo[key, hook]
     recorder = _Recorder(classes)
     report = _analyze(recorder, key, hook, 0)
-    return replace(report, read=tuple(sorted(recorder.files)))
+    report = replace(report, read=tuple(sorted(recorder.files)))
+    if memo is not None:
+        memo[key, hook] = report
+    return report
 
 
 class _Recorder:
@@ -1158,6 +1165,7 @@ class TreeClasses:
         self._classes: dict[str, ClassSource | None] = {}
         self._bases: dict[str, list[str]] = {}
         self._mro: dict[str, tuple[ClassSource, ...]] = {}
+        self.reports: dict[tuple[str, str], PlumbingReport] = {}  # analyze_plumbing's, once a run per (class, hook)
 
     def _source(self, file: str) -> SourceFile | None:
         path = self.resolver.tree.srt / file

@@ -33,11 +33,12 @@ from typing import TYPE_CHECKING
 
 from ..codemods.names import LINE_LENGTH
 from ..errors import EaglepatchError
+from ..read.bindings import module_bound_names
 from ..read.expressions import dotted_name, dotted_parts, parse_value
-from ..read.source_cache import SourceCache
+from ..read.source_cache import MemoKey, SourceCache
 from ..read.text import SourceFile, block_text
 from ..records import ClassInfo, InnerModel, MemberPlan, Protocol, Reference, SelfUse, Signature, Synthesis, SynthesisFit, Wrapper
-from .class_index import signature_node
+from .class_index import definition_ast, signature_node
 from .plan import ShapeCheck, backbones
 from .resolve import Resolver
 from .roles import statement_walk
@@ -45,6 +46,7 @@ from .roles import statement_walk
 if TYPE_CHECKING:
     import libcst as cst
 
+_MODULE_NAMES: MemoKey[dict[Path, frozenset[str]]] = MemoKey("module -> the names its own scope binds (read/bindings.py)")
 CAPTURE_FLAG = "capture_aux_hidden_states"  # the class's switch its forward reads
 CAPTURE_LAYERS = "layers_to_capture"  # the backbone's list its forward collects
 # `self.<x>` a learned body may use besides the backbone: what each one requires of the class fixed
@@ -413,8 +415,6 @@ class HookLibrary:
         """How the reference's `__init__` builds `self.pp_group` (`get_pp_group()`, `get_parallel().pp_group`),
         when that is calls and attributes of names its module binds and nothing of `self`: the same
         expression, read in the hook instead, is the same group.  "" otherwise."""
-        from ..read.scopes import scope_of
-
         init = reference.owner.members.get("__init__")
         if init is None or not isinstance(init.path, Path) or init.header is None:
             return ""
@@ -436,13 +436,21 @@ class HookLibrary:
         plain = all(isinstance(n, (ast.Call, ast.Attribute, ast.Name, ast.Load)) for n in ast.walk(value))
         if not plain or not names or "self" in names or any(isinstance(n, ast.Call) and (n.args or n.keywords) for n in ast.walk(value)):
             return ""
-        module_names = scope_of(cache, cache.read(self.resolver.tree.srt / reference.signature.file), frozenset({reference.owner.name})).module_names()
-        return ast.unparse(value) if names <= module_names else ""
+        path = self.resolver.tree.srt / reference.signature.file
+        table = cache.memo(_MODULE_NAMES, dict)
+        if path not in table:
+            try:
+                table[path] = frozenset(module_bound_names(ast.parse(cache.read(path).text)))
+            except (SyntaxError, ValueError):
+                table[path] = frozenset()
+        return ast.unparse(value) if names <= table[path] else ""
 
     def _overlong(self, synthesis: Synthesis) -> str:
         renames = synthesis.renames()
         if all(old == new for old, new in renames.items()) and not synthesis.pp_call:
             return ""  # nothing changes length: the reference's own layout stands
+        if self._surely_fits(synthesis):
+            return ""  # `check` reads with CPython's parser: libcst lays the body out only when it may not fit
         import libcst as cst
 
         from ..codemods.retarget import ExplodeLongLiterals, Retarget, overlong_lines, pp_respelled
@@ -456,6 +464,38 @@ class HookLibrary:
         assert isinstance(func, cst.FunctionDef), "retargeting a def keeps it a def"
         lines = overlong_lines(func, "    ", self.line_length)
         return lines[0] if lines else ""
+
+    def _surely_fits(self, synthesis: Synthesis) -> bool:
+        """Every line of the reference's def, at class-body indentation, fits the line length however
+        many of its `self.` chains are renamed, each by the most any rename lengthens one: an upper
+        bound, so a True never hides a line `_overlong` would find (laying a literal out one element a
+        line only shortens lines).  False when the def's indentation is not 4 spaces a level, where
+        libcst's layout may lengthen lines."""
+        signature = synthesis.reference.signature
+        cache = self.resolver.cache
+        node = definition_ast(cache, signature)
+        if node is None or signature.path is None or signature.header is None or not node.args.args:
+            return False
+        lines = cache.function_text(cache.read(signature.path), signature.header).splitlines()  # node's positions are in it
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        indent = len(lines[node.lineno - 1]) - len(lines[node.lineno - 1].lstrip(" "))
+        body = lines[node.body[0].lineno - 1]
+        if len(body) - len(body.lstrip(" ")) != indent + 4:
+            return False
+        shift = max(0, 4 - indent)  # the def is laid out at class-body indentation; a string's own lines are not moved
+        receiver = node.args.args[0].arg
+        chains = [(receiver, *old) for old, new in synthesis.renames().items() if len(".".join(new)) > len(".".join(old))]
+        grows = [len(".".join(new)) - len(".".join(old)) for old, new in synthesis.renames().items() if len(".".join(new)) > len(".".join(old))]
+        if synthesis.pp_call:
+            chains.append((receiver, "pp_group"))
+            grows.append(len(synthesis.pp_call) - len(f"{receiver}.pp_group"))
+        patterns = [(re.compile(r"\b" + r"\s*\.\s*".join(map(re.escape, chain)) + r"\b"), grow) for chain, grow in zip(chains, grows)]
+
+        def longest(line: str) -> int:  # each renamed chain may appear anywhere in the line
+            return len(line.expandtabs(4)) + shift + sum(max(0, grow) * len(pattern.findall(line)) for pattern, grow in patterns)
+
+        end = node.end_lineno or node.lineno
+        return all(longest(line) <= self.line_length for line in lines[first - 1 : end])
 
     def _backbone_misfit(self, reference: Reference, backbone: InnerModel, plumbed: bool = False) -> str:
         """Why the body's `self.<backbone>.X` would not mean the same on `backbone`; the layer list it

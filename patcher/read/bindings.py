@@ -464,3 +464,68 @@ def _unpack(target: ast.Tuple | ast.List, value: ast.expr | None, out: list[Self
             out.append(SelfBinding(inner.attr, "[" + ", ".join(source_code(v) for v in received.elts) + "]", starred=True))
         else:
             out.append(SelfBinding(inner.attr, source_code(received)))
+
+
+def module_bound_names(module: ast.Module) -> set[str]:
+    """Every name the module's own scope binds, by CPython's parser: imports,
+    defs and classes, assignment, loop, `with` and `except` targets, walrus at module level, under any `if`/`try`/loop, whether or not that code runs (as LibCST's
+    scope of a module lists them).  A star import binds nothing it names."""
+    found: set[str] = set()
+
+    def bind_target(node: ast.AST) -> None:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                found.add(sub.id)
+            elif isinstance(sub, ast.Starred) and isinstance(sub.value, ast.Name):
+                found.add(sub.value.id)
+
+    def visit(block: Sequence[ast.stmt]) -> None:
+        for statement in block:
+            if isinstance(statement, ast.Import):  # `import a.b` binds `a`, and LibCST lists `a.b` too
+                for alias in statement.names:
+                    parts = alias.name.split(".")
+                    found.update([alias.asname] if alias.asname else (".".join(parts[: i + 1]) for i in range(len(parts))))
+            elif isinstance(statement, ast.ImportFrom):
+                found.update(a.asname or a.name for a in statement.names if a.name != "*")
+            elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found.add(statement.name)
+                for decorator in statement.decorator_list:
+                    bind_walrus(decorator)
+                continue
+            elif isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                for target in statement.targets if isinstance(statement, ast.Assign) else [statement.target]:
+                    bind_target(target)
+            elif isinstance(statement, (ast.For, ast.AsyncFor)):
+                bind_target(statement.target)
+            elif isinstance(statement, (ast.With, ast.AsyncWith)):
+                for item in statement.items:
+                    if item.optional_vars is not None:
+                        bind_target(item.optional_vars)
+            elif type(statement).__name__ in ("Try", "TryStar"):
+                for handler in statement.handlers:  # type: ignore[attr-defined]
+                    if handler.name:
+                        found.add(handler.name)
+                    visit(handler.body)
+            elif type(statement).__name__ == "Match":  # LibCST's scope lists no capture of a pattern
+                for case in statement.cases:  # type: ignore[attr-defined]
+                    visit(case.body)
+            bind_walrus(statement)
+            for field_name in ("body", "orelse", "finalbody"):
+                inner = getattr(statement, field_name, None)
+                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                    visit(inner)
+
+    def bind_walrus(node: ast.AST) -> None:
+        stack = [node]
+        while stack:
+            sub = stack.pop()
+            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)) and sub is not node:
+                continue
+            if isinstance(sub, ast.NamedExpr) and isinstance(sub.target, ast.Name):
+                found.add(sub.target.id)
+            if isinstance(sub, ast.stmt) and sub is not node:
+                continue  # a nested block is visited as a block
+            stack.extend(ast.iter_child_nodes(sub))
+
+    visit(module.body)
+    return found

@@ -17,7 +17,7 @@ from ...selection import DEFAULT_MODEL, Analysis
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
     from ...analyze.overlay import Written
     from ...analyze.plan import ShapeCheck as ShapeMisfit
-    from ...analyze.plumbing import ClassLookup, ClassSource, TreeClasses
+    from ...analyze.plumbing import ClassLookup, ClassSource, PlumbingReport, TreeClasses
     from ...analyze.resolve import Progress, Resolver
     from ...analyze.synthesize import HookLibrary
     from ...engine import Resolved
@@ -45,6 +45,8 @@ class Plumber:
         self.plumbed: dict[str, PlumbingPlan] = {}  # "file:Class" -> the plumbing its learned EAGLE-3 hook comes with
         self.riding: set[tuple[str, str]] = set()  # (class, hook) learned on that plumbing: kept only if it is written
         self._patched: dict[PlumbingPlan, dict[str, ClassSource]] = {}  # each plan's classes, patched once a run
+        self._learned: dict[tuple[str, str, str, str, str, PlumbingPlan | None], tuple[str, ...]] = {}
+        self._through: dict[tuple[str, PlumbingPlan | None, str, str, str], PlumbingReport | str] = {}
 
     def patched(self, plan: PlumbingPlan | None) -> dict[str, ClassSource]:
         """The classes `plan` writes into, with its pieces in copies of their syntax trees: what the
@@ -58,15 +60,22 @@ class Plumber:
             self._patched[plan] = patched_sources(self.classes, plan.pieces)
         return self._patched[plan]
 
+    def through(self, key: str, plan: PlumbingPlan | None, owner: str, reference: str, attribute: str) -> PlumbingReport | str:
+        """plumbing_plan.judge_through with `plan`'s plumbing written: once a run per question (the
+        planning rounds ask again)."""
+        from ...analyze.plumbing_plan import judge_through
+
+        memo = (key, plan, owner, reference, attribute)
+        if memo not in self._through:
+            self._through[memo] = judge_through(self.classes, key, self.patched(plan), owner, self.planner, reference, attribute)
+        return self._through[memo]
+
     def inherited(self, key: str, base: MemberPlan, owner: str) -> list[str]:
         """What is left broken in `key` (a subclass) once apply writes `base` (the learned hook, and its
         plumbing) into its base class `owner`: nothing, when the inherited hook works there too."""
-        from ...analyze.plumbing_plan import judge_through
-
         if base.synthesis is None:
             return []
-        patched = self.patched(base.writes_plumbing)
-        report = judge_through(self.classes, key, patched, owner, self.planner, base.synthesis.reference.label, base.synthesis.backbone)
+        report = self.through(key, base.writes_plumbing, owner, base.synthesis.reference.label, base.synthesis.backbone)
         if isinstance(report, str):
             return []  # the reference's hook is not one the planner reads: the inherited fix stands as planned
         return [g.describe() for g in report.gaps]
@@ -82,12 +91,10 @@ class Plumber:
         held = backbones(wrapper)
         if entry.member.name != HOOK or not held:
             return first
-        from ...analyze.plumbing_plan import judge_through
-
         cls = wrapper.cls
         key = f"{cls.file}:{cls.name}"
         if first.synthesis is not None:  # the hook alone, as learned: does the forward that runs use it?
-            alone = judge_through(self.classes, key, {}, key, self.planner, first.synthesis.reference.label, first.synthesis.backbone)
+            alone = self.through(key, None, key, first.synthesis.reference.label, first.synthesis.backbone)
             if not isinstance(alone, str) and not alone.gaps:
                 return first
         attribute = first.synthesis.backbone if first.synthesis is not None else held[0].attribute
@@ -111,23 +118,31 @@ class Plumber:
         """What is left broken in `key` with `hook` learned as `synthesis` says: nothing when the forward
         uses it, as the tree has it or with the plumbing this run writes for the class's EAGLE-3 hook.
         The reference's own plumbing must pass whole."""
+
+        plan = self.plumbed.get(key)  # the class's EAGLE-3 hook is learned with plumbing: judged with it written
+        if plan is not None:
+            self.riding.add((key, hook))
+        # what the judgement reads of the synthesis; the planning rounds of a run ask again
+        memo = (key, hook, synthesis.reference.label, synthesis.backbone, synthesis.reference.backbone.attribute, plan)
+        if memo not in self._learned:
+            self._learned[memo] = self._judge_learned(key, hook, synthesis, plan)
+        return list(self._learned[memo])
+
+    def _judge_learned(self, key: str, hook: str, synthesis: Synthesis, plan: PlumbingPlan | None) -> tuple[str, ...]:
         from ...analyze.plumbing import analyze_plumbing, method_of
         from ...analyze.plumbing_plan import PatchedClasses, with_hook
 
         reference = synthesis.reference.label
         own = analyze_plumbing(self.classes, reference, hook)
         if own.broken:
-            return [f"the reference's own forward does not use it ({own.gaps[0].describe()})"]
+            return (f"the reference's own forward does not use it ({own.gaps[0].describe()})",)
         found = method_of(self.classes.mro(reference), hook)
         if found is None:
-            return [f"{reference} defines no {hook} the analysis can read"]
-        plan = self.plumbed.get(key)  # the class's EAGLE-3 hook is learned with plumbing: judged with it written
+            return (f"{reference} defines no {hook} the analysis can read",)
         patched = self.patched(plan)
-        if plan is not None:
-            self.riding.add((key, hook))
         seen = PatchedClasses(self.classes, patched)
         start = with_hook(seen, key, reference, found[1], synthesis.backbone, synthesis.reference.backbone.attribute)
-        return [g.describe() for g in analyze_plumbing(PatchedClasses(self.classes, {**patched, **start}), key, hook).gaps]
+        return tuple(g.describe() for g in analyze_plumbing(PatchedClasses(self.classes, {**patched, **start}), key, hook).gaps)
 
 
 def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analysis:
