@@ -742,7 +742,8 @@ def test_explain_shows_the_proven_code_apply_writes(tmp_path):
     result = RUNNER.invoke(app, ["explain", "set_eagle3_layers_to_capture", str(tmp_path), "--model", f"wrapper:{WRAPPER_CLASS}"])
     assert result.exit_code == 0, result.output
     assert "proven" in result.stdout and "not proven" not in result.stdout
-    assert RUNNER.invoke(app, ["apply", str(tmp_path), "--model", f"wrapper:{WRAPPER_CLASS}"]).exit_code == 0
+    # 1: written, and the toy inner's forward, which never captures, is left as check said it would be
+    assert RUNNER.invoke(app, ["apply", str(tmp_path), "--model", f"wrapper:{WRAPPER_CLASS}"]).exit_code == 1
     written = path.read_text(encoding="utf-8")
     assert model["would_write"] in written
     assert model["would_write"].count("def set_eagle3_layers_to_capture(") == 1
