@@ -1228,11 +1228,13 @@ def _class_node(text: ClassText) -> ast.ClassDef | None:
     numbered as in its file.  One under a module-level `if` is parsed inside one."""
     lines = text.source.lines[text.header : text.end]
     indented = bool(lines) and lines[0][:1] in (" ", "\t")
+    # blank lines before it number its nodes as in the file (cheaper than ast.increment_lineno)
+    padding = "\n" * (text.header - 1) + "if 1:\n" if indented and text.header else "\n" * text.header
     try:
-        module = ast.parse(("if 1:\n" if indented else "") + "\n".join(lines) + "\n")
+        module = ast.parse(padding + "\n".join(lines) + "\n")
     except (SyntaxError, ValueError):
         return None
-    node = module.body[0].body[0] if indented and isinstance(module.body[0], ast.If) else module.body[0] if module.body else None
-    if not isinstance(node, ast.ClassDef):
-        return None
-    return ast.increment_lineno(node, text.header - (1 if indented else 0))
+    if indented and not text.header:
+        module = ast.increment_lineno(module, -1)  # a class on the file's first line, indented: not Python anyway
+    node = module.body[0].body[0] if indented and module.body and isinstance(module.body[0], ast.If) else module.body[0] if module.body else None
+    return node if isinstance(node, ast.ClassDef) else None

@@ -1170,16 +1170,31 @@ def patched_sources(classes: ClassLookup, pieces: Sequence[PlumbingPiece], start
     """The classes the pieces go into, with the pieces put into copies of their syntax trees."""
     out: dict[str, ClassSource] = dict(start or {})
     inserted: set[int] = set()
-    copied: set[str] = set()  # the pieces edit statements in place: each class is copied whole before the first
+    copied: set[tuple[str, str, int]] = set()  # the pieces edit statements in place: each method is copied before the first
     for piece in pieces:
         key = f"{piece.file}:{piece.cls}"
-        if key not in copied:
+        if (key, piece.method, piece.method_line) not in copied:
             found = out.get(key) or next(iter(classes.mro(key)), None)
             if found is None:
                 raise ValueError(f"{key}: not in the tree")
-            out[key] = ClassSource(found.name, found.file, copy.deepcopy(found.node))
-            copied.add(key)
+            out[key] = ClassSource(found.name, found.file, _with_own_method(found.node, piece))
+            copied.add((key, piece.method, piece.method_line))
         _apply_piece(out[key].node, piece, inserted)
+    return out
+
+
+def _with_own_method(node: ast.ClassDef, piece: PlumbingPiece) -> ast.ClassDef:
+    """A copy of the class whose method `piece` goes into is a copy of its own, the rest shared: the
+    pieces edit that method's statements in place, the analysis only reads.  A method under a
+    statement of the class body (an `if`) copies the class whole."""
+    at = next(
+        (i for i, s in enumerate(node.body) if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == piece.method and s.lineno == piece.method_line),
+        None,
+    )
+    if at is None:
+        return copy.deepcopy(node)
+    out = copy.copy(node)
+    out.body = [*node.body[:at], copy.deepcopy(node.body[at]), *node.body[at + 1 :]]
     return out
 
 
