@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` a
     from ...analyze.synthesize import HookLibrary
     from ...engine import Resolved
     from ...read.source_cache import SourceCache
-    from ...records import CallShape, MemberPlan, ModelPlan, PlumbingPlan, Protocol, Signature, Synthesis, Wrapper
+    from ...records import CallShape, MemberPlan, ModelPlan, PlumbingGap, PlumbingPlan, Protocol, Signature, Synthesis, Wrapper
 
 MAX_ADOPTION_ROUNDS = 3
 MAX_PLUMBING_REFERENCES = 4  # references whose plumbing is planned for one class before it is needs_code
@@ -70,15 +70,15 @@ class Plumber:
             self._through[memo] = judge_through(self.classes, key, self.patched(plan), owner, self.planner, reference, attribute)
         return self._through[memo]
 
-    def inherited(self, key: str, base: MemberPlan, owner: str) -> list[str]:
+    def inherited(self, key: str, base: MemberPlan, owner: str) -> tuple[PlumbingGap, ...]:
         """What is left broken in `key` (a subclass) once apply writes `base` (the learned hook, and its
         plumbing) into its base class `owner`: nothing, when the inherited hook works there too."""
         if base.synthesis is None:
-            return []
+            return ()
         report = self.through(key, base.writes_plumbing, owner, base.synthesis.reference.label, base.synthesis.backbone)
         if isinstance(report, str):
-            return []  # the reference's hook is not one the planner reads: the inherited fix stands as planned
-        return [g.describe() for g in report.gaps]
+            return ()  # the reference's hook is not one the planner reads: the inherited fix stands as planned
+        return report.gaps
 
     def fit(self, entry: MemberPlan, wrapper: Wrapper, first: SynthesisFit, shape_misfit: ShapeMisfit) -> SynthesisFit:
         """`first` (the hook library's answer) when the hook needs no plumbing or the plumbing is all
@@ -260,8 +260,9 @@ def carried_beside_hooks(library: HookLibrary, protocol: Protocol, member: str) 
 
 def _judge_inherited(plumber: Plumber, plans: list[ModelPlan]) -> list[ModelPlan]:
     """A subclass that inherits the capture hook apply learns for its base works only if its own forward
-    uses what the hook sets once the base's plumbing is written: else the inherited fix is taken back."""
-    from ...analyze.plan import without_fix
+    uses what the hook sets once the base's plumbing is written: else it gets the plumbing gap the next
+    check would find (the verdict is a fixed point: apply writes the base's fix either way)."""
+    from ...analyze.plan import with_broken_plumbing
     from ...analyze.plumbing import HOOK
 
     by_class = {f"{p.wrapper.cls.file}:{p.wrapper.cls.name}": p for p in plans}
@@ -282,8 +283,7 @@ def _judge_inherited(plumber: Plumber, plans: list[ModelPlan]) -> list[ModelPlan
             continue
         left = plumber.inherited(f"{plan.wrapper.cls.file}:{plan.wrapper.cls.name}", base, owner)
         if left:
-            blocker = f"inherits {HOOK} from {owner}, which apply fixes, but its own forward would not use it: " + "; ".join(left)
-            plan = without_fix(plan, HOOK, blocker)
+            plan = with_broken_plumbing(plan, entry.member, left)
         out.append(plan)
     return out
 
@@ -315,7 +315,7 @@ def _judge_plumbing(resolver: Resolver, protocol: Protocol, plans: list[ModelPla
     are read with EAGLE-3's conventions, which DFlash's and DSpark's newer taps (an accumulator handed to
     the layers, per-layer flags, a nested pair) do not follow."""
     from ...analyze.plan import with_broken_plumbing
-    from ...analyze.plumbing import HOOK, TreeClasses, analyze_plumbing, is_capture_hook
+    from ...analyze.plumbing import HOOK, TreeClasses, analyze_plumbing, is_capture_hook, method_of
 
     hooks = [m for name, m in protocol.members.items() if is_capture_hook(name)]
     if not hooks:
@@ -329,14 +329,17 @@ def _judge_plumbing(resolver: Resolver, protocol: Protocol, plans: list[ModelPla
         for member in hooks:
             hook = cls.members.get(member.name)
             fixed = any(m.member.name == member.name and m.fix is not None and m.fix.kind in ("delegate", "inherit") for m in plan.missing)
-            if plan.role != "target" or cls.dynamic:
+            if plan.role != "target" or cls.dynamic or any(m.member.name == member.name and m.gap == "plumbing" for m in plan.missing):
                 continue
-            if fixed and hook is None:
+            if fixed and (hook is None or member.name in cls.pending):
                 # the verdict is a fixed point: the delegation apply writes (here, or into the base this
                 # class inherits it from) is judged as the next check will judge it, so a gap it would
-                # leave is named before anything is written
+                # leave is named before anything is written; a hook learned for a base is judged where
+                # it is learned (Plumber, _judge_inherited)
                 if member.name not in delegating:
                     delegating[member.name] = _with_delegations(classes, plans, member.name)
+                if method_of(delegating[member.name].mro(key), member.name) is None:
+                    continue
                 report = analyze_plumbing(delegating[member.name], key, member.name)
                 # an inner that lacks the hook gets it written in this run (else no delegation is
                 # planned to it), proven on its own plan: only what the delegation itself reaches counts
