@@ -387,12 +387,12 @@ class VisionLanguageForConditionalGeneration(nn.Module):
 
 class VisionLanguageMoeForConditionalGeneration(VisionLanguageForConditionalGeneration):
     def forward(self, input_ids):
-        return input_ids
+        return self.language_model(input_ids)
 
 
 class VisionLanguageProForConditionalGeneration(VisionLanguageMoeForConditionalGeneration):
     def forward(self, input_ids):
-        return input_ids
+        return self.language_model(input_ids)
 
 
 EntryClass = [
