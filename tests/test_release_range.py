@@ -452,6 +452,8 @@ def test_apply_all(version, tmp_path, tmp_path_factory, record_property):
     assert _gaps(data) == _gaps(before, written=False), sorted(_gaps(data) ^ _gaps(before, written=False))
     assert not _gaps(data) & _gaps(before, written=True)
 
+    if version not in (VERSIONS[0], VERSIONS[-1]):
+        return  # idempotence is shown once a run, on the oldest and newest release (one apply --all each)
     diff_before = git(root, "diff", "--binary")
     second = eaglepatch("apply", root, "--all")
     assert second.returncode == (1 if left else 0), describe(second)
