@@ -1,6 +1,6 @@
 """Write a PlumbingPlan's pieces into a module: the one job of this codemod.
 
-Each piece (patcher/analyze/plumbing_plan.py) is one statement group or one argument, with the method it
+Each piece (patcher/plumbing/planner.py) is one statement group or one argument, with the method it
 goes into and the statement it goes before, after or in place of.  The group is laid out at the depth it
 lands at, as black lays it out at the tree's line length, in the file's own indent and newline, and
 carries one marker comment line, `# eaglepatch: plumbing learned from <origin> (<kind>, <n> statements,
@@ -32,7 +32,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.metadata import PositionProvider
 
-from ..analyze.plumbing_plan import INDENT, statement_fingerprint
+from ..plumbing.planner import INDENT, statement_fingerprint
 from .add_delegations import fit_call
 from .contract import VisitorCommand, run_command
 from .names import LINE_LENGTH, PLUMBING

@@ -22,7 +22,7 @@ SignatureKind = Literal["method", "property", "attribute"]
 # the class's bases, with its import (the vLLM profile: patcher/engines/vllm/plan.py).
 FixKind = Literal["delegate", "inherit", "synthesize", "base"]
 # What a gap is about: a `member` the class lacks, or a capture hook it has whose `plumbing` (the
-# state its forward reads, the aux states handed on) is missing or broken (analyze/plumbing.py).
+# state its forward reads, the aux states handed on) is missing or broken (plumbing/gate.py).
 GapKind = Literal["member", "plumbing"]
 
 
@@ -200,7 +200,7 @@ class PlumbingGap:
     """One missing or broken piece of a capture hook's plumbing: what, why (one clause), and where it
     belongs ("file:line")."""
 
-    piece: str  # analyze/plumbing.py's Piece
+    piece: str  # plumbing/gate.py's Piece
     why: str
     at: str
 
@@ -208,7 +208,7 @@ class PlumbingGap:
         return f"{self.piece}: {self.why} ({self.at})"
 
 
-# --------------------------------------------------------------------------- plumbing written (analyze/plumbing_plan.py)
+# --------------------------------------------------------------------------- plumbing written (plumbing/planner.py)
 
 # What a piece is, in the order the plumbing runs:
 #   flag-default / selector-default: the `__init__` defaults of the class's flag and the backbone's list;

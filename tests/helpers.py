@@ -93,7 +93,7 @@ def invoke(*args):
     return result
 
 
-# What a toy causal LM's forward needs for its capture hook to work (patcher/analyze/plumbing.py): the
+# What a toy causal LM's forward needs for its capture hook to work (patcher/plumbing/gate.py): the
 # layer choice the hook sets read in the decoder-layer loop, the aux states handed to the logits
 # processor. Appended to a class whose hook sets `self.layers_to_capture` (its __init__ sets the default).
 CAPTURING_FORWARD = '''

@@ -1,4 +1,4 @@
-"""The plumbing analysis (patcher/analyze/plumbing.py) on its own, as (source, expected) tables.
+"""The plumbing analysis (patcher/plumbing/gate.py) on its own, as (source, expected) tables.
 
 Every row is one shape SGLang's model classes take around `set_eagle3_layers_to_capture`, written as
 the smallest pair of classes that shows it (the shapes mirror upstream's, none of its code), and the
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from helpers import write_srt_tree
 
-from eaglepatch.analyze.plumbing import HOOK, PlumbingReport, SourceClasses, TreeClasses, analyze_plumbing, c3_order, tree_plumbing
 from eaglepatch.analyze.resolve import Resolver
 from eaglepatch.engines import locate_tree
+from eaglepatch.plumbing.gate import HOOK, PlumbingReport, SourceClasses, TreeClasses, analyze_plumbing, c3_order, tree_plumbing
 from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.records import Protocol
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import eaglepatch.codemods.add_plumbing as add_plumbing  # with_plumbing imports apply_plumbing at call time
-from eaglepatch.analyze.plumbing import SourceClasses
-from eaglepatch.analyze.plumbing_plan import PlumbingPlanner
 from eaglepatch.errors import EaglepatchError
+from eaglepatch.plumbing.gate import SourceClasses
+from eaglepatch.plumbing.planner import PlumbingPlanner
 from eaglepatch.rewrite.verify import prove_plumbing
 from eaglepatch.run import analyze
 from eaglepatch.selection import Selection

@@ -1,4 +1,4 @@
-"""Writing the plumbing (patcher/analyze/plumbing_plan.py, codemods/add_plumbing.py, codemods/remove_plumbing.py),
+"""Writing the plumbing (patcher/plumbing/planner.py, codemods/add_plumbing.py, codemods/remove_plumbing.py),
 proven on stubs.
 
 The fixtures are small model files in SGLang's shapes (their own code): references whose plumbing is
@@ -28,12 +28,12 @@ import pytest
 from helpers import write_srt_tree
 from plumbing_harness import INPUTS, Config, PPGroup, PPProxyTensors, Sym, build, load, set_rank
 
-from eaglepatch.analyze.plumbing import HOOK, SourceClasses, TreeClasses, analyze_plumbing
-from eaglepatch.analyze.plumbing_plan import PlumbingPlan, PlumbingPlanner, check_written, plan_plumbing, reference_hook, statement_fingerprint, tree_planner
 from eaglepatch.analyze.resolve import Resolver
 from eaglepatch.codemods.add_plumbing import PlumbingNotWritten, apply_plumbing, lay_out, parse_plumbing_marker
 from eaglepatch.codemods.remove_plumbing import revert_plumbing
 from eaglepatch.engines import locate_tree
+from eaglepatch.plumbing.gate import HOOK, SourceClasses, TreeClasses, analyze_plumbing
+from eaglepatch.plumbing.planner import PlumbingPlan, PlumbingPlanner, check_written, plan_plumbing, reference_hook, statement_fingerprint, tree_planner
 from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.records import Protocol
 

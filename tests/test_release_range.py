@@ -658,8 +658,8 @@ def test_no_compliant_class_has_broken_plumbing(version):
     """The gate passes no target whose hook (its own or inherited) writes state the forward that runs
     never reads: every such class `check --all` calls compliant is judged again in process here, and
     the known broken states are flagged with a plumbing gap naming each piece."""
-    from eaglepatch.analyze.plumbing import HOOK, TreeClasses, analyze_plumbing, is_capture_hook
     from eaglepatch.analyze.resolve import Resolver
+    from eaglepatch.plumbing.gate import HOOK, TreeClasses, analyze_plumbing, is_capture_hook
     from eaglepatch.run import analyze
     from eaglepatch.selection import Selection
 

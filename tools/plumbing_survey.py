@@ -1,4 +1,4 @@
-"""The plumbing analysis (patcher/analyze/plumbing.py) over every cached SGLang release.
+"""The plumbing analysis (patcher/plumbing/gate.py) over every cached SGLang release.
 
     python tools/plumbing_survey.py [--out FILE] [--json FILE] [--only 0.5.9 0.5.23 ...]
 
@@ -20,8 +20,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eaglepatch.analyze.plumbing import HOOK, PlumbingReport, TreeClasses, analyze_plumbing
 from eaglepatch.analyze.resolve import Resolver
+from eaglepatch.plumbing.gate import HOOK, PlumbingReport, TreeClasses, analyze_plumbing
 from eaglepatch.run import analyze
 from eaglepatch.selection import Selection
 
@@ -83,7 +83,7 @@ def markdown(releases: list[Release]) -> str:
     out = [
         "# Plumbing survey: what `set_eagle3_layers_to_capture` reaches, per release",
         "",
-        "Written by `tools/plumbing_survey.py`: patcher/analyze/plumbing.py over every class of `check --all`",
+        "Written by `tools/plumbing_survey.py`: patcher/plumbing/gate.py over every class of `check --all`",
         "that has the hook, its own or inherited (not one `apply` would write). *complete*: every piece found;",
         "*broken*: at least one gap; *not judged*: something could not be followed (a backbone outside the",
         "tree). Targets are the classes EAGLE-3 serves as the target model (drafts and non-generation models",

@@ -1,4 +1,4 @@
-"""Plumbing plans (patcher/analyze/plumbing_plan.py) and their codemod over cached SGLang releases.
+"""Plumbing plans (patcher/plumbing/planner.py) and their codemod over cached SGLang releases.
 
     python tools/plumbing_write_survey.py [--out FILE] [--json FILE] [--only 0.5.23 0.5.21 ...]
 
@@ -24,12 +24,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eaglepatch.analyze.plumbing import HOOK, TreeClasses, analyze_plumbing
-from eaglepatch.analyze.plumbing_plan import PlumbingPlan, PlumbingPlanner, check_written, reference_hook, tree_references
 from eaglepatch.analyze.resolve import Resolver
 from eaglepatch.analyze.synthesize import HookLibrary
 from eaglepatch.codemods.add_plumbing import PlumbingNotWritten, apply_plumbing
 from eaglepatch.codemods.remove_plumbing import revert_plumbing
+from eaglepatch.plumbing.gate import HOOK, TreeClasses, analyze_plumbing
+from eaglepatch.plumbing.planner import PlumbingPlan, PlumbingPlanner, check_written, reference_hook, tree_references
 from eaglepatch.read.style import load_style
 from eaglepatch.run import analyze
 from eaglepatch.selection import Selection

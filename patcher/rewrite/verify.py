@@ -468,12 +468,12 @@ def _access_name(node: cst.Name | cst.Attribute | cst.BaseString) -> str:
 def prove_plumbing(rel: str, text: str, written: str, pieces: Sequence[PlumbingPiece], line_length: int) -> None:
     """The plumbing as the codemod wrote it (`written`, from `text`) is what `check` proved in `ast`:
     every class it went into parses to the same syntax tree as the class with the plan's pieces put
-    into it (analyze/plumbing_plan.patched_sources, the tree the analysis judged), a second run changes
+    into it (plumbing/planner.patched_sources, the tree the analysis judged), a second run changes
     nothing and revert gives `text` back.  Anything else is an error for the file: nothing is written."""
-    from ..analyze.plumbing import SourceClasses
-    from ..analyze.plumbing_plan import patched_sources
     from ..codemods.add_plumbing import apply_plumbing
     from ..codemods.remove_plumbing import revert_plumbing
+    from ..plumbing.gate import SourceClasses
+    from ..plumbing.planner import patched_sources
 
     def fail(why: str) -> EaglepatchError:
         return EaglepatchError(f"the plumbing as written {why}; report it, and fix one class at a time with --model", path=rel)

@@ -34,10 +34,10 @@ from ..errors import EaglepatchError
 from ..records import PlumbingGap
 
 if TYPE_CHECKING:
+    from ..analyze.class_index import ClassText
+    from ..analyze.resolve import Resolver
     from ..read.text import SourceFile
     from ..records import Protocol as EagleProtocol
-    from .class_index import ClassText
-    from .resolve import Resolver
 
 HOOK = "set_eagle3_layers_to_capture"
 _CAPTURE_HOOK = re.compile(r"set_\w+_layers_to_capture")  # SGLang's name for the hook of each algorithm that captures aux states

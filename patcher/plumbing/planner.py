@@ -1,7 +1,7 @@
 """Plumbing, written: what to insert so that a capture hook reaches the forward that runs, learned
 from a class of the same tree whose plumbing is complete.
 
-`analyze_plumbing` (patcher/analyze/plumbing.py) says which pieces a class lacks; this module says
+`analyze_plumbing` (patcher/plumbing/gate.py) says which pieces a class lacks; this module says
 what to write for each, in the class's own names, and where.  A reference pair (a causal LM and its
 backbone) is taken from the tree only when its plumbing passes the analysis with no gap and its shape
 is the target's: the decoder-layer loop carries a recognisable layer index (`range(...)`, `enumerate`
@@ -43,12 +43,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..records import PieceKind, PlumbingBlocker, PlumbingPiece, PlumbingPlan, Where
-from .plumbing import HOOK, ClassLookup, ClassSource, FunctionNode, PlumbingReport, analyze_plumbing, calls_backbone, method_of, reached_methods
+from .gate import HOOK, ClassLookup, ClassSource, FunctionNode, PlumbingReport, analyze_plumbing, calls_backbone, method_of, reached_methods
 
 if TYPE_CHECKING:
+    from ..analyze.resolve import Resolver
+    from ..analyze.synthesize import HookLibrary
     from ..records import Protocol as EagleProtocol
-    from .resolve import Resolver
-    from .synthesize import HookLibrary
 
 INDENT = "    "  # the unit of a piece's code; codemods/add_plumbing.py writes it in the file's own
 SELF = "self"
@@ -1307,8 +1307,8 @@ def tree_references(library: HookLibrary) -> tuple[str, ...]:
 def tree_planner(resolver: Resolver, protocol: EagleProtocol, library: HookLibrary | None = None, classes: ClassLookup | None = None) -> PlumbingPlanner:
     """A planner over a resolved tree: the run's hook library (one is made when none is given) names the
     candidate references; pass the run's TreeClasses to share its parses."""
-    from .plumbing import TreeClasses
-    from .synthesize import HookLibrary
+    from ..analyze.synthesize import HookLibrary
+    from .gate import TreeClasses
 
     library = library or HookLibrary(resolver, protocol)
     return PlumbingPlanner(classes or TreeClasses(resolver, protocol), tree_references(library))
