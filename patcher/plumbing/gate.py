@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..errors import EaglepatchError
+from ..read.statements import sub_blocks
 from ..records import PlumbingGap
 
 if TYPE_CHECKING:
@@ -480,26 +481,11 @@ def _guards(function: FunctionNode) -> dict[int, list[ast.expr]]:
             elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
             else:
-                for part in _blocks(statement):
+                for part in sub_blocks(statement):
                     visit(part, current)
 
     visit(function.body, [])
     return found
-
-
-def _blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
-    """The statement blocks directly under a compound statement (not an `if`: _guards adds its test)."""
-    if isinstance(statement, (ast.For, ast.AsyncFor, ast.While)):
-        return [statement.body, statement.orelse]
-    if isinstance(statement, (ast.With, ast.AsyncWith)):
-        return [statement.body]
-    if isinstance(statement, ast.Try):
-        return [statement.body, *(h.body for h in statement.handlers), statement.orelse, statement.finalbody]
-    if isinstance(statement, ast.Match):
-        return [case.body for case in statement.cases]
-    if isinstance(statement, ast.If):
-        return [statement.body, statement.orelse]
-    return []
 
 
 def _exits(block: Sequence[ast.stmt]) -> bool:
@@ -531,7 +517,7 @@ def _max_on_a_path(block: Sequence[ast.stmt], counted: Callable[[ast.stmt], bool
         elif isinstance(statement, ast.Match):
             total += max((_max_on_a_path(c.body, counted) for c in statement.cases), default=0)
         elif not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            total += sum(_max_on_a_path(part, counted) for part in _blocks(statement))
+            total += sum(_max_on_a_path(part, counted) for part in sub_blocks(statement))
     return total
 
 
@@ -559,7 +545,7 @@ def _statements(block: Sequence[ast.stmt], decide: Decide) -> Iterator[ast.stmt]
             if verdict is not True:
                 yield from _statements(statement.orelse, decide)
         elif not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            for part in _blocks(statement):
+            for part in sub_blocks(statement):
                 yield from _statements(part, decide)
 
 

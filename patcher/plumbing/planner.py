@@ -42,6 +42,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..read.statements import nested_statements, sub_blocks
 from ..records import PieceKind, PlumbingBlocker, PlumbingPiece, PlumbingPlan, Where
 from .gate import HOOK, ClassLookup, ClassSource, FunctionNode, PlumbingReport, analyze_plumbing, calls_backbone, method_of, reached_methods
 
@@ -107,27 +108,6 @@ def _walk_code(node: ast.AST) -> Iterator[ast.AST]:
 def _walk_body(function: FunctionNode) -> Iterator[ast.AST]:
     for statement in function.body:
         yield from _walk_code(statement)
-
-
-def _sub_blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
-    if isinstance(statement, (ast.For, ast.AsyncFor, ast.While, ast.If)):
-        return [statement.body, statement.orelse]
-    if isinstance(statement, (ast.With, ast.AsyncWith)):
-        return [statement.body]
-    if isinstance(statement, ast.Try):
-        return [statement.body, *(h.body for h in statement.handlers), statement.orelse, statement.finalbody]
-    if isinstance(statement, ast.Match):
-        return [case.body for case in statement.cases]
-    return []
-
-
-def _nested_statements(block: list[ast.stmt]) -> Iterator[tuple[ast.stmt, list[ast.stmt]]]:
-    """Every statement under `block` with the block that holds it, not into nested defs or classes."""
-    for statement in block:
-        yield statement, block
-        if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            for part in _sub_blocks(statement):
-                yield from _nested_statements(part)
 
 
 def _stored_names(node: ast.AST) -> set[str]:
@@ -222,7 +202,7 @@ def _layer_names(loop: ast.For) -> tuple[set[str], str | None]:
         assert isinstance(first, ast.Name) and isinstance(second, ast.Name)
         index = first.id
         layers.add(second.id)
-    for statement, _ in _nested_statements(loop.body):
+    for statement, _ in nested_statements(loop.body):
         if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
             value = statement.value
             if isinstance(value, ast.Subscript) and _attr_of_self(value.value) is not None and index is not None:
@@ -246,7 +226,7 @@ def _layer_calls(loop: ast.For) -> list[tuple[ast.stmt | None, ast.Call]]:
     """Each layer call of the loop, with the assignment whose value it is (None when it is not one)."""
     layers, index = _layer_names(loop)
     direct: dict[int, ast.stmt] = {}
-    for statement, _ in _nested_statements(loop.body):
+    for statement, _ in nested_statements(loop.body):
         if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call):
             direct[id(statement.value)] = statement
     out: list[tuple[ast.stmt | None, ast.Call]] = []
@@ -342,14 +322,14 @@ def read_loop(owner: ClassSource, function: FunctionNode) -> _Loop | PlumbingBlo
     before = list(loop.body[:position])
     if len(calls) == 1 and calls[0][0] is not None:
         anchor = calls[0][0]
-        block = next(b for s, b in _nested_statements(loop.body) if s is anchor)
+        block = next(b for s, b in nested_statements(loop.body) if s is anchor)
         if block is not loop.body:
             before += block[: block.index(anchor)]
     else:
         anchor = call_top
         first = min(c.lineno for _, c in calls)
         stream = {hidden, residual} - {None}
-        for statement, _ in _nested_statements([call_top]):
+        for statement, _ in nested_statements([call_top]):
             if statement.lineno < first and isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _stored_names(statement) & stream:
                 return PlumbingBlocker("layer-call", f"line {statement.lineno} changes the stream inside the statement that calls the layer", at)
     return _Loop(loop, top, index[0], index[1], hidden, residual, call_top, position, anchor, tuple(before))
@@ -420,7 +400,7 @@ def _backbone_returns(function: FunctionNode) -> list[tuple[ast.Return, list[ast
                 visit(statement.orelse, [*tests, statement.test], looped)
             elif not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 inner = looped or isinstance(statement, (ast.For, ast.AsyncFor, ast.While))
-                for part in _sub_blocks(statement):
+                for part in sub_blocks(statement):
                     visit(part, tests, inner)
 
     visit(function.body, [], False)
@@ -484,7 +464,7 @@ def _backbone_call(path: Sequence[tuple[ClassSource, FunctionNode]], attribute: 
 
 
 def _assignment_of(method: FunctionNode, call: ast.Call) -> tuple[ast.Assign, list[ast.stmt]] | None:
-    for statement, block in _nested_statements(method.body):
+    for statement, block in nested_statements(method.body):
         if isinstance(statement, ast.Assign) and statement.value is call and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
             return statement, block
     return None
@@ -493,13 +473,13 @@ def _assignment_of(method: FunctionNode, call: ast.Call) -> tuple[ast.Assign, li
 def _unpack_statement(method: FunctionNode, result: str) -> tuple[ast.If | ast.Assign, str, list[ast.stmt]] | None:
     """The statement that takes the backbone's pair apart (`if <test>: h, aux = h`, or unguarded), the aux
     name, and its block."""
-    for statement, block in _nested_statements(method.body):
+    for statement, block in nested_statements(method.body):
         if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
             target = statement.targets[0]
             if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(statement.value, ast.Name) and statement.value.id == result:
                 second = target.elts[1]
                 if isinstance(second, ast.Name):
-                    for holder, holder_block in _nested_statements(method.body):
+                    for holder, holder_block in nested_statements(method.body):
                         if isinstance(holder, ast.If) and holder.body == [statement] and not holder.orelse:
                             return holder, second.id, holder_block
                     return statement, second.id, block
@@ -608,7 +588,7 @@ def _backbone_forms(owner: ClassSource, function: FunctionNode, selector: str) -
         return "it captures inside the layer call"
     if not {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)} <= {loop.hidden, loop.residual}:
         return f"its capture reads more than the stream: {ast.unparse(expression)}"
-    if not any(isinstance(s, ast.Assign) and _is_empty_list_of(s, aux) for s, _ in _nested_statements(function.body)):
+    if not any(isinstance(s, ast.Assign) and _is_empty_list_of(s, aux) for s, _ in nested_statements(function.body)):
         return f"its backbone does not bind {aux} = []"
     tail = _tail_form(function, aux)
     if tail is None:
@@ -647,7 +627,7 @@ def _capture_in(loop: _Loop, selector: str) -> tuple[str, ast.expr | None] | str
 
 
 def _tail_form(function: FunctionNode, aux: str) -> tuple[str, ast.expr] | None:
-    for statement, block in _nested_statements(function.body):
+    for statement, block in nested_statements(function.body):
         if not isinstance(statement, ast.Return) or statement.value is None:
             continue
         value = statement.value
@@ -1114,7 +1094,7 @@ def _tests_none(expression: ast.expr, name: str) -> bool:
 
 def _holding_statement(method: FunctionNode, call: ast.Call) -> ast.stmt | None:
     """The simple statement (`return ...`, `x = ...`, an expression) whose value is `call`."""
-    for statement, _ in _nested_statements(method.body):
+    for statement, _ in nested_statements(method.body):
         value = getattr(statement, "value", None)
         if isinstance(statement, (ast.Return, ast.Assign, ast.AnnAssign, ast.Expr)) and value is call:
             return statement
@@ -1209,7 +1189,7 @@ def _apply_piece(node: ast.ClassDef, piece: PlumbingPiece, inserted: set[int]) -
         new = _parsed(piece.code, method.body[-1].lineno, inserted)
         method.body.extend(new)
         return
-    found = next(((s, b) for s, b in _nested_statements(method.body) if s.lineno == piece.line and id(s) not in inserted), None)
+    found = next(((s, b) for s, b in nested_statements(method.body) if s.lineno == piece.line and id(s) not in inserted), None)
     if found is None:
         raise ValueError(f"{piece.target}: no statement at line {piece.line}")
     statement, block = found
@@ -1237,7 +1217,7 @@ def _parsed(code: str, line: int, inserted: set[int]) -> list[ast.stmt]:
             if isinstance(sub, (ast.stmt, ast.expr)):
                 sub.lineno = sub.end_lineno = line
         inserted.add(id(statement))
-        for nested, _ in _nested_statements([statement]):
+        for nested, _ in nested_statements([statement]):
             inserted.add(id(nested))
     return body
 

@@ -1,0 +1,30 @@
+"""Statement walkers over CPython's `ast`, shared by the stages that follow a def's control flow."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+
+def sub_blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement blocks directly under a compound statement (an `if`'s two branches, a loop's
+    body and `else`, a `try`'s body, handlers, `else` and `finally`, a `match`'s cases); none under
+    a simple one."""
+    if isinstance(statement, (ast.For, ast.AsyncFor, ast.While, ast.If)):
+        return [statement.body, statement.orelse]
+    if isinstance(statement, (ast.With, ast.AsyncWith)):
+        return [statement.body]
+    if isinstance(statement, ast.Try):
+        return [statement.body, *(h.body for h in statement.handlers), statement.orelse, statement.finalbody]
+    if isinstance(statement, ast.Match):
+        return [case.body for case in statement.cases]
+    return []
+
+
+def nested_statements(block: list[ast.stmt]) -> Iterator[tuple[ast.stmt, list[ast.stmt]]]:
+    """Every statement under `block` with the block that holds it, not into nested defs or classes."""
+    for statement in block:
+        yield statement, block
+        if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for part in sub_blocks(statement):
+                yield from nested_statements(part)
