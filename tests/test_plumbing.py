@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from helpers import write_srt_tree
 
+from eaglepatch.analyze.mro import c3_order
 from eaglepatch.analyze.resolve import Resolver
 from eaglepatch.engines import locate_tree
-from eaglepatch.plumbing.gate import HOOK, PlumbingReport, SourceClasses, TreeClasses, analyze_plumbing, c3_order, tree_plumbing
+from eaglepatch.plumbing.gate import HOOK, PlumbingReport, SourceClasses, TreeClasses, analyze_plumbing, tree_plumbing
 from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.records import Protocol
 

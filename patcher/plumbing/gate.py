@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from ..analyze.mro import c3_order
 from ..errors import EaglepatchError
 from ..read.statements import sub_blocks
 from ..records import PlumbingGap
@@ -192,35 +193,6 @@ def _class_statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
 
 def _flat(target: ast.expr) -> list[ast.expr]:
     return [e for elt in target.elts for e in _flat(elt)] if isinstance(target, (ast.Tuple, ast.List)) else [target]
-
-
-def c3_order(key: str, bases: Callable[[str], Sequence[str]]) -> list[str]:
-    """Python's method resolution order over the classes `bases` knows (its direct in-tree bases);
-    depth-first, each once, where C3 has no answer (a tree Python itself would refuse)."""
-    memo: dict[str, list[str]] = {}
-
-    def linear(current: str, seen: frozenset[str]) -> list[str]:
-        if current in memo:
-            return memo[current]
-        direct = [b for b in bases(current) if b not in seen and b != current]
-        pending = [linear(b, seen | {current}) for b in direct] + [list(direct)]
-        out = [current]
-        pending = [list(p) for p in pending if p]
-        while pending:
-            for head in (p[0] for p in pending):
-                if not any(head in p[1:] for p in pending):
-                    break
-            else:  # no consistent order: first come, first served
-                rest = [k for p in pending for k in p]
-                out += [k for k in dict.fromkeys(rest) if k not in out]
-                break
-            out.append(head)
-            pending = [p[1:] if p[0] == head else p for p in pending]
-            pending = [p for p in pending if p]
-        memo[current] = out
-        return out
-
-    return linear(key, frozenset())
 
 
 class SourceClasses:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...analyze.mro import c3_order
 from ...errors import EaglepatchError
 
 MODELS_PACKAGE = "vllm.model_executor.models"
@@ -118,19 +119,18 @@ class VllmTree:
         return out
 
     def mro(self, ref: ClassRef) -> list[ClassRef]:
-        """The class and its bases found in the tree, nearest first (depth first, each once: enough to
-        tell which definition of a method a class gets, as every vLLM model lists its bases)."""
-        seen: list[ClassRef] = []
+        """The class and its bases found in the tree, in Python's method resolution order (C3, as the
+        SGLang engine's plumbing gate orders them): which definition of a method a class gets."""
+        refs: dict[tuple[str, str], ClassRef] = {}
 
-        def walk(cls: ClassRef, depth: int) -> None:
-            if any(c.module.name == cls.module.name and c.name == cls.name for c in seen) or depth > MAX_DEPTH:
-                return
-            seen.append(cls)
-            for base in self.bases(cls):
-                walk(base, depth + 1)
+        def key(cls: ClassRef) -> tuple[str, str]:
+            refs.setdefault((cls.module.name, cls.name), cls)
+            return (cls.module.name, cls.name)
 
-        walk(ref, 0)
-        return seen
+        def bases(current: tuple[str, str]) -> list[tuple[str, str]]:
+            return [key(base) for base in self.bases(refs[current])]
+
+        return [refs[k] for k in c3_order(key(ref), bases)]
 
     def registry(self) -> dict[str, dict[str, tuple[str, str]]]:
         """registry.py's dict literals, name -> {architecture: (module, class)}; `**other` merged in."""
