@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # `check` answered from the cache imports none of these
     from .engine import Command, Engine, Resolved
     from .errors import EaglepatchError
     from .read.locate import SourceTree
-    from .rewrite.edits import FileEdit
+    from .records import FileEdit
     from .rewrite.gitrepo import WorkTree
     from .selection import Analysis, Selection
 

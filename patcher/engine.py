@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from .selection import EngineTraits
 
 if TYPE_CHECKING:
-    from .analyze.resolve import Progress
     from .errors import EaglepatchError
     from .read.locate import SourceTree
-    from .rewrite.edits import FileEdit
+    from .records import FileEdit, Progress
     from .selection import Analysis, Selection
 
 Command = Literal["check", "diff", "apply", "revert", "explain", "preflight"]

@@ -10,30 +10,16 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import EaglepatchError
-from .records import Finding
+from .records import Finding, PreflightReport
 
 if TYPE_CHECKING:
     from .analyze.preflight import TargetHook
     from .read.checkpoint import Checkpoint
 from .selection import Selection
-
-
-@dataclass(frozen=True)
-class PreflightReport:
-    srt: str
-    algorithm: str | None
-    target_class: str | None  # "models/file.py:Class"
-    draft_class: str | None
-    findings: tuple[Finding, ...]
-
-    @property
-    def failed(self) -> bool:
-        return any(f.severity == "fail" for f in self.findings)
 
 
 def _target_hook(srt: Path, rel: str, line: int, at: str) -> TargetHook:

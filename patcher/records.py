@@ -3,7 +3,7 @@ stage derives a new record (dataclasses.replace) rather than changing one anothe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -431,3 +431,38 @@ class Finding:
     when: When
     where: str = ""
     fix: str = ""
+
+
+# --------------------------------------------------------------------------- what the stages hand the CLI
+
+Progress = Callable[[str, int], None]  # (the file being read, how many there are): a progress bar's callback
+
+
+@dataclass(frozen=True)
+class FileEdit:
+    """One wrapper file: its bytes as planned against, and as they should become."""
+
+    path: Path
+    rel: str
+    original: bytes
+    updated: bytes
+    added: dict[str, list[str]] = field(default_factory=dict)  # class -> members added
+    imports: list[str] = field(default_factory=list)
+    removed: dict[str, list[str]] = field(default_factory=dict)  # class -> members removed (revert)
+
+    @property
+    def changed(self) -> bool:
+        return self.original != self.updated
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    srt: str
+    algorithm: str | None
+    target_class: str | None  # "models/file.py:Class"
+    draft_class: str | None
+    findings: tuple[Finding, ...]
+
+    @property
+    def failed(self) -> bool:
+        return any(f.severity == "fail" for f in self.findings)

@@ -15,9 +15,9 @@ from .errors import EaglepatchError
 from .selection import Selection
 
 if TYPE_CHECKING:
-    from .analyze.resolve import Progress
     from .engine import Engine
     from .read.locate import SourceTree
+    from .records import Progress
     from .selection import Analysis
 
 

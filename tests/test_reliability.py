@@ -741,7 +741,7 @@ def test_no_git_installed(tmp_path):
 KILL_SERVER = r'''
 import os, sys
 from pathlib import Path
-from eaglepatch.rewrite.edits import FileEdit
+from eaglepatch.records import FileEdit
 from eaglepatch.rewrite.write import write_edit
 
 target, srt = Path(sys.argv[1]), Path(sys.argv[2])

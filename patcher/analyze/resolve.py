@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import EaglepatchError, UnreadableFiles
 from ..read.locate import SourceTree
 from ..read.source_cache import SourceCache
 from ..read.text import SourceFile
-from ..records import ClassInfo, InnerModel, Protocol, Wrapper
+from ..records import ClassInfo, InnerModel, Progress, Protocol, Wrapper
 from .class_index import ClassIndex, ClassText
 from .wrappers import Assignment, WrapperFinder
-
-Progress = Callable[[str, int], None]  # (the file being read, how many there are): a progress bar's callback
 
 _ENTRY = re.compile(r"^[ \t]*EntryClass\s*=\s*(.+)$", re.MULTILINE)  # indented under a module-level `if` too
 # why_not_found() clauses that mean the tree itself is broken (the import would fail at run time),

@@ -9,7 +9,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.markup import escape
 
-from ..preflight import PreflightReport
+from ..records import PreflightReport
 
 SCHEMA = 1
 _STYLE = {"fail": "red", "warn": "yellow", "info": "dim"}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, overload
 
@@ -27,28 +27,11 @@ from ..read.source_cache import SourceCache
 from ..read.star_imports import star_imported_names
 from ..read.style import DEFAULT_STYLE, FormatStyle
 from ..read.text import SourceFile
-from ..records import MemberPlan, ModelPlan, PlumbingPiece
+from ..records import FileEdit, MemberPlan, ModelPlan, PlumbingPiece
 from .verify import prove_edit, prove_plumbing
 
 if TYPE_CHECKING:
     from ..read.locate import SourceTree
-
-
-@dataclass(frozen=True)
-class FileEdit:
-    """One wrapper file: its bytes as planned against, and as they should become."""
-
-    path: Path
-    rel: str
-    original: bytes
-    updated: bytes
-    added: dict[str, list[str]] = field(default_factory=dict)  # class -> members added
-    imports: list[str] = field(default_factory=list)
-    removed: dict[str, list[str]] = field(default_factory=dict)  # class -> members removed (revert)
-
-    @property
-    def changed(self) -> bool:
-        return self.original != self.updated
 
 
 def delegation_for(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .edits import FileEdit
+    from ..records import FileEdit
 
 SCHEMA = 1
 TEMP_SUFFIX = ".eaglepatch-tmp"  # a staged file: `.<name>.<writer's pid>.<random><suffix>` beside its target

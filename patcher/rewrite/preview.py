@@ -12,7 +12,7 @@ import difflib
 import os
 from pathlib import Path
 
-from .edits import FileEdit
+from ..records import FileEdit
 
 NO_NEWLINE = b"\\ No newline at end of file\n"
 _C_ESCAPES = {7: b"\\a", 8: b"\\b", 9: b"\\t", 10: b"\\n", 11: b"\\v", 12: b"\\f", 13: b"\\r", 34: b'\\"', 92: b"\\\\"}

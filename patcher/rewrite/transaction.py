@@ -11,8 +11,7 @@ from pathlib import Path
 
 from ..errors import EaglepatchError
 from ..read.locate import SourceTree
-from ..records import MemberPlan, ModelPlan
-from .edits import FileEdit
+from ..records import FileEdit, MemberPlan, ModelPlan
 from .gitrepo import commit_message, find_work_tree
 from .write import Interrupted, check_writable, writable_target, write_all
 

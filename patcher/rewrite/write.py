@@ -28,7 +28,7 @@ from types import FrameType
 from typing import IO
 
 from ..errors import EaglepatchError
-from .edits import FileEdit
+from ..records import FileEdit
 from .journal import TEMP_SUFFIX, Journal, running
 
 LOCK_TIMEOUT_VARIABLE = "EAGLEPATCH_LOCK_TIMEOUT"

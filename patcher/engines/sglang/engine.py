@@ -10,10 +10,9 @@ from typing import TYPE_CHECKING
 from ...read.locate import Layout, SourceTree
 
 if TYPE_CHECKING:
-    from ...analyze.resolve import Progress
     from ...engine import Command, Explanation, Resolved, Reverted
     from ...errors import EaglepatchError
-    from ...rewrite.edits import FileEdit
+    from ...records import FileEdit, Progress
     from ...selection import Analysis, Selection
 
 HINT = (

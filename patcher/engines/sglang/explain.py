@@ -11,8 +11,7 @@ from ...engine import Explanation, WouldWrite
 
 if TYPE_CHECKING:
     from ...errors import EaglepatchError
-    from ...records import MemberPlan, ModelPlan
-    from ...rewrite.edits import FileEdit
+    from ...records import FileEdit, MemberPlan, ModelPlan
     from ...selection import Analysis
 
 

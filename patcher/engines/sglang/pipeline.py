@@ -14,12 +14,11 @@ from ...selection import DEFAULT_MODEL, Analysis
 
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
     from ...analyze.overlay import Written
-    from ...analyze.resolve import Progress
     from ...analyze.synthesize import HookLibrary
     from ...engine import Resolved
     from ...plumbing.judge import Plumber
     from ...read.source_cache import SourceCache
-    from ...records import CallShape, MemberPlan, ModelPlan, Protocol, Signature, Wrapper
+    from ...records import CallShape, MemberPlan, ModelPlan, Progress, Protocol, Signature, Wrapper
 
 MAX_ADOPTION_ROUNDS = 3
 

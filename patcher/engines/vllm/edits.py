@@ -23,8 +23,7 @@ from ...read.locate import SourceTree
 from ...read.slices import parse_module
 from ...read.source_cache import SourceCache
 from ...read.text import SourceFile
-from ...records import ModelPlan
-from ...rewrite.edits import FileEdit
+from ...records import FileEdit, ModelPlan
 from . import VLLM_MODELS
 from .protocol import BASE, ProtocolMethod, read_protocol
 from .tree import INTERFACES, VllmTree

@@ -11,10 +11,9 @@ from ...read.locate import Layout, SourceTree
 from . import VLLM_MARKER, VLLM_MODELS
 
 if TYPE_CHECKING:
-    from ...analyze.resolve import Progress
     from ...engine import Command, Explanation, Resolved, Reverted
     from ...errors import EaglepatchError
-    from ...rewrite.edits import FileEdit
+    from ...records import FileEdit, Progress
     from ...selection import Analysis, Selection
 
 HINT = (

@@ -22,8 +22,8 @@ from .tree import INTERFACES, TARGET_DICTS, ClassRef, VllmTree, is_stub, methods
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ...analyze.resolve import Progress
     from ...read.locate import SourceTree
+    from ...records import Progress
 
 LM_ATTRIBUTES = ("language_model", "llm", "decoder", "text_model")
 _BUILDERS = ("init_vllm_registered_model", "initialize_model")

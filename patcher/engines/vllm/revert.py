@@ -33,7 +33,7 @@ from ...read.locate import SourceTree
 from ...read.slices import parse_module
 from ...read.source_cache import SourceCache
 from ...read.text import SourceFile
-from ...rewrite.edits import FileEdit
+from ...records import FileEdit
 from .edits import LINE_LENGTH, equivalents, spelling_in
 
 _MARKED = re.compile(rb"# eaglepatch: (added \w+ to the bases|forwards to self\.)")
