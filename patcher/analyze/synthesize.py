@@ -484,15 +484,14 @@ class HookLibrary:
             return False
         shift = max(0, 4 - indent)  # the def is laid out at class-body indentation; a string's own lines are not moved
         receiver = node.args.args[0].arg
-        chains = [(receiver, *old) for old, new in synthesis.renames().items() if len(".".join(new)) > len(".".join(old))]
-        grows = [len(".".join(new)) - len(".".join(old)) for old, new in synthesis.renames().items() if len(".".join(new)) > len(".".join(old))]
+        # each renamed chain, and how much longer its new spelling is
+        grows = {(receiver, *old): len(".".join(new)) - len(".".join(old)) for old, new in synthesis.renames().items()}
         if synthesis.pp_call:
-            chains.append((receiver, "pp_group"))
-            grows.append(len(synthesis.pp_call) - len(f"{receiver}.pp_group"))
-        patterns = [(re.compile(r"\b" + r"\s*\.\s*".join(map(re.escape, chain)) + r"\b"), grow) for chain, grow in zip(chains, grows)]
+            grows[receiver, "pp_group"] = len(synthesis.pp_call) - len(f"{receiver}.pp_group")
+        patterns = [(re.compile(r"\b" + r"\s*\.\s*".join(map(re.escape, chain)) + r"\b"), grow) for chain, grow in grows.items() if grow > 0]
 
         def longest(line: str) -> int:  # each renamed chain may appear anywhere in the line
-            return len(line.expandtabs(4)) + shift + sum(max(0, grow) * len(pattern.findall(line)) for pattern, grow in patterns)
+            return len(line.expandtabs(4)) + shift + sum(grow * len(pattern.findall(line)) for pattern, grow in patterns)
 
         end = node.end_lineno or node.lineno
         return all(longest(line) <= self.line_length for line in lines[first - 1 : end])

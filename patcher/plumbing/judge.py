@@ -7,7 +7,6 @@ so what `check` says is what `apply` leaves; every judgement reads the run's Tre
 from __future__ import annotations
 
 import ast
-import copy
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -31,13 +30,13 @@ class Plumber:
     The libcst write of a plan, its idempotence and revert are proven where files are written
     (rewrite/edits.py: with_plumbing), never in `check`."""
 
-    def __init__(self, resolver: Resolver, protocol: Protocol, library: HookLibrary, line_length: int):
+    def __init__(self, resolver: Resolver, protocol: Protocol, library: HookLibrary):
         from .gate import TreeClasses
         from .planner import tree_planner
 
         self.classes = TreeClasses(resolver, protocol)
         self.planner = tree_planner(resolver, protocol, library, self.classes)
-        self.resolver, self.library, self.line_length = resolver, library, line_length
+        self.library = library
         self.plumbed: dict[str, PlumbingPlan] = {}  # "file:Class" -> the plumbing its learned EAGLE-3 hook comes with
         self.riding: set[tuple[str, str]] = set()  # (class, hook) learned on that plumbing: kept only if it is written
         self._patched: dict[PlumbingPlan, dict[str, ClassSource]] = {}  # each plan's classes, patched once a run
@@ -114,7 +113,6 @@ class Plumber:
         """What is left broken in `key` with `hook` learned as `synthesis` says: nothing when the forward
         uses it, as the tree has it or with the plumbing this run writes for the class's EAGLE-3 hook.
         The reference's own plumbing must pass whole."""
-
         plan = self.plumbed.get(key)  # the class's EAGLE-3 hook is learned with plumbing: judged with it written
         if plan is not None:
             self.riding.add((key, hook))
@@ -244,8 +242,7 @@ def judge_plumbing(resolver: Resolver, protocol: Protocol, plans: list[ModelPlan
 def with_delegations(classes: TreeClasses, plans: Sequence[ModelPlan], hook: str) -> ClassLookup:
     """The classes with every delegation of `hook` this run writes in them: `self.<inner>.<hook>(...)`
     (its arguments do not matter to the analysis, which follows the call into the inner's hook)."""
-    from .gate import ClassSource
-    from .planner import PatchedClasses
+    from .planner import PatchedClasses, with_method
 
     replaced: dict[str, ClassSource] = {}
     for plan in plans:
@@ -256,11 +253,10 @@ def with_delegations(classes: TreeClasses, plans: Sequence[ModelPlan], hook: str
             continue
         cls = mro[0]
         written = ast.parse(f"def {hook}(self, *args, **kwargs):\n    return self.{inner}.{hook}(*args, **kwargs)\n").body[0]
+        assert isinstance(written, ast.FunctionDef), "the delegation parses to a def"
         end = cls.node.end_lineno or cls.node.lineno
         for node in ast.walk(written):
             if isinstance(node, (ast.stmt, ast.expr)):
                 node.lineno = node.end_lineno = end
-        node = copy.copy(cls.node)  # shallow: the analysis only reads
-        node.body = [*cls.node.body, written]
-        replaced[key] = ClassSource(cls.name, cls.file, node)
+        replaced[key] = with_method(cls, written)
     return PatchedClasses(classes, replaced)

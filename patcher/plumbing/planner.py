@@ -1134,16 +1134,21 @@ class PatchedClasses:
 def with_hook(classes: ClassLookup, key: str, reference_key: str, hook: FunctionNode, attribute: str, reference_attribute: str) -> dict[str, ClassSource]:
     """`key`'s class with the reference's hook added (its `self.<reference_attribute>` read as
     `self.<attribute>`): what the synthesis writes, as the analysis needs it."""
-    mro = classes.mro(key)
-    cls = mro[0]
-    node = copy.copy(cls.node)  # shallow: its statements are shared, never changed (patched_sources copies what it edits)
+    cls = classes.mro(key)[0]
     written = copy.deepcopy(hook)
     if attribute != reference_attribute:
         for sub in ast.walk(written):
             if isinstance(sub, ast.Attribute) and _attr_of_self(sub) == reference_attribute:
                 sub.attr = attribute
-    node.body = [*cls.node.body, written]
-    return {cls.key: ClassSource(cls.name, cls.file, node)}
+    return {cls.key: with_method(cls, written)}
+
+
+def with_method(cls: ClassSource, method: FunctionNode) -> ClassSource:
+    """`cls` with `method` at the end of its body: a shallow copy whose statements are shared, never
+    changed (patched_sources copies what it edits), as the analysis needs a method apply writes."""
+    node = copy.copy(cls.node)
+    node.body = [*cls.node.body, method]
+    return ClassSource(cls.name, cls.file, node)
 
 
 def patched_sources(classes: ClassLookup, pieces: Sequence[PlumbingPiece], start: Mapping[str, ClassSource] | None = None) -> dict[str, ClassSource]:

@@ -76,7 +76,7 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
             # another algorithm's capture hook: written only where the forward uses what the learned
             # body sets, as the tree has it or with the plumbing Plumber writes for EAGLE-3's hook
             if not plumbers:
-                plumbers.append(Plumber(resolver, protocol, library(), style.line_length))
+                plumbers.append(Plumber(resolver, protocol, library()))
             left = plumbers[0].judge_learned(key, entry.member.name, fit.synthesis)
             if left:
                 why = f"the {entry.member.name} learned from {fit.synthesis.reference.label} would not work here: " + "; ".join(left)
@@ -85,7 +85,7 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
         if fit.synthesis is None and not fit.plumbing:
             return fit  # no body to learn, whatever the plumbing
         if not plumbers:
-            plumbers.append(Plumber(resolver, protocol, library(), style.line_length))
+            plumbers.append(Plumber(resolver, protocol, library()))
         return plumbers[0].fit(entry, wrapper, fit, shape_misfit)
 
     companions: dict[str, bool] = {}
