@@ -28,7 +28,7 @@ from __future__ import annotations
 import ast
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -36,7 +36,7 @@ from typing import Literal
 from ..errors import EaglepatchError
 from ..read.locate import SourceTree
 from ..read.source_cache import SourceCache
-from ..read.text import SourceFile
+from ..read.text import SourceFile, WordFinder, is_word_byte
 from ..records import EAGLE3, Protocol, ProtocolMember
 from .protocol import Block, CodeScope, OneOf, condition_literals, read_scope
 
@@ -509,12 +509,9 @@ class _FlagReader:
         self.tree = tree
         self.cache = cache
         self.enum = enum
-        self.files = {path: _bytes(path) for path in self._files()}
+        self.corpus = _Corpus({path: _bytes(path) for path in self._files()})
+        self.files = self.corpus.files
         self._read: dict[tuple[Path, int], list[_Site]] = {}  # (file, def header) -> its sites
-        self._index: dict[bytes, set[Path]] = {}  # identifier -> the files holding it
-        for path, data in self.files.items():
-            for identifier in set(_IDENTIFIER.findall(data)):
-                self._index.setdefault(identifier, set()).add(path)
         self.ambiguous = self._ambiguous()
 
     def _files(self) -> Iterator[Path]:
@@ -548,7 +545,7 @@ class _FlagReader:
 
     def holding(self, identifier: str) -> frozenset[Path]:
         """The files read that hold `identifier` as a word."""
-        return frozenset(self._index.get(identifier.encode(), ()))
+        return self.corpus.with_identifier(identifier.encode())
 
     def _holding(self, words: Iterable[str]) -> Iterator[tuple[Path, bytes]]:
         """The files that hold one of `words` (a substring test: far faster than a regex over every file)."""
@@ -556,23 +553,24 @@ class _FlagReader:
         for word in words:
             identifiers = _IDENTIFIER.findall(word.encode())
             if identifiers:
-                wanted |= set.intersection(*(self._index.get(i, set()) for i in identifiers))
+                wanted |= frozenset.intersection(*(self.corpus.with_identifier(i) for i in identifiers))
         encoded = [w.encode() for w in words]
         for path, data in self.files.items():
             if path in wanted and any(w in data for w in encoded):
                 yield path, data
 
-    def _headers(self, words: Iterable[str], pattern: re.Pattern[bytes]) -> dict[Path, list[int]]:
-        """Per file holding one of `words`, the def headers around each match of `pattern` (module level left out)."""
+    def _headers(self, words: Iterable[str], matches: Callable[[bytes], list[int]]) -> dict[Path, list[int]]:
+        """Per file holding one of `words`, the def headers around each of `matches` (module level left out)."""
         found: dict[Path, list[int]] = {}
         for path, data in self._holding(words):
-            if pattern.search(data) is None:
+            offsets = matches(data)
+            if not offsets:
                 continue
             source = self._source(path)
             if source is None:
                 continue
             outline = self.cache.outline(source)
-            lines = {data.count(b"\n", 0, m.start()) for m in pattern.finditer(data)}
+            lines = set(_line_indexes(data, offsets))
             headers = sorted({outline.outer_def(line) for line in lines} - {-1})
             if headers:
                 found[path] = headers
@@ -604,20 +602,17 @@ class _FlagReader:
         constant) is read too, until the name is found so set."""
         if not names:
             return set()
-        pattern = re.compile(
-            rb"(?<![\w])(" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*([^\n,)]*)"
-        )
         found: set[str] = set()
         for path, data in self._holding(names):
             source = None
-            for match in pattern.finditer(data):
-                name = match.group(1).decode()
-                if name in found or match.group(2).strip().decode(errors="replace") in _FALSE_TEXTS:
+            settings = list(_settings(data, sorted(names)))
+            for (_, name, value), line in zip(settings, _line_indexes(data, [at for at, _, _ in settings])):
+                if name in found or value.strip().decode(errors="replace") in _FALSE_TEXTS:
                     continue
                 source = source or self._source(path)
                 if source is None:
                     break
-                header = self.cache.outline(source).outer_def(data.count(b"\n", 0, match.start()))
+                header = self.cache.outline(source).outer_def(line)
                 if header < 0:  # module level: no function guards it
                     found.add(name)
                     continue
@@ -634,7 +629,8 @@ class _FlagReader:
         enum = self.enum
         literals = [f".{name}(" for name in enum.predicates] + [f"{enum.name}.{m}" for m in enum.members]
         literals += [f"{quote}{m}{quote}" for m in enum.members for quote in "\"'"]
-        self._sites_of(self._headers(literals, re.compile(b"|".join(re.escape(w.encode()) for w in literals))))
+        literal = re.compile(b"|".join(re.escape(w.encode()) for w in literals))
+        self._sites_of(self._headers(literals, lambda data: [m.start() for m in literal.finditer(data)]))
         direct = Guards(enum, {}, self.ambiguous)
         alive: set[str] = set()
         dead: set[str] = set()
@@ -651,8 +647,7 @@ class _FlagReader:
             if not new:
                 break
             alive |= new
-            word = re.compile(rb"(?<!\w)(?:" + b"|".join(re.escape(n.encode()) for n in sorted(new)) + rb")(?!\w)")
-            self._sites_of(self._headers(new, word))  # where the new flags are read: flags of flags
+            self._sites_of(self._headers(new, WordFinder(new).byte_offsets))  # where the new flags are read: flags of flags
         sites = self._all_sites()
         flags = self._fixpoint(alive, sites)
         dropped = {name for name, flag in flags.items() if not flag.may or set(enum.algorithms) <= flag.may}
@@ -701,6 +696,59 @@ class _FlagReader:
 
 
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class _Corpus:
+    """The files read, with the identifiers each holds: which files hold a word is asked a few dozen
+    times a run, each answer memoised (an inverted index of every identifier cost more to build
+    than all the questions a run asks of it)."""
+
+    def __init__(self, files: dict[Path, bytes]):
+        self.files = files
+        self._identifiers = {path: frozenset(_IDENTIFIER.findall(data)) for path, data in files.items()}
+        self._holding: dict[bytes, frozenset[Path]] = {}
+
+    def with_identifier(self, identifier: bytes) -> frozenset[Path]:
+        """The files in which `identifier` is an identifier, as `_IDENTIFIER.findall` splits a file."""
+        found = self._holding.get(identifier)
+        if found is None:
+            found = self._holding[identifier] = frozenset(path for path, held in self._identifiers.items() if identifier in held)
+        return found
+
+
+_SET_TO = re.compile(rb"[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*([^\n,)]*)")
+
+
+def _settings(data: bytes, names: Sequence[str]) -> Iterator[tuple[int, str, bytes]]:
+    """(offset, name, value text) of each `name = value` (`name: T = value`, `f(name=value)`) in `data`,
+    as `(?<!\\w)(a|b)` followed by `_SET_TO` would find them left to right, without the look-behind
+    that makes such a regex crawl: each name found by `find`, the rest matched where it ends."""
+    starts: dict[int, list[str]] = {}
+    for name in names:  # in order: at one offset the first name whose rest matches wins
+        encoded, at = name.encode(), data.find(name.encode())
+        while at >= 0:
+            if at == 0 or not is_word_byte(data[at - 1]):
+                starts.setdefault(at, []).append(name)
+            at = data.find(encoded, at + 1)
+    end = 0
+    for at in sorted(starts):
+        if at < end:
+            continue  # inside the value of the setting before
+        for name in starts[at]:
+            rest = _SET_TO.match(data, at + len(name))
+            if rest is not None:
+                end = rest.end()
+                yield at, name, rest.group(1)
+                break
+
+
+def _line_indexes(data: bytes, offsets: Sequence[int]) -> Iterator[int]:
+    """The 0-based line of each of `offsets` (ascending), newlines counted once over the file."""
+    line = last = 0
+    for offset in offsets:
+        line += data.count(b"\n", last, offset)
+        last = offset
+        yield line
 _FALSE_TEXTS = frozenset({"False", "None", "0", '""', "''", "()", "[]", "{}"})
 
 
@@ -731,7 +779,7 @@ class AlgorithmScope(CodeScope):
         self.module_label = f"{algorithm} module (all of its code)"
         self.words = tuple(sorted(set(words)))
         self._bytes = tuple(w.encode() for w in self.words)
-        self._word = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, self.words)) + r")(?!\w)") if self.words else None
+        self._word = WordFinder(self.words)
         self._module = [re.compile(rf"(?:^|_){re.escape(w)}(?:_|$)") for w in sorted(set(module_words))]
 
     def is_module(self, rel_dir: str, filename: str) -> bool:
@@ -746,10 +794,10 @@ class AlgorithmScope(CodeScope):
         return super().file_may_guard(path) if self.holders is None else path in self.holders
 
     def has_guard(self, text: str) -> bool:
-        return self._word is not None and self._word.search(text) is not None
+        return self._word.search(text)
 
     def offsets(self, text: str) -> Iterator[int]:
-        return (match.start() for match in self._word.finditer(text)) if self._word is not None else iter(())
+        return iter(self._word.offsets(text))
 
     def enters(self, test: ast.expr, block: Block, holds: bool) -> bool:
         return self.guards.selects(test, holds, self.algorithm)
