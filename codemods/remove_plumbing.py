@@ -12,6 +12,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.codemod import CodemodContext
 
+from ..read.slices import ClassView
 from .add_plumbing import group_digest, leading_lines, marker_of, without_argument
 from .contract import VisitorCommand, run_command
 from .names import PLUMBING
@@ -162,6 +163,10 @@ def revert_plumbing(code: str) -> tuple[str, dict[str, list[str]], dict[str, lis
     """(the module without eaglepatch's plumbing, what was taken out, what was kept as edited by hand)."""
     if PLUMBING not in code:
         return code, {}, {}
+    marked = [number for number, line in enumerate(code.splitlines(), 1) if PLUMBING in line]
+    view = ClassView.of(code, lambda node: any(node.lineno <= n <= (node.end_lineno or node.lineno) for n in marked))
+    if not all(any(first <= n <= last for first, last in view.spans) for n in marked):
+        view = ClassView(code, code)  # a marker outside the top-level classes: the whole module
     command = RemovePlumbing(CodemodContext())
-    updated = run_command(command, cst.parse_module(code)).code
+    updated = view.splice(run_command(command, cst.parse_module(view.text)).code)
     return updated, command.removed, command.kept

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import ast
 import difflib
+import io
 import re
+import tokenize
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -366,3 +368,66 @@ def parse_module(source: SourceFile) -> cst.Module:
         raise syntax_error(source) or EaglepatchError(
             f"is not valid Python ({exc.message}); fix the syntax error", path=source.rel, line=exc.raw_line
         ) from None
+
+
+@dataclass(frozen=True)
+class ClassView:
+    """A module's text with every line outside some top-level classes left blank (its ending kept), so
+    that a codemod editing only those classes parses and prints a fraction of the file at the same line
+    numbers; `splice` puts the classes it printed back into the whole text.  The whole text (no view)
+    where that is not the same to libcst: a class not at top level, a text CPython does not parse, or
+    a first indent (libcst's `default_indent`) that the view would change."""
+
+    text: str
+    original: str
+    spans: tuple[tuple[int, int], ...] = ()  # (first line, last line), 1-based, of each class kept
+
+    @classmethod
+    def of(cls, text: str, keep: Callable[[ast.ClassDef], bool]) -> ClassView:
+        whole = cls(text, text)
+        if any(char in text for char in _NOT_AST_NEWLINES):
+            return whole
+        try:
+            module = ast.parse(text)
+        except (SyntaxError, ValueError):
+            return whole
+        spans = tuple(_span(node) for node in module.body if isinstance(node, ast.ClassDef) and keep(node))
+        lines = lines_with_ends(text)
+        kept = {line for first, last in spans for line in range(first, last + 1)}
+        view = "".join(line if number in kept else line[len(line.rstrip("\r\n")) :] for number, line in enumerate(lines, 1))
+        if not spans or _first_indent(view) != _first_indent(text):
+            return whole
+        return cls(view, text, spans)
+
+    def splice(self, printed: str) -> str:
+        """The whole text with each class as `printed` (the view, changed inside those classes only) has it."""
+        if not self.spans:
+            return printed
+        module = ast.parse(printed)
+        now = [_span(node) for node in module.body if isinstance(node, ast.ClassDef)]
+        if len(now) != len(self.spans):
+            raise ValueError("the printed view does not hold the classes it was given")
+        old, new = lines_with_ends(self.original), lines_with_ends(printed)
+        out: list[str] = []
+        done = 0  # lines of the original taken so far
+        for (first, last), (start, end) in zip(self.spans, now):
+            out += old[done : first - 1]
+            out += new[start - 1 : end]
+            done = last
+        out += old[done:]
+        return "".join(out)
+
+
+def _span(node: ast.ClassDef) -> tuple[int, int]:
+    return min([node.lineno, *(d.lineno for d in node.decorator_list)]), node.end_lineno or node.lineno
+
+
+def _first_indent(text: str) -> str | None:
+    """The first INDENT token's own indentation, which libcst takes for the module's default."""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.INDENT:
+                return token.string
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    return None
