@@ -820,7 +820,7 @@ def preflight(
     """Predict the launch's failures before any weight loads: the target's hooks, the draft and its context length, layer ids, vocabulary."""
     errors_as(output_format.value)
     from .errors import EaglepatchError
-    from .preflight import run_preflight
+    from .run import resolve
     from .selection import Selection
 
     words = list(words or [])
@@ -846,7 +846,11 @@ def preflight(
     if not words:
         fail("preflight needs the launch command after `--` (e.g. -- python -m sglang.launch_server --model-path ...)")
     try:
-        report = run_preflight(Selection(path, installed=installed, python=python), words)
+        request = resolve(Selection(path, installed=installed, python=python))
+        refusal = request.engine.refusal("preflight")
+        if refusal is not None:
+            raise EaglepatchError(refusal, path=str(request.tree.given))
+        report = request.engine.preflight(request, words)
     except EaglepatchError as exc:
         fail(str(exc))
     from .output.preflight import print_preflight, write_preflight_json

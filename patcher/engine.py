@@ -17,9 +17,12 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from .selection import EngineTraits
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from .errors import EaglepatchError
     from .read.locate import SourceTree
-    from .records import FileEdit, Progress
+    from .read.source_cache import SourceCache
+    from .records import FileEdit, PreflightReport, Progress
     from .selection import Analysis, Selection
 
 Command = Literal["check", "diff", "apply", "revert", "explain", "preflight"]
@@ -35,6 +38,33 @@ class Resolved:
     selection: Selection
     consumers: tuple[Path, ...] = ()
     excluded: frozenset[Path] = frozenset()
+    reading: SourceCache | None = field(default=None, compare=False, repr=False)  # see `cache`
+
+    @property
+    def cache(self) -> SourceCache:
+        """The run's reading of the tree, each file read and parsed once for every stage and every part
+        of a command (preflight's rules and its target's analysis), made when first asked for: a `check`
+        answered from the result cache never builds one."""
+        if self.reading is None:
+            from .read.source_cache import SourceCache
+
+            object.__setattr__(self, "reading", SourceCache(self.tree.srt, self.excluded))  # a memo, set once
+        assert self.reading is not None
+        return self.reading
+
+    def asking(self, selection: Selection) -> Resolved:
+        """This run (its engine, tree and reading) asked about `selection` instead, merged with the tree's
+        [tool.eaglepatch] as every selection is (`resolved`)."""
+        return resolved(self.engine, self.tree, selection, self.cache)
+
+
+def resolved(engine: Engine, tree: SourceTree, selection: Selection, reading: SourceCache | None = None) -> Resolved:
+    """`selection` made concrete on `tree`: its flags merged with the tree's [tool.eaglepatch] (flags win),
+    the consumer patterns found, the files left out listed."""
+    from .config import excluded_files, merge_settings
+
+    merged, consumers = merge_settings(tree, selection)
+    return Resolved(engine, tree, merged, tuple(consumers), excluded_files(tree, merged.exclude), reading)
 
 
 @dataclass(frozen=True)
@@ -113,4 +143,9 @@ class Engine(EngineTraits, Protocol):
     def explain(self, analysis: Analysis, member: str) -> Explanation:
         """What `explain` shows of `member` that the analysis does not hold (what apply writes, the
         learned references' code).  Asked only when `refusal("explain")` is None."""
+        ...
+
+    def preflight(self, request: Resolved, words: Sequence[str]) -> PreflightReport:
+        """The failures the launch `words` would meet on the tree of `request`, read through
+        `request.cache`.  Asked only when `refusal("preflight")` is None."""
         ...

@@ -8,8 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import excluded_files, merge_settings
-from .engine import Resolved
+from .engine import Resolved, resolved
 from .engines import find_engine
 from .errors import EaglepatchError
 from .selection import Selection
@@ -36,8 +35,7 @@ def locate(selection: Selection) -> tuple[Engine, SourceTree]:
 def resolve(selection: Selection, located: tuple[Engine, SourceTree] | None = None) -> Resolved:
     """The selection made concrete for its engine; `located` is what locate() already returned for it."""
     engine, tree = located if located is not None else locate(selection)
-    merged, consumers = merge_settings(tree, selection)
-    return Resolved(engine, tree, merged, tuple(consumers), excluded_files(tree, merged.exclude))
+    return resolved(engine, tree, selection)
 
 
 def analyze(

@@ -142,13 +142,13 @@ CHOICES_CASES = [
 @pytest.mark.parametrize(("text", "expected"), CHOICES_CASES)
 def test_an_options_choices_are_read_to_their_literal(tmp_path, text, expected):
     from eaglepatch.read.launch_line import read_options
-    from eaglepatch.read.locate import SourceTree
+    from eaglepatch.read.source_cache import SourceCache
 
     srt = tmp_path / "sglang" / "srt"
     (srt / "layers").mkdir(parents=True)
     (srt / "layers" / "choices.py").write_text('C = ["q", "r"]\n')
     (srt / "server_args.py").write_text("import argparse\np = argparse.ArgumentParser()\n" + text + "\n")
-    options = read_options(SourceTree(srt, tmp_path, "srt"))
+    options = read_options(SourceCache(srt))
     assert options.by_string["--b"].choices == expected
 
 
@@ -475,13 +475,13 @@ LAYERS_0 = ("d2t", "fc.weight", "layers.0.self_attn.q_proj.weight", "model.layer
 
 
 def _head_tree(tmp_path: Path, layer: str, renames: str = "{}", sub: str = "name"):
-    from eaglepatch.read.locate import SourceTree
+    from eaglepatch.read.source_cache import SourceCache
 
     srt = tmp_path / "sglang" / "srt"
     (srt / "models").mkdir(parents=True)
     (srt / "models" / "head.py").write_text(EAGLE_HEAD.format(layer=layer, renames=renames, sub=sub))
     (srt / "models" / "llama.py").write_text("class LlamaForCausalLM:\n    def __init__(self, config):\n        self.logits_processor = None\n")
-    return SourceTree(srt, tmp_path, "srt")
+    return SourceCache(srt)
 
 
 @pytest.mark.parametrize(
@@ -564,13 +564,13 @@ def test_preflight_names_the_draft_weights_only_for_an_eagle_head(tmp_path):
     ],
 )
 def test_the_architectures_the_model_config_rewrites_for_a_draft_are_read(tmp_path, branch, expected):
-    from eaglepatch.read.locate import SourceTree
+    from eaglepatch.read.source_cache import SourceCache
 
     srt = tmp_path / "sglang" / "srt"
     (srt / "configs").mkdir(parents=True)
     source = "class ModelConfig:\n    def _config_draft_model(self):\n        is_draft_model = self.is_draft_model\n" + textwrap.indent(branch, " " * 8)
     (srt / "configs" / "model_config.py").write_text(source + "\n")
-    found = rules.read_draft_rewrites(SourceTree(srt, tmp_path, "srt"))
+    found = rules.read_draft_rewrites(SourceCache(srt))
     assert {k: v[0] for k, v in found.items()} == expected
     assert all(at == "configs/model_config.py:4" for _, at in found.values())
 
@@ -692,10 +692,10 @@ def test_a_drafts_layers_0_names_load_only_where_the_release_renames_them(versio
     newest renames `midlayer` to `layers.0` and loads both namings."""
     import sglang_releases
 
-    from eaglepatch.read.locate import SourceTree
+    from eaglepatch.read.source_cache import SourceCache
 
     srt = sglang_releases.site_packages(version or sglang_releases.read_releases()[-1]) / "sglang" / "srt"
-    loader = rules.read_draft_loader(SourceTree(srt, srt, "srt"), "models/llama_eagle3.py", "LlamaForCausalLMEagle3")
+    loader = rules.read_draft_loader(SourceCache(srt), "models/llama_eagle3.py", "LlamaForCausalLMEagle3")
     assert loader is not None
     assert rules.unloaded_weights(LAYERS_0, loader) == skipped
     assert rules.unloaded_weights(SPECFORGE, loader) == []
@@ -706,10 +706,10 @@ def test_a_drafts_layers_0_names_load_only_where_the_release_renames_them(versio
 def test_deepseek_v3_as_a_draft_is_served_by_its_nextn_class(version):
     import sglang_releases
 
-    from eaglepatch.read.locate import SourceTree
+    from eaglepatch.read.source_cache import SourceCache
 
     srt = sglang_releases.site_packages(version or sglang_releases.read_releases()[-1]) / "sglang" / "srt"
-    tree = SourceTree(srt, srt, "srt")
+    tree = SourceCache(srt)
     loaded, at = rules.draft_loaded_as("DeepseekV3ForCausalLM", rules.read_draft_rewrites(tree))
     assert loaded == "DeepseekV3ForCausalLMNextN" and at.startswith("configs/model_config.py:")
     assert rules.read_registry(tree)[0][loaded] == "models/deepseek_nextn.py"

@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import EaglepatchError
 from ..read.checkpoint import Checkpoint
-from ..read.launch_line import LaunchLine, literal_strings, parsed_module
-from ..read.locate import SourceTree
+from ..read.launch_line import LaunchLine, literal_strings
+from ..read.source_cache import SourceCache
 from ..records import Finding
 
 CONTEXT_SWITCH = re.compile(r"envs\.(SGLANG_\w*LONGER_CONTEXT\w*)\.get\(\)|\b(SGLANG_\w*LONGER_CONTEXT\w*)\b")
@@ -43,20 +44,20 @@ class TreeFacts:
     draft_rewrites: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # "DeepseekV3ForCausalLM" -> ("...NextN", "file:line")
 
 
-def read_registry(tree: SourceTree) -> tuple[dict[str, str], tuple[str, ...]]:
+def read_registry(cache: SourceCache) -> tuple[dict[str, str], tuple[str, ...]]:
     """Every class an `EntryClass = ...` of models/ names, with its module: what SGLang's registry
     serves an `architectures` entry with; and the model files that could not be read."""
     out: dict[str, str] = {}
     unreadable: list[str] = []
-    for path in sorted(tree.models.rglob("*.py")):
+    for path in sorted((cache.srt / "models").rglob("*.py")):
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            unreadable.append(path.relative_to(tree.srt).as_posix())
+            text = cache.read(path).text
+        except EaglepatchError:
+            unreadable.append(cache.rel(path))
             continue
         for match in _ENTRY.finditer(text):
             for name in re.findall(r"[A-Za-z_]\w*", match.group(1)):
-                out.setdefault(name, path.relative_to(tree.srt).as_posix())
+                out.setdefault(name, cache.rel(path))
     return out, tuple(unreadable)
 
 
@@ -73,13 +74,12 @@ class DraftLoader:
     consumed: tuple[str, ...] = ()  # `if "d2t" in name: ...; continue` (or `name == "d2t"`): names it takes another way
 
 
-def read_draft_loader(tree: SourceTree, rel: str, cls: str) -> DraftLoader | None:
+def read_draft_loader(cache: SourceCache, rel: str, cls: str) -> DraftLoader | None:
     """None where the class's module, or a `load_weights` in it, cannot be read, or the loader is not
     of the EAGLE heads' shape (a name it does not find falls back to `f"model.{name}"`, then is
     skipped): nothing is said of it."""
-    try:
-        module = parsed_module(tree.srt / rel)
-    except (OSError, SyntaxError, UnicodeDecodeError):
+    module = _parsed_or_none(cache, cache.srt / rel)
+    if module is None:
         return None
     loaders = [n for n in ast.walk(module) if isinstance(n, ast.FunctionDef) and n.name == "load_weights"]
     owner = next((n for n in module.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
@@ -89,7 +89,7 @@ def read_draft_loader(tree: SourceTree, rel: str, cls: str) -> DraftLoader | Non
     loader = (own or loaders)[0]
     modules = {"model"}
     imported = [n.module for n in module.body if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("sglang.srt.models.")]
-    for tree_module in [module, *(_parsed_or_none(tree.srt / (m.removeprefix("sglang.srt.").replace(".", "/") + ".py")) for m in imported)]:
+    for tree_module in [module, *(_parsed_or_none(cache, cache.srt / (m.removeprefix("sglang.srt.").replace(".", "/") + ".py")) for m in imported)]:
         for init in (n for n in ast.walk(tree_module) if isinstance(n, ast.FunctionDef) and n.name == "__init__") if tree_module else ():
             modules |= {t.attr for n in ast.walk(init) if isinstance(n, (ast.Assign, ast.AnnAssign))
                         for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
@@ -125,10 +125,10 @@ def _name_tests(test: ast.expr) -> list[str]:
     return []
 
 
-def _parsed_or_none(path: Path) -> ast.Module | None:
+def _parsed_or_none(cache: SourceCache, path: Path) -> ast.Module | None:
     try:
-        return parsed_module(path)
-    except (OSError, SyntaxError, UnicodeDecodeError):
+        return cache.module_ast(path)
+    except EaglepatchError:
         return None
 
 
@@ -179,17 +179,16 @@ def _compared(test: ast.expr) -> list[str]:
     return []
 
 
-def argument_branches(tree: SourceTree) -> list[tuple[str, ast.If]]:
+def argument_branches(cache: SourceCache) -> list[tuple[str, ast.If]]:
     """Every `if` of the server's argument handling ("file:line", node): server_args.py and, from
     0.5.16, the hooks under arg_groups/.  Read once; the rules below look for their shapes in it."""
     out: list[tuple[str, ast.If]] = []
-    folder = tree.srt / "arg_groups"
-    for path in [tree.srt / "server_args.py", *(sorted(folder.glob("*.py")) if folder.is_dir() else [])]:
-        try:
-            module = parsed_module(path)
-        except (OSError, SyntaxError):
+    folder = cache.srt / "arg_groups"
+    for path in [cache.srt / "server_args.py", *(sorted(folder.glob("*.py")) if folder.is_dir() else [])]:
+        module = _parsed_or_none(cache, path)
+        if module is None:
             continue
-        rel = path.relative_to(tree.srt).as_posix()
+        rel = cache.rel(path)
         out += [(f"{rel}:{node.lineno}", node) for node in ast.walk(module) if isinstance(node, ast.If)]
     return out
 
@@ -236,12 +235,11 @@ _DRAFT_QUANTIZATION = re.compile(r"speculative_draft_model_quantization\s*=\s*(?
 _DRAFT_ATTENTION = re.compile(r"\b(?:server_args|get_spec\(\))\.speculative_draft_attention_backend\b")
 
 
-def _first_line(tree: SourceTree, rels: Sequence[str], pattern: re.Pattern[str]) -> str:
+def _first_line(cache: SourceCache, rels: Sequence[str], pattern: re.Pattern[str]) -> str:
     for rel in rels:
-        path = tree.srt / rel
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError):
+            lines = cache.read(cache.srt / rel).lines
+        except EaglepatchError:
             continue
         for number, text in enumerate(lines, 1):
             if pattern.search(text):
@@ -249,10 +247,9 @@ def _first_line(tree: SourceTree, rels: Sequence[str], pattern: re.Pattern[str])
     return ""
 
 
-def _literal_list(path: Path, name: str) -> tuple[tuple[str, ...], int]:
-    try:
-        module = ast.parse(path.read_bytes())
-    except (OSError, SyntaxError):
+def _literal_list(cache: SourceCache, path: Path, name: str) -> tuple[tuple[str, ...], int]:
+    module = _parsed_or_none(cache, path)
+    if module is None:
         return (), 0
     for node in module.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
@@ -276,14 +273,13 @@ def _tested_architectures(test: ast.expr) -> list[str]:
     return []
 
 
-def read_draft_rewrites(tree: SourceTree) -> dict[str, tuple[str, str]]:
+def read_draft_rewrites(cache: SourceCache) -> dict[str, tuple[str, str]]:
     """The architectures the model config rewrites for a draft before the registry is asked
     (configs/model_config.py: `if is_draft_model and ...architectures[0] == "DeepseekV3ForCausalLM":
     ...architectures[0] = "DeepseekV3ForCausalLMNextN"`). Only a branch whose own body names the new
     class is taken; one that decides further (DeepSeek-V4's DSpark or MTP) is left out."""
-    try:
-        module = parsed_module(tree.srt / "configs" / "model_config.py")
-    except (OSError, SyntaxError, UnicodeDecodeError):
+    module = _parsed_or_none(cache, cache.srt / "configs" / "model_config.py")
+    if module is None:
         return {}
     out: dict[str, tuple[str, str]] = {}
     for node in ast.walk(module):
@@ -310,30 +306,36 @@ def draft_loaded_as(architecture: str, rewrites: Mapping[str, tuple[str, str]]) 
     return name, at
 
 
-def read_facts(tree: SourceTree, algorithms: Sequence[str] = ()) -> TreeFacts:
-    registry, unreadable = read_registry(tree)
+def read_facts(cache: SourceCache, algorithms: Sequence[str] = ()) -> TreeFacts:
+    """What the rules read of the tree, through the run's reading of it."""
+    registry, unreadable = read_registry(cache)
     keys: tuple[str, ...] = ()
     keys_at = ""
     for candidate in ("utils/hf_transformers_utils.py", "utils/hf_transformers/common.py", "hf_transformers_utils.py"):
-        found, line = _literal_list(tree.srt / candidate, "CONTEXT_LENGTH_KEYS")
+        found, line = _literal_list(cache, cache.srt / candidate, "CONTEXT_LENGTH_KEYS")
         if found:
             keys, keys_at = found, f"{candidate}:{line}"
             break
     switch, at = "", ""
-    config = tree.srt / "configs" / "model_config.py"
+    config = cache.srt / "configs" / "model_config.py"
     if config.is_file():
-        for number, text in enumerate(config.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        try:
+            config_lines: Sequence[str] = cache.read(config).lines
+        except EaglepatchError:
+            config_lines = ()
+        for number, text in enumerate(config_lines, 1):
             match = CONTEXT_SWITCH.search(text)
             if match:
                 switch, at = match.group(1) or match.group(2), f"configs/model_config.py:{number}"
                 break
-    hooks = sorted(p.relative_to(tree.srt).as_posix() for p in (tree.srt / "arg_groups").glob("*.py")) if (tree.srt / "arg_groups").is_dir() else []
-    quantization_at = _first_line(tree, ["server_args.py", *hooks], _DRAFT_QUANTIZATION)
-    attention_at = _first_line(tree, ["model_executor/model_runner.py", "speculative/draft_utils.py"], _DRAFT_ATTENTION)
-    branches = argument_branches(tree)
+    groups = cache.srt / "arg_groups"
+    hooks = sorted(cache.rel(p) for p in groups.glob("*.py")) if groups.is_dir() else []
+    quantization_at = _first_line(cache, ["server_args.py", *hooks], _DRAFT_QUANTIZATION)
+    attention_at = _first_line(cache, ["model_executor/model_runner.py", "speculative/draft_utils.py"], _DRAFT_ATTENTION)
+    branches = argument_branches(cache)
     self_drafting, self_drafting_at = read_self_drafting(branches)
     return TreeFacts(registry, keys, keys_at, switch, at, tuple(algorithms), unreadable, read_aliases(branches), quantization_at,
-                     attention_at, self_drafting, self_drafting_at, read_draft_rewrites(tree))
+                     attention_at, self_drafting, self_drafting_at, read_draft_rewrites(cache))
 
 
 def derived_context(config: Checkpoint, keys: Sequence[str]) -> int | None:

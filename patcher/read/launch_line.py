@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import EaglepatchError
-from ..read.locate import SourceTree
+from .source_cache import SourceCache
 
 SERVER_ARGS = "server_args.py"
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
@@ -96,17 +96,14 @@ class _Choices:
     (`ATTENTION_BACKEND_CHOICES = [...]`) of the same module or of the `sglang.srt` module it is
     imported from.  () where it goes further (a call, a comprehension)."""
 
-    def __init__(self, tree: SourceTree):
-        self.tree = tree
-        self.modules: dict[Path, ast.Module | None] = {}
+    def __init__(self, cache: SourceCache):
+        self.cache = cache
 
     def _module(self, path: Path) -> ast.Module | None:
-        if path not in self.modules:
-            try:
-                self.modules[path] = ast.parse(path.read_bytes())
-            except (OSError, SyntaxError):
-                self.modules[path] = None
-        return self.modules[path]
+        try:
+            return self.cache.module_ast(path)
+        except EaglepatchError:
+            return None
 
     def of(self, node: ast.expr | None, path: Path, module: ast.Module, depth: int = 0) -> tuple[str, ...]:
         literal = literal_strings(node)
@@ -119,41 +116,31 @@ class _Choices:
             if isinstance(statement, ast.ImportFrom) and statement.module and statement.module.startswith("sglang.srt."):
                 if any((alias.asname or alias.name) == node.id for alias in statement.names):
                     parts = statement.module.split(".")[2:]
-                    source = next((c for c in (self.tree.srt.joinpath(*parts).with_suffix(".py"), self.tree.srt.joinpath(*parts, "__init__.py")) if c.is_file()), None)
+                    srt = self.cache.srt
+                    source = next((c for c in (srt.joinpath(*parts).with_suffix(".py"), srt.joinpath(*parts, "__init__.py")) if c.is_file()), None)
                     other = self._module(source) if source is not None else None
                     name = next(a.name for a in statement.names if (a.asname or a.name) == node.id)
                     return self.of(ast.Name(name), source, other, depth + 1) if other is not None and source is not None else ()
         return ()
 
 
-_PARSED: dict[tuple[Path, int, int], ast.Module] = {}
-
-
-def parsed_module(path: Path) -> ast.Module:
-    """`path` parsed once per run (server_args.py is 7,000 lines; the options and the argument
-    handling's rules both read it).  Raises OSError or SyntaxError as ast.parse does."""
-    stat = path.stat()
-    key = (path, stat.st_mtime_ns, stat.st_size)
-    if key not in _PARSED:
-        _PARSED[key] = ast.parse(path.read_bytes())
-    return _PARSED[key]
-
-
-def _parse(path: Path) -> ast.Module:
+def _parse(cache: SourceCache, path: Path) -> ast.Module:
+    if not path.is_file():
+        raise EaglepatchError("does not exist, so the server's options cannot be read; point PATH at an SGLang tree", path=str(path))
     try:
-        return parsed_module(path)
-    except (OSError, SyntaxError) as exc:
-        raise EaglepatchError(f"cannot read the server's options ({exc.__class__.__name__}); point PATH at an SGLang tree", path=str(path)) from None
+        return cache.module_ast(path)
+    except EaglepatchError as exc:
+        raise EaglepatchError(f"cannot read the server's options: the file {exc.message}", path=str(path)) from None
 
 
-def read_options(tree: SourceTree) -> Options:
+def read_options(cache: SourceCache) -> Options:
     """Every option of the tree's server argument parser: the `parser.add_argument` calls of
     server_args.py and, where it registers dataclass fields (`add_cli_args_from_dataclass`, 0.5.14 on),
     every `name: A[T, "help" | Arg(...)]` field of ServerArgs and of the namespaces under
     arg_groups/fields/."""
-    path = tree.srt / SERVER_ARGS
-    module = _parse(path)
-    choices = _Choices(tree)
+    path = cache.srt / SERVER_ARGS
+    module = _parse(cache, path)
+    choices = _Choices(cache)
     by_string: dict[str, Option] = {}
     allow_abbrev = True
     for node in ast.walk(module):
@@ -166,7 +153,7 @@ def read_options(tree: SourceTree) -> Options:
                 allow_abbrev = False
             continue
         if name == "add_cli_args_from_dataclass":
-            for option in _field_options(tree, choices):
+            for option in _field_options(cache, choices):
                 for string in option.strings:
                     by_string.setdefault(string, option)
             continue
@@ -195,16 +182,16 @@ def read_options(tree: SourceTree) -> Options:
     return Options(by_string, allow_abbrev, SERVER_ARGS)
 
 
-def _field_options(tree: SourceTree, choices: _Choices) -> list[Option]:
+def _field_options(cache: SourceCache, choices: _Choices) -> list[Option]:
     """The options a dataclass field declares, as arg_utils' add_cli_args_from_dataclass registers
     them: `--field-name` (or `Arg(cli_name=...)`) and its `aliases`; a `bool` is `store_true`, a
     `List[...]` takes several values; `Arg(no_cli=True)` registers none."""
     out: list[Option] = []
-    folder = tree.srt / "arg_groups" / "fields"
+    folder = cache.srt / "arg_groups" / "fields"
     # 0.5.14 - 0.5.19 declare them on ServerArgs itself; 0.5.20 on, in namespaces under arg_groups/fields/
-    for path in [tree.srt / SERVER_ARGS, *(sorted(folder.glob("*.py")) if folder.is_dir() else [])]:
-        rel = path.relative_to(tree.srt).as_posix()
-        module = _parse(path)
+    for path in [cache.srt / SERVER_ARGS, *(sorted(folder.glob("*.py")) if folder.is_dir() else [])]:
+        rel = cache.rel(path)
+        module = _parse(cache, path)
         for node in ast.walk(module):
             if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(node.annotation, ast.Subscript)):
                 continue

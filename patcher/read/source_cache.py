@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..errors import EaglepatchError
 from .outline import Outline, block_start, mask, outline
-from .slices import Bodiless, Parsed, import_texts, parse_cut, parse_module, syntax_error
+from .slices import Bodiless, Parsed, import_texts, invalid_python, parse_cut, parse_module, syntax_error
 from .text import SourceFile, block_text, decode_source
 
 if TYPE_CHECKING:  # libcst is imported where code is parsed with it: `check` reads with CPython's parser
@@ -60,6 +60,7 @@ class SourceCache:
         # what later stages derive from a file once per run, each under its stage's own key (`memo`)
         self._memo: dict[MemoKey[Any], Any] = {}
         self._validity: dict[Path, EaglepatchError | None] = {}  # unreadable(): each file compiled once per run
+        self._modules: dict[Path, ast.Module | EaglepatchError] = {}  # module_ast(): whole files, by CPython's parser
         self.bytes_read = 0
         self.lines_parsed = 0
 
@@ -162,6 +163,26 @@ class SourceCache:
                 self._validity.setdefault(Path(path), EaglepatchError(error[0], path=error[1], line=error[2]) if error else None)
 
         return join
+
+    def module_ast(self, path: Path) -> ast.Module:
+        """The whole file by CPython's parser, once per run (server_args.py is 7,000 lines, and the
+        server's options and preflight's rules both read it).  EaglepatchError when it cannot be read
+        or does not parse, every time it is asked."""
+        found = self._modules.get(path)
+        if found is None:
+            try:
+                source = self.read(path)
+                found = ast.parse(source.text)
+            except EaglepatchError as exc:
+                found = exc
+            except SyntaxError as exc:
+                found = invalid_python(source, exc)
+            except ValueError as exc:  # a NUL byte
+                found = EaglepatchError(f"is not valid Python ({exc}); fix the file", path=self.rel(path))
+            self._modules[path] = found
+        if isinstance(found, EaglepatchError):
+            raise found
+        return found
 
     def parse_whole(self, source: SourceFile) -> Parsed:
         key = (source.path, 0, -1)

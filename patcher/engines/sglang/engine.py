@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING
 from ...read.locate import Layout, SourceTree
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ...engine import Command, Explanation, Resolved, Reverted
     from ...errors import EaglepatchError
-    from ...records import FileEdit, Progress
+    from ...records import FileEdit, PreflightReport, Progress
     from ...selection import Analysis, Selection
 
 HINT = (
@@ -79,6 +81,11 @@ class SglangEngine:
         from .explain import explanation
 
         return explanation(analysis, member)
+
+    def preflight(self, request: Resolved, words: Sequence[str]) -> PreflightReport:
+        from .preflight import run_preflight
+
+        return run_preflight(request, words)
 
 
 SGLANG = SglangEngine()

@@ -34,13 +34,12 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
     from ...analyze.roles import learn_roles
     from ...plumbing.gate import HOOK, is_capture_hook
     from ...plumbing.judge import Plumber, judge_inherited, judge_plumbing, judge_riding
-    from ...read.source_cache import SourceCache
     from ...read.style import load_style
 
     tree, selection, excluded = request.tree, request.selection, request.excluded
     models, all_models, ignore, ignore_from = selection.models, selection.all_models, selection.ignore, selection.ignore_from
     extra_consumers = list(request.consumers)
-    cache = SourceCache(tree.srt, excluded)
+    cache = request.cache
     protocol = run_protocol(tree, cache, extract_protocol(tree, cache, extra_consumers, ignore, ignore_from), selection.algorithms, extra_consumers)
     resolver = Resolver(tree, cache)
     if all_models:

@@ -11,9 +11,11 @@ from ...read.locate import Layout, SourceTree
 from . import VLLM_MARKER, VLLM_MODELS
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ...engine import Command, Explanation, Resolved, Reverted
     from ...errors import EaglepatchError
-    from ...records import FileEdit, Progress
+    from ...records import FileEdit, PreflightReport, Progress
     from ...selection import Analysis, Selection
 
 HINT = (
@@ -75,6 +77,9 @@ class VllmEngine:
 
     def explain(self, analysis: Analysis, member: str) -> Explanation:
         raise NotImplementedError(self.refusal("explain"))  # cli asks refusal() first
+
+    def preflight(self, request: Resolved, words: Sequence[str]) -> PreflightReport:
+        raise NotImplementedError(self.refusal("preflight"))  # cli asks refusal() first
 
 
 VLLM = VllmEngine()

@@ -1,4 +1,4 @@
-"""`eaglepatch preflight`: a launch read before it runs, every failure it would meet predicted.
+"""`eaglepatch preflight` on SGLang: a launch read before it runs, every failure it would meet predicted.
 
 read (the tree's options, the launch line, the two checkpoints' config.json and weight headers) ->
 analyze (the target class's verdict for the chosen algorithm, as `check --model` gives it, and the
@@ -13,43 +13,44 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import EaglepatchError
-from .records import Finding, PreflightReport
+from ...errors import EaglepatchError
+from ...records import Finding, PreflightReport
 
 if TYPE_CHECKING:
-    from .analyze.preflight import TargetHook
-    from .read.checkpoint import Checkpoint
-from .selection import Selection
+    from ...analyze.preflight import TargetHook
+    from ...engine import Resolved
+    from ...read.checkpoint import Checkpoint
+    from ...read.source_cache import SourceCache
 
 
-def _target_hook(srt: Path, rel: str, line: int, at: str) -> TargetHook:
+def _target_hook(cache: SourceCache, rel: str, line: int, at: str) -> TargetHook:
     """The `def` at `rel:line` and whether a backbone of its module captures after its last layer
     (GPT-OSS's `if self.end_layer in self.layers_to_capture`).  Only the `def`'s block is parsed,
     and the module only where its text holds `end_layer in`: preflight runs before every launch."""
     import inspect
     import textwrap
 
-    from .analyze import preflight as rules
+    from ...analyze import preflight as rules
 
     try:
-        text = (srt / rel).read_text(encoding="utf-8")
+        text = cache.read(cache.srt / rel).text
         lines = text.splitlines(keepends=True)
         block = textwrap.dedent("".join(inspect.getblock(lines[line - 1:]))) if 0 < line <= len(lines) else ""
         function = ast.parse(block).body[0] if block else None
-    except (OSError, UnicodeDecodeError, SyntaxError, IndexError, inspect.EndOfBlock):
+    except (EaglepatchError, SyntaxError, IndexError, inspect.EndOfBlock):
         return rules.TargetHook(None, at)
     source = block if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
     final = False
     if re.search(r"end_layer\s+in\b", text):
         try:
-            final = rules.captures_after_last_layer(ast.parse(text))
-        except SyntaxError:
+            final = rules.captures_after_last_layer(cache.module_ast(cache.srt / rel))
+        except EaglepatchError:
             final = False
     return rules.TargetHook(source, at, final)
 
 
 def _checkpoint(value: str | None, what: str) -> Checkpoint | None:
-    from .read.checkpoint import read_checkpoint
+    from ...read.checkpoint import read_checkpoint
 
     if value is None:
         return None
@@ -59,25 +60,23 @@ def _checkpoint(value: str | None, what: str) -> Checkpoint | None:
     return read_checkpoint(path, what)
 
 
-def run_preflight(selection: Selection, words: Sequence[str]) -> PreflightReport:
-    from .analyze import preflight as rules
-    from .analyze.algorithms import find_enum
-    from .read.launch_line import read_launch, read_options
-    from .read.source_cache import SourceCache
-    from .run import analyze, locate
+def run_preflight(request: Resolved, words: Sequence[str]) -> PreflightReport:
+    """The launch `words` read against the tree of `request`: one run, one reading of the tree (the
+    options, the rules' facts and the target's analysis share `request.cache`)."""
+    from ...analyze import preflight as rules
+    from ...analyze.algorithms import find_enum
+    from ...read.launch_line import read_launch, read_options
+    from ...selection import Selection
 
-    engine, tree = locate(selection)
-    refusal = engine.refusal("preflight")
-    if refusal is not None:
-        raise EaglepatchError(refusal, path=str(tree.given))
-    options = read_options(tree)
+    tree, cache = request.tree, request.cache
+    options = read_options(cache)
     line = read_launch(words, options)
-    enum = find_enum(tree, SourceCache(tree.srt))
+    enum = find_enum(tree, cache)
     known = enum.algorithms if enum is not None else ()
     asked = line.get("speculative_algorithm")
     target = _checkpoint(line.get("model_path"), "the target")
     draft = _checkpoint(line.get("speculative_draft_model_path"), "the draft")
-    facts = rules.read_facts(tree, known)
+    facts = rules.read_facts(cache, known)
     algorithm = asked.upper() if asked else None
     if algorithm is not None and algorithm in facts.aliases:
         algorithm = facts.aliases[algorithm][0]  # NEXTN runs as EAGLE: what is checked is what runs
@@ -92,7 +91,8 @@ def run_preflight(selection: Selection, words: Sequence[str]) -> PreflightReport
         module = facts.registry[name].removeprefix("models/").removesuffix(".py")
         target_class = f"{facts.registry[name]}:{name}"
         if algorithm is not None and algorithm in known:
-            analysis = analyze(Selection(path=tree.given, models=(f"{module}:{name}",), algorithms=(algorithm,)))
+            asked_of = Selection(path=tree.given, models=(f"{module}:{name}",), algorithms=(algorithm,))
+            analysis = request.engine.analyze(request.asking(asked_of))
             plan = analysis.plans[0]
             for entry in plan.required_gaps:
                 fix = f"eaglepatch apply --model {module}:{name} {tree.given}" if entry.fix is not None else f"needs code: {entry.blocker}"
@@ -105,7 +105,7 @@ def run_preflight(selection: Selection, words: Sequence[str]) -> PreflightReport
             hook = next((e for e in (*plan.missing, *plan.forwarded) if e.member.name == "set_eagle3_layers_to_capture"), None)
             signature = (hook.defined if hook is not None else None) or plan.wrapper.cls.members.get("set_eagle3_layers_to_capture")
             if signature is not None:
-                target_hook = _target_hook(tree.srt, signature.file, signature.line, signature.at)
+                target_hook = _target_hook(cache, signature.file, signature.line, signature.at)
         elif algorithm is not None:
             findings.append(Finding("info", "target-hooks", f"--speculative-algorithm {asked}: not a member of this tree's algorithm enum "
                                     f"({', '.join(known)}); the target's hooks are not checked", "arguments", enum.at if enum else ""))
@@ -114,7 +114,7 @@ def run_preflight(selection: Selection, words: Sequence[str]) -> PreflightReport
     if draft is not None and draft_arch in facts.registry:
         draft_class = f"{facts.registry[draft_arch]}:{draft_arch}"
         if algorithm in rules.EAGLE_ALGORITHMS:  # an EAGLE head's loader; MTP and DFlash drafts load another way
-            findings += rules.draft_weights_rule(draft, rules.read_draft_loader(tree, facts.registry[draft_arch], draft_arch))
+            findings += rules.draft_weights_rule(draft, rules.read_draft_loader(cache, facts.registry[draft_arch], draft_arch))
     if target is not None and draft is not None:
         findings += rules.context_rule(target, draft, line, facts)
         findings += rules.aux_layer_rule(target, draft, target_hook)
