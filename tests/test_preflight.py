@@ -152,6 +152,57 @@ def test_an_options_choices_are_read_to_their_literal(tmp_path, text, expected):
     assert options.by_string["--b"].choices == expected
 
 
+_DEPRECATED = """\
+class DeprecatedAction(argparse.Action):
+    def __init__(self, option_strings, dest, nargs=0, **kwargs):
+        super().__init__(option_strings, dest, nargs=nargs, **kwargs)
+
+class DeprecatedStoreTrueAction(argparse.Action):
+    def __init__(self, option_strings, dest, new_flag=None, nargs=0, const=True, default=False, **kwargs):
+        super().__init__(option_strings, dest, nargs=nargs, const=const, default=default, **kwargs)
+
+class Fixed(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+class Passing(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+
+class Inherited(DeprecatedAction):
+    pass
+"""
+
+TAKES_CASES = [
+    # (the option's add_argument, how many words argparse takes for it)
+    ('p.add_argument("--b", action="store_true")', "none"),
+    ('p.add_argument("--b", action=DeprecatedAction)', "none"),  # its __init__'s nargs=0 (0.5.15 on)
+    ('p.add_argument("--b", action=DeprecatedStoreTrueAction, new_flag="--c")', "none"),
+    ('p.add_argument("--b", action=DeprecatedAction, nargs=None)', "one"),  # the call's nargs wins
+    ('p.add_argument("--b", action=Fixed)', "none"),  # the constant its __init__ hands up
+    ('p.add_argument("--b", action=Passing)', "one"),  # argparse's default
+    ('p.add_argument("--b", action=Inherited)', "none"),  # through its base
+    ('p.add_argument("--b", action=Moved)', "none"),  # imported from a module of the tree
+    ('p.add_argument("--b", action=argparse.BooleanOptionalAction)', "none"),
+    ('p.add_argument("--b", action=LoRAPathAction, nargs="*")', "many"),
+    ('p.add_argument("--b", action=Unknown)', "one"),  # not found: read as taking a value
+    ('p.add_argument("--b", action=UnknownStoreTrueAction)', "none"),  # ... unless its name says store_true
+]
+
+
+@pytest.mark.parametrize(("text", "takes"), TAKES_CASES)
+def test_an_options_action_class_says_how_many_words_it_takes(tmp_path, text, takes):
+    from eaglepatch.read.launch_line import read_options
+    from eaglepatch.read.source_cache import SourceCache
+
+    srt = tmp_path / "sglang" / "srt"
+    (srt / "layers").mkdir(parents=True)
+    (srt / "layers" / "actions.py").write_text("import argparse\n\n" + _DEPRECATED.replace("class Fixed", "class Moved"))
+    head = "import argparse\nfrom sglang.srt.layers.actions import Moved\n" + _DEPRECATED
+    (srt / "server_args.py").write_text(head + "p = argparse.ArgumentParser()\n" + text + "\n")
+    assert read_options(SourceCache(srt)).by_string["--b"].takes == takes
+
+
 def test_eagle3_without_a_draft_path_fails_after_the_target_loads():
     _, data = preflight(CHECKOUT, launch(draft=None))
     (missing,) = by_check(data)["draft-path-missing"]
@@ -714,3 +765,29 @@ def test_deepseek_v3_as_a_draft_is_served_by_its_nextn_class(version):
     assert loaded == "DeepseekV3ForCausalLMNextN" and at.startswith("configs/model_config.py:")
     assert rules.read_registry(tree)[0][loaded] == "models/deepseek_nextn.py"
     assert rules.draft_loaded_as("LlamaForCausalLMEagle3", rules.read_draft_rewrites(tree)) == ("LlamaForCausalLMEagle3", "")
+
+
+def _from_0_5_15() -> list:
+    import sglang_releases
+
+    pinned = [v for v in sglang_releases.read_releases() if tuple(int(p) for p in v.split(".")[:3]) >= (0, 5, 15)]
+    return [pytest.param(v, marks=pytest.mark.integration, id=v) for v in pinned]
+
+
+@pytest.mark.parametrize("version", _from_0_5_15())
+def test_deprecated_flags_take_no_value_as_the_release_parser_builds_them(version):
+    """0.5.15 on register `--disable-cuda-graph` (and others) with a deprecated-flag action whose
+    `__init__` sets `nargs=0`: the word after the flag is the next option, not its value."""
+    import sglang_releases
+
+    from eaglepatch.read.launch_line import read_launch, read_options
+    from eaglepatch.read.source_cache import SourceCache
+
+    options = read_options(SourceCache(sglang_releases.site_packages(version) / "sglang" / "srt"))
+    flags = [f for f in ("--disable-cuda-graph", "--disable-piecewise-cuda-graph", "--enable-dp-attention") if f in options.by_string]
+    assert "--disable-cuda-graph" in flags
+    for flag in flags:
+        line = read_launch(["python", "-m", "sglang.launch_server", "--model-path", "m", flag, "--tp", "8"], options)
+        assert not line.errors, (flag, line.errors)
+        tp, _ = options.match("--tp")  # a prefix of --tp-size
+        assert tp is not None and line.values[options.by_string[flag].dest] is True and line.get(tp.dest) == "8"

@@ -91,10 +91,16 @@ def literal_strings(node: ast.expr | None) -> tuple[str, ...] | None:
     return None
 
 
-class _Choices:
-    """`choices=` of an option, read to its literal: a list written there, or a module-level name
-    (`ATTENTION_BACKEND_CHOICES = [...]`) of the same module or of the `sglang.srt` module it is
-    imported from.  () where it goes further (a call, a comprehension)."""
+_ARGPARSE_FLAGS = frozenset({  # argparse's own actions that take no value, as `argparse.X` names them
+    "_StoreTrueAction", "_StoreFalseAction", "_StoreConstAction", "_CountAction", "_HelpAction", "_VersionAction",
+    "_AppendConstAction", "BooleanOptionalAction",
+})
+_UNKNOWN = object()  # an action class whose `nargs` the reading cannot tell
+
+
+class _Definitions:
+    """Module-level names of the parser's modules, followed to what binds them (in the module, or in the
+    `sglang.srt` module it imports them from): the literal behind `choices=`, the class behind `action=`."""
 
     def __init__(self, cache: SourceCache):
         self.cache = cache
@@ -105,23 +111,89 @@ class _Choices:
         except EaglepatchError:
             return None
 
-    def of(self, node: ast.expr | None, path: Path, module: ast.Module, depth: int = 0) -> tuple[str, ...]:
+    def find(self, name: str, path: Path, module: ast.Module, depth: int = 0) -> tuple[ast.stmt, Path, ast.Module] | None:
+        """The statement that binds `name` at the top of `module` (an assignment or a class), imports followed."""
+        for statement in module.body:
+            if isinstance(statement, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in statement.targets):
+                return statement, path, module
+            if isinstance(statement, ast.ClassDef) and statement.name == name:
+                return statement, path, module
+            if isinstance(statement, ast.ImportFrom) and statement.module and statement.module.startswith("sglang.srt.") and depth < 3:
+                alias = next((a for a in statement.names if (a.asname or a.name) == name), None)
+                if alias is None:
+                    continue
+                parts = statement.module.split(".")[2:]
+                srt = self.cache.srt
+                source = next((c for c in (srt.joinpath(*parts).with_suffix(".py"), srt.joinpath(*parts, "__init__.py")) if c.is_file()), None)
+                other = self._module(source) if source is not None else None
+                return self.find(alias.name, source, other, depth + 1) if source is not None and other is not None else None
+        return None
+
+    def choices(self, node: ast.expr | None, path: Path, module: ast.Module, depth: int = 0) -> tuple[str, ...]:
+        """`choices=` read to its literal: a list written there, or a module-level name (`B = A` followed).
+        () where it goes further (a call, a comprehension)."""
         literal = literal_strings(node)
         if literal is not None or not isinstance(node, ast.Name) or depth > 2:
             return literal or ()
-        for statement in module.body:
-            if isinstance(statement, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in statement.targets):
-                found = literal_strings(statement.value)  # `B = A`: A's
-                return found if found is not None else self.of(statement.value, path, module, depth + 1)
-            if isinstance(statement, ast.ImportFrom) and statement.module and statement.module.startswith("sglang.srt."):
-                if any((alias.asname or alias.name) == node.id for alias in statement.names):
-                    parts = statement.module.split(".")[2:]
-                    srt = self.cache.srt
-                    source = next((c for c in (srt.joinpath(*parts).with_suffix(".py"), srt.joinpath(*parts, "__init__.py")) if c.is_file()), None)
-                    other = self._module(source) if source is not None else None
-                    name = next(a.name for a in statement.names if (a.asname or a.name) == node.id)
-                    return self.of(ast.Name(name), source, other, depth + 1) if other is not None and source is not None else ()
-        return ()
+        found = self.find(node.id, path, module)
+        if found is None or not isinstance(found[0], ast.Assign):
+            return ()
+        statement, where, holder = found
+        assert isinstance(statement, ast.Assign)
+        literal = literal_strings(statement.value)
+        return literal if literal is not None else self.choices(statement.value, where, holder, depth + 1)
+
+    def action_nargs(self, action: ast.expr, path: Path, module: ast.Module, depth: int = 0) -> object:
+        """The `nargs` an action class gives itself when the call passes none, as argparse builds it: the
+        default of its `__init__`'s `nargs` parameter, or the constant that `__init__` hands up to
+        argparse (a deprecated flag's `nargs=0`), else its base's.  `_UNKNOWN` where it cannot tell."""
+        if isinstance(action, ast.Attribute) and isinstance(action.value, ast.Name) and action.value.id == "argparse":
+            return 0 if action.attr in _ARGPARSE_FLAGS else None if action.attr == "Action" else _UNKNOWN
+        if not isinstance(action, ast.Name) or depth > 4:
+            return _UNKNOWN
+        found = self.find(action.id, path, module)
+        if found is None or not isinstance(found[0], ast.ClassDef):
+            return _UNKNOWN
+        cls, where, holder = found
+        assert isinstance(cls, ast.ClassDef)
+        init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+        if init is not None:
+            return _init_nargs(init)
+        if len(cls.bases) != 1:
+            return _UNKNOWN
+        return self.action_nargs(cls.bases[0], where, holder, depth + 1)
+
+
+def _init_nargs(init: ast.FunctionDef) -> object:
+    """What an action's `__init__` makes `nargs` when the caller passes none."""
+    arguments = init.args
+    positional = [*arguments.posonlyargs, *arguments.args]
+    defaults = dict(zip([a.arg for a in positional][len(positional) - len(arguments.defaults):], arguments.defaults))
+    defaults |= {a.arg: d for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None}
+    parameter = "nargs" in {a.arg for a in [*positional, *arguments.kwonlyargs]}
+    for node in ast.walk(init):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "__init__"):
+            continue
+        passed = _keyword(node, "nargs")
+        if isinstance(passed, ast.Constant):
+            return passed.value
+        if isinstance(passed, ast.Name) and passed.id == "nargs" and parameter:
+            value = defaults.get("nargs")
+            return value.value if isinstance(value, ast.Constant) else None if value is None else _UNKNOWN
+        if passed is None and not parameter:
+            return None  # argparse's own default: one value (a `**kwargs` from the call may still say otherwise)
+    return _UNKNOWN
+
+
+def _takes(nargs: object, fallback: str) -> str:
+    """"none" | "one" | "many" | "optional", as argparse consumes words for an `nargs`."""
+    if nargs is _UNKNOWN:
+        return fallback
+    if nargs is None or nargs == 1:
+        return "one"
+    if nargs == 0:
+        return "none"
+    return {"*": "many", "+": "many", "?": "optional"}.get(str(nargs), "many")
 
 
 def _parse(cache: SourceCache, path: Path) -> ast.Module:
@@ -140,7 +212,7 @@ def read_options(cache: SourceCache) -> Options:
     arg_groups/fields/."""
     path = cache.srt / SERVER_ARGS
     module = _parse(cache, path)
-    choices = _Choices(cache)
+    definitions = _Definitions(cache)
     by_string: dict[str, Option] = {}
     allow_abbrev = True
     for node in ast.walk(module):
@@ -153,7 +225,7 @@ def read_options(cache: SourceCache) -> Options:
                 allow_abbrev = False
             continue
         if name == "add_cli_args_from_dataclass":
-            for option in _field_options(cache, choices):
+            for option in _field_options(cache, definitions):
                 for string in option.strings:
                     by_string.setdefault(string, option)
             continue
@@ -163,18 +235,12 @@ def read_options(cache: SourceCache) -> Options:
         if not strings:
             continue
         action, nargs, dest = _keyword(node, "action"), _keyword(node, "nargs"), _keyword(node, "dest")
-        takes = "one"
-        if isinstance(action, ast.Constant) and action.value in _NO_VALUE:
-            takes = "none"
-        elif action is not None and not isinstance(action, ast.Constant):
-            takes = "none" if "Boolean" in ast.unparse(action) or "store_true" in ast.unparse(action) else "one"
-        if isinstance(nargs, ast.Constant):
-            takes = {"*": "many", "+": "many", "?": "optional"}.get(str(nargs.value), "many" if nargs.value not in (None, 1) else "one")
+        takes = _option_takes(action, nargs, definitions, path, module)
         longs = [s for s in strings if s.startswith("--")]
         name = dest.value if isinstance(dest, ast.Constant) and isinstance(dest.value, str) else (longs or strings)[0].lstrip("-").replace("-", "_")
         required = _keyword(node, "required")
         option = Option(tuple(strings), name, takes, f"{SERVER_ARGS}:{node.lineno}", isinstance(required, ast.Constant) and required.value is True,
-                        choices.of(_keyword(node, "choices"), path, module))
+                        definitions.choices(_keyword(node, "choices"), path, module))
         for string in strings:
             by_string.setdefault(string, option)
     if not by_string:
@@ -182,7 +248,22 @@ def read_options(cache: SourceCache) -> Options:
     return Options(by_string, allow_abbrev, SERVER_ARGS)
 
 
-def _field_options(cache: SourceCache, choices: _Choices) -> list[Option]:
+def _option_takes(action: ast.expr | None, nargs: ast.expr | None, definitions: _Definitions, path: Path, module: ast.Module) -> str:
+    """How many words an `add_argument` (or `Arg(...)`) takes: its own `nargs`, else its action's."""
+    if isinstance(nargs, ast.Constant):
+        return _takes(nargs.value, "one")
+    if nargs is not None:
+        return "one"  # a computed nargs: read as argparse's default
+    if action is None:
+        return "one"
+    if isinstance(action, ast.Constant):
+        return "none" if action.value in _NO_VALUE else "one"
+    spelled = ast.unparse(action)
+    flag = any(word in spelled for word in ("Boolean", "store_true", "StoreTrue"))  # a class not found: its name says
+    return _takes(definitions.action_nargs(action, path, module), "none" if flag else "one")
+
+
+def _field_options(cache: SourceCache, definitions: _Definitions) -> list[Option]:
     """The options a dataclass field declares, as arg_utils' add_cli_args_from_dataclass registers
     them: `--field-name` (or `Arg(cli_name=...)`) and its `aliases`; a `bool` is `store_true`, a
     `List[...]` takes several values; `Arg(no_cli=True)` registers none."""
@@ -216,18 +297,17 @@ def _field_options(cache: SourceCache, choices: _Choices) -> list[Option]:
             spelled = ast.unparse(kind)
             action = _keyword(arg_call, "action") if arg_call is not None else None
             nargs = _keyword(arg_call, "nargs") if arg_call is not None else None
-            takes = "one"
-            if action is not None:
-                takes = "none" if (isinstance(action, ast.Constant) and action.value in _NO_VALUE) or "Boolean" in ast.unparse(action) else "one"
+            if action is not None or isinstance(nargs, ast.Constant):
+                takes = _option_takes(action, nargs, definitions, path, module)
             elif re.fullmatch(r"(Optional\[)?bool\]?", spelled):
                 takes = "none"
             elif re.search(r"\b(List|list)\[", spelled):
                 takes = "many"
-            if isinstance(nargs, ast.Constant):
-                takes = {"*": "many", "+": "many", "?": "optional"}.get(str(nargs.value), takes)
+            else:
+                takes = "one"
             required = _keyword(arg_call, "required") if arg_call is not None else None
             needed = (isinstance(required, ast.Constant) and required.value is True) or (required is None and node.value is None and takes != "none")
-            allowed = choices.of(_keyword(arg_call, "choices"), path, module) if arg_call is not None else ()
+            allowed = definitions.choices(_keyword(arg_call, "choices"), path, module) if arg_call is not None else ()
             out.append(Option(tuple(names), node.target.id, takes, f"{rel}:{node.lineno}", needed, allowed))
     return out
 
