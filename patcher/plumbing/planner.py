@@ -1148,7 +1148,7 @@ def with_method(cls: ClassSource, method: FunctionNode) -> ClassSource:
     changed (patched_sources copies what it edits), as the analysis needs a method apply writes."""
     node = copy.copy(cls.node)
     node.body = [*cls.node.body, method]
-    return ClassSource(cls.name, cls.file, node)
+    return ClassSource(cls.name, cls.file, node, cls.walks)
 
 
 def patched_sources(classes: ClassLookup, pieces: Sequence[PlumbingPiece], start: Mapping[str, ClassSource] | None = None) -> dict[str, ClassSource]:
@@ -1162,7 +1162,7 @@ def patched_sources(classes: ClassLookup, pieces: Sequence[PlumbingPiece], start
             found = out.get(key) or next(iter(classes.mro(key)), None)
             if found is None:
                 raise ValueError(f"{key}: not in the tree")
-            out[key] = ClassSource(found.name, found.file, _with_own_method(found.node, piece))
+            out[key] = ClassSource(found.name, found.file, _with_own_method(found.node, piece), found.walks)
             copied.add((key, piece.method, piece.method_line))
         _apply_piece(out[key].node, piece, inserted)
     return out
