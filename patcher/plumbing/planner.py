@@ -40,7 +40,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ..read.statements import nested_statements, sub_blocks
 from ..records import PieceKind, PlumbingBlocker, PlumbingPiece, PlumbingPlan, Where
@@ -1135,11 +1135,12 @@ def with_hook(classes: ClassLookup, key: str, reference_key: str, hook: Function
     """`key`'s class with the reference's hook added (its `self.<reference_attribute>` read as
     `self.<attribute>`): what the synthesis writes, as the analysis needs it."""
     cls = classes.mro(key)[0]
-    written = copy.deepcopy(hook)
+    written = hook  # shared with the reference's class when it reads the same attribute: never edited
     if attribute != reference_attribute:
-        for sub in ast.walk(written):
-            if isinstance(sub, ast.Attribute) and _attr_of_self(sub) == reference_attribute:
-                sub.attr = attribute
+        copies = _Copies()
+        written = copies.own(hook)
+        for sub in [n for n in ast.walk(hook) if isinstance(n, ast.Attribute) and _attr_of_self(n) == reference_attribute]:
+            copies.down_to(written, sub, ast.AST).attr = attribute
     return {cls.key: with_method(cls, written)}
 
 
@@ -1155,57 +1156,102 @@ def patched_sources(classes: ClassLookup, pieces: Sequence[PlumbingPiece], start
     """The classes the pieces go into, with the pieces put into copies of their syntax trees."""
     out: dict[str, ClassSource] = dict(start or {})
     inserted: set[int] = set()
-    copied: set[tuple[str, str, int]] = set()  # the pieces edit statements in place: each method is copied before the first
+    copies = _Copies()
     for piece in pieces:
         key = f"{piece.file}:{piece.cls}"
-        if (key, piece.method, piece.method_line) not in copied:
-            found = out.get(key) or next(iter(classes.mro(key)), None)
-            if found is None:
-                raise ValueError(f"{key}: not in the tree")
-            out[key] = ClassSource(found.name, found.file, _with_own_method(found.node, piece), found.walks)
-            copied.add((key, piece.method, piece.method_line))
-        _apply_piece(out[key].node, piece, inserted)
+        found = out.get(key) or next(iter(classes.mro(key)), None)
+        if found is None:
+            raise ValueError(f"{key}: not in the tree")
+        node = copies.own(found.node)
+        if node is not found.node:
+            out[key] = ClassSource(found.name, found.file, node, found.walks)
+        _apply_piece(node, piece, inserted, copies)
     return out
 
 
-def _with_own_method(node: ast.ClassDef, piece: PlumbingPiece) -> ast.ClassDef:
-    """A copy of the class whose method `piece` goes into is a copy of its own, the rest shared: the
-    pieces edit that method's statements in place, the analysis only reads.  A method under a
-    statement of the class body (an `if`) copies the class whole."""
-    at = next(
-        (i for i, s in enumerate(node.body) if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == piece.method and s.lineno == piece.method_line),
-        None,
-    )
-    if at is None:
-        return copy.deepcopy(node)
-    out = copy.copy(node)
-    out.body = [*node.body[:at], copy.deepcopy(node.body[at]), *node.body[at + 1 :]]
-    return out
+_Node = TypeVar("_Node", bound=ast.AST)
+_BLOCKS = (ast.stmt, ast.excepthandler, ast.match_case)  # what holds a statement: a statement, a handler, a case
 
 
-def _apply_piece(node: ast.ClassDef, piece: PlumbingPiece, inserted: set[int]) -> None:
+class _Copies:
+    """The nodes one patch has made its own: shallow copies (their lists too) of the nodes on the way
+    down to what a piece edits, never of the rest, which stays shared with the tree (the analysis only
+    reads it).  Copying a forward whole to insert three statements into it cost more than the analysis."""
+
+    def __init__(self) -> None:
+        self._own: set[int] = set()  # ids of the copies, each held by the patched tree
+
+    def own(self, node: _Node) -> _Node:
+        """`node` when it is a copy of this patch already, else a shallow copy whose lists are its own."""
+        if id(node) in self._own:
+            return node
+        copied = copy.copy(node)
+        for name, value in ast.iter_fields(copied):
+            if isinstance(value, list):
+                setattr(copied, name, list(value))
+        self._own.add(id(copied))
+        return copied
+
+    def down_to(self, root: ast.AST, target: _Node, through: type | tuple[type, ...]) -> _Node:
+        """`target`, found under `root` (a copy of this patch) through nodes of the types `through`, made
+        a copy of this patch with every node on the way: editing it, or a list of it, changes no other tree."""
+        steps = _path_to(root, target, through)
+        if steps is None:
+            raise ValueError(f"line {getattr(target, 'lineno', '?')}: not found where the piece goes")
+        node = root
+        for name, index in steps:
+            value = getattr(node, name)
+            child = self.own(value[index] if index is not None else value)
+            if index is not None:
+                value[index] = child
+            else:
+                setattr(node, name, child)
+            node = child
+        return node  # type: ignore[return-value]
+
+
+def _path_to(root: ast.AST, target: ast.AST, through: type | tuple[type, ...]) -> list[tuple[str, int | None]] | None:
+    """The fields (and list positions) from `root` down to `target`, looking only into nodes of the
+    types `through`; None when it is not there."""
+    for name, value in ast.iter_fields(root):
+        children = enumerate(value) if isinstance(value, list) else [(None, value)]
+        for index, child in children:
+            if child is target:
+                return [(name, index)]
+            if isinstance(child, ast.AST) and isinstance(child, through):
+                below = _path_to(child, target, through)
+                if below is not None:
+                    return [(name, index), *below]
+    return None
+
+
+def _apply_piece(node: ast.ClassDef, piece: PlumbingPiece, inserted: set[int], copies: _Copies) -> None:
+    """Puts `piece` into `node` (a copy of `copies`), copying what it edits on the way."""
     method = next(
         (s for s in ast.walk(node) if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == piece.method and s.lineno == piece.method_line),
         None,
     )
     if method is None:
         raise ValueError(f"{piece.target}: no def at line {piece.method_line}")
+    method = copies.down_to(node, method, _BLOCKS)
     if piece.where == "end":
         new = _parsed(piece.code, method.body[-1].lineno, inserted)
         method.body.extend(new)
         return
-    found = next(((s, b) for s, b in nested_statements(method.body) if s.lineno == piece.line and id(s) not in inserted), None)
+    found = next((s for s, _ in nested_statements(method.body) if s.lineno == piece.line and id(s) not in inserted), None)
     if found is None:
         raise ValueError(f"{piece.target}: no statement at line {piece.line}")
-    statement, block = found
-    position = block.index(statement)
+    statement = copies.down_to(method, found, _BLOCKS)
     if piece.where == "argument":
         call = next(n for n in _walk_code(statement) if isinstance(n, ast.Call) and _attr_of_self(n.func) == LOGITS)
+        call = copies.down_to(statement, call, ast.AST)
         added = ast.parse(f"f({piece.code})", mode="eval").body
         assert isinstance(added, ast.Call)
         call.args += added.args
         call.keywords += added.keywords
         return
+    block = next(b for s, b in nested_statements(method.body) if s is statement)
+    position = block.index(statement)
     new = _parsed(piece.code, piece.line, inserted)
     if piece.where == "before":
         block[position:position] = new
