@@ -436,14 +436,13 @@ class _Reference:
     residual: str | None = None
     aux: str = ""  # the backbone's aux list
     tail: tuple[str, ast.expr] | None = None  # ("if", test) | ("ifexp", test), in `aux`
+    form: str = ""  # the capture with the stream's names made generic: which references capture alike
 
-    @property
-    def form(self) -> str:
-        """The capture with the stream's names made generic: which references capture alike."""
-        if self.capture is None:
-            return ""
-        names = {self.hidden: "H", **({self.residual: "R"} if self.residual else {})}
-        return ast.unparse(_renamed(self.capture, names))
+
+def _capture_form(capture: ast.expr, hidden: str, residual: str | None) -> str:
+    """`_Reference.form`, read once a reference is: every plan's choice ranks the references by it."""
+    names = {hidden: "H", **({residual: "R"} if residual else {})}
+    return ast.unparse(_renamed(capture, names))
 
 
 def _hook_shift(hook: FunctionNode) -> int | None:
@@ -571,6 +570,7 @@ def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None
         residual=loop.residual,
         aux=aux,
         tail=tail,
+        form=_capture_form(expression, loop.hidden, loop.residual),
     )
 
 
