@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..analyze.mro import c3_order
 from ..errors import EaglepatchError
-from ..read.statements import sub_blocks
+from ..read.statements import sub_blocks, walk_body
 from ..records import PlumbingGap
 
 if TYPE_CHECKING:
@@ -146,6 +146,7 @@ class Walks:
 
     def __init__(self) -> None:
         self._nodes: dict[FunctionNode, tuple[ast.AST, ...]] = {}
+        self._body: dict[FunctionNode, tuple[ast.AST, ...]] = {}
         self._calls: dict[FunctionNode, tuple[ast.Call, ...]] = {}
         self._looped: dict[FunctionNode, frozenset[int]] = {}
         self._guards: dict[FunctionNode, dict[int, list[ast.expr]]] = {}
@@ -156,6 +157,13 @@ class Walks:
         found = self._nodes.get(function)
         if found is None:
             found = self._nodes[function] = tuple(ast.walk(function))
+        return found
+
+    def body(self, function: FunctionNode) -> tuple[ast.AST, ...]:
+        """`walk_body(function)`, in its order: the function's own code (the planner's walk)."""
+        found = self._body.get(function)
+        if found is None:
+            found = self._body[function] = tuple(walk_body(function))
         return found
 
     def calls(self, function: FunctionNode) -> tuple[ast.Call, ...]:

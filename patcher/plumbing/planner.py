@@ -38,11 +38,11 @@ import ast
 import copy
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from ..read.statements import nested_statements, sub_blocks
+from ..read.statements import nested_statements, sub_blocks, walk_body, walk_code
 from ..records import PieceKind, PlumbingBlocker, PlumbingPiece, PlumbingPlan, Where
 from .gate import HOOK, ClassLookup, ClassSource, FunctionNode, PlumbingReport, analyze_plumbing, calls_backbone, method_of, reached_methods
 
@@ -94,24 +94,8 @@ def _dotted_text(node: ast.AST | None) -> str:
     return ""
 
 
-def _walk_code(node: ast.AST) -> Iterator[ast.AST]:
-    """`ast.walk`, not into nested functions, classes or lambdas."""
-    todo = [node]
-    while todo:
-        current = todo.pop()
-        yield current
-        for child in ast.iter_child_nodes(current):
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                todo.append(child)
-
-
-def _walk_body(function: FunctionNode) -> Iterator[ast.AST]:
-    for statement in function.body:
-        yield from _walk_code(statement)
-
-
 def _stored_names(node: ast.AST) -> set[str]:
-    return {n.id for n in _walk_code(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return {n.id for n in walk_code(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
 def _arg_names(call: ast.Call) -> set[str]:
@@ -139,7 +123,7 @@ def _sets(mro: Sequence[ClassSource], attribute: str) -> bool:
         if attribute in cls.attributes():
             return True
         init = cls.method("__init__")
-        for node in _walk_body(init) if init is not None else ():
+        for node in cls.walks.body(init) if init is not None else ():
             targets: list[ast.expr] = []
             if isinstance(node, ast.Assign):
                 targets = [t for target in node.targets for t in _flattened(target)]
@@ -162,7 +146,7 @@ def _built_as(mro: Sequence[ClassSource], attribute: str) -> str:
     """The callee of `self.<attribute> = Callee(...)` in an `__init__` of the MRO ("" when none)."""
     for cls in mro:
         init = cls.method("__init__")
-        for node in _walk_body(init) if init is not None else ():
+        for node in cls.walks.body(init) if init is not None else ():
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(_attr_of_self(t) == attribute for t in node.targets):
                 return _dotted_text(node.value.func)
     return ""
@@ -231,7 +215,7 @@ def _layer_calls(loop: ast.For) -> list[tuple[ast.stmt | None, ast.Call]]:
             direct[id(statement.value)] = statement
     out: list[tuple[ast.stmt | None, ast.Call]] = []
     for statement in loop.body:
-        for node in _walk_code(statement):
+        for node in walk_code(statement):
             if isinstance(node, ast.Call) and _is_layer_call(node, layers, index):
                 out.append((direct.get(id(node)), node))
     return out
@@ -240,7 +224,7 @@ def _layer_calls(loop: ast.For) -> list[tuple[ast.stmt | None, ast.Call]]:
 def _layer_loops(function: FunctionNode) -> list[tuple[ast.For, ast.stmt]]:
     found = []
     for top in function.body:
-        for node in _walk_code(top):
+        for node in walk_code(top):
             if isinstance(node, ast.For) and _layer_calls(node):
                 found.append((node, top))
     return found
@@ -310,7 +294,7 @@ def read_loop(owner: ClassSource, function: FunctionNode) -> _Loop | PlumbingBlo
         targets.add(" ".join(spelled))
     if len(targets) > 1:
         return PlumbingBlocker("layer-call", f"the layer calls assign different names ({'; '.join(sorted(targets))})", at)
-    tops = [i for i, statement in enumerate(loop.body) if any(n is c for _, c in calls for n in _walk_code(statement))]
+    tops = [i for i, statement in enumerate(loop.body) if any(n is c for _, c in calls for n in walk_code(statement))]
     if len(set(tops)) != 1:
         return PlumbingBlocker("layer-call", "the layer calls sit in different statements of the loop", at)
     position = tops[0]
@@ -356,20 +340,20 @@ def _rebound_index(loop: ast.For, position: int, index: tuple[str, str]) -> str 
     return spelled
 
 
-def routed_elsewhere(function: FunctionNode, loop: _Loop) -> str:
-    """A name of the forward that carries the residual (or a communicator) outside the layer call's
-    targets ("" when none): the stream entering a layer is then not what the targets hold."""
+def routed_elsewhere(owner: ClassSource, function: FunctionNode, loop: _Loop) -> str:
+    """A name of the forward (of `owner`) that carries the residual (or a communicator) outside the layer
+    call's targets ("" when none): the stream entering a layer is then not what the targets hold."""
     own = {loop.hidden, loop.residual}
-    for node in _walk_body(function):
+    for node in owner.walks.body(function):
         word = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
         if word is not None and word not in own and any(w in word.lower() for w in _ROUTED):
             return word
     return ""
 
 
-def two_batch_overlap(function: FunctionNode) -> str:
-    """A two-batch-overlap path of the function: its name ("" when none)."""
-    for node in _walk_body(function):
+def two_batch_overlap(owner: ClassSource, function: FunctionNode) -> str:
+    """A two-batch-overlap path of the function (of `owner`): its name ("" when none)."""
+    for node in owner.walks.body(function):
         word = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
         if word is not None and _TBO.search(word):
             return word
@@ -447,7 +431,7 @@ def _capture_form(capture: ast.expr, hidden: str, residual: str | None) -> str:
 
 def _hook_shift(hook: FunctionNode) -> int | None:
     """`k` of `[val + k for val in layer_ids]` in the hook: the layer-id convention."""
-    for node in _walk_body(hook):
+    for node in walk_body(hook):
         if isinstance(node, ast.ListComp) and len(node.generators) == 1 and isinstance(node.generators[0].target, ast.Name):
             element, var = node.elt, node.generators[0].target.id
             if isinstance(element, ast.BinOp) and isinstance(element.op, ast.Add) and isinstance(element.left, ast.Name) and element.left.id == var:
@@ -459,7 +443,7 @@ def _hook_shift(hook: FunctionNode) -> int | None:
 
 
 def _backbone_call(path: Sequence[tuple[ClassSource, FunctionNode]], attribute: str) -> list[tuple[ClassSource, FunctionNode, ast.Call]]:
-    return [(owner, method, node) for owner, method in path for node in _walk_body(method) if isinstance(node, ast.Call) and calls_backbone(node, attribute)]
+    return [(owner, method, node) for owner, method in path for node in owner.walks.body(method) if isinstance(node, ast.Call) and calls_backbone(node, attribute)]
 
 
 def _assignment_of(method: FunctionNode, call: ast.Call) -> tuple[ast.Assign, list[ast.stmt]] | None:
@@ -486,7 +470,7 @@ def _unpack_statement(method: FunctionNode, result: str) -> tuple[ast.If | ast.A
 
 
 def _logits_calls(path: Sequence[tuple[ClassSource, FunctionNode]]) -> list[tuple[ClassSource, FunctionNode, ast.Call]]:
-    return [(o, m, n) for o, m in path for n in _walk_body(m) if isinstance(n, ast.Call) and _attr_of_self(n.func) == LOGITS]
+    return [(o, m, n) for o, m in path for n in o.walks.body(m) if isinstance(n, ast.Call) and _attr_of_self(n.func) == LOGITS]
 
 
 def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None = None) -> _Reference | str:
@@ -806,7 +790,7 @@ class PlumbingPlanner:
             return None
         owner, function = forward
         path = reached_methods(mro, "forward")
-        tbo = next((w for _, m in path if (w := two_batch_overlap(m))), "")
+        tbo = next((w for o, m in path if (w := two_batch_overlap(o, m))), "")
         if tbo:
             found.block("two-batch-overlap", f"{owner.name}.forward has a two-batch-overlap path ({tbo})", _at(owner, function))
         calls = _backbone_call(path, attribute)
@@ -860,7 +844,7 @@ class PlumbingPlanner:
         owner, function = next(iter(forwards.values()))
         bmro = classes.mro(owner.key)
         path = reached_methods(bmro, "forward")
-        reads = {_attr_of_self(n) for _, m in path for n in _walk_body(m) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}
+        reads = {_attr_of_self(n) for o, m in path for n in o.walks.body(m) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}
         wanted = selector or "layers_to_capture"
         captures = wanted in reads
         init = method_of(bmro, "__init__")
@@ -876,14 +860,14 @@ class PlumbingPlanner:
                 _at(owner, function),
             )
             return None
-        tbo = two_batch_overlap(function)
+        tbo = two_batch_overlap(owner, function)
         if tbo:
             found.block("two-batch-overlap", f"{owner.name}.forward has a two-batch-overlap path ({tbo})", _at(owner, function))
         loop = read_loop(owner, function)
         if isinstance(loop, PlumbingBlocker):
             found.block(loop.piece, loop.why, loop.at)
             return None
-        routed = routed_elsewhere(function, loop)
+        routed = routed_elsewhere(owner, function, loop)
         if routed:
             found.block("residual", f"{owner.name}.forward routes the stream through {routed}: the layer call's targets are not the stream entering a layer", _at(owner, function))
         returns: list[ast.Return] = []
@@ -964,7 +948,7 @@ class PlumbingPlanner:
                 found.add("flag-default", init[0], init[1], "end", f"self.{flag} = False", origin)
         aux = side.aux or ref.class_aux
         if not side.has_unpack:
-            taken = {n.id for n in _walk_body(side.method) if isinstance(n, ast.Name)}
+            taken = {n.id for n in side.owner.walks.body(side.method) if isinstance(n, ast.Name)}
             if aux in taken:
                 found.block("unpack", f"{side.owner.name}.{side.method.name} already uses the name {aux}", _at(side.owner, side.method))
             test = ast.unparse(_renamed(ref.unpack_test, {}, {ref.flag: flag}))
@@ -1011,7 +995,7 @@ class PlumbingPlanner:
         owner, function = backbone.owner, backbone.method
         assert ref.tail is not None and ref.capture is not None, "a reference is chosen for a capture only when it teaches one"
         aux = ref.aux
-        if aux in {n.id for n in _walk_body(function) if isinstance(n, ast.Name)}:
+        if aux in {n.id for n in owner.walks.body(function) if isinstance(n, ast.Name)}:
             found.block("aux-init", f"{owner.name}.forward already uses the name {aux}", _at(owner, function))
             return
         names = {ref.hidden: loop.hidden, **({ref.residual: loop.residual} if ref.residual and loop.residual else {})}
@@ -1051,7 +1035,7 @@ def _nothing_missing(side: _ClassSide, backbone: _BackboneSide, flag: str) -> bo
 def _own_capture(path: Sequence[tuple[ClassSource, FunctionNode]]) -> str:
     """What a backbone forward captures by, when it does so without the list: a per-layer flag read,
     a capture attribute of its own, an aux list it keeps ("" when it captures nothing)."""
-    nodes = [node for _, method in path for node in _walk_body(method)]
+    nodes = [node for owner, method in path for node in owner.walks.body(method)]
     for node in nodes:
         if isinstance(node, ast.Call) and _dotted_text(node.func) == "getattr" and len(node.args) > 1:
             name = node.args[1]
@@ -1068,7 +1052,7 @@ def _own_capture(path: Sequence[tuple[ClassSource, FunctionNode]]) -> str:
 
 def _may_be_none(function: FunctionNode, name: str) -> bool:
     """The function binds `name` to None somewhere (`residual = None`, `h, residual = x, None`)."""
-    for node in _walk_body(function):
+    for node in walk_body(function):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, ast.Name) and target.id == name and _is_none(node.value):
@@ -1243,7 +1227,7 @@ def _apply_piece(node: ast.ClassDef, piece: PlumbingPiece, inserted: set[int], c
         raise ValueError(f"{piece.target}: no statement at line {piece.line}")
     statement = copies.down_to(method, found, _BLOCKS)
     if piece.where == "argument":
-        call = next(n for n in _walk_code(statement) if isinstance(n, ast.Call) and _attr_of_self(n.func) == LOGITS)
+        call = next(n for n in walk_code(statement) if isinstance(n, ast.Call) and _attr_of_self(n.func) == LOGITS)
         call = copies.down_to(statement, call, ast.AST)
         added = ast.parse(f"f({piece.code})", mode="eval").body
         assert isinstance(added, ast.Call)
