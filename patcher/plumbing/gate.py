@@ -151,6 +151,7 @@ class Walks:
         self._looped: dict[FunctionNode, frozenset[int]] = {}
         self._guards: dict[FunctionNode, dict[int, list[ast.expr]]] = {}
         self._self_reads: dict[tuple[FunctionNode, str], tuple[_Read, ...]] = {}
+        self._self_writes: dict[FunctionNode, _SelfWrites] = {}
 
     def nodes(self, function: FunctionNode) -> tuple[ast.AST, ...]:
         """`ast.walk(function)`, in its order."""
@@ -192,6 +193,13 @@ class Walks:
         found = self._self_reads.get((function, file))
         if found is None:
             found = self._self_reads[function, file] = tuple(_own_reads(self, function, file))
+        return found
+
+    def self_writes(self, function: FunctionNode) -> _SelfWrites:
+        """`_own_writes(function)`: what an `__init__` of a chain sets, read once for every class it runs for."""
+        found = self._self_writes.get(function)
+        if found is None:
+            found = self._self_writes[function] = _own_writes(self.nodes(function))
         return found
 
 
@@ -679,6 +687,36 @@ def _decider(classes: ClassLookup, own: Sequence[ClassSource], view: Mapping[str
 
 
 @dataclass(frozen=True)
+class _SelfWrites:
+    """What one function assigns (or `setattr`s) on `self`, and on an attribute of it."""
+
+    own: frozenset[str]  # self.X
+    held: frozenset[tuple[str, str]]  # self.A.X
+
+
+def _own_writes(nodes: Iterable[ast.AST]) -> _SelfWrites:
+    own: set[str] = set()
+    held: set[tuple[str, str]] = set()
+    for node in nodes:
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = [t for target in node.targets for t in _flat(target)]
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [node.target]
+        elif _call_named(node, "setattr") and isinstance(node, ast.Call) and len(node.args) == 3:
+            name = _constant_str(node.args[1])
+            if name is not None and isinstance(node.args[0], ast.Name) and node.args[0].id == SELF:
+                own.add(name)
+        for target in targets:
+            attr, pair = _self_attr(target), _held_attr(target)
+            if attr is not None:
+                own.add(attr)
+            elif pair is not None:
+                held.add(pair)
+    return _SelfWrites(frozenset(own), frozenset(held))
+
+
+@dataclass(frozen=True)
 class _Defaults:
     own: frozenset[str]  # self.X set by an __init__ that runs, or a class-level attribute
     held: frozenset[tuple[str, str]]  # self.A.X set there
@@ -701,24 +739,11 @@ def _init_defaults(mro: Sequence[ClassSource]) -> _Defaults:
         if ident in seen:
             continue
         seen.add(ident)
-        for node in method.nodes:
-            targets: list[ast.expr] = []
-            if isinstance(node, ast.Assign):
-                targets = [t for target in node.targets for t in _flat(target)]
-            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-                targets = [node.target]
-            elif _call_named(node, "setattr") and isinstance(node, ast.Call) and len(node.args) == 3:
-                name = _constant_str(node.args[1])
-                if name is not None and isinstance(node.args[0], ast.Name) and node.args[0].id == SELF:
-                    own.add(name)
-            for target in targets:
-                attr, pair = _self_attr(target), _held_attr(target)
-                if attr is not None:
-                    own.add(attr)
-                elif pair is not None:
-                    held.add(pair)
-            if isinstance(node, ast.Call):
-                todo += _init_callees(mro, method, node)
+        writes = method.owner.walks.self_writes(method.node)
+        own |= writes.own
+        held |= writes.held
+        for call in method.calls:
+            todo += _init_callees(mro, method, call)
     return _Defaults(frozenset(own), frozenset(held), at)
 
 
