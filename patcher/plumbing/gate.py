@@ -27,12 +27,12 @@ import ast
 import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..analyze.mro import c3_order
 from ..errors import EaglepatchError
-from ..read.statements import sub_blocks
+from ..read.statements import sub_blocks, walk_body
 from ..records import PlumbingGap
 
 if TYPE_CHECKING:
@@ -137,13 +137,82 @@ class PlumbingReport:
 # --------------------------------------------------------------------------- the classes analysed
 
 
+class Walks:
+    """What the analysis reads off a function, read once a run: its nodes in `ast.walk` order, the
+    calls among them, the ids of those inside a loop, the tests guarding each statement, its reads of
+    `self`.  The gate follows the same forwards for every hook, class, view and plan, and a plan's
+    patched classes share the methods it does not edit.  Keyed by the function node itself (held, so
+    no id is reused): a node is never edited once read (patched_sources edits only the copies it makes)."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[FunctionNode, tuple[ast.AST, ...]] = {}
+        self._body: dict[FunctionNode, tuple[ast.AST, ...]] = {}
+        self._calls: dict[FunctionNode, tuple[ast.Call, ...]] = {}
+        self._looped: dict[FunctionNode, frozenset[int]] = {}
+        self._guards: dict[FunctionNode, dict[int, list[ast.expr]]] = {}
+        self._self_reads: dict[tuple[FunctionNode, str], tuple[_Read, ...]] = {}
+        self._self_writes: dict[FunctionNode, _SelfWrites] = {}
+
+    def nodes(self, function: FunctionNode) -> tuple[ast.AST, ...]:
+        """`ast.walk(function)`, in its order."""
+        found = self._nodes.get(function)
+        if found is None:
+            found = self._nodes[function] = tuple(ast.walk(function))
+        return found
+
+    def body(self, function: FunctionNode) -> tuple[ast.AST, ...]:
+        """`walk_body(function)`, in its order: the function's own code (the planner's walk)."""
+        found = self._body.get(function)
+        if found is None:
+            found = self._body[function] = tuple(walk_body(function))
+        return found
+
+    def calls(self, function: FunctionNode) -> tuple[ast.Call, ...]:
+        """The calls among `nodes(function)`, in its order."""
+        found = self._calls.get(function)
+        if found is None:
+            found = self._calls[function] = tuple(n for n in self.nodes(function) if isinstance(n, ast.Call))
+        return found
+
+    def looped(self, function: FunctionNode) -> frozenset[int]:
+        """ids of the nodes inside a `for`/`while` body or a comprehension of the function."""
+        found = self._looped.get(function)
+        if found is None:
+            found = self._looped[function] = frozenset(_loop_nodes(function))
+        return found
+
+    def guards(self, function: FunctionNode) -> dict[int, list[ast.expr]]:
+        """`_guards(function)`: read it, never change it."""
+        found = self._guards.get(function)
+        if found is None:
+            found = self._guards[function] = _guards(function)
+        return found
+
+    def self_reads(self, function: FunctionNode, file: str) -> tuple[_Read, ...]:
+        """`_own_reads` of the function of `file` (a class's copy keeps its file)."""
+        found = self._self_reads.get((function, file))
+        if found is None:
+            found = self._self_reads[function, file] = tuple(_own_reads(self, function, file))
+        return found
+
+    def self_writes(self, function: FunctionNode) -> _SelfWrites:
+        """`_own_writes(function)`: what an `__init__` of a chain sets, read once for every class it runs for."""
+        found = self._self_writes.get(function)
+        if found is None:
+            found = self._self_writes[function] = _own_writes(self.nodes(function))
+        return found
+
+
 @dataclass(frozen=True)
 class ClassSource:
-    """One class as the analysis reads it: its `ast.ClassDef`, line numbers those of its file."""
+    """One class as the analysis reads it: its `ast.ClassDef`, line numbers those of its file.  `walks`
+    is the run's memo of what is read off its methods, shared by every class of one lookup and by
+    their patched copies."""
 
     name: str
     file: str  # relative to srt (or the test's file name)
     node: ast.ClassDef
+    walks: Walks = field(default_factory=Walks, compare=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -202,10 +271,11 @@ class SourceClasses:
     def __init__(self, files: Mapping[str, str]):
         self._classes: dict[str, ClassSource] = {}
         self._by_name: dict[str, list[str]] = {}
+        walks = Walks()
         for file, text in files.items():
             for node in ast.walk(ast.parse(text)):
                 if isinstance(node, ast.ClassDef):
-                    found = ClassSource(node.name, file, node)
+                    found = ClassSource(node.name, file, node, walks)
                     self._classes[found.key] = found
                     self._by_name.setdefault(node.name, []).append(found.key)
 
@@ -269,6 +339,19 @@ class _Method:
     @property
     def label(self) -> str:
         return f"{self.owner.name}.{self.node.name}"
+
+    @property
+    def nodes(self) -> tuple[ast.AST, ...]:
+        """`ast.walk` of the method, read once a run."""
+        return self.owner.walks.nodes(self.node)
+
+    @property
+    def calls(self) -> tuple[ast.Call, ...]:
+        return self.owner.walks.calls(self.node)
+
+    @property
+    def guards(self) -> dict[int, list[ast.expr]]:
+        return self.owner.walks.guards(self.node)
 
 
 def _self_attr(node: ast.AST | None) -> str | None:
@@ -356,9 +439,7 @@ def _reach(mro: Sequence[ClassSource], start: _Method) -> list[_Method]:
             continue
         seen.add(ident)
         out.append(method)
-        for node in ast.walk(method.node):
-            if not isinstance(node, ast.Call):
-                continue
+        for node in method.calls:
             helper = _self_attr(node.func)
             found = _resolve(mro, helper) if helper is not None else None
             target = _super_target(node, mro, method.owner)
@@ -371,7 +452,7 @@ def _reach(mro: Sequence[ClassSource], start: _Method) -> list[_Method]:
 
 def _walk(methods: Iterable[_Method]) -> Iterator[tuple[_Method, ast.AST]]:
     for method in methods:
-        for node in ast.walk(method.node):
+        for node in method.nodes:
             yield method, node
 
 
@@ -386,21 +467,23 @@ class _Read:
 def _self_reads(methods: Sequence[_Method]) -> list[_Read]:
     """`self.X` read, `getattr(self, "X", ...)` and `hasattr(self, "X")`, with whether each sits in a
     loop (or comprehension) and whether it needs a default."""
-    out: list[_Read] = []
-    for method in methods:
-        loops = _loop_nodes(method.node)
-        for node in ast.walk(method.node):
-            at = f"{method.owner.file}:{getattr(node, 'lineno', method.node.lineno)}"
-            attr = _self_attr(node)
-            if attr is not None and isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
-                out.append(_Read(attr, False, id(node) in loops, at))
-            elif (_call_named(node, "getattr") or _call_named(node, "hasattr")) and isinstance(node, ast.Call) and node.args:
-                if isinstance(node.args[0], ast.Name) and node.args[0].id == SELF:
-                    name = _constant_str(node.args[1]) if len(node.args) > 1 else None
-                    if name is not None:
-                        guarded = _call_named(node, "hasattr") or len(node.args) > 2
-                        out.append(_Read(name, guarded, id(node) in loops, at))
+    out = [read for method in methods for read in method.owner.walks.self_reads(method.node, method.owner.file)]
     return _hasattr_guarded(methods, out)
+
+
+def _own_reads(walks: Walks, function: FunctionNode, file: str) -> Iterator[_Read]:
+    """_self_reads of one function (of `file`), before a `hasattr` elsewhere on the path guards them."""
+    loops = walks.looped(function)
+    for node in walks.nodes(function):
+        attr = _self_attr(node)
+        if attr is not None and isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            yield _Read(attr, False, id(node) in loops, f"{file}:{getattr(node, 'lineno', function.lineno)}")
+        elif (_call_named(node, "getattr") or _call_named(node, "hasattr")) and isinstance(node, ast.Call) and node.args:
+            if isinstance(node.args[0], ast.Name) and node.args[0].id == SELF:
+                name = _constant_str(node.args[1]) if len(node.args) > 1 else None
+                if name is not None:
+                    guarded = _call_named(node, "hasattr") or len(node.args) > 2
+                    yield _Read(name, guarded, id(node) in loops, f"{file}:{getattr(node, 'lineno', function.lineno)}")
 
 
 def _hasattr_guarded(methods: Sequence[_Method], reads: list[_Read]) -> list[_Read]:
@@ -413,14 +496,13 @@ def _attribute_reads(methods: Sequence[_Method], name: str) -> list[_Read]:
     """`<anything>.name` read, or `getattr(<anything>, "name", ...)`: a per-layer flag read."""
     out: list[_Read] = []
     for method in methods:
-        loops = _loop_nodes(method.node)
-        for node in ast.walk(method.node):
-            at = f"{method.owner.file}:{getattr(node, 'lineno', method.node.lineno)}"
+        loops = method.owner.walks.looped(method.node)
+        for node in method.nodes:
             if isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.ctx, ast.Load):
-                out.append(_Read(name, False, id(node) in loops, at))
+                out.append(_Read(name, False, id(node) in loops, f"{method.owner.file}:{getattr(node, 'lineno', method.node.lineno)}"))
             elif (_call_named(node, "getattr") or _call_named(node, "hasattr")) and isinstance(node, ast.Call) and len(node.args) > 1:
                 if _constant_str(node.args[1]) == name:
-                    out.append(_Read(name, True, id(node) in loops, at))
+                    out.append(_Read(name, True, id(node) in loops, f"{method.owner.file}:{getattr(node, 'lineno', method.node.lineno)}"))
     return out
 
 
@@ -605,6 +687,36 @@ def _decider(classes: ClassLookup, own: Sequence[ClassSource], view: Mapping[str
 
 
 @dataclass(frozen=True)
+class _SelfWrites:
+    """What one function assigns (or `setattr`s) on `self`, and on an attribute of it."""
+
+    own: frozenset[str]  # self.X
+    held: frozenset[tuple[str, str]]  # self.A.X
+
+
+def _own_writes(nodes: Iterable[ast.AST]) -> _SelfWrites:
+    own: set[str] = set()
+    held: set[tuple[str, str]] = set()
+    for node in nodes:
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = [t for target in node.targets for t in _flat(target)]
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [node.target]
+        elif _call_named(node, "setattr") and isinstance(node, ast.Call) and len(node.args) == 3:
+            name = _constant_str(node.args[1])
+            if name is not None and isinstance(node.args[0], ast.Name) and node.args[0].id == SELF:
+                own.add(name)
+        for target in targets:
+            attr, pair = _self_attr(target), _held_attr(target)
+            if attr is not None:
+                own.add(attr)
+            elif pair is not None:
+                held.add(pair)
+    return _SelfWrites(frozenset(own), frozenset(held))
+
+
+@dataclass(frozen=True)
 class _Defaults:
     own: frozenset[str]  # self.X set by an __init__ that runs, or a class-level attribute
     held: frozenset[tuple[str, str]]  # self.A.X set there
@@ -627,24 +739,11 @@ def _init_defaults(mro: Sequence[ClassSource]) -> _Defaults:
         if ident in seen:
             continue
         seen.add(ident)
-        for node in ast.walk(method.node):
-            targets: list[ast.expr] = []
-            if isinstance(node, ast.Assign):
-                targets = [t for target in node.targets for t in _flat(target)]
-            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-                targets = [node.target]
-            elif _call_named(node, "setattr") and isinstance(node, ast.Call) and len(node.args) == 3:
-                name = _constant_str(node.args[1])
-                if name is not None and isinstance(node.args[0], ast.Name) and node.args[0].id == SELF:
-                    own.add(name)
-            for target in targets:
-                attr, pair = _self_attr(target), _held_attr(target)
-                if attr is not None:
-                    own.add(attr)
-                elif pair is not None:
-                    held.add(pair)
-            if isinstance(node, ast.Call):
-                todo += _init_callees(mro, method, node)
+        writes = method.owner.walks.self_writes(method.node)
+        own |= writes.own
+        held |= writes.held
+        for call in method.calls:
+            todo += _init_callees(mro, method, call)
     return _Defaults(frozenset(own), frozenset(held), at)
 
 
@@ -973,10 +1072,10 @@ def _pair_return(mro: Sequence[ClassSource], forward: _Method, hook_state: set[s
         if (method.owner.key, method.node.lineno) in seen:
             continue
         seen.add((method.owner.key, method.node.lineno))
-        guards = _guards(method.node)
-        unpacked = {n.value.id for n in ast.walk(method.node) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name) and isinstance(n.targets[0], (ast.Tuple, ast.List))}
-        bound = {t.id: n.value for n in ast.walk(method.node) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
-        for node in ast.walk(method.node):
+        guards = method.guards
+        unpacked = {n.value.id for n in method.nodes if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name) and isinstance(n.targets[0], (ast.Tuple, ast.List))}
+        bound = {t.id: n.value for n in method.nodes if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+        for node in method.nodes:
             if not isinstance(node, ast.Return) or node.value is None:
                 continue
             tests = [*outer, *guards.get(id(node), [])]
@@ -1040,8 +1139,8 @@ def _check_unpack(
     gated_by: set[str] = set()
     lines = []
     for method in path:
-        guards = _guards(method.node)
-        for node in ast.walk(method.node):
+        guards = method.guards
+        for node in method.nodes:
             if isinstance(node, ast.stmt) and unpacks(node):
                 aux.add(_unpack_of(node, holder, results) or "")
                 lines.append(f"{method.owner.file}:{node.lineno}")
@@ -1124,6 +1223,7 @@ class TreeClasses:
         self._bases: dict[str, list[str]] = {}
         self._mro: dict[str, tuple[ClassSource, ...]] = {}
         self.reports: dict[tuple[str, str], PlumbingReport] = {}  # analyze_plumbing's, once a run per (class, hook)
+        self.walks = Walks()  # every class's: what is read off a method, once a run
 
     def _source(self, file: str) -> SourceFile | None:
         path = self.resolver.tree.srt / file
@@ -1141,7 +1241,7 @@ class TreeClasses:
         source = self._source(file)
         text = self.resolver.class_text(source, name) if source is not None else None
         node = _class_node(text) if text is not None else None
-        found = ClassSource(name, file, node) if node is not None else None
+        found = ClassSource(name, file, node, self.walks) if node is not None else None
         if found is not None and source is not None and text is not None:
             self._bases[key] = self._direct_bases(source, text)
         self._classes[key] = found

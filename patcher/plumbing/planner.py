@@ -38,11 +38,11 @@ import ast
 import copy
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from ..read.statements import nested_statements, sub_blocks
+from ..read.statements import nested_statements, sub_blocks, walk_body, walk_code
 from ..records import PieceKind, PlumbingBlocker, PlumbingPiece, PlumbingPlan, Where
 from .gate import HOOK, ClassLookup, ClassSource, FunctionNode, PlumbingReport, analyze_plumbing, calls_backbone, method_of, reached_methods
 
@@ -94,24 +94,8 @@ def _dotted_text(node: ast.AST | None) -> str:
     return ""
 
 
-def _walk_code(node: ast.AST) -> Iterator[ast.AST]:
-    """`ast.walk`, not into nested functions, classes or lambdas."""
-    todo = [node]
-    while todo:
-        current = todo.pop()
-        yield current
-        for child in ast.iter_child_nodes(current):
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                todo.append(child)
-
-
-def _walk_body(function: FunctionNode) -> Iterator[ast.AST]:
-    for statement in function.body:
-        yield from _walk_code(statement)
-
-
 def _stored_names(node: ast.AST) -> set[str]:
-    return {n.id for n in _walk_code(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return {n.id for n in walk_code(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
 def _arg_names(call: ast.Call) -> set[str]:
@@ -139,7 +123,7 @@ def _sets(mro: Sequence[ClassSource], attribute: str) -> bool:
         if attribute in cls.attributes():
             return True
         init = cls.method("__init__")
-        for node in _walk_body(init) if init is not None else ():
+        for node in cls.walks.body(init) if init is not None else ():
             targets: list[ast.expr] = []
             if isinstance(node, ast.Assign):
                 targets = [t for target in node.targets for t in _flattened(target)]
@@ -162,7 +146,7 @@ def _built_as(mro: Sequence[ClassSource], attribute: str) -> str:
     """The callee of `self.<attribute> = Callee(...)` in an `__init__` of the MRO ("" when none)."""
     for cls in mro:
         init = cls.method("__init__")
-        for node in _walk_body(init) if init is not None else ():
+        for node in cls.walks.body(init) if init is not None else ():
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(_attr_of_self(t) == attribute for t in node.targets):
                 return _dotted_text(node.value.func)
     return ""
@@ -231,7 +215,7 @@ def _layer_calls(loop: ast.For) -> list[tuple[ast.stmt | None, ast.Call]]:
             direct[id(statement.value)] = statement
     out: list[tuple[ast.stmt | None, ast.Call]] = []
     for statement in loop.body:
-        for node in _walk_code(statement):
+        for node in walk_code(statement):
             if isinstance(node, ast.Call) and _is_layer_call(node, layers, index):
                 out.append((direct.get(id(node)), node))
     return out
@@ -240,7 +224,7 @@ def _layer_calls(loop: ast.For) -> list[tuple[ast.stmt | None, ast.Call]]:
 def _layer_loops(function: FunctionNode) -> list[tuple[ast.For, ast.stmt]]:
     found = []
     for top in function.body:
-        for node in _walk_code(top):
+        for node in walk_code(top):
             if isinstance(node, ast.For) and _layer_calls(node):
                 found.append((node, top))
     return found
@@ -310,7 +294,7 @@ def read_loop(owner: ClassSource, function: FunctionNode) -> _Loop | PlumbingBlo
         targets.add(" ".join(spelled))
     if len(targets) > 1:
         return PlumbingBlocker("layer-call", f"the layer calls assign different names ({'; '.join(sorted(targets))})", at)
-    tops = [i for i, statement in enumerate(loop.body) if any(n is c for _, c in calls for n in _walk_code(statement))]
+    tops = [i for i, statement in enumerate(loop.body) if any(n is c for _, c in calls for n in walk_code(statement))]
     if len(set(tops)) != 1:
         return PlumbingBlocker("layer-call", "the layer calls sit in different statements of the loop", at)
     position = tops[0]
@@ -356,20 +340,20 @@ def _rebound_index(loop: ast.For, position: int, index: tuple[str, str]) -> str 
     return spelled
 
 
-def routed_elsewhere(function: FunctionNode, loop: _Loop) -> str:
-    """A name of the forward that carries the residual (or a communicator) outside the layer call's
-    targets ("" when none): the stream entering a layer is then not what the targets hold."""
+def routed_elsewhere(owner: ClassSource, function: FunctionNode, loop: _Loop) -> str:
+    """A name of the forward (of `owner`) that carries the residual (or a communicator) outside the layer
+    call's targets ("" when none): the stream entering a layer is then not what the targets hold."""
     own = {loop.hidden, loop.residual}
-    for node in _walk_body(function):
+    for node in owner.walks.body(function):
         word = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
         if word is not None and word not in own and any(w in word.lower() for w in _ROUTED):
             return word
     return ""
 
 
-def two_batch_overlap(function: FunctionNode) -> str:
-    """A two-batch-overlap path of the function: its name ("" when none)."""
-    for node in _walk_body(function):
+def two_batch_overlap(owner: ClassSource, function: FunctionNode) -> str:
+    """A two-batch-overlap path of the function (of `owner`): its name ("" when none)."""
+    for node in owner.walks.body(function):
         word = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
         if word is not None and _TBO.search(word):
             return word
@@ -436,19 +420,18 @@ class _Reference:
     residual: str | None = None
     aux: str = ""  # the backbone's aux list
     tail: tuple[str, ast.expr] | None = None  # ("if", test) | ("ifexp", test), in `aux`
+    form: str = ""  # the capture with the stream's names made generic: which references capture alike
 
-    @property
-    def form(self) -> str:
-        """The capture with the stream's names made generic: which references capture alike."""
-        if self.capture is None:
-            return ""
-        names = {self.hidden: "H", **({self.residual: "R"} if self.residual else {})}
-        return ast.unparse(_renamed(self.capture, names))
+
+def _capture_form(capture: ast.expr, hidden: str, residual: str | None) -> str:
+    """`_Reference.form`, read once a reference is: every plan's choice ranks the references by it."""
+    names = {hidden: "H", **({residual: "R"} if residual else {})}
+    return ast.unparse(_renamed(capture, names))
 
 
 def _hook_shift(hook: FunctionNode) -> int | None:
     """`k` of `[val + k for val in layer_ids]` in the hook: the layer-id convention."""
-    for node in _walk_body(hook):
+    for node in walk_body(hook):
         if isinstance(node, ast.ListComp) and len(node.generators) == 1 and isinstance(node.generators[0].target, ast.Name):
             element, var = node.elt, node.generators[0].target.id
             if isinstance(element, ast.BinOp) and isinstance(element.op, ast.Add) and isinstance(element.left, ast.Name) and element.left.id == var:
@@ -460,7 +443,7 @@ def _hook_shift(hook: FunctionNode) -> int | None:
 
 
 def _backbone_call(path: Sequence[tuple[ClassSource, FunctionNode]], attribute: str) -> list[tuple[ClassSource, FunctionNode, ast.Call]]:
-    return [(owner, method, node) for owner, method in path for node in _walk_body(method) if isinstance(node, ast.Call) and calls_backbone(node, attribute)]
+    return [(owner, method, node) for owner, method in path for node in owner.walks.body(method) if isinstance(node, ast.Call) and calls_backbone(node, attribute)]
 
 
 def _assignment_of(method: FunctionNode, call: ast.Call) -> tuple[ast.Assign, list[ast.stmt]] | None:
@@ -487,7 +470,7 @@ def _unpack_statement(method: FunctionNode, result: str) -> tuple[ast.If | ast.A
 
 
 def _logits_calls(path: Sequence[tuple[ClassSource, FunctionNode]]) -> list[tuple[ClassSource, FunctionNode, ast.Call]]:
-    return [(o, m, n) for o, m in path for n in _walk_body(m) if isinstance(n, ast.Call) and _attr_of_self(n.func) == LOGITS]
+    return [(o, m, n) for o, m in path for n in o.walks.body(m) if isinstance(n, ast.Call) and _attr_of_self(n.func) == LOGITS]
 
 
 def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None = None) -> _Reference | str:
@@ -571,6 +554,7 @@ def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None
         residual=loop.residual,
         aux=aux,
         tail=tail,
+        form=_capture_form(expression, loop.hidden, loop.residual),
     )
 
 
@@ -806,7 +790,7 @@ class PlumbingPlanner:
             return None
         owner, function = forward
         path = reached_methods(mro, "forward")
-        tbo = next((w for _, m in path if (w := two_batch_overlap(m))), "")
+        tbo = next((w for o, m in path if (w := two_batch_overlap(o, m))), "")
         if tbo:
             found.block("two-batch-overlap", f"{owner.name}.forward has a two-batch-overlap path ({tbo})", _at(owner, function))
         calls = _backbone_call(path, attribute)
@@ -860,7 +844,7 @@ class PlumbingPlanner:
         owner, function = next(iter(forwards.values()))
         bmro = classes.mro(owner.key)
         path = reached_methods(bmro, "forward")
-        reads = {_attr_of_self(n) for _, m in path for n in _walk_body(m) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}
+        reads = {_attr_of_self(n) for o, m in path for n in o.walks.body(m) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}
         wanted = selector or "layers_to_capture"
         captures = wanted in reads
         init = method_of(bmro, "__init__")
@@ -876,14 +860,14 @@ class PlumbingPlanner:
                 _at(owner, function),
             )
             return None
-        tbo = two_batch_overlap(function)
+        tbo = two_batch_overlap(owner, function)
         if tbo:
             found.block("two-batch-overlap", f"{owner.name}.forward has a two-batch-overlap path ({tbo})", _at(owner, function))
         loop = read_loop(owner, function)
         if isinstance(loop, PlumbingBlocker):
             found.block(loop.piece, loop.why, loop.at)
             return None
-        routed = routed_elsewhere(function, loop)
+        routed = routed_elsewhere(owner, function, loop)
         if routed:
             found.block("residual", f"{owner.name}.forward routes the stream through {routed}: the layer call's targets are not the stream entering a layer", _at(owner, function))
         returns: list[ast.Return] = []
@@ -964,7 +948,7 @@ class PlumbingPlanner:
                 found.add("flag-default", init[0], init[1], "end", f"self.{flag} = False", origin)
         aux = side.aux or ref.class_aux
         if not side.has_unpack:
-            taken = {n.id for n in _walk_body(side.method) if isinstance(n, ast.Name)}
+            taken = {n.id for n in side.owner.walks.body(side.method) if isinstance(n, ast.Name)}
             if aux in taken:
                 found.block("unpack", f"{side.owner.name}.{side.method.name} already uses the name {aux}", _at(side.owner, side.method))
             test = ast.unparse(_renamed(ref.unpack_test, {}, {ref.flag: flag}))
@@ -1011,7 +995,7 @@ class PlumbingPlanner:
         owner, function = backbone.owner, backbone.method
         assert ref.tail is not None and ref.capture is not None, "a reference is chosen for a capture only when it teaches one"
         aux = ref.aux
-        if aux in {n.id for n in _walk_body(function) if isinstance(n, ast.Name)}:
+        if aux in {n.id for n in owner.walks.body(function) if isinstance(n, ast.Name)}:
             found.block("aux-init", f"{owner.name}.forward already uses the name {aux}", _at(owner, function))
             return
         names = {ref.hidden: loop.hidden, **({ref.residual: loop.residual} if ref.residual and loop.residual else {})}
@@ -1051,7 +1035,7 @@ def _nothing_missing(side: _ClassSide, backbone: _BackboneSide, flag: str) -> bo
 def _own_capture(path: Sequence[tuple[ClassSource, FunctionNode]]) -> str:
     """What a backbone forward captures by, when it does so without the list: a per-layer flag read,
     a capture attribute of its own, an aux list it keeps ("" when it captures nothing)."""
-    nodes = [node for _, method in path for node in _walk_body(method)]
+    nodes = [node for owner, method in path for node in owner.walks.body(method)]
     for node in nodes:
         if isinstance(node, ast.Call) and _dotted_text(node.func) == "getattr" and len(node.args) > 1:
             name = node.args[1]
@@ -1068,7 +1052,7 @@ def _own_capture(path: Sequence[tuple[ClassSource, FunctionNode]]) -> str:
 
 def _may_be_none(function: FunctionNode, name: str) -> bool:
     """The function binds `name` to None somewhere (`residual = None`, `h, residual = x, None`)."""
-    for node in _walk_body(function):
+    for node in walk_body(function):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, ast.Name) and target.id == name and _is_none(node.value):
@@ -1135,11 +1119,12 @@ def with_hook(classes: ClassLookup, key: str, reference_key: str, hook: Function
     """`key`'s class with the reference's hook added (its `self.<reference_attribute>` read as
     `self.<attribute>`): what the synthesis writes, as the analysis needs it."""
     cls = classes.mro(key)[0]
-    written = copy.deepcopy(hook)
+    written = hook  # shared with the reference's class when it reads the same attribute: never edited
     if attribute != reference_attribute:
-        for sub in ast.walk(written):
-            if isinstance(sub, ast.Attribute) and _attr_of_self(sub) == reference_attribute:
-                sub.attr = attribute
+        copies = _Copies()
+        written = copies.own(hook)
+        for sub in [n for n in ast.walk(hook) if isinstance(n, ast.Attribute) and _attr_of_self(n) == reference_attribute]:
+            copies.down_to(written, sub, ast.AST).attr = attribute
     return {cls.key: with_method(cls, written)}
 
 
@@ -1148,64 +1133,109 @@ def with_method(cls: ClassSource, method: FunctionNode) -> ClassSource:
     changed (patched_sources copies what it edits), as the analysis needs a method apply writes."""
     node = copy.copy(cls.node)
     node.body = [*cls.node.body, method]
-    return ClassSource(cls.name, cls.file, node)
+    return ClassSource(cls.name, cls.file, node, cls.walks)
 
 
 def patched_sources(classes: ClassLookup, pieces: Sequence[PlumbingPiece], start: Mapping[str, ClassSource] | None = None) -> dict[str, ClassSource]:
     """The classes the pieces go into, with the pieces put into copies of their syntax trees."""
     out: dict[str, ClassSource] = dict(start or {})
     inserted: set[int] = set()
-    copied: set[tuple[str, str, int]] = set()  # the pieces edit statements in place: each method is copied before the first
+    copies = _Copies()
     for piece in pieces:
         key = f"{piece.file}:{piece.cls}"
-        if (key, piece.method, piece.method_line) not in copied:
-            found = out.get(key) or next(iter(classes.mro(key)), None)
-            if found is None:
-                raise ValueError(f"{key}: not in the tree")
-            out[key] = ClassSource(found.name, found.file, _with_own_method(found.node, piece))
-            copied.add((key, piece.method, piece.method_line))
-        _apply_piece(out[key].node, piece, inserted)
+        found = out.get(key) or next(iter(classes.mro(key)), None)
+        if found is None:
+            raise ValueError(f"{key}: not in the tree")
+        node = copies.own(found.node)
+        if node is not found.node:
+            out[key] = ClassSource(found.name, found.file, node, found.walks)
+        _apply_piece(node, piece, inserted, copies)
     return out
 
 
-def _with_own_method(node: ast.ClassDef, piece: PlumbingPiece) -> ast.ClassDef:
-    """A copy of the class whose method `piece` goes into is a copy of its own, the rest shared: the
-    pieces edit that method's statements in place, the analysis only reads.  A method under a
-    statement of the class body (an `if`) copies the class whole."""
-    at = next(
-        (i for i, s in enumerate(node.body) if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == piece.method and s.lineno == piece.method_line),
-        None,
-    )
-    if at is None:
-        return copy.deepcopy(node)
-    out = copy.copy(node)
-    out.body = [*node.body[:at], copy.deepcopy(node.body[at]), *node.body[at + 1 :]]
-    return out
+_Node = TypeVar("_Node", bound=ast.AST)
+_BLOCKS = (ast.stmt, ast.excepthandler, ast.match_case)  # what holds a statement: a statement, a handler, a case
 
 
-def _apply_piece(node: ast.ClassDef, piece: PlumbingPiece, inserted: set[int]) -> None:
+class _Copies:
+    """The nodes one patch has made its own: shallow copies (their lists too) of the nodes on the way
+    down to what a piece edits, never of the rest, which stays shared with the tree (the analysis only
+    reads it).  Copying a forward whole to insert three statements into it cost more than the analysis."""
+
+    def __init__(self) -> None:
+        self._own: set[int] = set()  # ids of the copies, each held by the patched tree
+
+    def own(self, node: _Node) -> _Node:
+        """`node` when it is a copy of this patch already, else a shallow copy whose lists are its own."""
+        if id(node) in self._own:
+            return node
+        copied = copy.copy(node)
+        for name, value in ast.iter_fields(copied):
+            if isinstance(value, list):
+                setattr(copied, name, list(value))
+        self._own.add(id(copied))
+        return copied
+
+    def down_to(self, root: ast.AST, target: _Node, through: type | tuple[type, ...]) -> _Node:
+        """`target`, found under `root` (a copy of this patch) through nodes of the types `through`, made
+        a copy of this patch with every node on the way: editing it, or a list of it, changes no other tree."""
+        steps = _path_to(root, target, through)
+        if steps is None:
+            raise ValueError(f"line {getattr(target, 'lineno', '?')}: not found where the piece goes")
+        node = root
+        for name, index in steps:
+            value = getattr(node, name)
+            child = self.own(value[index] if index is not None else value)
+            if index is not None:
+                value[index] = child
+            else:
+                setattr(node, name, child)
+            node = child
+        return node  # type: ignore[return-value]
+
+
+def _path_to(root: ast.AST, target: ast.AST, through: type | tuple[type, ...]) -> list[tuple[str, int | None]] | None:
+    """The fields (and list positions) from `root` down to `target`, looking only into nodes of the
+    types `through`; None when it is not there."""
+    for name, value in ast.iter_fields(root):
+        children = enumerate(value) if isinstance(value, list) else [(None, value)]
+        for index, child in children:
+            if child is target:
+                return [(name, index)]
+            if isinstance(child, ast.AST) and isinstance(child, through):
+                below = _path_to(child, target, through)
+                if below is not None:
+                    return [(name, index), *below]
+    return None
+
+
+def _apply_piece(node: ast.ClassDef, piece: PlumbingPiece, inserted: set[int], copies: _Copies) -> None:
+    """Puts `piece` into `node` (a copy of `copies`), copying what it edits on the way."""
     method = next(
         (s for s in ast.walk(node) if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == piece.method and s.lineno == piece.method_line),
         None,
     )
     if method is None:
         raise ValueError(f"{piece.target}: no def at line {piece.method_line}")
+    method = copies.down_to(node, method, _BLOCKS)
     if piece.where == "end":
         new = _parsed(piece.code, method.body[-1].lineno, inserted)
         method.body.extend(new)
         return
-    found = next(((s, b) for s, b in nested_statements(method.body) if s.lineno == piece.line and id(s) not in inserted), None)
+    found = next((s for s, _ in nested_statements(method.body) if s.lineno == piece.line and id(s) not in inserted), None)
     if found is None:
         raise ValueError(f"{piece.target}: no statement at line {piece.line}")
-    statement, block = found
-    position = block.index(statement)
+    statement = copies.down_to(method, found, _BLOCKS)
     if piece.where == "argument":
-        call = next(n for n in _walk_code(statement) if isinstance(n, ast.Call) and _attr_of_self(n.func) == LOGITS)
+        call = next(n for n in walk_code(statement) if isinstance(n, ast.Call) and _attr_of_self(n.func) == LOGITS)
+        call = copies.down_to(statement, call, ast.AST)
         added = ast.parse(f"f({piece.code})", mode="eval").body
         assert isinstance(added, ast.Call)
         call.args += added.args
         call.keywords += added.keywords
         return
+    block = next(b for s, b in nested_statements(method.body) if s is statement)
+    position = block.index(statement)
     new = _parsed(piece.code, piece.line, inserted)
     if piece.where == "before":
         block[position:position] = new

@@ -21,6 +21,23 @@ def sub_blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
     return []
 
 
+def walk_code(node: ast.AST) -> Iterator[ast.AST]:
+    """`ast.walk`, not into nested functions, classes or lambdas (depth first, last child first)."""
+    todo = [node]
+    while todo:
+        current = todo.pop()
+        yield current
+        for child in ast.iter_child_nodes(current):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                todo.append(child)
+
+
+def walk_body(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
+    """`walk_code` of each statement of the function's body: its own code, not the def's decorators or defaults."""
+    for statement in function.body:
+        yield from walk_code(statement)
+
+
 def nested_statements(block: list[ast.stmt]) -> Iterator[tuple[ast.stmt, list[ast.stmt]]]:
     """Every statement under `block` with the block that holds it, not into nested defs or classes."""
     for statement in block:
