@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 from eaglepatch.analyze import preflight as rules
 from eaglepatch.cli import app
 from eaglepatch.read.checkpoint import Checkpoint, Weight, read_header
-from eaglepatch.read.launch_line import Option, Options, read_launch
+from eaglepatch.read.launch_line import read_launch
+from eaglepatch.read.server_options import Option, Options
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKOUT = REPO / "fixtures" / "checkout"
@@ -791,3 +792,76 @@ def test_deprecated_flags_take_no_value_as_the_release_parser_builds_them(versio
         assert not line.errors, (flag, line.errors)
         tp, _ = options.match("--tp")  # a prefix of --tp-size
         assert tp is not None and line.values[options.by_string[flag].dest] is True and line.get(tp.dest) == "8"
+
+
+def _options(*specs: tuple[str, str, str]) -> Options:
+    """Options from (spelling, action, takes) triples; a second spelling after a comma."""
+    by_string = {}
+    for strings, action, takes in specs:
+        names = tuple(strings.split(","))
+        option = Option(names, names[0].lstrip("-").replace("-", "_"), takes, "s:1", action=action)
+        by_string.update(dict.fromkeys(names, option))
+    return Options(by_string, True, "s")
+
+
+CONFIG_CASES = [
+    # (YAML mapping, merger as of 0.5.9-0.5.13 (False) or 0.5.23 (True), words, refusal)
+    ({"model-path": "m", "tp-size": 8}, False, ["--model-path", "m", "--tp-size", "8"], None),
+    ({"enable-metrics": True, "trust-remote-code": False}, False, ["--enable-metrics"], None),  # store_true: True is the flag
+    ({"disable-radix": True}, False, ["--disable-radix", "true"], None),  # a `store` of a bool: the value as text
+    ({"lora-paths": ["a", "b"], "other": []}, False, ["--lora-paths", "a", "b"], None),
+    ({"json-model-override-args": {"a": 1}}, True, ["--json-model-override-args", '{"a": 1}'], None),
+    ({"json-model-override-args": {"a": 1}}, False, ["--json-model-override-args", "{'a': 1}"], None),
+    ({"disable-cuda-graph": True}, False, [], "Unsupported config option 'disable_cuda_graph'"),  # a class action, nargs=0
+    ({"alias": "x"}, True, ["--alias", "x"], None),  # 0.5.23: a one-value class action is supported
+    ({"alias": "x"}, False, [], "Unsupported config option 'alias'"),
+]
+
+
+@pytest.mark.parametrize(("data", "newest", "words", "refused"), CONFIG_CASES)
+def test_a_config_file_becomes_the_words_the_releases_merger_makes(data, newest, words, refused):
+    from eaglepatch.read.launch_config import ConfigMerger, config_words
+
+    options = _options(("--model-path", "store", "one"), ("--tp-size", "store", "one"), ("--enable-metrics", "store_true", "none"),
+                       ("--trust-remote-code", "store_true", "none"), ("--disable-radix", "store", "one"), ("--lora-paths", "store", "many"),
+                       ("--json-model-override-args", "store", "one"), ("--disable-cuda-graph", "", "none"), ("--alias", "", "one"))
+    merger = ConfigMerger("m:1", spellings=newest, single_values=newest, json_mappings=newest)
+    got, why = config_words(data, options, merger)
+    if refused is None:
+        assert (got, why) == (words, [])
+    else:
+        assert len(why) == 1 and refused in why[0]
+
+
+def test_the_config_files_words_come_first_so_the_line_wins(tmp_path):
+    from eaglepatch.read.launch_config import ConfigMerger
+
+    options = _options(("--model-path", "store", "one"), ("--tp-size", "store", "one"), ("--config", "store", "one"))
+    options = Options(options.by_string, True, "s", ConfigMerger("m:1", True, True, True))
+    config = tmp_path / "server.yaml"
+    config.write_text("model-path: /models/a\ntp-size: 4\n")
+    line = read_launch(["python", "-m", "sglang.launch_server", "--tp-size", "8", "--config", str(config)], options)
+    assert not line.errors and line.config == str(config)
+    assert line.get("model_path") == "/models/a" and line.get("tp_size") == "8"
+    for name, why in (("server.json", "must be YAML"), ("absent.yaml", "not found")):
+        line = read_launch(["python", "-m", "sglang.launch_server", "--config", str(tmp_path / name)], options)
+        assert len(line.errors) == 1 and why in line.errors[0]
+    line = read_launch(["python", "-m", "sglang.launch_server", "--config", str(config), "--config", str(config)], options)
+    assert line.errors == ("Multiple config files specified! Only one allowed.",)
+
+
+@pytest.mark.parametrize("version", _from_0_5_15())
+def test_a_config_launch_passes_where_the_release_merges_it(version, tmp_path):
+    """`--config server.yaml` holding the model path: the release's merger puts it on the line."""
+    import sglang_releases
+
+    from eaglepatch.read.launch_line import read_options
+    from eaglepatch.read.source_cache import SourceCache
+
+    options = read_options(SourceCache(sglang_releases.site_packages(version) / "sglang" / "srt"))
+    assert options.merger is not None
+    config = tmp_path / "server.yaml"
+    config.write_text("model-path: /models/kimi-k2.5\ntp-size: 8\ntrust-remote-code: true\n")
+    line = read_launch(["python", "-m", "sglang.launch_server", "--config", str(config), "--port", "30000"], options)
+    assert not line.errors and not line.missing_required, (line.errors, line.missing_required)
+    assert line.get("model_path") == "/models/kimi-k2.5" and line.values["trust_remote_code"] is True

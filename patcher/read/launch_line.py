@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import EaglepatchError
+from .launch_config import merge_config, read_merger
+from .server_options import Option, Options
 from .source_cache import SourceCache
 
 SERVER_ARGS = "server_args.py"
@@ -26,38 +28,6 @@ _NO_VALUE = {"store_true", "store_false", "store_const", "count", "help", "versi
 # how people start SGLang's server: `python -m sglang.launch_server`, the `sglang serve` script
 _ENTRY_MODULES = ("sglang.launch_server", "sglang.launch_server.py")
 _SERVE_SCRIPT = re.compile(r"(?:.*/)?sglang")  # the console script: `sglang serve ...`
-
-
-@dataclass(frozen=True)
-class Option:
-    """One `add_argument` of the tree's parser."""
-
-    strings: tuple[str, ...]  # "--speculative-draft-model-path", "--speculative-draft-model"
-    dest: str
-    takes: str  # "none" | "one" | "many" | "optional"
-    at: str  # "server_args.py:3931"
-    required: bool = False
-    choices: tuple[str, ...] = ()  # the values argparse accepts, when the tree spells them out
-
-
-@dataclass(frozen=True)
-class Options:
-    by_string: Mapping[str, Option]
-    allow_abbrev: bool
-    at: str  # where they were read
-
-    def match(self, word: str) -> tuple[Option | None, str]:
-        """The option a word names (exact, else a unique prefix when abbreviations are allowed), or
-        None with why: argparse's "unrecognized" or "ambiguous"."""
-        if word in self.by_string:
-            return self.by_string[word], ""
-        if self.allow_abbrev and word.startswith("--"):
-            found = sorted({o.dest: o for s, o in self.by_string.items() if s.startswith(word)}.values(), key=lambda o: o.strings[0])
-            if len(found) == 1:
-                return found[0], ""
-            if found:
-                return None, f"ambiguous option: {word} could match " + ", ".join(o.strings[0] for o in found)
-        return None, f"unrecognized argument: {word}"
 
 
 @dataclass(frozen=True)
@@ -71,6 +41,7 @@ class LaunchLine:
     errors: tuple[str, ...] = ()  # what argparse would stop on
     missing_required: tuple[Option, ...] = ()
     options: Options = field(default_factory=lambda: Options({}, True, ""))
+    config: str = ""  # the `--config` file whose options were merged in, as the line names it
 
     def get(self, dest: str) -> str | None:
         value = self.values.get(dest)
@@ -240,12 +211,19 @@ def read_options(cache: SourceCache) -> Options:
         name = dest.value if isinstance(dest, ast.Constant) and isinstance(dest.value, str) else (longs or strings)[0].lstrip("-").replace("-", "_")
         required = _keyword(node, "required")
         option = Option(tuple(strings), name, takes, f"{SERVER_ARGS}:{node.lineno}", isinstance(required, ast.Constant) and required.value is True,
-                        definitions.choices(_keyword(node, "choices"), path, module))
+                        definitions.choices(_keyword(node, "choices"), path, module), _action_name(action))
         for string in strings:
             by_string.setdefault(string, option)
     if not by_string:
         raise EaglepatchError("defines no server options (no parser.add_argument calls); is this an SGLang tree?", path=str(path))
-    return Options(by_string, allow_abbrev, SERVER_ARGS)
+    return Options(by_string, allow_abbrev, SERVER_ARGS, read_merger(cache, cache.read(path).text))
+
+
+def _action_name(action: ast.expr | None) -> str:
+    """argparse's action by its name: "store" when none is given, "" for a class."""
+    if action is None:
+        return "store"
+    return action.value if isinstance(action, ast.Constant) and isinstance(action.value, str) else ""
 
 
 def _option_takes(action: ast.expr | None, nargs: ast.expr | None, definitions: _Definitions, path: Path, module: ast.Module) -> str:
@@ -297,10 +275,11 @@ def _field_options(cache: SourceCache, definitions: _Definitions) -> list[Option
             spelled = ast.unparse(kind)
             action = _keyword(arg_call, "action") if arg_call is not None else None
             nargs = _keyword(arg_call, "nargs") if arg_call is not None else None
+            named = _action_name(action)
             if action is not None or isinstance(nargs, ast.Constant):
                 takes = _option_takes(action, nargs, definitions, path, module)
             elif re.fullmatch(r"(Optional\[)?bool\]?", spelled):
-                takes = "none"
+                takes, named = "none", "store_true"  # add_cli_args_from_dataclass: a bool is store_true
             elif re.search(r"\b(List|list)\[", spelled):
                 takes = "many"
             else:
@@ -308,7 +287,7 @@ def _field_options(cache: SourceCache, definitions: _Definitions) -> list[Option
             required = _keyword(arg_call, "required") if arg_call is not None else None
             needed = (isinstance(required, ast.Constant) and required.value is True) or (required is None and node.value is None and takes != "none")
             allowed = definitions.choices(_keyword(arg_call, "choices"), path, module) if arg_call is not None else ()
-            out.append(Option(tuple(names), node.target.id, takes, f"{rel}:{node.lineno}", needed, allowed))
+            out.append(Option(tuple(names), node.target.id, takes, f"{rel}:{node.lineno}", needed, allowed, named))
     return out
 
 
@@ -347,8 +326,12 @@ def read_launch(words: Sequence[str], options: Options) -> LaunchLine:
     values: dict[str, str | bool | tuple[str, ...]] = {}
     spelled: dict[str, str] = {}
     errors: list[str] = []
-    i = begin
-    args = rest
+    args = rest[begin:]
+    config = ""
+    if options.merger is not None:  # the release merges `--config FILE` into the words before it parses them
+        args, refused, config = merge_config(args, options, options.merger)
+        errors += refused
+    i = 0
     while i < len(args):
         word = args[i]
         i += 1
@@ -380,4 +363,4 @@ def read_launch(words: Sequence[str], options: Options) -> LaunchLine:
             continue
         values[option.dest] = taken[0] if option.takes != "many" and taken else tuple(taken) if taken else True
     required = tuple(dict.fromkeys(o for o in options.by_string.values() if o.required and o.dest not in values))
-    return LaunchLine(tuple(words), environment, values, spelled, tuple(errors), required, options)
+    return LaunchLine(tuple(words), environment, values, spelled, tuple(errors), required, options, config)
