@@ -865,3 +865,54 @@ def test_a_config_launch_passes_where_the_release_merges_it(version, tmp_path):
     line = read_launch(["python", "-m", "sglang.launch_server", "--config", str(config), "--port", "30000"], options)
     assert not line.errors and not line.missing_required, (line.errors, line.missing_required)
     assert line.get("model_path") == "/models/kimi-k2.5" and line.values["trust_remote_code"] is True
+
+
+ALLOWED_CASES = [
+    # (server_args.py's option, the value on the line, the finding: None, "fail" or "warn")
+    ('p.add_argument("--b", choices=["x", "y"])', "x", None),
+    ('p.add_argument("--b", choices=["x", "y"])', "z", "fail"),
+    ('B = ["x", "y"]\np.add_argument("--b", choices=B)', "z", "fail"),
+    ('B = ["x"]\nadd_b_choices = B.extend\np.add_argument("--b", choices=B)', "z", "warn"),  # a plugin may add it
+    ('B = ["x"]\nB.append("y")\np.add_argument("--b", choices=B)', "y", "warn"),  # appended at import: not read
+    ('p.add_argument("--b", choices=[*B, "x"])', "z", None),  # not read whole: not checked
+    ('p.add_argument("--b", type=int, choices=["1"])', "2", None),  # converted before the check
+    ('p.add_argument("--b", type=str, choices=["x"])', "z", "fail"),
+    ('p.add_argument("--b", nargs="+", choices=["x", "y"])', "x z", "fail"),
+]
+
+
+@pytest.mark.parametrize(("text", "value", "finding"), ALLOWED_CASES)
+def test_a_value_outside_an_options_choices_is_what_argparse_refuses(tmp_path, text, value, finding):
+    from eaglepatch.read.launch_line import read_options
+    from eaglepatch.read.source_cache import SourceCache
+
+    srt = tmp_path / "sglang" / "srt"
+    srt.mkdir(parents=True)
+    (srt / "server_args.py").write_text("import argparse\np = argparse.ArgumentParser()\n" + text + "\n")
+    line = read_launch(["python", "-m", "sglang.launch_server", "--b", *value.split()], read_options(SourceCache(srt)))
+    found = [(f.severity, f.message) for f in rules.launch_rules(line)]
+    if finding is None:
+        assert not found
+    else:
+        ((severity, message),) = found
+        assert severity == finding and f"invalid choice: {value.split()[-1]!r}" in message
+
+
+def test_a_flag_given_a_value_is_what_argparse_refuses():
+    options = _options(("--enable-metrics", "store_true", "none"))
+    line = read_launch(["python", "-m", "sglang.launch_server", "--enable-metrics=1"], options)
+    assert line.errors == ("argument --enable-metrics: ignored explicit argument '1'",)
+
+
+@pytest.mark.parametrize("release_site", _release_trees(), indirect=True)
+def test_choices_are_checked_on_the_oldest_middle_and_newest_release(release_site):
+    """A backend the release lists passes; one it does not gets a finding (a `warn`: the list can be
+    extended by a plugin in every pinned release)."""
+    from eaglepatch.read.launch_line import read_options
+    from eaglepatch.read.source_cache import SourceCache
+
+    options = read_options(SourceCache(release_site / "sglang" / "srt"))
+    base = ["python", "-m", "sglang.launch_server", "--model-path", "m", "--attention-backend"]
+    assert not list(rules.launch_rules(read_launch([*base, "triton"], options)))
+    (finding,) = rules.launch_rules(read_launch([*base, "no-such-backend"], options))
+    assert finding.severity == "warn" and "invalid choice: 'no-such-backend'" in finding.message and finding.where

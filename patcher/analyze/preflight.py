@@ -368,6 +368,9 @@ def launch_rules(line: LaunchLine) -> Iterator[Finding]:
         yield _finding("fail", "launch-arguments", f"the server's parser stops: {error}", "arguments", line.options.at, fix)
     for option in line.missing_required:
         yield _finding("fail", "launch-arguments", f"{option.strings[0]} is required", "arguments", option.at, f"pass {option.strings[0]}")
+    for message, extended in line.doubts:
+        yield _finding("warn", "launch-arguments", f"the server's parser stops unless a plugin adds the value: {message}", "arguments",
+                       extended, "check the value against `--help` of this release, or load the plugin that adds it")
 
 
 def registry_rule(facts: TreeFacts) -> Iterator[Finding]:

@@ -42,6 +42,7 @@ class LaunchLine:
     missing_required: tuple[Option, ...] = ()
     options: Options = field(default_factory=lambda: Options({}, True, ""))
     config: str = ""  # the `--config` file whose options were merged in, as the line names it
+    doubts: tuple[tuple[str, str], ...] = ()  # (invalid choice, where the tree can add to the list)
 
     def get(self, dest: str) -> str | None:
         value = self.values.get(dest)
@@ -114,6 +115,27 @@ class _Definitions:
         literal = literal_strings(statement.value)
         return literal if literal is not None else self.choices(statement.value, where, holder, depth + 1)
 
+    def allowed(self, node: ast.expr | None, typed: bool, path: Path, module: ast.Module, depth: int = 0) -> tuple[tuple[str, ...] | None, str]:
+        """(every value `choices=` admits, where the tree can add to the list) when the whole list is read:
+        a literal of strings only, or a module-level name bound to one (`B = A` followed); None when a
+        part is not read (a starred item, a call) or a `type=` converts the value before argparse checks it."""
+        if node is None or typed or depth > 2:
+            return None, ""
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            whole = all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts)
+            return (literal_strings(node), "") if whole else (None, "")
+        if not isinstance(node, ast.Name):
+            return None, ""
+        found = self.find(node.id, path, module)
+        if found is None or not isinstance(found[0], ast.Assign):
+            return None, ""
+        statement, where, holder = found
+        assert isinstance(statement, ast.Assign)
+        values, opened = self.allowed(statement.value, False, where, holder, depth + 1)
+        if values is not None and not opened:
+            opened = _extended_at(self.cache, where, node.id)
+        return values, opened
+
     def action_nargs(self, action: ast.expr, path: Path, module: ast.Module, depth: int = 0) -> object:
         """The `nargs` an action class gives itself when the call passes none, as argparse builds it: the
         default of its `__init__`'s `nargs` parameter, or the constant that `__init__` hands up to
@@ -133,6 +155,23 @@ class _Definitions:
         if len(cls.bases) != 1:
             return _UNKNOWN
         return self.action_nargs(cls.bases[0], where, holder, depth + 1)
+
+
+def _extended_at(cache: SourceCache, path: Path, name: str) -> str:
+    """Where the module binding list `name` adds to it (`name.extend`, `.append`, `.insert`, `+=`, or
+    hands out `name.extend` as a registration function, 0.5.2x's `add_*_choices`), or ""."""
+    try:
+        text = cache.read(path).text
+    except EaglepatchError:
+        return ""
+    found = re.search(rf"(?<![\w.]){re.escape(name)}\s*(?:\.(?:extend|append|insert)\b|\+=)", text)
+    return f"{cache.rel(path)}:{text.count(chr(10), 0, found.start()) + 1}" if found else ""
+
+
+def _converts(node: ast.Call) -> bool:
+    """A `type=` other than `str`: argparse checks `choices` against the converted value."""
+    kind = _keyword(node, "type")
+    return kind is not None and not (isinstance(kind, ast.Name) and kind.id == "str")
 
 
 def _init_nargs(init: ast.FunctionDef) -> object:
@@ -210,8 +249,9 @@ def read_options(cache: SourceCache) -> Options:
         longs = [s for s in strings if s.startswith("--")]
         name = dest.value if isinstance(dest, ast.Constant) and isinstance(dest.value, str) else (longs or strings)[0].lstrip("-").replace("-", "_")
         required = _keyword(node, "required")
+        allowed, opened = definitions.allowed(_keyword(node, "choices"), _converts(node), path, module)
         option = Option(tuple(strings), name, takes, f"{SERVER_ARGS}:{node.lineno}", isinstance(required, ast.Constant) and required.value is True,
-                        definitions.choices(_keyword(node, "choices"), path, module), _action_name(action))
+                        definitions.choices(_keyword(node, "choices"), path, module), _action_name(action), allowed, opened)
         for string in strings:
             by_string.setdefault(string, option)
     if not by_string:
@@ -286,8 +326,10 @@ def _field_options(cache: SourceCache, definitions: _Definitions) -> list[Option
                 takes = "one"
             required = _keyword(arg_call, "required") if arg_call is not None else None
             needed = (isinstance(required, ast.Constant) and required.value is True) or (required is None and node.value is None and takes != "none")
-            allowed = definitions.choices(_keyword(arg_call, "choices"), path, module) if arg_call is not None else ()
-            out.append(Option(tuple(names), node.target.id, takes, f"{rel}:{node.lineno}", needed, allowed, named))
+            listed = definitions.choices(_keyword(arg_call, "choices"), path, module) if arg_call is not None else ()
+            typed = not re.fullmatch(r"(Optional\[)?str\]?|str \| None|None \| str", spelled)  # the field's type converts the value
+            whole, opened = definitions.allowed(_keyword(arg_call, "choices"), typed, path, module) if arg_call is not None else (None, "")
+            out.append(Option(tuple(names), node.target.id, takes, f"{rel}:{node.lineno}", needed, listed, named, whole, opened))
     return out
 
 
@@ -326,6 +368,7 @@ def read_launch(words: Sequence[str], options: Options) -> LaunchLine:
     values: dict[str, str | bool | tuple[str, ...]] = {}
     spelled: dict[str, str] = {}
     errors: list[str] = []
+    doubts: list[tuple[str, str]] = []  # values outside a list of choices code of the tree can add to
     args = rest[begin:]
     config = ""
     if options.merger is not None:  # the release merges `--config FILE` into the words before it parses them
@@ -347,10 +390,14 @@ def read_launch(words: Sequence[str], options: Options) -> LaunchLine:
             continue
         spelled[option.dest] = head
         if option.takes == "none":
+            if eq:
+                errors.append(f"argument {head}: ignored explicit argument {inline!r}")
+                continue
             values[option.dest] = True
             continue
         if eq:
             values[option.dest] = inline
+            doubts += _outside_choices(option, head, [inline], errors)
             continue
         taken: list[str] = []
         while i < len(args) and not (args[i].startswith("--") or (args[i].startswith("-") and len(args[i]) > 1 and not args[i][1].isdigit())):
@@ -362,5 +409,24 @@ def read_launch(words: Sequence[str], options: Options) -> LaunchLine:
             errors.append(f"argument {head}: expected one argument")
             continue
         values[option.dest] = taken[0] if option.takes != "many" and taken else tuple(taken) if taken else True
+        doubts += _outside_choices(option, head, taken, errors)
     required = tuple(dict.fromkeys(o for o in options.by_string.values() if o.required and o.dest not in values))
-    return LaunchLine(tuple(words), environment, values, spelled, tuple(errors), required, options, config)
+    return LaunchLine(tuple(words), environment, values, spelled, tuple(errors), required, options, config, tuple(doubts))
+
+
+def _outside_choices(option: Option, head: str, taken: Sequence[str], errors: list[str]) -> list[tuple[str, str]]:
+    """argparse's `invalid choice` for each value outside the option's whole list of choices: an error,
+    or, where the tree can add to that list, a doubt (message, where it adds)."""
+    if option.allowed is None:
+        return []
+    doubts = []
+    for value in taken:
+        if value in option.allowed:
+            continue
+        message = f"argument {head}: invalid choice: {value!r} (choose from {', '.join(map(repr, option.allowed))})"
+        if option.allowed_open:
+            doubts.append((message, option.allowed_open))
+        else:
+            errors.append(message)
+        break  # argparse stops at the first
+    return doubts

@@ -29,6 +29,8 @@ class Option:
     required: bool = False
     choices: tuple[str, ...] = ()  # the values argparse accepts, when the tree spells them out
     action: str = "store"  # argparse's action by name ("store", "store_true", ...); "" for a class of the tree
+    allowed: tuple[str, ...] | None = None  # every value `choices` admits, when read whole (None: not checked)
+    allowed_open: str = ""  # where code of the tree can add to that list ("file:line"): a value outside it may be a plugin's
 
 
 @dataclass(frozen=True)
