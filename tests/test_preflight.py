@@ -912,7 +912,24 @@ def test_choices_are_checked_on_the_oldest_middle_and_newest_release(release_sit
     from eaglepatch.read.source_cache import SourceCache
 
     options = read_options(SourceCache(release_site / "sglang" / "srt"))
+    assert options.serve_at and options.serve_at.startswith("../cli/main.py:")  # every pinned release has `sglang serve`
     base = ["python", "-m", "sglang.launch_server", "--model-path", "m", "--attention-backend"]
     assert not list(rules.launch_rules(read_launch([*base, "triton"], options)))
     (finding,) = rules.launch_rules(read_launch([*base, "no-such-backend"], options))
     assert finding.severity == "warn" and "invalid choice: 'no-such-backend'" in finding.message and finding.where
+
+
+def test_sglang_serve_is_a_launch_only_where_the_release_has_the_command(tmp_path):
+    from eaglepatch.read.launch_line import read_options
+    from eaglepatch.read.source_cache import SourceCache
+
+    srt = tmp_path / "sglang" / "srt"
+    srt.mkdir(parents=True)
+    (srt / "server_args.py").write_text('import argparse\np = argparse.ArgumentParser()\np.add_argument("--model-path")\n')
+    words = ["sglang", "serve", "--model-path", "m"]
+    assert read_launch(words, read_options(SourceCache(srt))).errors[0].startswith("this release has no `sglang serve` command")
+    (tmp_path / "sglang" / "cli").mkdir()
+    (tmp_path / "sglang" / "cli" / "main.py").write_text('sub = p.add_subparsers()\nserve = sub.add_parser(\n    "serve", help="Launch.")\n')
+    options = read_options(SourceCache(srt))
+    assert options.serve_at == "../cli/main.py:2" and not read_launch(words, options).errors
+    assert not read_launch(["python", "-m", "sglang.launch_server", "--model-path", "m"], options).errors

@@ -256,7 +256,19 @@ def read_options(cache: SourceCache) -> Options:
             by_string.setdefault(string, option)
     if not by_string:
         raise EaglepatchError("defines no server options (no parser.add_argument calls); is this an SGLang tree?", path=str(path))
-    return Options(by_string, allow_abbrev, SERVER_ARGS, read_merger(cache, cache.read(path).text))
+    return Options(by_string, allow_abbrev, SERVER_ARGS, read_merger(cache, cache.read(path).text), _serve_at(cache))
+
+
+def _serve_at(cache: SourceCache) -> str:
+    """Where the release's `sglang` console script (sglang/cli/main.py) adds its `serve` subcommand, or
+    "" where the release has none (before 0.5.x the server started only as `python -m sglang.launch_server`)."""
+    path = cache.srt.parent / "cli" / "main.py"
+    try:
+        text = cache.read(path).text if path.is_file() else ""
+    except EaglepatchError:
+        return ""
+    found = re.search(r"add_parser\(\s*[\"']serve[\"']", text)
+    return f"../cli/main.py:{text.count(chr(10), 0, found.start()) + 1}" if found else ""
 
 
 def _action_name(action: ast.expr | None) -> str:
@@ -365,12 +377,15 @@ def read_launch(words: Sequence[str], options: Options) -> LaunchLine:
             name, _, value = rest.pop(0).partition("=")
             environment[name] = value
     begin = _entry_at(rest)
+    serve = begin >= 2 and rest[begin - 1] == "serve" and _SERVE_SCRIPT.fullmatch(rest[begin - 2]) is not None
     values: dict[str, str | bool | tuple[str, ...]] = {}
     spelled: dict[str, str] = {}
     errors: list[str] = []
     doubts: list[tuple[str, str]] = []  # values outside a list of choices code of the tree can add to
     args = rest[begin:]
     config = ""
+    if serve and options.serve_at == "":
+        errors.append("this release has no `sglang serve` command (no sglang/cli/main.py adds it); start it with `python -m sglang.launch_server`")
     if options.merger is not None:  # the release merges `--config FILE` into the words before it parses them
         args, refused, config = merge_config(args, options, options.merger)
         errors += refused

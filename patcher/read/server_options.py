@@ -39,6 +39,7 @@ class Options:
     allow_abbrev: bool
     at: str  # where they were read
     merger: ConfigMerger | None = None  # what `--config FILE` goes through, where the tree merges one
+    serve_at: str | None = None  # where the release's `sglang` command adds `serve` ("" where it has none; None: not read)
 
     def match(self, word: str) -> tuple[Option | None, str]:
         """The option a word names (exact, else a unique prefix when abbreviations are allowed), or
