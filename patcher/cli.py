@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import enum
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -850,7 +851,7 @@ def preflight(
         refusal = request.engine.refusal("preflight")
         if refusal is not None:
             raise EaglepatchError(refusal, path=str(request.tree.given))
-        report = request.engine.preflight(request, words)
+        report = request.engine.preflight(request, words, dict(os.environ))
     except EaglepatchError as exc:
         fail(str(exc))
     from .output.preflight import print_preflight, write_preflight_json

@@ -145,7 +145,7 @@ class Engine(EngineTraits, Protocol):
         learned references' code).  Asked only when `refusal("explain")` is None."""
         ...
 
-    def preflight(self, request: Resolved, words: Sequence[str]) -> PreflightReport:
-        """The failures the launch `words` would meet on the tree of `request`, read through
-        `request.cache`.  Asked only when `refusal("preflight")` is None."""
+    def preflight(self, request: Resolved, words: Sequence[str], shell: Mapping[str, str]) -> PreflightReport:
+        """The failures the launch `words` would meet on the tree of `request`, run from a shell that
+        exports `shell`, read through `request.cache`.  Asked only when `refusal("preflight")` is None."""
         ...

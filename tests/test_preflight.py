@@ -39,8 +39,10 @@ def launch(*extra: str, target: Path = TARGET, draft: Path | None = DRAFT, algor
     return words + ["--tp", "8", *extra]
 
 
-def preflight(tree: Path, words: list[str]) -> tuple[int, dict]:
-    result = RUNNER.invoke(app, ["preflight", "--format", "json", str(tree), "--", *words])
+def preflight(tree: Path, words: list[str], shell: dict[str, str | None] | None = None) -> tuple[int, dict]:
+    """The command's exit code and JSON, run from a shell exporting `shell` (the context switch unset
+    unless given: the tests do not depend on the environment they run in)."""
+    result = RUNNER.invoke(app, ["preflight", "--format", "json", str(tree), "--", *words], env={SWITCH: None, **(shell or {})})
     assert result.exit_code in (0, 1), result.output
     return result.exit_code, json.loads(result.stdout)
 
@@ -96,11 +98,25 @@ def test_after_apply_the_hooks_pass_and_the_context_still_fails(tmp_path):
 # --------------------------------------------------------------------------- each rule both ways, through the command
 
 
-def test_the_switch_turns_the_context_failure_into_a_warning():
-    code, data = preflight(CHECKOUT, launch(env=(f"{SWITCH}=1",)))
+@pytest.mark.parametrize(
+    ("env", "shell", "source"),
+    [
+        ((f"{SWITCH}=1",), {}, "on the line"),
+        ((), {SWITCH: "1"}, "from the shell"),  # `export SGLANG_...=1`, then the launch: it inherits it
+        ((f"{SWITCH}=true",), {SWITCH: "0"}, "on the line"),  # the line's assignment wins
+        (("env", f"{SWITCH}=1"), {}, "on the line"),
+    ],
+)
+def test_the_switch_turns_the_context_failure_into_a_warning(env, shell, source):
+    code, data = preflight(CHECKOUT, launch(env=env), shell)
     (context,) = by_check(data)["context-length"]
-    assert context["severity"] == "warn" and context["when"] == "first-request"
+    assert context["severity"] == "warn" and context["when"] == "first-request" and f"({source})" in context["message"]
     assert "context-length" not in {f["check"] for f in data["findings"] if f["severity"] == "fail"}
+
+
+def test_env_minus_i_leaves_the_shells_switch_behind():
+    _, data = preflight(CHECKOUT, launch(env=("env", "-i")), {SWITCH: "1"})
+    assert by_check(data)["context-length"][0]["severity"] == "fail"
 
 
 def test_a_context_length_the_draft_covers_raises_nothing():

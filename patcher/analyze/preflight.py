@@ -486,9 +486,10 @@ def context_rule(target: Checkpoint, draft: Checkpoint, line: LaunchLine, facts:
     where = facts.context_at or "configs/model_config.py"
     said = f"the draft's context length ({draft_context}, from its config.json) is below the target's ({target_context}" + (
         ", --context-length)" if asked is not None else ", from its config.json)")
-    if line.environment.get(switch, "").lower() in ("1", "true", "yes"):
-        yield _finding("warn", "context-length", said + f"; {switch}=1 lets the draft run past the positions it was built for: "
-                       "long requests may fail or degrade", "first-request", where, "use a draft trained for the target's context, or cap --context-length")
+    value, source = line.variable(switch) or ("", "")
+    if value.lower() in ("1", "true", "yes"):
+        yield _finding("warn", "context-length", said + f"; {switch}={value} ({source}) lets the draft run past the positions it was built "
+                       "for: long requests may fail or degrade", "first-request", where, "use a draft trained for the target's context, or cap --context-length")
     else:
         yield _finding("fail", "context-length", said + ": the draft's model config raises once the target has loaded", "after-target-load", where,
                        f"set {switch}=1 before the command, or pass --context-length {draft_context}")

@@ -35,7 +35,7 @@ class LaunchLine:
     """A launch command as the tree's parser reads it."""
 
     words: tuple[str, ...]
-    environment: Mapping[str, str]
+    environment: Mapping[str, str]  # the assignments on the line (`VAR=1 python -m ...`, `env VAR=1 ...`)
     values: Mapping[str, str | bool | tuple[str, ...]]  # dest -> value ("True" flags: True)
     spelled: Mapping[str, str]  # dest -> the word the user wrote (an abbreviation shows here)
     errors: tuple[str, ...] = ()  # what argparse would stop on
@@ -43,6 +43,16 @@ class LaunchLine:
     options: Options = field(default_factory=lambda: Options({}, True, ""))
     config: str = ""  # the `--config` file whose options were merged in, as the line names it
     doubts: tuple[tuple[str, str], ...] = ()  # (invalid choice, where the tree can add to the list)
+    shell: Mapping[str, str] = field(default_factory=dict)  # what the launch inherits from the shell it runs in
+
+    def variable(self, name: str) -> tuple[str, str] | None:
+        """(value, where it comes from: "on the line" or "from the shell") of an environment variable the
+        server will see; an assignment on the line wins, as the shell gives it to the command."""
+        if name in self.environment:
+            return self.environment[name], "on the line"
+        if name in self.shell:
+            return self.shell[name], "from the shell"
+        return None
 
     def get(self, dest: str) -> str | None:
         value = self.values.get(dest)
@@ -360,8 +370,10 @@ def _entry_at(words: Sequence[str]) -> int:
     )
 
 
-def read_launch(words: Sequence[str], options: Options) -> LaunchLine:
-    """`words` as typed (one string is split as a POSIX shell would)."""
+def read_launch(words: Sequence[str], options: Options, shell: Mapping[str, str] | None = None) -> LaunchLine:
+    """`words` as typed (one string is split as a POSIX shell would), run from a shell whose exported
+    variables are `shell` (the launch inherits them unless it starts with `env -i`)."""
+    inherited = dict(shell or {})
     if len(words) == 1 and " " in words[0]:
         words = shlex.split(words[0])
     environment: dict[str, str] = {}
@@ -373,6 +385,9 @@ def read_launch(words: Sequence[str], options: Options) -> LaunchLine:
     rest = list(words[start:])
     if rest and rest[0] == "env":  # `env VAR=1 python -m ...`
         rest = rest[1:]
+        if rest and rest[0] in ("-i", "--ignore-environment", "-"):
+            inherited = {}
+            rest = rest[1:]
         while rest and _ASSIGNMENT.match(rest[0]):
             name, _, value = rest.pop(0).partition("=")
             environment[name] = value
@@ -426,7 +441,7 @@ def read_launch(words: Sequence[str], options: Options) -> LaunchLine:
         values[option.dest] = taken[0] if option.takes != "many" and taken else tuple(taken) if taken else True
         doubts += _outside_choices(option, head, taken, errors)
     required = tuple(dict.fromkeys(o for o in options.by_string.values() if o.required and o.dest not in values))
-    return LaunchLine(tuple(words), environment, values, spelled, tuple(errors), required, options, config, tuple(doubts))
+    return LaunchLine(tuple(words), environment, values, spelled, tuple(errors), required, options, config, tuple(doubts), inherited)
 
 
 def _outside_choices(option: Option, head: str, taken: Sequence[str], errors: list[str]) -> list[tuple[str, str]]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ...read.locate import Layout, SourceTree
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from ...engine import Command, Explanation, Resolved, Reverted
     from ...errors import EaglepatchError
@@ -82,10 +82,10 @@ class SglangEngine:
 
         return explanation(analysis, member)
 
-    def preflight(self, request: Resolved, words: Sequence[str]) -> PreflightReport:
+    def preflight(self, request: Resolved, words: Sequence[str], shell: Mapping[str, str]) -> PreflightReport:
         from .preflight import run_preflight
 
-        return run_preflight(request, words)
+        return run_preflight(request, words, shell)
 
 
 SGLANG = SglangEngine()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,9 +60,10 @@ def _checkpoint(value: str | None, what: str) -> Checkpoint | None:
     return read_checkpoint(path, what)
 
 
-def run_preflight(request: Resolved, words: Sequence[str]) -> PreflightReport:
-    """The launch `words` read against the tree of `request`: one run, one reading of the tree (the
-    options, the rules' facts and the target's analysis share `request.cache`)."""
+def run_preflight(request: Resolved, words: Sequence[str], shell: Mapping[str, str]) -> PreflightReport:
+    """The launch `words`, run from a shell exporting `shell`, read against the tree of `request`: one
+    run, one reading of the tree (the options, the rules' facts and the target's analysis share
+    `request.cache`)."""
     from ...analyze import preflight as rules
     from ...analyze.algorithms import find_enum
     from ...read.launch_line import read_launch, read_options
@@ -70,7 +71,7 @@ def run_preflight(request: Resolved, words: Sequence[str]) -> PreflightReport:
 
     tree, cache = request.tree, request.cache
     options = read_options(cache)
-    line = read_launch(words, options)
+    line = read_launch(words, options, shell)
     enum = find_enum(tree, cache)
     known = enum.algorithms if enum is not None else ()
     asked = line.get("speculative_algorithm")

@@ -11,7 +11,7 @@ from ...read.locate import Layout, SourceTree
 from . import VLLM_MARKER, VLLM_MODELS
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from ...engine import Command, Explanation, Resolved, Reverted
     from ...errors import EaglepatchError
@@ -78,7 +78,7 @@ class VllmEngine:
     def explain(self, analysis: Analysis, member: str) -> Explanation:
         raise NotImplementedError(self.refusal("explain"))  # cli asks refusal() first
 
-    def preflight(self, request: Resolved, words: Sequence[str]) -> PreflightReport:
+    def preflight(self, request: Resolved, words: Sequence[str], shell: Mapping[str, str]) -> PreflightReport:
         raise NotImplementedError(self.refusal("preflight"))  # cli asks refusal() first
 
 
