@@ -949,3 +949,50 @@ def test_sglang_serve_is_a_launch_only_where_the_release_has_the_command(tmp_pat
     options = read_options(SourceCache(srt))
     assert options.serve_at == "../cli/main.py:2" and not read_launch(words, options).errors
     assert not read_launch(["python", "-m", "sglang.launch_server", "--model-path", "m"], options).errors
+
+
+OLD_STYLE_LOADER = '''
+from sglang.srt.models.llama import LlamaForCausalLM
+
+
+class Model:
+    def __init__(self, config):
+        self.fc = None
+
+
+class HeadForCausalLMEagle3(LlamaForCausalLM):
+    def __init__(self, config):
+        self.model = Model(config)
+        self.lm_head = None
+
+    def load_weights(self, weights):
+        for name, loaded_weight in weights:
+            if "d2t" in name:
+                {d2t}
+            if "d2t" not in name and "t2d" not in name and "lm_head" not in name:
+                new_name = f"model.{{name}}"
+                super().load_weights([(new_name, loaded_weight)])
+            elif "lm_head" in name:
+                super().load_weights([(name, loaded_weight)])
+'''
+
+
+@pytest.mark.parametrize(
+    ("d2t", "skipped"),
+    [
+        # d2t read into the hot-token map, t2d left out on purpose (the 0.4.5/0.4.6 shape): nothing skipped unawares
+        ("self.hot_token_id = loaded_weight", []),
+        ("pass", []),  # d2t and t2d left out by the loading branch's own `not in` tests
+    ],
+)
+def test_a_tensor_the_loader_takes_or_leaves_out_on_purpose_is_not_skipped(tmp_path, d2t, skipped):
+    from eaglepatch.read.source_cache import SourceCache
+
+    srt = tmp_path / "sglang" / "srt"
+    (srt / "models").mkdir(parents=True)
+    (srt / "models" / "head.py").write_text(OLD_STYLE_LOADER.format(d2t=d2t))
+    (srt / "models" / "llama.py").write_text("class LlamaForCausalLM:\n    def __init__(self, config):\n        self.logits_processor = None\n")
+    loader = rules.read_draft_loader(SourceCache(srt), "models/head.py", "HeadForCausalLMEagle3")
+    assert loader is not None and {"d2t", "t2d"} <= set(loader.consumed)
+    assert rules.unloaded_weights(["d2t", "t2d", "fc.weight", "lm_head.weight"], loader) == skipped
+    assert not list(rules.draft_weights_rule(checkpoint({}, ("d2t", "t2d", "fc.weight")), loader))

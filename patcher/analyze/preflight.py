@@ -71,7 +71,9 @@ class DraftLoader:
     at: str  # "file:line" of its load_weights
     modules: frozenset[str]  # every `self.X = ...` of an `__init__` in those files, and "model"
     renames: tuple[tuple[str, str], ...] = ()  # its str -> str dict literals, and `re.sub` patterns ("re:" + pattern)
-    consumed: tuple[str, ...] = ()  # `if "d2t" in name: ...; continue` (or `name == "d2t"`): names it takes another way
+    # names it takes another way (`if "d2t" in name: self.hot_token_id = ...`, or `...; continue`) or leaves out
+    # on purpose (`if "d2t" not in name and "t2d" not in name: load it`): no weight of those is skipped unawares
+    consumed: tuple[str, ...] = ()
 
 
 def read_draft_loader(cache: SourceCache, rel: str, cls: str) -> DraftLoader | None:
@@ -104,9 +106,29 @@ def read_draft_loader(cache: SourceCache, rel: str, cls: str) -> DraftLoader | N
             pattern, replacement = n.args[0], n.args[1]
             if isinstance(pattern, ast.Constant) and isinstance(pattern.value, str) and isinstance(replacement, ast.Constant) and isinstance(replacement.value, str):
                 renames.append(("re:" + pattern.value, replacement.value))
-    consumed = [token for n in ast.walk(loader) if isinstance(n, ast.If) and any(isinstance(b, ast.Continue) for b in n.body)
-                for token in _name_tests(n.test)]
+    consumed = [token for n in ast.walk(loader) if isinstance(n, ast.If) and _takes_the_weight(n.body) for token in _name_tests(n.test)]
+    consumed += [token for n in ast.walk(loader) if isinstance(n, ast.If) for token in _left_out(n.test)]
     return DraftLoader(cls, f"{rel}:{loader.lineno}", frozenset(modules), tuple(renames), tuple(dict.fromkeys(consumed)))
+
+
+def _takes_the_weight(body: Sequence[ast.stmt]) -> bool:
+    """A branch that does something of its own with the weight: goes on to the next (`continue`) or keeps
+    it on the model (`self.hot_token_id = ...`), rather than falling through to the plain loading."""
+    for node in (n for statement in body for n in ast.walk(statement)):
+        if isinstance(node, ast.Continue):
+            return True
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        if any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" for t in targets):
+            return True
+    return False
+
+
+def _left_out(test: ast.expr) -> list[str]:
+    """The strings `"t2d" not in name` (joined by `and`) keep out of a branch that loads the others."""
+    parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    return [part.left.value for part in parts
+            if isinstance(part, ast.Compare) and len(part.ops) == 1 and isinstance(part.ops[0], ast.NotIn)
+            and isinstance(part.left, ast.Constant) and isinstance(part.left.value, str)]
 
 
 def _name_tests(test: ast.expr) -> list[str]:
