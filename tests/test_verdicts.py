@@ -94,6 +94,11 @@ ROLE_CASES = [
     ("QuxHead", (), "models/qux_eagle.py", "draft", "draft-model module"),
     ("KimiForConditionalGeneration", ("KimiEagleMixin",), "models/kimi.py", "target", "generation model"),
     ("LlamaForCausalLM", (), "models/llama.py", "target", "generation model"),
+    # a vision or audio encoder is no target even where its module lists it in EntryClass (pixtral.py)
+    ("PixtralVisionModel", ("PixtralHFVisionModel",), "models/pixtral.py", "other", "vision or audio encoder"),
+    ("TowerLike", ("SiglipVisionTransformer",), "models/t.py", "other", "vision or audio encoder"),  # through its base
+    ("WhisperEncoder", (), "models/whisper.py", "other", "vision or audio encoder"),
+    ("Qwen2VLForConditionalGeneration", ("VisionMixin",), "models/qwen2_vl.py", "target", "generation model"),
 ]
 
 
@@ -102,6 +107,22 @@ def test_role_of_class(book: RoleBook, name, bases, file, role, reason):
     got, why = book.role_of(_cls(name, bases, file))
     assert got == role, why
     assert reason in why
+
+
+def test_an_encoder_named_class_that_makes_logits_is_a_target(book: RoleBook):
+    cls = ClassInfo(name="FooVisionModel", file="models/foo.py", line=1, members={"lm_head": None}, bases=[], external_bases=[])
+    assert book.role_of(cls)[0] == "target"
+
+
+def test_an_encoder_another_class_holds_is_named_with_where(root: Path):
+    from eaglepatch.read.source_cache import SourceCache
+
+    tree = locate_tree(root)
+    (tree.models / "vlm.py").write_text(
+        "class Vlm:\n    def __init__(self, config):\n        self.vision_tower = towers.ToyVisionModel(config)\n", encoding="utf-8"
+    )
+    got, why = learn_roles(tree, SourceCache(tree.srt)).role_of(_cls("ToyVisionModel", (), "models/toy.py"))
+    assert got == "other" and "models/vlm.py:3" in why
 
 
 def test_roles_learned_from_a_real_config_shape_not_a_list(book: RoleBook):

@@ -7,7 +7,9 @@ where SGLang says it:
 * **draft**: the architectures `configs/` maps a checkpoint to when it is loaded as the draft
   (`if is_draft_model and ...: hf_config.architectures[0] = "DeepseekV3ForCausalLMNextN"`);
 * **other**: the architectures SGLang's `is_generation_model` answers False for (reward,
-  classification, embedding models): they never serve generation, so never EAGLE-3.
+  classification, embedding models): they never serve generation, so never EAGLE-3; and the vision
+  and audio encoders another model class holds (`self.vision_tower = PixtralVisionModel(...)`),
+  though their module names them in its EntryClass: they run inside the model that holds them.
 
 Classes the configuration does not name fall back on the naming SGLang uses for the same
 kinds (`...Eagle3`, `...NextN`, `...MTP`; `...ForSequenceClassification`, `...Embedding...`),
@@ -23,12 +25,19 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ..errors import EaglepatchError
 from ..read.locate import SourceTree
+from ..read.source_cache import SourceCache
 from ..records import ClassInfo, ModelRole
 
 # How SGLang names draft heads and non-generation models when the configuration is silent.
 _DRAFT_NAME = re.compile(r"Eagle|NextN|MTP|Mtp|Medusa|DFlash|DSpark|Draft")
 _DRAFT_FILE = re.compile(r"(?:^|_)(?:eagle\d*|nextn|mtp|medusa|dflash|dspark|draft)(?:_|\.py$)")
+# What an encoder is called, itself or through a base; a class so named counts as one only when another holds it.
+_ENCODER_NAME = re.compile(r"Vision(?:Model|Transformer|Encoder|Tower)|Audio(?:Model|Encoder|Tower)|VisionTransformer|ViT(?:Model)?$|Encoder$")
+_HOLDS_ENCODER = re.compile(
+    r"self\.\w+\s*(?::[^=\n]*)?=\s*(?:\w+\.)*(\w*(?:Vision|Audio|Encoder|ViT)\w*)\s*\(", re.MULTILINE
+)
 _OTHER_NAME = re.compile(
     r"ForSequenceClassification|ForTokenClassification|ForRewardModel|RewardModel|Embedding|"
     r"ForEmbedding|Pooling|Classification|Reranker|ForScoring"
@@ -41,6 +50,8 @@ class RoleBook:
 
     draft: dict[str, str] = field(default_factory=dict)  # architecture -> where the config says so
     other: dict[str, str] = field(default_factory=dict)
+    cache: SourceCache | None = None  # the run's reading: where encoders are found held, when asked
+    _held: dict[str, str] | None = field(default=None, repr=False)  # encoder-named class -> where another class builds it
 
     def role_of(self, cls: ClassInfo) -> tuple[ModelRole, str]:
         """The class's role and one clause saying why."""
@@ -50,6 +61,9 @@ class RoleBook:
                 return "draft", f"loaded as a draft model: {self.draft[name]}{inherited}"
             if name in self.other:
                 return "other", f"not a generation model: {self.other[name]}{inherited}"
+        encoder = self._encoder(cls)
+        if encoder:
+            return "other", encoder
         # names say it only of the class itself: a base called `...EagleMixin` makes no draft
         if _DRAFT_NAME.search(cls.name):
             return "draft", "named as a draft model"
@@ -61,9 +75,37 @@ class RoleBook:
         return "target", "a generation model: served as the target"
 
 
-def learn_roles(tree: SourceTree) -> RoleBook:
-    """Read the configuration modules once (CPython's ast: they are only searched, never edited)."""
-    book = RoleBook()
+    def _encoder(self, cls: ClassInfo) -> str:
+        """Why `cls` is a vision or audio encoder ("" when it is not): named so (itself or a base) and
+        producing no logits (no `lm_head`, no `logits_processor`), or built by another class as a part."""
+        if not any(_ENCODER_NAME.search(n) for n in (cls.name, *cls.bases)) or {"lm_head", "logits_processor"} & set(cls.members):
+            return ""
+        holder = self._holder(cls.name)
+        if holder:
+            return f"an encoder another model holds ({holder}): it runs inside that model, never as the target"
+        return "named as a vision or audio encoder, with no lm_head: it produces no logits, so it is never the target"
+
+    def _holder(self, name: str) -> str:
+        """Where another class builds the class `name` as one of its parts (`self.tower = Name(...)`)."""
+        if self.cache is None:
+            return ""
+        if self._held is None:
+            self._held = {}
+            models = self.cache.srt / "models"
+            for path in sorted(models.rglob("*.py")) if models.is_dir() else ():
+                try:
+                    text = self.cache.read(path).text
+                except EaglepatchError:
+                    continue
+                for match in _HOLDS_ENCODER.finditer(text):
+                    self._held.setdefault(match.group(1), f"{self.cache.rel(path)}:{text.count(chr(10), 0, match.start()) + 1}")
+        return self._held.get(name, "")
+
+
+def learn_roles(tree: SourceTree, cache: SourceCache | None = None) -> RoleBook:
+    """Read the configuration modules once (CPython's ast: they are only searched, never edited);
+    `cache` is the run's reading, through which encoders are found held by other classes."""
+    book = RoleBook(cache=cache)
     configs = tree.srt / "configs"
     if not configs.is_dir():
         return book

@@ -46,7 +46,7 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
         wrappers = resolver.all_wrappers(protocol, progress)
     else:
         wrappers = [w for selector in models or [DEFAULT_MODEL] for w in select_wrappers(tree, cache, resolver, selector, protocol)]
-    roles = learn_roles(tree)
+    roles = learn_roles(tree, cache)
 
     def shape_misfit(signature: Signature, shape: CallShape) -> str | None:
         node = definition_ast(cache, signature)
