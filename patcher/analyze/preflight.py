@@ -451,10 +451,10 @@ def draft_attention_rule(target: Checkpoint, draft: Checkpoint, line: LaunchLine
         spelled = ", ".join(f"--{dest.replace('_', '-')} {value}" for dest, value in latent.items())
         yield _finding("fail", "draft-attention-backend", f"{spelled} is an MLA kernel, and the draft ({arch}) inherits it: its attention "
                        "is not MLA (no kv_lora_rank in its config.json)", "after-target-load", facts.draft_attention_at, fix)
-    elif not given:
-        yield _finding("info", "draft-attention-backend", f"the target is MLA and the draft ({arch}) is not: the draft runs the attention "
-                       "backend the server picks for the target on this GPU; if that is an MLA kernel, the draft cannot use it",
-                       "after-target-load", facts.draft_attention_at, fix)
+    elif not given:  # users' reports: on Hopper and Blackwell the pick is an MLA kernel (trtllm_mla on GB300)
+        yield _finding("warn", "draft-attention-backend", f"the target is MLA and the draft ({arch}) is not, and no backend is given: "
+                       "the draft runs the attention backend the server picks for the target on this GPU, an MLA kernel on Hopper "
+                       "and Blackwell GPUs, which the draft cannot run", "after-target-load", facts.draft_attention_at, fix)
 
 
 def draft_quantization_rule(draft: Checkpoint, line: LaunchLine, facts: TreeFacts) -> Iterator[Finding]:
