@@ -259,13 +259,48 @@ def _copy_checkpoint(tmp_path: Path, source: Path, name: str, **changes: object)
     return folder
 
 
+@pytest.mark.parametrize(
+    ("draft_dtype", "extra", "fires"),
+    [
+        ("float16", (), True),  # a bfloat16 target, a float16 EAGLE head: the draft's matmul fails
+        ("float16", ("--dtype", "bfloat16"), False),  # both load in the dtype given
+        ("bfloat16", (), False),
+        (None, (), True),  # no dtype in its config: float32, cast down to float16
+        ("float32", (), True),
+    ],
+)
+def test_a_draft_loaded_in_another_dtype_than_the_target_fails(tmp_path, draft_dtype, extra, fires):
+    draft = _copy_checkpoint(tmp_path, DRAFT, "draft", torch_dtype=draft_dtype)
+    _, data = preflight(CHECKOUT, launch(*extra, draft=draft))
+    found = by_check(data).get("dtype", [])
+    assert [f["severity"] for f in found] == (["fail"] if fires else [])
+    if fires:
+        assert found[0]["fix"] == "pass --dtype bfloat16, so both load in the target's dtype"
+        assert found[0]["where"].startswith("configs/model_config.py:")  # where the tree resolves it
+
+
+@pytest.mark.parametrize(
+    ("config", "asked", "loaded"),
+    [
+        ({"torch_dtype": "bfloat16"}, "auto", "bfloat16"),
+        ({"dtype": "float16", "torch_dtype": "bfloat16"}, "auto", "float16"),  # transformers' newer key first
+        ({}, "auto", "float16"),
+        ({"torch_dtype": "float32", "model_type": "gemma2"}, "auto", "bfloat16"),
+        ({"torch_dtype": "bfloat16"}, "half", "float16"),
+        ({"text_config": {"torch_dtype": "float16"}, "torch_dtype": "bfloat16"}, "auto", "float16"),  # the text config's
+    ],
+)
+def test_the_dtype_a_model_loads_in_is_the_trees_rule(config, asked, loaded):
+    assert rules.loaded_dtype(checkpoint(config, ()), asked) == loaded
+
+
 def test_nextn_runs_as_eagle_as_the_trees_arguments_rename_it():
     """`NEXTN` is renamed to `EAGLE` by the server's argument handling (read from the fixture's
     server_args.py): the EAGLE draft-mismatch rule then applies to it, and EAGLE's hooks are checked."""
     _, data = preflight(CHECKOUT, launch(algorithm="NEXTN"))
     found = by_check(data)
     (alias,) = found["algorithm-alias"]
-    assert alias["severity"] == "info" and "runs as EAGLE" in alias["message"] and alias["where"] == "server_args.py:37"
+    assert alias["severity"] == "info" and "runs as EAGLE" in alias["message"] and alias["where"] == "server_args.py:38"
     assert data["algorithm"] == "EAGLE" and "algorithm-draft-mismatch" in found
     assert "algorithm-alias" not in by_check(preflight(CHECKOUT, launch())[1])
 
@@ -284,7 +319,7 @@ def test_a_missing_draft_path_reads_the_trees_self_drafting_list(tmp_path, arch,
     (missing,) = by_check(data)["draft-path-missing"]
     assert missing["severity"] == severity
     if arch == "DeepseekV3ForCausalLM":
-        assert missing["where"] == "server_args.py:40"  # the `if model_arch in [...]` of the fixture
+        assert missing["where"] == "server_args.py:41"  # the `if model_arch in [...]` of the fixture
 
 
 @pytest.mark.parametrize(
@@ -324,7 +359,7 @@ def test_the_targets_quantization_is_carried_to_the_draft(tmp_path, extra, quant
     if fires:
         (finding,) = found
         assert finding["severity"] == "warn" and "BF16" in finding["message"] and "inherits --quantization fp8" in finding["message"]
-        assert finding["fix"] == "pass --speculative-draft-model-quantization unquant" and finding["where"] == "server_args.py:45"
+        assert finding["fix"] == "pass --speculative-draft-model-quantization unquant" and finding["where"] == "server_args.py:46"
 
 
 def test_an_unreadable_model_file_is_named(tmp_path):
@@ -743,6 +778,9 @@ def test_each_rule_both_ways_on_the_oldest_and_newest_release(release_site, tmp_
     assert quantized["draft-quantization"][0]["fix"] == "pass --speculative-draft-model-quantization unquant"
     assert "draft-quantization" not in checks(launch("--quantization", "fp8", "--speculative-draft-model-quantization", "unquant"))
     assert "draft-quantization" not in seed
+    half = _copy_checkpoint(tmp_path, DRAFT, "half", torch_dtype="float16")
+    assert checks(launch(draft=half))["dtype"][0]["severity"] == "fail"
+    assert "dtype" not in checks(launch("--dtype", "bfloat16", draft=half)) and "dtype" not in seed
     deepseek = tmp_path / "deepseek"
     shutil.copytree(TARGET, deepseek)
     config = json.loads((deepseek / "config.json").read_text())

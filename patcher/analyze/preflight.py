@@ -42,6 +42,7 @@ class TreeFacts:
     self_drafting: tuple[str, ...] = ()  # architectures whose own MTP layers are the draft when no path is given
     self_drafting_at: str = ""
     draft_rewrites: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # "DeepseekV3ForCausalLM" -> ("...NextN", "file:line")
+    dtype_at: str = ""  # where a model config turns `--dtype` (and its config.json) into the dtype it loads in
 
 
 def read_registry(cache: SourceCache) -> tuple[dict[str, str], tuple[str, ...]]:
@@ -356,8 +357,9 @@ def read_facts(cache: SourceCache, algorithms: Sequence[str] = ()) -> TreeFacts:
     attention_at = _first_line(cache, ["model_executor/model_runner.py", "speculative/draft_utils.py"], _DRAFT_ATTENTION)
     branches = argument_branches(cache)
     self_drafting, self_drafting_at = read_self_drafting(branches)
+    dtype_at = _first_line(cache, ["configs/model_config.py"], _DTYPE_RESOLUTION)
     return TreeFacts(registry, keys, keys_at, switch, at, tuple(algorithms), unreadable, read_aliases(branches), quantization_at,
-                     attention_at, self_drafting, self_drafting_at, read_draft_rewrites(cache))
+                     attention_at, self_drafting, self_drafting_at, read_draft_rewrites(cache), dtype_at)
 
 
 def derived_context(config: Checkpoint, keys: Sequence[str]) -> int | None:
@@ -555,6 +557,41 @@ def vocab_rule(draft: Checkpoint, line: LaunchLine) -> Iterator[Finding]:
     yield _finding("warn", "draft-vocab-mapping", f"the draft's draft_vocab_size ({small}) is below vocab_size ({full}) and its weights hold no d2t "
                    "mapping: its tokens map to the wrong ids and nearly nothing is accepted", "silent", where,
                    "use the draft's weights with their d2t tensor, or pass --speculative-token-map")
+
+
+_DTYPE_RESOLUTION = re.compile(r"^def _get_and_verify_dtype\b")
+_DTYPES = {"half": "float16", "float16": "float16", "float": "float32", "float32": "float32", "bfloat16": "bfloat16"}
+
+
+def loaded_dtype(config: Checkpoint, asked: str) -> str | None:
+    """The dtype SGLang loads a model in for `--dtype asked` (model_config's _get_and_verify_dtype,
+    mirrored): "auto" takes the text config's `dtype`/`torch_dtype`, float32 (or none) cast down to
+    float16 (bfloat16 for Gemma); None for a name it does not know."""
+    if asked.lower() != "auto":
+        return _DTYPES.get(asked.lower())
+    text = config.text_config
+    own = text.get("dtype") or text.get("torch_dtype")
+    found = _DTYPES.get(own, "float32") if isinstance(own, str) else "float32"
+    if found == "float32":
+        model_type = text.get("model_type")
+        return "bfloat16" if isinstance(model_type, str) and model_type.startswith("gemma") else "float16"
+    return found
+
+
+def dtype_rule(target: Checkpoint, draft: Checkpoint, line: LaunchLine, facts: TreeFacts) -> Iterator[Finding]:
+    """The draft loads with the target's `--dtype`: with `auto`, each in its own config's dtype, and a
+    bfloat16 target feeding a float16 draft fails the draft's first matmul (`mat1 and mat2 must have the
+    same dtype`) when its CUDA graphs are captured."""
+    asked = line.get("dtype") or "auto"
+    if not facts.dtype_at or asked.lower() != "auto":
+        return  # a dtype given loads both in it
+    mine, theirs = loaded_dtype(target, asked), loaded_dtype(draft, asked)
+    if mine is None or theirs is None or mine == theirs:
+        return
+    yield _finding("fail", "dtype", f"with --dtype auto the target loads in {mine} and the draft in {theirs} (each from its config.json): "
+                   "the draft's first layer gets the target's hidden states in the other dtype and raises 'mat1 and mat2 must have "
+                   "the same dtype' when its CUDA graphs are captured", "after-target-load", facts.dtype_at,
+                   f"pass --dtype {mine}, so both load in the target's dtype")
 
 
 def hidden_size_rule(target: Checkpoint, draft: Checkpoint) -> Iterator[Finding]:

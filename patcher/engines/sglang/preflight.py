@@ -121,6 +121,7 @@ def run_preflight(request: Resolved, words: Sequence[str], shell: Mapping[str, s
         findings += rules.aux_layer_rule(target, draft, target_hook)
         findings += rules.vocab_rule(draft, line)
         findings += rules.hidden_size_rule(target, draft)
+        findings += rules.dtype_rule(target, draft, line, facts)
         findings += rules.draft_attention_rule(target, draft, line, facts)
     if draft is not None:
         findings += rules.draft_quantization_rule(draft, line, facts)
