@@ -1034,3 +1034,88 @@ def test_a_tensor_the_loader_takes_or_leaves_out_on_purpose_is_not_skipped(tmp_p
     assert loader is not None and {"d2t", "t2d"} <= set(loader.consumed)
     assert rules.unloaded_weights(["d2t", "t2d", "fc.weight", "lm_head.weight"], loader) == skipped
     assert not list(rules.draft_weights_rule(checkpoint({}, ("d2t", "t2d", "fc.weight")), loader))
+
+
+_SERVE_LOOKS = '''\
+from sglang.cli.utils import get_model_path
+
+
+def serve(args, extra_argv):
+    model_path = get_model_path(extra_argv)
+'''
+_SERVE_POSITIONAL = '''\
+from sglang.cli.utils import get_model_path
+
+
+def _normalize_positional_model_path(extra_argv):
+    if extra_argv and not extra_argv[0].startswith("-"):
+        return ["--model-path", extra_argv[0], *extra_argv[1:]], True
+    return extra_argv, False
+
+
+def serve(args, extra_argv):
+    dispatch_argv, _ = _normalize_positional_model_path(extra_argv)
+    get_model_path(dispatch_argv)
+'''
+_FINDS_ONE = '''\
+def get_model_path(extra_argv):
+    if any(h in extra_argv for h in ["-h", "--help"]):
+        raise Exception("usage")
+    for i, arg in enumerate(extra_argv):
+        if arg == "--model-path":
+            return extra_argv[i + 1]
+        elif arg.startswith("--model-path="):
+            return arg.split("=", 1)[1]
+    raise Exception("Error: --model-path is required.")
+'''
+_FINDS_TWO = '''\
+def try_get_model_path(extra_argv):
+    for i, arg in enumerate(extra_argv):
+        if arg in ("--model-path", "--model"):
+            return extra_argv[i + 1]
+        elif arg.startswith("--model-path=") or arg.startswith("--model="):
+            return arg.split("=", 1)[1]
+
+
+def get_model_path(extra_argv):
+    model_path = try_get_model_path(extra_argv)
+    if model_path is None:
+        raise Exception("Error: --model-path is required.")
+    return model_path
+'''
+
+SERVE_FRONT_CASES = [
+    # (sglang/cli/serve.py, sglang/cli/utils.py, the words after `sglang serve`, what the release says: None (runs) or its refusal)
+    (_SERVE_LOOKS, _FINDS_ONE, "--model-path m --tp 2", None),
+    (_SERVE_LOOKS, _FINDS_ONE, "--model-path=m", None),
+    (_SERVE_LOOKS, _FINDS_ONE, "--model m", "--model-path is required"),  # 0.5.9's serve looks for --model-path only
+    (_SERVE_LOOKS, _FINDS_ONE, "m --tp 2", "--model-path is required"),  # no positional model before 0.5.16
+    (_SERVE_POSITIONAL, _FINDS_TWO, "m --tp 2", None),  # 0.5.16 on: `sglang serve MODEL`
+    (_SERVE_POSITIONAL, _FINDS_TWO, "--model=m", None),
+    (_SERVE_POSITIONAL, _FINDS_TWO, "--tp 2 --config server.yaml", "--model-path is required"),  # issue #36105: a path in --config is not seen
+]
+
+
+@pytest.mark.parametrize(("serve", "utils", "words", "refused"), SERVE_FRONT_CASES)
+def test_sglang_serve_rewrites_and_checks_the_words_as_the_releases_serve_does(tmp_path, serve, utils, words, refused):
+    from eaglepatch.read.launch_line import read_options
+    from eaglepatch.read.source_cache import SourceCache
+
+    srt = tmp_path / "sglang" / "srt"
+    srt.mkdir(parents=True)
+    (srt / "server_args.py").write_text('import argparse\np = argparse.ArgumentParser()\np.add_argument("--model-path", "--model")\n'
+                                        'p.add_argument("--tp")\np.add_argument("--config")\n')
+    cli = tmp_path / "sglang" / "cli"
+    cli.mkdir()
+    (cli / "main.py").write_text('sub = p.add_subparsers()\nsub.add_parser("serve")\n')
+    (cli / "serve.py").write_text(serve)
+    (cli / "utils.py").write_text(utils)
+    options = read_options(SourceCache(srt))
+    line = read_launch(["sglang", "serve", *words.split()], options)
+    if refused is None:
+        assert not line.errors and line.get("model_path") == "m"
+    else:
+        assert any(refused in error for error in line.errors), line.errors
+    # `python -m sglang.launch_server` goes to the parser directly: serve's check is not its own
+    direct = read_launch(["python", "-m", "sglang.launch_server", "--tp", "2"], options)
+    assert not any("sglang serve" in error for error in direct.errors)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import EaglepatchError
 from .launch_config import merge_config, read_merger
-from .server_options import Option, Options
+from .server_options import Option, Options, ServeFront
 from .source_cache import SourceCache
 
 SERVER_ARGS = "server_args.py"
@@ -266,7 +266,7 @@ def read_options(cache: SourceCache) -> Options:
             by_string.setdefault(string, option)
     if not by_string:
         raise EaglepatchError("defines no server options (no parser.add_argument calls); is this an SGLang tree?", path=str(path))
-    return Options(by_string, allow_abbrev, SERVER_ARGS, read_merger(cache, cache.read(path).text), _serve_at(cache))
+    return Options(by_string, allow_abbrev, SERVER_ARGS, read_merger(cache, cache.read(path).text), _serve_at(cache), _serve_front(cache))
 
 
 def _serve_at(cache: SourceCache) -> str:
@@ -355,6 +355,84 @@ def _field_options(cache: SourceCache, definitions: _Definitions) -> list[Option
     return out
 
 
+def _cli_module(cache: SourceCache, name: str) -> tuple[Path, ast.Module] | None:
+    path = cache.srt.parent / "cli" / name
+    if not path.is_file():
+        return None
+    try:
+        return path, cache.module_ast(path)
+    except EaglepatchError:
+        return None
+
+
+def _calls(node: ast.AST, name: str) -> ast.Call | None:
+    """The first call of the function `name` (`name(...)` or `x.name(...)`) under `node`."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            func = sub.func
+            called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if called == name:
+                return sub
+    return None
+
+
+def _serve_front(cache: SourceCache) -> ServeFront | None:
+    """What the release's `sglang serve` (sglang/cli/serve.py) does to the words before `prepare_server_args`:
+    whether it takes a first word that is no option for the model path (`["--model-path", argv[0], ...]`),
+    and, where it calls `get_model_path` on the words, the spellings that function (sglang/cli/utils.py)
+    finds the model path by: serve stops when none is on the line, whatever `--config` holds."""
+    serve = _cli_module(cache, "serve.py")
+    if serve is None:
+        return None
+    _, module = serve
+    positional = any(
+        isinstance(node, ast.List) and len(node.elts) >= 2 and isinstance(node.elts[0], ast.Constant)
+        and node.elts[0].value == "--model-path" and isinstance(node.elts[1], ast.Subscript)
+        for node in ast.walk(module)
+    )
+    call = _calls(module, "get_model_path")
+    utils = _cli_module(cache, "utils.py")
+    if call is None or utils is None:
+        return ServeFront("../cli/serve.py", positional, ())
+    functions = {n.name: n for n in utils[1].body if isinstance(n, ast.FunctionDef)}
+    finder = functions.get("get_model_path")
+    spellings: set[str] = set()
+    while finder is not None:
+        spellings |= {word.rstrip("=") for word in _compared_words(finder) if re.fullmatch(r"--[\w-]+=?", word)}
+        inner = next((functions[c.func.id] for c in ast.walk(finder) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                      and c.func.id in functions and c.func.id != finder.name), None)
+        finder = inner if inner is not None and inner.name != "get_model_path" else None
+    return ServeFront(f"../cli/serve.py:{call.lineno}", positional, tuple(sorted(spellings)))
+
+
+def _compared_words(function: ast.FunctionDef) -> set[str]:
+    """The strings a word of the line is compared with in `function`: `arg == "--x"`, `arg in ("--x", "--y")`,
+    `arg.startswith("--x=")` (not, say, a list of help flags looked for in the words)."""
+    found: set[str] = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name):
+            for op, right in zip(node.ops, node.comparators):
+                if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) and isinstance(right.value, str):
+                    found.add(right.value)
+                elif isinstance(op, ast.In):
+                    found |= set(literal_strings(right) or ())
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "startswith"
+              and isinstance(node.func.value, ast.Name)):
+            found |= {a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+    return found
+
+
+def _serve_words(args: list[str], front: ServeFront) -> tuple[list[str], list[str]]:
+    """The words `sglang serve` hands the server's parser, and what it stops on first."""
+    if front.positional_model and args and not args[0].startswith("-"):
+        args = ["--model-path", args[0], *args[1:]]
+    spellings = front.model_path_spellings
+    if spellings and not any(w in spellings or w.startswith(tuple(f"{s}=" for s in spellings)) for w in args):
+        return args, [f"sglang serve: --model-path is required: this release's serve looks for {' or '.join(spellings)} "
+                      "on the line itself (not in --config) before the server's parser runs"]
+    return args, []
+
+
 def _entry_at(words: Sequence[str]) -> int:
     """The index of the first option word after the program: `python -m sglang.launch_server`,
     `sglang serve`, `python3 -m sglang.launch_server`, `.../launch_server.py`."""
@@ -401,6 +479,9 @@ def read_launch(words: Sequence[str], options: Options, shell: Mapping[str, str]
     config = ""
     if serve and options.serve_at == "":
         errors.append("this release has no `sglang serve` command (no sglang/cli/main.py adds it); start it with `python -m sglang.launch_server`")
+    if serve and options.serve_front is not None:  # `sglang serve` rewrites and checks the words first
+        args, refused = _serve_words(args, options.serve_front)
+        errors += refused
     if options.merger is not None:  # the release merges `--config FILE` into the words before it parses them
         args, refused, config = merge_config(args, options, options.merger)
         errors += refused

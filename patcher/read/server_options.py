@@ -19,6 +19,16 @@ class ConfigMerger:
 
 
 @dataclass(frozen=True)
+class ServeFront:
+    """What the release's `sglang serve` does to the words before its server parser sees them
+    (sglang/cli/serve.py, sglang/cli/utils.py): read from the tree, as the release changes it."""
+
+    at: str  # "../cli/serve.py:90", where serve looks for the model path
+    positional_model: bool  # a first word that is no option is the model path (`sglang serve MODEL ...`)
+    model_path_spellings: tuple[str, ...]  # the words serve finds the model path by on the line itself, before `--config` is read
+
+
+@dataclass(frozen=True)
 class Option:
     """One `add_argument` of the tree's parser."""
 
@@ -40,6 +50,7 @@ class Options:
     at: str  # where they were read
     merger: ConfigMerger | None = None  # what `--config FILE` goes through, where the tree merges one
     serve_at: str | None = None  # where the release's `sglang` command adds `serve` ("" where it has none; None: not read)
+    serve_front: ServeFront | None = None  # what `sglang serve` does to the words first (None: no sglang/cli/serve.py)
 
     def match(self, word: str) -> tuple[Option | None, str]:
         """The option a word names (exact, else a unique prefix when abbreviations are allowed), or
