@@ -1119,3 +1119,46 @@ def test_sglang_serve_rewrites_and_checks_the_words_as_the_releases_serve_does(t
     # `python -m sglang.launch_server` goes to the parser directly: serve's check is not its own
     direct = read_launch(["python", "-m", "sglang.launch_server", "--tp", "2"], options)
     assert not any("sglang serve" in error for error in direct.errors)
+
+
+def _dflash_pair(tmp_path: Path, ids: list[int] | None) -> tuple[Path, Path]:
+    """A 32-layer Qwen3 target and a DFlash draft (config.json only: no weight is read for these rules)."""
+    target = tmp_path / "qwen3"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 32, "hidden_size": 4096,
+        "max_position_embeddings": 40960, "torch_dtype": "bfloat16", "vocab_size": 151936,
+    }))
+    draft = tmp_path / "dflash"
+    draft.mkdir()
+    config: dict = {"architectures": ["DFlashDraftModel"], "num_hidden_layers": 5, "hidden_size": 4096, "max_position_embeddings": 40960,
+                    "torch_dtype": "bfloat16", "vocab_size": 151936, "dflash_config": {"block_size": 16}}
+    if ids is not None:
+        config["dflash_config"]["target_layer_ids"] = ids
+    (draft / "config.json").write_text(json.dumps(config))
+    return target, draft
+
+
+@pytest.mark.parametrize("release_site", _release_trees(), indirect=True)
+@pytest.mark.parametrize(
+    ("ids", "severity", "words"),
+    [
+        ([1, 8, 15, 22, 29], None, None),  # a draft trained on this target
+        (None, "warn", "picks the target's layers itself"),
+        ([1, 8, 15, 22, 32], "fail", "outside the target's 32 layers"),  # the release's own range check
+        ([1, 8, 15, 22, 31], "fail", "capture nothing"),  # in range, but the target's hook captures after layer k: 32
+    ],
+)
+def test_a_dflash_drafts_layer_ids_are_followed_through_the_release(release_site, tmp_path, ids, severity, words):
+    import sglang_releases
+
+    target, draft = _dflash_pair(tmp_path, ids)
+    words_of_launch = launch(target=target, draft=draft, algorithm="DFLASH")
+    code, data = preflight(release_site, words_of_launch)
+    found = by_check(data).get("dflash-layer-ids", [])
+    if release_site == sglang_releases.site_packages("0.5.9"):
+        assert not found  # no DFlash in 0.5.9: nothing to say
+        return
+    assert [f["severity"] for f in found] == ([severity] if severity else [])
+    if words:
+        assert words in found[0]["message"] and found[0]["where"]

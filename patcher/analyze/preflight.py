@@ -43,6 +43,8 @@ class TreeFacts:
     self_drafting_at: str = ""
     draft_rewrites: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # "DeepseekV3ForCausalLM" -> ("...NextN", "file:line")
     dtype_at: str = ""  # where a model config turns `--dtype` (and its config.json) into the dtype it loads in
+    dflash_fallback_at: str = ""  # where DFLASH picks the target's layers itself when the draft names none
+    dflash_range_at: str = ""  # where DFLASH refuses a target layer id outside the target
 
 
 def read_registry(cache: SourceCache) -> tuple[dict[str, str], tuple[str, ...]]:
@@ -358,8 +360,10 @@ def read_facts(cache: SourceCache, algorithms: Sequence[str] = ()) -> TreeFacts:
     branches = argument_branches(cache)
     self_drafting, self_drafting_at = read_self_drafting(branches)
     dtype_at = _first_line(cache, ["configs/model_config.py"], _DTYPE_RESOLUTION)
+    dflash = ["speculative/dflash_utils.py"]
     return TreeFacts(registry, keys, keys_at, switch, at, tuple(algorithms), unreadable, read_aliases(branches), quantization_at,
-                     attention_at, self_drafting, self_drafting_at, read_draft_rewrites(cache), dtype_at)
+                     attention_at, self_drafting, self_drafting_at, read_draft_rewrites(cache), dtype_at,
+                     _first_line(cache, dflash, _DFLASH_FALLBACK), _first_line(cache, dflash, _DFLASH_RANGE))
 
 
 def derived_context(config: Checkpoint, keys: Sequence[str]) -> int | None:
@@ -592,6 +596,44 @@ def dtype_rule(target: Checkpoint, draft: Checkpoint, line: LaunchLine, facts: T
                    "the draft's first layer gets the target's hidden states in the other dtype and raises 'mat1 and mat2 must have "
                    "the same dtype' when its CUDA graphs are captured", "after-target-load", facts.dtype_at,
                    f"pass --dtype {mine}, so both load in the target's dtype")
+
+
+_DFLASH_FALLBACK = re.compile(r"^def build_target_layer_ids\b")
+_DFLASH_RANGE = re.compile(r"out-of-range layer id")
+
+
+def dflash_layer_rule(target: Checkpoint, draft: Checkpoint, hook: TargetHook | None, facts: TreeFacts) -> Iterator[Finding]:
+    """A DFlash draft's `dflash_config.target_layer_ids`, checked as the release checks them (each below
+    the target's layer count) and followed through the target's own DFlash hook (which shifts them, to
+    capture after layer k): absent, the release picks the layers itself, and a draft trained on others
+    accepts almost nothing, without an error."""
+    if not facts.dflash_fallback_at:
+        return  # the release has no DFlash
+    own = draft.config.get("dflash_config")
+    ids = own.get("target_layer_ids") if isinstance(own, dict) else None
+    ids = ids if ids is not None else draft.config.get("target_layer_ids")
+    layers = target.number("num_hidden_layers")
+    if ids is None:
+        yield _finding("warn", "dflash-layer-ids", "the draft's config.json names no dflash_config.target_layer_ids: the release picks the "
+                       "target's layers itself; unless the draft was trained on those, it accepts almost nothing, without an error",
+                       "silent", facts.dflash_fallback_at, "use the draft's own config.json, with the target_layer_ids it was trained on")
+        return
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids) or layers is None:
+        return
+    outside = [i for i in ids if i < 0 or i >= layers]
+    if outside:
+        yield _finding("fail", "dflash-layer-ids", f"the draft's dflash_config.target_layer_ids {ids} name {outside}, outside the target's "
+                       f"{layers} layers: the release refuses them at start-up", "after-target-load", facts.dflash_range_at or facts.dflash_fallback_at,
+                       "use a draft trained on this target")
+        return
+    mapping = layer_mapping(hook.source, ids, {"num_hidden_layers": layers}) if hook is not None else None
+    captured = list(mapping.captured) if mapping is not None and mapping.captured is not None else None
+    limit = layers + 1 if hook is not None and hook.captures_final else layers
+    beyond = [i for i in captured or () if i >= limit]
+    if beyond and hook is not None and mapping is not None:
+        yield _finding("fail", "dflash-layer-ids", f"the target's DFlash hook takes the draft's target_layer_ids {ids} to layers {captured}, "
+                       f"{mapping.how}: {beyond} at or beyond its {layers} layers capture nothing, and the draft's first step fails",
+                       "after-target-load", hook.at, "use a draft whose target_layer_ids stop below the last layer")
 
 
 def hidden_size_rule(target: Checkpoint, draft: Checkpoint) -> Iterator[Finding]:

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from ...read.source_cache import SourceCache
 
 
+_CAPTURE_HOOK = re.compile(r"set_\w+_layers_to_capture")  # the hook a capturing algorithm calls on the target
+
+
 def _target_hook(cache: SourceCache, rel: str, line: int, at: str) -> TargetHook:
     """The `def` at `rel:line` and whether a backbone of its module captures after its last layer
     (GPT-OSS's `if self.end_layer in self.layers_to_capture`).  Only the `def`'s block is parsed,
@@ -103,8 +106,9 @@ def run_preflight(request: Resolved, words: Sequence[str], shell: Mapping[str, s
                     f"{name} {what}: {entry.member.name} ({', '.join(entry.member.needed_by)} calls it at {', '.join(entry.called_at[:2])})",
                     "after-target-load", f"{plan.wrapper.path}:{plan.wrapper.cls.line}", fix,
                 ))
-            hook = next((e for e in (*plan.missing, *plan.forwarded) if e.member.name == "set_eagle3_layers_to_capture"), None)
-            signature = (hook.defined if hook is not None else None) or plan.wrapper.cls.members.get("set_eagle3_layers_to_capture")
+            capture = next((m for m in analysis.protocol.members if _CAPTURE_HOOK.fullmatch(m)), None)  # the algorithm's own
+            hook = next((e for e in (*plan.missing, *plan.forwarded) if e.member.name == capture), None)
+            signature = (hook.defined if hook is not None else None) or (plan.wrapper.cls.members.get(capture) if capture else None)
             if signature is not None:
                 target_hook = _target_hook(cache, signature.file, signature.line, signature.at)
         elif algorithm is not None:
@@ -119,6 +123,8 @@ def run_preflight(request: Resolved, words: Sequence[str], shell: Mapping[str, s
     if target is not None and draft is not None:
         findings += rules.context_rule(target, draft, line, facts)
         findings += rules.aux_layer_rule(target, draft, target_hook)
+        if algorithm == "DFLASH":
+            findings += rules.dflash_layer_rule(target, draft, target_hook, facts)
         findings += rules.vocab_rule(draft, line)
         findings += rules.hidden_size_rule(target, draft)
         findings += rules.dtype_rule(target, draft, line, facts)
