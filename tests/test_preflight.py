@@ -1162,3 +1162,37 @@ def test_a_dflash_drafts_layer_ids_are_followed_through_the_release(release_site
     assert [f["severity"] for f in found] == ([severity] if severity else [])
     if words:
         assert words in found[0]["message"] and found[0]["where"]
+
+
+@pytest.mark.parametrize(
+    ("added", "fires"),
+    [
+        ({"norm_before_fc": True}, True),  # a key SpecForge writes that the release's head does not read
+        ({"norm_before_fc": False}, False),  # unset is how the release runs it anyway
+        ({"draft_vocab_size": 32000}, False),  # read by the tree
+        ({"_name_or_path": "x", "transformers_version": "4.57"}, False),  # bookkeeping
+    ],
+)
+def test_a_draft_config_key_no_code_reads_is_a_silent_warning(tmp_path, added, fires):
+    draft = _copy_checkpoint(tmp_path, DRAFT, "draft", **added)
+    _, data = preflight(CHECKOUT, launch(draft=draft))
+    found = by_check(data).get("draft-config-keys", [])
+    assert [f["severity"] for f in found] == (["warn"] if fires else [])
+    if fires:
+        assert "norm_before_fc = true" in found[0]["message"] and found[0]["when"] == "silent"
+
+
+@pytest.mark.parametrize("release_site", _release_trees(), indirect=True)
+def test_a_draft_config_key_is_checked_against_the_whole_release(release_site, tmp_path):
+    """`norm_before_fc` (SpecForge's) is read by llama_eagle3.py from 0.5.17 on: upstream's own fix
+    of the silent loss; before it, the key warns."""
+    import sglang_releases
+
+    version = next(v for v in sglang_releases.read_releases() if sglang_releases.site_packages(v) == release_site)
+    unread = _copy_checkpoint(tmp_path, DRAFT, "unread", norm_before_fc=True)
+    read = _copy_checkpoint(tmp_path, DRAFT, "read", tie_word_embeddings=True)  # a key every release reads
+    found = by_check(preflight(release_site, launch(draft=unread))[1]).get("draft-config-keys", [])
+    before_0_5_17 = tuple(int(p) for p in version.split(".")[:3]) < (0, 5, 17)
+    assert [f["severity"] for f in found] == (["warn"] if before_0_5_17 else [])
+    assert "draft-config-keys" not in by_check(preflight(release_site, launch(draft=read))[1])
+    assert "draft-config-keys" not in by_check(preflight(release_site, launch())[1])  # the seed's draft

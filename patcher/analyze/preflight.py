@@ -8,9 +8,11 @@ facts in `TreeFacts`) to findings; none loads a weight or imports SGLang.
 from __future__ import annotations
 
 import ast
+import json
+import os
 import re
 import textwrap
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from ..errors import EaglepatchError
 from ..read.checkpoint import Checkpoint
 from ..read.launch_line import LaunchLine, literal_strings
 from ..read.source_cache import SourceCache
+from ..read.text import WordFinder
 from ..records import Finding
 
 CONTEXT_SWITCH = re.compile(r"envs\.(SGLANG_\w*LONGER_CONTEXT\w*)\.get\(\)|\b(SGLANG_\w*LONGER_CONTEXT\w*)\b")
@@ -634,6 +637,44 @@ def dflash_layer_rule(target: Checkpoint, draft: Checkpoint, hook: TargetHook | 
         yield _finding("fail", "dflash-layer-ids", f"the target's DFlash hook takes the draft's target_layer_ids {ids} to layers {captured}, "
                        f"{mapping.how}: {beyond} at or beyond its {layers} layers capture nothing, and the draft's first step fails",
                        "after-target-load", hook.at, "use a draft whose target_layer_ids stop below the last layer")
+
+
+_BOOKKEEPING = frozenset({"architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "auto_map", "quantization_config"})
+
+
+def keys_read(srt: Path, keys: Iterable[str]) -> set[str]:
+    """Those of `keys` some Python file under `srt` names as a word (`config.norm_before_fc`,
+    `getattr(config, "norm_before_fc", ...)`, `cfg.get("norm_before_fc")`): a byte search, no parse."""
+    wanted = {key.encode(): key for key in keys}
+    found: set[str] = set()
+    for folder, dirnames, filenames in os.walk(srt):
+        dirnames[:] = [d for d in dirnames if not d.startswith((".", "__pycache__"))]
+        for filename in filenames:
+            if not filename.endswith(".py") or len(found) == len(wanted):
+                continue
+            try:
+                data = Path(folder, filename).read_bytes()
+            except OSError:
+                continue
+            for word, key in wanted.items():
+                if key not in found and word in data and WordFinder([key]).byte_offsets(data):
+                    found.add(key)
+    return found
+
+
+def draft_keys_rule(target: Checkpoint, draft: Checkpoint, srt: Path) -> Iterator[Finding]:
+    """Keys the draft's config.json adds beyond the target's, set to something, that no code of this
+    release reads (`norm_before_fc: true`): the draft runs as if they were unset, and accepts less
+    than it was trained to, without an error."""
+    own = {*target.config, *target.text_config}
+    added = {k: v for k, v in draft.config.items() if k not in own and not k.startswith("_") and k not in _BOOKKEEPING
+             and v not in (None, False, 0, "", [], {})}
+    unread = sorted(set(added) - keys_read(srt, added)) if added else []
+    if unread:
+        spelled = ", ".join(f"{k} = {json.dumps(added[k])}" for k in unread)
+        yield _finding("warn", "draft-config-keys", f"the draft's config.json sets {spelled}, which no code of this release reads: the draft "
+                       "runs as if unset, and accepts fewer tokens than it was trained to, without an error", "silent",
+                       str(draft.path / "config.json"), "use a release that reads it, or a draft trained without it")
 
 
 def hidden_size_rule(target: Checkpoint, draft: Checkpoint) -> Iterator[Finding]:

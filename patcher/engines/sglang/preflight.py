@@ -128,6 +128,7 @@ def run_preflight(request: Resolved, words: Sequence[str], shell: Mapping[str, s
         findings += rules.vocab_rule(draft, line)
         findings += rules.hidden_size_rule(target, draft)
         findings += rules.dtype_rule(target, draft, line, facts)
+        findings += rules.draft_keys_rule(target, draft, cache.srt)
         findings += rules.draft_attention_rule(target, draft, line, facts)
     if draft is not None:
         findings += rules.draft_quantization_rule(draft, line, facts)
