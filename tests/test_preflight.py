@@ -1196,3 +1196,40 @@ def test_a_draft_config_key_is_checked_against_the_whole_release(release_site, t
     assert [f["severity"] for f in found] == (["warn"] if before_0_5_17 else [])
     assert "draft-config-keys" not in by_check(preflight(release_site, launch(draft=read))[1])
     assert "draft-config-keys" not in by_check(preflight(release_site, launch())[1])  # the seed's draft
+
+
+def _quantized_mtp_target(tmp_path: Path, mtp_quantized: bool) -> Path:
+    """A GPTQ DeepSeek-V3-shaped target (2 layers) whose MTP layer (index 2) is quantized or not."""
+    target = _copy_checkpoint(tmp_path, TARGET, "gptq", architectures=["DeepseekV3ForCausalLM"], num_hidden_layers=2, text_config=None, vision_config=None,
+                              quantization_config={"quant_method": "gptq", "bits": 4})
+    for old in target.glob("*.safetensors"):
+        old.unlink()
+    mtp = "model.layers.2.mlp.down_proj." + ("qweight" if mtp_quantized else "weight")
+    _safetensors(target / "model.safetensors", ("model.layers.0.mlp.down_proj.qweight", "model.layers.1.mlp.down_proj.qweight", mtp))
+    return target
+
+
+@pytest.mark.parametrize(
+    ("mtp_quantized", "extra", "fires"),
+    [
+        (False, (), True),  # its MTP layers kept in BF16 while the draft inherits gptq
+        (True, (), False),
+        (False, ("--speculative-draft-model-quantization", "unquant"), False),
+    ],
+)
+def test_a_self_mtp_draft_inheriting_the_targets_quantization_fails(tmp_path, mtp_quantized, extra, fires):
+    target = _quantized_mtp_target(tmp_path, mtp_quantized)
+    _, data = preflight(CHECKOUT, launch(*extra, target=target, draft=None, algorithm="NEXTN"))
+    found = [f for f in by_check(data).get("draft-quantization", []) if "MTP layers" in f["message"]]
+    assert [f["severity"] for f in found] == (["fail"] if fires else [])
+    if fires:
+        assert "model.layers.2.mlp.down_proj.weight" in found[0]["message"] and found[0]["fix"] == "pass --speculative-draft-model-quantization unquant"
+
+
+@pytest.mark.parametrize("release_site", _release_trees(), indirect=True)
+def test_a_self_mtp_draft_is_checked_on_real_releases(release_site, tmp_path):
+    unquantized = _quantized_mtp_target(tmp_path / "a", False)
+    fine = _quantized_mtp_target(tmp_path / "b", True)
+    found = by_check(preflight(release_site, launch(target=unquantized, draft=None, algorithm="NEXTN"))[1]).get("draft-quantization", [])
+    assert [f["severity"] for f in found if "MTP layers" in f["message"]] == ["fail"]
+    assert "draft-quantization" not in by_check(preflight(release_site, launch(target=fine, draft=None, algorithm="NEXTN"))[1])

@@ -483,6 +483,47 @@ def draft_quantization_rule(draft: Checkpoint, line: LaunchLine, facts: TreeFact
                    facts.draft_quantization_at, fix)
 
 
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+_QUANTIZED = (".qweight", ".qzeros", ".weight_packed", ".weight_scale", ".scales")
+
+
+def self_mtp_quantization_rule(target: Checkpoint | None, line: LaunchLine, algorithm: str | None, facts: TreeFacts) -> Iterator[Finding]:
+    """A target that is its own draft (its MTP layers, the server pointing the draft at the target's
+    folder) inherits the target's quantization for them; a GPTQ/AWQ checkpoint that keeps its MTP
+    layers unquantized (plain `.weight`s where the other layers hold `.qweight`s) fails to load them."""
+    if target is None or algorithm != "EAGLE" or not facts.draft_quantization_at:
+        return  # MTP drafts run as EAGLE (NEXTN is renamed to it)
+    path = line.get("speculative_draft_model_path")
+    own = not target.architectures or target.architectures[0] not in facts.self_drafting
+    if (path is None and own) or (path is not None and Path(path).expanduser().resolve() != target.path.resolve()):
+        return  # the draft is another checkpoint: draft-quantization speaks of it
+    if line.get("speculative_draft_model_quantization"):
+        return
+    method = _quant_method(target)
+    layers = target.number("num_hidden_layers")
+    if method is None or layers is None:
+        return
+    mtp = [n for n in target.weights if "mtp" in n.split(".") or ((m := _LAYER.search(n)) is not None and int(m.group(1)) >= layers)]
+    if not mtp or any(n.endswith(_QUANTIZED) for n in mtp) or not any(n.endswith(_QUANTIZED) for n in target.weights):
+        return
+    plain = sorted({target.weights[n].dtype for n in mtp if n.endswith(".weight") and target.weights[n].dtype})
+    option = line.options.by_string.get("--speculative-draft-model-quantization")
+    fix = "pass --speculative-draft-model-quantization unquant" if option is not None and "unquant" in option.choices else (
+        "point --speculative-draft-model-path at an MTP checkpoint quantized as the target")
+    yield _finding("fail", "draft-quantization", f"the draft is the target's own MTP layers, which inherit its quantization ({method}), "
+                   f"but the checkpoint keeps them unquantized ({len(mtp)} tensors such as {sorted(mtp)[0]}, {'/'.join(plain) or 'plain'} "
+                   "`.weight`s, where its other layers hold `.qweight`s): loading the draft fails", "after-target-load",
+                   facts.draft_quantization_at, fix)
+
+
+def _quant_method(checkpoint: Checkpoint) -> str | None:
+    for config in (checkpoint.config, checkpoint.text_config):
+        quantization = config.get("quantization_config")
+        if isinstance(quantization, dict) and isinstance(quantization.get("quant_method"), str):
+            return str(quantization["quant_method"])
+    return None
+
+
 def architecture_rules(target: Checkpoint | None, draft: Checkpoint | None, algorithm: str | None, facts: TreeFacts) -> Iterator[Finding]:
     for what, checkpoint, when in (("target", target, "before-load"), ("draft", draft, "after-target-load")):
         if checkpoint is None:

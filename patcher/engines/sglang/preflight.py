@@ -132,4 +132,5 @@ def run_preflight(request: Resolved, words: Sequence[str], shell: Mapping[str, s
         findings += rules.draft_attention_rule(target, draft, line, facts)
     if draft is not None:
         findings += rules.draft_quantization_rule(draft, line, facts)
+    findings += rules.self_mtp_quantization_rule(target, line, algorithm, facts)
     return PreflightReport(str(tree.srt), algorithm, target_class, draft_class, tuple(findings))
