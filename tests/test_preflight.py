@@ -1233,3 +1233,19 @@ def test_a_self_mtp_draft_is_checked_on_real_releases(release_site, tmp_path):
     found = by_check(preflight(release_site, launch(target=unquantized, draft=None, algorithm="NEXTN"))[1]).get("draft-quantization", [])
     assert [f["severity"] for f in found if "MTP layers" in f["message"]] == ["fail"]
     assert "draft-quantization" not in by_check(preflight(release_site, launch(target=fine, draft=None, algorithm="NEXTN"))[1])
+
+
+def test_rules_are_registered_units_run_in_order_over_one_launch(monkeypatch):
+    """A rule is a function of the frozen Launch; run_rules lists each rule's findings in the order
+    the rules were registered, so a new rule is one `@register` more."""
+    from dataclasses import FrozenInstanceError
+
+    line = read_launch(["python", "-m", "sglang.launch_server", "--no-such-option"], _options(("--model-path", "store", "one")))
+    launch_record = rules.Launch(line, rules.TreeFacts(), Path("/srt"))
+    with pytest.raises(FrozenInstanceError):
+        launch_record.algorithm = "EAGLE3"  # type: ignore[misc]
+    monkeypatch.setattr(rules, "RULES", list(rules.RULES))
+    rules.register(lambda launch: iter([rules._finding("info", "extra", f"{len(launch.line.errors)} error(s)", "arguments")]))
+    found = rules.run_rules(launch_record)
+    assert [f.check for f in found] == ["launch-arguments", "extra"]  # the unknown option, then the rule registered last
+    assert found[-1].message == "1 error(s)"

@@ -936,3 +936,89 @@ def layer_mapping(source: str | None, ids: Sequence[int], config: Mapping[str, i
     else:
         how = f"mapped to {captured}"
     return LayerMapping(tuple(captured), how, "; ".join(conditions))
+
+# --------------------------------------------------------------------------- the rules, registered
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything a rule reads of one launch, read once by the engine: the line as the tree's parser
+    reads it, the tree's facts, the two checkpoints, and what the target's analysis found."""
+
+    line: LaunchLine
+    facts: TreeFacts
+    srt: Path
+    asked: str | None = None  # --speculative-algorithm as typed
+    algorithm: str | None = None  # what runs (NEXTN runs as EAGLE)
+    target: Checkpoint | None = None
+    draft: Checkpoint | None = None
+    draft_option_at: str = ""  # where the parser declares --speculative-draft-model-path
+    target_gaps: tuple[Finding, ...] = ()  # the target class's missing hooks, as `check --model` gives them
+    target_hook: TargetHook | None = None  # the algorithm's own capture hook on the target class
+    draft_loader: DraftLoader | None = None  # an EAGLE head's load_weights, read
+
+
+Rule = Callable[[Launch], Iterable[Finding]]
+RULES: list[Rule] = []  # in the order their findings are listed
+
+
+def register(rule: Rule) -> Rule:
+    """One rule more (pyupgrade's and Fixit's way): a function of the Launch, yielding findings."""
+    RULES.append(rule)
+    return rule
+
+
+def run_rules(launch: Launch) -> tuple[Finding, ...]:
+    return tuple(finding for rule in RULES for finding in rule(launch))
+
+
+@register
+def _arguments(launch: Launch) -> Iterator[Finding]:
+    yield from launch_rules(launch.line)
+    yield from alias_rule(launch.asked, launch.facts)
+    yield from registry_rule(launch.facts)
+
+
+@register
+def _draft_path(launch: Launch) -> Iterator[Finding]:
+    yield from draft_path_rule(launch.line, launch.algorithm, launch.draft_option_at, launch.target, launch.facts)
+
+
+@register
+def _architectures(launch: Launch) -> Iterator[Finding]:
+    yield from architecture_rules(launch.target, launch.draft, launch.algorithm, launch.facts)
+
+
+@register
+def _target_hooks(launch: Launch) -> Iterator[Finding]:
+    yield from launch.target_gaps
+
+
+@register
+def _draft_weights(launch: Launch) -> Iterator[Finding]:
+    if launch.draft is not None and launch.algorithm in EAGLE_ALGORITHMS:  # MTP and DFlash drafts load another way
+        yield from draft_weights_rule(launch.draft, launch.draft_loader)
+
+
+@register
+def _pair(launch: Launch) -> Iterator[Finding]:
+    """The rules that compare the draft with the target."""
+    target, draft, line, facts = launch.target, launch.draft, launch.line, launch.facts
+    if target is None or draft is None:
+        return
+    yield from context_rule(target, draft, line, facts)
+    yield from aux_layer_rule(target, draft, launch.target_hook)
+    if launch.algorithm == "DFLASH":
+        yield from dflash_layer_rule(target, draft, launch.target_hook, facts)
+    yield from vocab_rule(draft, line)
+    yield from hidden_size_rule(target, draft)
+    yield from dtype_rule(target, draft, line, facts)
+    yield from draft_keys_rule(target, draft, launch.srt)
+    yield from draft_attention_rule(target, draft, line, facts)
+
+
+@register
+def _quantization(launch: Launch) -> Iterator[Finding]:
+    if launch.draft is not None:
+        yield from draft_quantization_rule(launch.draft, launch.line, launch.facts)
+    yield from self_mtp_quantization_rule(launch.target, launch.line, launch.algorithm, launch.facts)

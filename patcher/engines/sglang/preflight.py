@@ -84,12 +84,10 @@ def run_preflight(request: Resolved, words: Sequence[str], shell: Mapping[str, s
     algorithm = asked.upper() if asked else None
     if algorithm is not None and algorithm in facts.aliases:
         algorithm = facts.aliases[algorithm][0]  # NEXTN runs as EAGLE: what is checked is what runs
-    findings: list[Finding] = [*rules.launch_rules(line), *rules.alias_rule(asked, facts), *rules.registry_rule(facts)]
     draft_option = options.by_string.get("--speculative-draft-model-path")
-    findings += rules.draft_path_rule(line, algorithm, draft_option.at if draft_option else "", target, facts)
-    findings += rules.architecture_rules(target, draft, algorithm, facts)
     target_class = draft_class = None
     target_hook: TargetHook | None = None
+    gaps: list[Finding] = []
     if target is not None and target.architectures and target.architectures[0] in facts.registry:
         name = target.architectures[0]
         module = facts.registry[name].removeprefix("models/").removesuffix(".py")
@@ -101,7 +99,7 @@ def run_preflight(request: Resolved, words: Sequence[str], shell: Mapping[str, s
             for entry in plan.required_gaps:
                 fix = f"eaglepatch apply --model {module}:{name} {tree.given}" if entry.fix is not None else f"needs code: {entry.blocker}"
                 what = "cannot work" if entry.gap == "plumbing" else "is missing"
-                findings.append(Finding(
+                gaps.append(Finding(
                     "fail", "target-hooks",
                     f"{name} {what}: {entry.member.name} ({', '.join(entry.member.needed_by)} calls it at {', '.join(entry.called_at[:2])})",
                     "after-target-load", f"{plan.wrapper.path}:{plan.wrapper.cls.line}", fix,
@@ -112,25 +110,16 @@ def run_preflight(request: Resolved, words: Sequence[str], shell: Mapping[str, s
             if signature is not None:
                 target_hook = _target_hook(cache, signature.file, signature.line, signature.at)
         elif algorithm is not None:
-            findings.append(Finding("info", "target-hooks", f"--speculative-algorithm {asked}: not a member of this tree's algorithm enum "
-                                    f"({', '.join(known)}); the target's hooks are not checked", "arguments", enum.at if enum else ""))
+            gaps.append(Finding("info", "target-hooks", f"--speculative-algorithm {asked}: not a member of this tree's algorithm enum "
+                                f"({', '.join(known)}); the target's hooks are not checked", "arguments", enum.at if enum else ""))
     draft_arch = draft.architectures[0] if draft is not None and draft.architectures else None
     draft_arch = rules.draft_loaded_as(draft_arch, facts.draft_rewrites)[0] if draft_arch else None  # as the model config names it
+    loader = None
     if draft is not None and draft_arch in facts.registry:
         draft_class = f"{facts.registry[draft_arch]}:{draft_arch}"
         if algorithm in rules.EAGLE_ALGORITHMS:  # an EAGLE head's loader; MTP and DFlash drafts load another way
-            findings += rules.draft_weights_rule(draft, rules.read_draft_loader(cache, facts.registry[draft_arch], draft_arch))
-    if target is not None and draft is not None:
-        findings += rules.context_rule(target, draft, line, facts)
-        findings += rules.aux_layer_rule(target, draft, target_hook)
-        if algorithm == "DFLASH":
-            findings += rules.dflash_layer_rule(target, draft, target_hook, facts)
-        findings += rules.vocab_rule(draft, line)
-        findings += rules.hidden_size_rule(target, draft)
-        findings += rules.dtype_rule(target, draft, line, facts)
-        findings += rules.draft_keys_rule(target, draft, cache.srt)
-        findings += rules.draft_attention_rule(target, draft, line, facts)
-    if draft is not None:
-        findings += rules.draft_quantization_rule(draft, line, facts)
-    findings += rules.self_mtp_quantization_rule(target, line, algorithm, facts)
-    return PreflightReport(str(tree.srt), algorithm, target_class, draft_class, tuple(findings))
+            loader = rules.read_draft_loader(cache, facts.registry[draft_arch], draft_arch)
+    launch = rules.Launch(line, facts, cache.srt, asked, algorithm, target, draft, draft_option.at if draft_option else "",
+                          tuple(gaps), target_hook, loader)
+    findings = rules.run_rules(launch)
+    return PreflightReport(str(tree.srt), algorithm, target_class, draft_class, findings)
