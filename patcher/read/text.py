@@ -11,10 +11,10 @@ import codecs
 import difflib
 import re
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, AnyStr, overload
 
 from ..errors import EaglepatchError
 
@@ -352,30 +352,27 @@ class WordFinder:
 
     def offsets(self, text: str) -> list[int]:
         """Each start, in order (whole words never overlap)."""
-        found: list[int] = []
-        for word in self.words:
-            size, at = len(word), text.find(word)
-            while at >= 0:
-                if (at == 0 or not _is_word_char(text[at - 1])) and (at + size == len(text) or not _is_word_char(text[at + size])):
-                    found.append(at)
-                at = text.find(word, at + 1)
-        found.sort()
-        return found
+        return _whole_words(text, self.words, lambda at: _is_word_char(text[at]))
 
     def search(self, text: str) -> bool:
         return bool(self.words) and bool(self.offsets(text))
 
     def byte_offsets(self, data: bytes) -> list[int]:
         """As `offsets`, for a bytes pattern's `\\w` (ASCII)."""
-        found: list[int] = []
-        for word in self._encoded:
-            size, at = len(word), data.find(word)
-            while at >= 0:
-                if (at == 0 or not is_word_byte(data[at - 1])) and (at + size == len(data) or not is_word_byte(data[at + size])):
-                    found.append(at)
-                at = data.find(word, at + 1)
-        found.sort()
-        return found
+        return _whole_words(data, self._encoded, lambda at: is_word_byte(data[at]))
+
+
+def _whole_words(text: AnyStr, words: Sequence[AnyStr], word_at: Callable[[int], bool]) -> list[int]:
+    """The sorted starts of `words` in `text` with no word character (`word_at`) either side."""
+    found: list[int] = []
+    for word in words:
+        size, at = len(word), text.find(word)
+        while at >= 0:
+            if (at == 0 or not word_at(at - 1)) and (at + size == len(text) or not word_at(at + size)):
+                found.append(at)
+            at = text.find(word, at + 1)
+    found.sort()
+    return found
 
 
 def _is_word_char(char: str) -> bool:
