@@ -973,7 +973,7 @@ def run_rules(launch: Launch) -> tuple[Finding, ...]:
 
 
 @register
-def _arguments(launch: Launch) -> Iterator[Finding]:
+def _launch_arguments(launch: Launch) -> Iterator[Finding]:
     yield from launch_rules(launch.line)
     yield from alias_rule(launch.asked, launch.facts)
     yield from registry_rule(launch.facts)
