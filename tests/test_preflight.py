@@ -1249,3 +1249,25 @@ def test_rules_are_registered_units_run_in_order_over_one_launch(monkeypatch):
     found = rules.run_rules(launch_record)
     assert [f.check for f in found] == ["launch-arguments", "extra"]  # the unknown option, then the rule registered last
     assert found[-1].message == "1 error(s)"
+
+
+def _every_release() -> list:
+    import sglang_releases
+
+    return [pytest.param(v, marks=pytest.mark.integration, id=v) for v in sglang_releases.read_releases()]
+
+
+NEW_RULES = ("dtype", "dflash-layer-ids", "draft-config-keys")
+
+
+@pytest.mark.parametrize("version", _every_release())
+def test_the_new_rules_stay_silent_on_the_seeds_launch_of_every_release(version):
+    """The seed's EAGLE-3 launch is well formed but for what the seed's story says (the hooks, the
+    context length): the rules added with issue 36 say nothing of it on any pinned release."""
+    import sglang_releases
+
+    _, data = preflight(sglang_releases.site_packages(version), launch("--disable-cuda-graph", "--attention-backend", "fa3"))
+    found = by_check(data)
+    assert not [check for check in NEW_RULES if check in found]
+    assert not [f for f in found.get("draft-quantization", []) if "MTP layers" in f["message"]]
+    assert "launch-arguments" not in found and found["context-length"][0]["severity"] == "fail"
