@@ -79,6 +79,43 @@ def test_a_base_imported_under_another_name_is_followed_and_its_members_inherite
     assert info.members["lm_head"].kind == "attribute"  # `self.lm_head = ...` in the base's __init__
 
 
+@pytest.mark.parametrize(
+    ("header", "owner", "bases"),
+    [
+        # a diamond: C overrides A's hook, B inherits it; Python calls C's for D(B, C) (C3), not A's
+        ("class D(B, C):", "C", ("B", "C", "A")),
+        ("class D(C, B):", "C", ("C", "B", "A")),
+        ("class D(B):", "A", ("B", "A")),
+    ],
+)
+def test_an_inherited_member_is_the_one_pythons_method_resolution_order_finds(tmp_path, header, owner, bases):
+    root = write_tree(
+        tmp_path,
+        {
+            "models/diamond.py": f"""\
+            class A:
+                def get_embed_and_head(self):
+                    return None
+
+
+            class B(A):
+                pass
+
+
+            class C(A):
+                def get_embed_and_head(self):
+                    return self.model.embed_tokens.weight, self.lm_head.weight
+
+
+            {header}
+                pass
+            """,
+        },
+    )
+    info = info_of(index_for(root), "models/diamond.py", "D")
+    assert info.members["get_embed_and_head"].owner == owner and info.bases == bases
+
+
 def test_a_module_alias_and_a_module_level_alias_name_the_class(tmp_path):
     root = write_tree(
         tmp_path,

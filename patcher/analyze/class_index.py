@@ -28,6 +28,7 @@ from ..read.outline import Outline
 from ..read.source_cache import SourceCache
 from ..read.text import SourceFile, bracket_scan, indent_width, is_code_line
 from ..records import ClassInfo, Signature, SignatureKind
+from .mro import c3_order
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -145,6 +146,10 @@ class ClassIndex:
         self._module_assignments: dict[Path, dict[str, int]] = {}  # module-level `name = ...` lines
         self._bases: dict[tuple[Path, int], list[ast.expr]] = {}  # class headers, read once
         self._self_assignments: dict[tuple[Path, int, int], list[SelfAssignment]] = {}
+        # what class_info merges in C3 order: each class's own members, in-tree direct bases, other bases
+        self._own: dict[tuple[Path, str], dict[str, Signature]] = {}
+        self._direct: dict[tuple[Path, str], list[tuple[Path, str]]] = {}
+        self._external: dict[tuple[Path, str], list[str]] = {}
 
     def require_valid(self, source: SourceFile) -> None:
         error = self.cache.unreadable(source.path)
@@ -249,6 +254,9 @@ class ClassIndex:
 
     # -- class members -------------------------------------------------------------------
     def class_info(self, source: SourceFile, name: str, depth: int = 0) -> ClassInfo | None:
+        """The class with what it inherits, in Python's method resolution order (C3): a member two
+        bases define comes from the one Python would call (`class D(B, C)` with `C` overriding `A.f`
+        that `B` inherits: `C.f`), the bases listed in that order."""
         key = (source.path, name)
         if key in self._classes:
             return self._classes[key]
@@ -256,28 +264,34 @@ class ClassIndex:
         text = self.class_text(source, name)
         if text is None:
             return None
-        members = dict(self._own_members(text))
-        bases: list[str] = []
+        own = dict(self._own_members(text))
+        direct: list[tuple[Path, str]] = []
         external: list[str] = []
         for value in self.bases_of(text):
             label = source_code(value)
             found = self.find_class(source, value) if depth < MAX_BASE_DEPTH else None
             base = self.class_info(found[0], found[1], depth + 1) if found else None
-            if base is None:
+            if base is None or found is None:
                 external.append(label)
                 continue
-            bases.append(base.name)
-            bases.extend(b for b in base.bases if b not in bases)
-            external.extend(e for e in base.external_bases if e not in external)
-            for member, signature in base.members.items():
+            direct.append((found[0].path, found[1]))
+        self._own[key] = own
+        self._direct[key] = direct
+        self._external[key] = external
+        order = c3_order(key, lambda k: self._direct.get(k, ()))
+        members = dict(own)
+        for later in order[1:]:
+            for member, signature in self._own.get(later, {}).items():
                 members.setdefault(member, signature)
+        bases = tuple(dict.fromkeys(k[1] for k in order[1:]))
+        outside = tuple(dict.fromkeys(label for k in order for label in self._external.get(k, ())))
         info = ClassInfo(
             name=name,
             file=source.rel,
             line=text.header + 1,
             members=members,
-            bases=tuple(bases),
-            external_bases=tuple(external),
+            bases=bases,
+            external_bases=outside,
             dynamic=self._forwards_any_name(members.get("__getattr__")),
         )
         self._classes[key] = info
