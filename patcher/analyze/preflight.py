@@ -22,6 +22,7 @@ from ..read.launch_line import LaunchLine, literal_strings
 from ..read.source_cache import SourceCache
 from ..read.text import WordFinder
 from ..records import Finding
+from .roles import statement_walk
 
 CONTEXT_SWITCH = re.compile(r"envs\.(SGLANG_\w*LONGER_CONTEXT\w*)\.get\(\)|\b(SGLANG_\w*LONGER_CONTEXT\w*)\b")
 _ENTRY = re.compile(r"^EntryClass\s*=\s*(\[[^\]]*\]|\(?[\w ,]+\)?)", re.MULTILINE)
@@ -89,7 +90,7 @@ def read_draft_loader(cache: SourceCache, rel: str, cls: str) -> DraftLoader | N
     module = _parsed_or_none(cache, cache.srt / rel)
     if module is None:
         return None
-    loaders = [n for n in ast.walk(module) if isinstance(n, ast.FunctionDef) and n.name == "load_weights"]
+    loaders = [n for n in statement_walk(module) if isinstance(n, ast.FunctionDef) and n.name == "load_weights"]
     owner = next((n for n in module.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
     own = [n for n in (owner.body if owner else []) if isinstance(n, ast.FunctionDef) and n.name == "load_weights"]
     if not (own or loaders):
@@ -98,7 +99,7 @@ def read_draft_loader(cache: SourceCache, rel: str, cls: str) -> DraftLoader | N
     modules = {"model"}
     imported = [n.module for n in module.body if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("sglang.srt.models.")]
     for tree_module in [module, *(_parsed_or_none(cache, cache.srt / (m.removeprefix("sglang.srt.").replace(".", "/") + ".py")) for m in imported)]:
-        for init in (n for n in ast.walk(tree_module) if isinstance(n, ast.FunctionDef) and n.name == "__init__") if tree_module else ():
+        for init in (n for n in statement_walk(tree_module) if isinstance(n, ast.FunctionDef) and n.name == "__init__") if tree_module else ():
             modules |= {t.attr for n in ast.walk(init) if isinstance(n, (ast.Assign, ast.AnnAssign))
                         for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
                         if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
@@ -217,7 +218,7 @@ def argument_branches(cache: SourceCache) -> list[tuple[str, ast.If]]:
         if module is None:
             continue
         rel = cache.rel(path)
-        out += [(f"{rel}:{node.lineno}", node) for node in ast.walk(module) if isinstance(node, ast.If)]
+        out += [(f"{rel}:{node.lineno}", node) for node in statement_walk(module) if isinstance(node, ast.If)]  # an `if` is a statement
     return out
 
 
@@ -310,7 +311,7 @@ def read_draft_rewrites(cache: SourceCache) -> dict[str, tuple[str, str]]:
     if module is None:
         return {}
     out: dict[str, tuple[str, str]] = {}
-    for node in ast.walk(module):
+    for node in statement_walk(module):
         if not isinstance(node, ast.If):
             continue
         names = _tested_architectures(node.test)
