@@ -20,9 +20,9 @@ from ..errors import EaglepatchError
 from ..read.checkpoint import Checkpoint
 from ..read.launch_line import LaunchLine, literal_strings
 from ..read.source_cache import SourceCache
+from ..read.statements import statement_walk
 from ..read.text import WordFinder
 from ..records import Finding
-from .roles import statement_walk
 
 CONTEXT_SWITCH = re.compile(r"envs\.(SGLANG_\w*LONGER_CONTEXT\w*)\.get\(\)|\b(SGLANG_\w*LONGER_CONTEXT\w*)\b")
 _ENTRY = re.compile(r"^EntryClass\s*=\s*(\[[^\]]*\]|\(?[\w ,]+\)?)", re.MULTILINE)

@@ -21,13 +21,12 @@ from __future__ import annotations
 import ast
 import os
 import re
-from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..errors import EaglepatchError
 from ..read.locate import SourceTree
 from ..read.source_cache import SourceCache
+from ..read.statements import statement_walk
 from ..records import ClassInfo, ModelRole
 
 # How SGLang names draft heads and non-generation models when the configuration is silent.
@@ -128,23 +127,6 @@ def learn_roles(tree: SourceTree, cache: SourceCache | None = None) -> RoleBook:
         if wants_other:
             _learn_non_generation(module, rel, book.other)
     return book
-
-
-_HOLDS_STATEMENTS = (ast.stmt, ast.excepthandler, ast.match_case)
-
-
-def statement_walk(node: ast.AST) -> Iterator[ast.AST]:
-    """`ast.walk(node)` with only the statements (and the except and case clauses between them) kept,
-    in the same order, without visiting an expression: a statement's ancestors are all statements or
-    clauses, so each keeps its depth, and children are taken in `ast.walk`'s order (fields, then lists)."""
-    todo = deque([node])
-    while todo:
-        node = todo.popleft()
-        yield node
-        for name in node._fields:
-            value = getattr(node, name, None)
-            if isinstance(value, list):
-                todo.extend(item for item in value if isinstance(item, _HOLDS_STATEMENTS))
 
 
 def _mentions_word(node: ast.AST, word: str) -> bool:

@@ -36,12 +36,12 @@ from ..errors import EaglepatchError
 from ..read.bindings import module_bound_names
 from ..read.expressions import dotted_name, dotted_parts, parse_value
 from ..read.source_cache import MemoKey, SourceCache
+from ..read.statements import statement_walk
 from ..read.text import SourceFile, block_text
 from ..records import ClassInfo, InnerModel, MemberPlan, Protocol, Reference, SelfUse, Signature, Synthesis, SynthesisFit, Wrapper
 from .class_index import definition_ast, signature_node
 from .plan import ShapeCheck, backbones
 from .resolve import Resolver
-from .roles import statement_walk
 
 if TYPE_CHECKING:
     import libcst as cst

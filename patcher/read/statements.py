@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from collections import deque
 from collections.abc import Iterator
 
 
@@ -45,3 +46,20 @@ def nested_statements(block: list[ast.stmt]) -> Iterator[tuple[ast.stmt, list[as
         if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             for part in sub_blocks(statement):
                 yield from nested_statements(part)
+
+
+_HOLDS_STATEMENTS = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
+def statement_walk(node: ast.AST) -> Iterator[ast.AST]:
+    """`ast.walk(node)` with only the statements (and the except and case clauses between them) kept,
+    in the same order, without visiting an expression: a statement's ancestors are all statements or
+    clauses, so each keeps its depth, and children are taken in `ast.walk`'s order (fields, then lists)."""
+    todo = deque([node])
+    while todo:
+        node = todo.popleft()
+        yield node
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                todo.extend(item for item in value if isinstance(item, _HOLDS_STATEMENTS))
