@@ -111,40 +111,39 @@ class _Definitions:
                 return self.find(alias.name, source, other, depth + 1) if source is not None and other is not None else None
         return None
 
-    def choices(self, node: ast.expr | None, path: Path, module: ast.Module, depth: int = 0) -> tuple[str, ...]:
+    def _followed(self, node: ast.expr | None, path: Path, module: ast.Module) -> tuple[ast.expr | None, list[tuple[str, Path]]]:
+        """The value `node` stands for once module-level names are followed (`B = A`, imports; three at
+        most), with each (name, file binding it) passed, outermost first; None where a name binds no
+        assignment."""
+        passed: list[tuple[str, Path]] = []
+        for _ in range(3):
+            if not isinstance(node, ast.Name):
+                break
+            found = self.find(node.id, path, module)
+            if found is None or not isinstance(found[0], ast.Assign):
+                return None, passed
+            statement, where, module = found
+            assert isinstance(statement, ast.Assign)
+            passed.append((node.id, where))
+            node, path = statement.value, where
+        return node, passed
+
+    def choices(self, node: ast.expr | None, path: Path, module: ast.Module) -> tuple[str, ...]:
         """`choices=` read to its literal: a list written there, or a module-level name (`B = A` followed).
         () where it goes further (a call, a comprehension)."""
-        literal = literal_strings(node)
-        if literal is not None or not isinstance(node, ast.Name) or depth > 2:
-            return literal or ()
-        found = self.find(node.id, path, module)
-        if found is None or not isinstance(found[0], ast.Assign):
-            return ()
-        statement, where, holder = found
-        assert isinstance(statement, ast.Assign)
-        literal = literal_strings(statement.value)
-        return literal if literal is not None else self.choices(statement.value, where, holder, depth + 1)
+        return literal_strings(self._followed(node, path, module)[0]) or ()
 
-    def allowed(self, node: ast.expr | None, typed: bool, path: Path, module: ast.Module, depth: int = 0) -> tuple[tuple[str, ...] | None, str]:
+    def allowed(self, node: ast.expr | None, typed: bool, path: Path, module: ast.Module) -> tuple[tuple[str, ...] | None, str]:
         """(every value `choices=` admits, where the tree can add to the list) when the whole list is read:
         a literal of strings only, or a module-level name bound to one (`B = A` followed); None when a
         part is not read (a starred item, a call) or a `type=` converts the value before argparse checks it."""
-        if node is None or typed or depth > 2:
+        if node is None or typed:
             return None, ""
-        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-            whole = all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts)
-            return (literal_strings(node), "") if whole else (None, "")
-        if not isinstance(node, ast.Name):
+        value, passed = self._followed(node, path, module)
+        if not isinstance(value, (ast.List, ast.Tuple, ast.Set)) or not all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts):
             return None, ""
-        found = self.find(node.id, path, module)
-        if found is None or not isinstance(found[0], ast.Assign):
-            return None, ""
-        statement, where, holder = found
-        assert isinstance(statement, ast.Assign)
-        values, opened = self.allowed(statement.value, False, where, holder, depth + 1)
-        if values is not None and not opened:
-            opened = _extended_at(self.cache, where, node.id)
-        return values, opened
+        opened = next((at for at in (_extended_at(self.cache, where, name) for name, where in reversed(passed)) if at), "")
+        return literal_strings(value), opened
 
     def action_nargs(self, action: ast.expr, path: Path, module: ast.Module, depth: int = 0) -> object:
         """The `nargs` an action class gives itself when the call passes none, as argparse builds it: the
