@@ -271,13 +271,12 @@ def read_options(cache: SourceCache) -> Options:
 def _serve_at(cache: SourceCache) -> str:
     """Where the release's `sglang` console script (sglang/cli/main.py) adds its `serve` subcommand, or
     "" where the release has none (before 0.5.x the server started only as `python -m sglang.launch_server`)."""
-    path = cache.srt.parent / "cli" / "main.py"
-    try:
-        text = cache.read(path).text if path.is_file() else ""
-    except EaglepatchError:
-        return ""
-    found = re.search(r"add_parser\(\s*[\"']serve[\"']", text)
-    return f"../cli/main.py:{text.count(chr(10), 0, found.start()) + 1}" if found else ""
+    main = _cli_module(cache, "main.py")
+    for node in ast.walk(main[1]) if main is not None else ():
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_parser" and node.args
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value == "serve"):
+            return f"../cli/main.py:{node.lineno}"
+    return ""
 
 
 def _action_name(action: ast.expr | None) -> str:
