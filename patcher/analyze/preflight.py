@@ -687,20 +687,20 @@ _BOOKKEEPING = frozenset({"architectures", "model_type", "torch_dtype", "dtype",
 def keys_read(srt: Path, keys: Iterable[str]) -> set[str]:
     """Those of `keys` some Python file under `srt` names as a word (`config.norm_before_fc`,
     `getattr(config, "norm_before_fc", ...)`, `cfg.get("norm_before_fc")`): a byte search, no parse."""
-    wanted = {key.encode(): key for key in keys}
+    wanted = {key: (key.encode(), WordFinder([key])) for key in keys}
     found: set[str] = set()
     for folder, dirnames, filenames in os.walk(srt):
         dirnames[:] = [d for d in dirnames if not d.startswith((".", "__pycache__"))]
         for filename in filenames:
-            if not filename.endswith(".py") or len(found) == len(wanted):
+            if not filename.endswith(".py"):
                 continue
             try:
                 data = Path(folder, filename).read_bytes()
             except OSError:
                 continue
-            for word, key in wanted.items():
-                if key not in found and word in data and WordFinder([key]).byte_offsets(data):
-                    found.add(key)
+            found |= {key for key, (word, finder) in wanted.items() if key not in found and word in data and finder.byte_offsets(data)}
+            if len(found) == len(wanted):
+                return found  # every key named: no need to read on
     return found
 
 
