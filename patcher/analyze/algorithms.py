@@ -696,6 +696,8 @@ class _FlagReader:
 
 
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+_WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+_NON_WORD_TO_SPACE = bytes(byte if byte in _WORD_BYTES else 0x20 for byte in range(256))
 
 
 class _Corpus:
@@ -705,11 +707,13 @@ class _Corpus:
 
     def __init__(self, files: dict[Path, bytes]):
         self.files = files
-        self._identifiers = {path: frozenset(_IDENTIFIER.findall(data)) for path, data in files.items()}
+        # runs of word bytes, split in C (a regex findall costs half as much again); a number such as
+        # `1e5` stays one word, as Python's tokenizer reads it
+        self._identifiers = {path: frozenset(data.translate(_NON_WORD_TO_SPACE).split()) for path, data in files.items()}
         self._holding: dict[bytes, frozenset[Path]] = {}
 
     def with_identifier(self, identifier: bytes) -> frozenset[Path]:
-        """The files in which `identifier` is an identifier, as `_IDENTIFIER.findall` splits a file."""
+        """The files in which `identifier` is a whole word."""
         found = self._holding.get(identifier)
         if found is None:
             found = self._holding[identifier] = frozenset(path for path, held in self._identifiers.items() if identifier in held)
