@@ -58,15 +58,15 @@ def test_settings_are_what_the_look_behind_regex_found(data):
 
 
 @pytest.mark.parametrize("identifier", [b"is_eagle", b"EAGLE", b"eagle3", b"x1", b"absent"])
-def test_corpus_holds_an_identifier_where_findall_splits_it_out(tmp_path, identifier):
+def test_corpus_holds_an_identifier_where_it_is_a_whole_word(tmp_path, identifier):
     files = {
         tmp_path / "a.py": b"if spec.is_eagle(): EAGLE3 = 1\n",
         tmp_path / "b.py": b"x = 1is_eagle + EAGLE\n",
         tmp_path / "c.py": b"y = ax1 + eagle3x\n",
         tmp_path / "d.py": b"x1 = is_eagle_not\n",
     }
-    token = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
-    expected = frozenset(path for path, data in files.items() if identifier in token.findall(data))
+    whole = re.compile(rb"(?<![A-Za-z0-9_])" + re.escape(identifier) + rb"(?![A-Za-z0-9_])")
+    expected = frozenset(path for path, data in files.items() if whole.search(data))
     assert _Corpus(files).with_identifier(identifier) == expected
 
 

@@ -36,6 +36,7 @@ from typing import Literal
 from ..errors import EaglepatchError
 from ..read.locate import SourceTree
 from ..read.source_cache import SourceCache
+from ..read.statements import walk
 from ..read.text import SourceFile, WordFinder, is_word_byte
 from ..records import EAGLE3, Protocol, ProtocolMember
 from .protocol import Block, CodeScope, OneOf, condition_literals, read_scope
@@ -224,7 +225,7 @@ class _EnumReader:
     def _is_negative(self, name: str, stack: tuple[str, ...]) -> bool:
         if name not in self._negative:
             negative = False
-            for child in ast.walk(self.bodies[name][0]):
+            for child in walk(self.bodies[name][0]):
                 if isinstance(child, (ast.Not, ast.NotEq, ast.NotIn, ast.IsNot)):
                     negative = True
                 elif isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and child.func.attr not in stack:
@@ -237,7 +238,7 @@ class _EnumReader:
         for statement in self.node.body:
             if not isinstance(statement, ast.FunctionDef) or not any(_final_identifier(d) == "classmethod" for d in statement.decorator_list):
                 continue
-            for node in ast.walk(statement):
+            for node in walk(statement):
                 if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1):
                     continue
                 right = node.test.comparators[0]
@@ -345,7 +346,7 @@ class Guards:
         return None
 
     def mentions(self, node: ast.AST) -> bool:
-        return any(isinstance(child, ast.expr) and self.atom(child) is not None for child in ast.walk(node))
+        return any(isinstance(child, ast.expr) and self.atom(child) is not None for child in walk(node))
 
     def possible(self, test: ast.expr, holds: bool, algorithm: str) -> bool:
         """`test` can be `holds` when `algorithm` runs."""
@@ -409,7 +410,7 @@ def _assignment_sites(module: ast.Module, rel: str, offset: int = 0) -> list[_Si
         for child in ast.iter_child_nodes(statement):
             if not isinstance(child, ast.expr):
                 continue
-            for node in ast.walk(child):
+            for node in walk(child):
                 if isinstance(node, ast.Call):
                     for keyword in node.keywords:
                         if keyword.arg:

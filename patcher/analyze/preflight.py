@@ -20,7 +20,7 @@ from ..errors import EaglepatchError
 from ..read.checkpoint import Checkpoint
 from ..read.launch_line import LaunchLine, literal_strings
 from ..read.source_cache import SourceCache
-from ..read.statements import statement_walk
+from ..read.statements import statement_walk, walk
 from ..read.text import WordFinder
 from ..records import Finding
 
@@ -100,28 +100,28 @@ def read_draft_loader(cache: SourceCache, rel: str, cls: str) -> DraftLoader | N
     imported = [n.module for n in module.body if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("sglang.srt.models.")]
     for tree_module in [module, *(_parsed_or_none(cache, cache.srt / (m.removeprefix("sglang.srt.").replace(".", "/") + ".py")) for m in imported)]:
         for init in (n for n in statement_walk(tree_module) if isinstance(n, ast.FunctionDef) and n.name == "__init__") if tree_module else ():
-            modules |= {t.attr for n in ast.walk(init) if isinstance(n, (ast.Assign, ast.AnnAssign))
+            modules |= {t.attr for n in walk(init) if isinstance(n, (ast.Assign, ast.AnnAssign))
                         for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
                         if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
     if not any(isinstance(n, ast.JoinedStr) and n.values and isinstance(n.values[0], ast.Constant) and n.values[0].value == "model."
-               for n in ast.walk(loader)):
+               for n in walk(loader)):
         return None  # not the EAGLE heads' `f"model.{name}"` fallback: a loader of another shape, not read
-    renames = [(k.value, v.value) for n in ast.walk(loader) if isinstance(n, ast.Dict) for k, v in zip(n.keys, n.values)
+    renames = [(k.value, v.value) for n in walk(loader) if isinstance(n, ast.Dict) for k, v in zip(n.keys, n.values)
                if isinstance(k, ast.Constant) and isinstance(k.value, str) and isinstance(v, ast.Constant) and isinstance(v.value, str)]
-    for n in ast.walk(loader):
+    for n in walk(loader):
         if isinstance(n, ast.Call) and ast.unparse(n.func) == "re.sub" and len(n.args) >= 2:
             pattern, replacement = n.args[0], n.args[1]
             if isinstance(pattern, ast.Constant) and isinstance(pattern.value, str) and isinstance(replacement, ast.Constant) and isinstance(replacement.value, str):
                 renames.append(("re:" + pattern.value, replacement.value))
-    consumed = [token for n in ast.walk(loader) if isinstance(n, ast.If) and _takes_the_weight(n.body) for token in _name_tests(n.test)]
-    consumed += [token for n in ast.walk(loader) if isinstance(n, ast.If) for token in _left_out(n.test)]
+    consumed = [token for n in walk(loader) if isinstance(n, ast.If) and _takes_the_weight(n.body) for token in _name_tests(n.test)]
+    consumed += [token for n in walk(loader) if isinstance(n, ast.If) for token in _left_out(n.test)]
     return DraftLoader(cls, f"{rel}:{loader.lineno}", frozenset(modules), tuple(renames), tuple(dict.fromkeys(consumed)))
 
 
 def _takes_the_weight(body: Sequence[ast.stmt]) -> bool:
     """A branch that does something of its own with the weight: goes on to the next (`continue`) or keeps
     it on the model (`self.hot_token_id = ...`), rather than falling through to the plain loading."""
-    for node in (n for statement in body for n in ast.walk(statement)):
+    for node in (n for statement in body for n in walk(statement)):
         if isinstance(node, ast.Continue):
             return True
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
@@ -742,7 +742,7 @@ def captures_after_last_layer(module: ast.Module) -> bool:
     count captures the last layer's output (GPT-OSS), instead of never firing."""
     return any(isinstance(n, ast.Compare) and isinstance(n.left, ast.Attribute) and n.left.attr == "end_layer"
                and isinstance(n.ops[0], ast.In) and isinstance(n.comparators[0], ast.Attribute)
-               and n.comparators[0].attr == "layers_to_capture" for n in ast.walk(module))
+               and n.comparators[0].attr == "layers_to_capture" for n in walk(module))
 
 
 class _Unknown(Exception):
@@ -847,7 +847,7 @@ def _compare(op: ast.cmpop, left: object, right: object) -> bool:
 
 
 def _reads(node: ast.AST, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
+    return any(isinstance(n, ast.Name) and n.id == name for n in walk(node))
 
 
 def _only_leaves(body: Sequence[ast.stmt]) -> bool:
@@ -894,7 +894,7 @@ def _run_capture(body: Sequence[ast.stmt], env: dict[str, object], parameter: st
 
 
 def _assigns_capture(statement: ast.AST) -> bool:
-    return any(isinstance(n, ast.Attribute) and n.attr == "layers_to_capture" and isinstance(n.ctx, ast.Store) for n in ast.walk(statement))
+    return any(isinstance(n, ast.Attribute) and n.attr == "layers_to_capture" and isinstance(n.ctx, ast.Store) for n in walk(statement))
 
 
 def _is_none_test(test: ast.expr, parameter: str) -> bool:

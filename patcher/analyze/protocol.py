@@ -51,6 +51,7 @@ from ..read.locate import SourceTree
 from ..read.outline import Outline, block_start, is_word_char
 from ..read.slices import invalid_python
 from ..read.source_cache import MemoKey, SourceCache
+from ..read.statements import walk
 from ..read.text import SourceFile, block_text, dedent_lines
 from ..records import CallShape, Protocol, ProtocolMember, Use, UseKind, UseRole
 
@@ -140,7 +141,7 @@ def _name_of(node: ast.AST) -> str | None:
 
 def _identifiers(node: ast.AST) -> list[str]:
     """Names and attribute names in an expression (not strings)."""
-    return [name for child in ast.walk(node) if (name := _name_of(child)) is not None]
+    return [name for child in walk(node) if (name := _name_of(child)) is not None]
 
 
 def mentions_eagle(test: ast.expr, block: Block) -> bool:
@@ -1314,7 +1315,7 @@ def _find_def(module: ast.Module, header_line: str) -> ast.FunctionDef | ast.Asy
     if isinstance(first, (ast.FunctionDef, ast.AsyncFunctionDef)) and first.name == wanted:
         return first  # the slice of that def
     found = [
-        node for node in ast.walk(module) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == wanted
+        node for node in walk(module) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == wanted
     ]
     return min(found, key=lambda node: (node.lineno, node.col_offset), default=None)
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from ..errors import EaglepatchError
 from ..read.locate import SourceTree
 from ..read.source_cache import SourceCache
-from ..read.statements import statement_walk
+from ..read.statements import statement_walk, walk
 from ..records import ClassInfo, ModelRole
 
 # How SGLang names draft heads and non-generation models when the configuration is silent.
@@ -130,7 +130,7 @@ def learn_roles(tree: SourceTree, cache: SourceCache | None = None) -> RoleBook:
 
 
 def _mentions_word(node: ast.AST, word: str) -> bool:
-    for sub in ast.walk(node):
+    for sub in walk(node):
         name = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else ""
         if word in name.lower():
             return True
@@ -144,7 +144,7 @@ def _assigns_architectures(target: ast.AST) -> bool:
 
 
 def _strings(node: ast.AST) -> list[str]:
-    return [sub.value for sub in ast.walk(node) if isinstance(sub, ast.Constant) and isinstance(sub.value, str)]
+    return [sub.value for sub in walk(node) if isinstance(sub, ast.Constant) and isinstance(sub.value, str)]
 
 
 def _learn_drafts(module: ast.Module, rel: str, out: dict[str, str]) -> None:
@@ -168,7 +168,7 @@ def _learn_non_generation(module: ast.Module, rel: str, out: dict[str, str]) -> 
         for node in statement_walk(func):
             if not isinstance(node, ast.If) or not _returns_false(node.body):
                 continue
-            for compare in ast.walk(node.test):
+            for compare in walk(node.test):
                 if isinstance(compare, ast.Compare) and any(isinstance(op, ast.In) for op in compare.ops):
                     for name in _strings(compare.left):
                         if name.isidentifier():

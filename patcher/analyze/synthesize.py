@@ -36,7 +36,7 @@ from ..errors import EaglepatchError
 from ..read.bindings import module_bound_names
 from ..read.expressions import dotted_name, dotted_parts, parse_value
 from ..read.source_cache import MemoKey, SourceCache
-from ..read.statements import statement_walk
+from ..read.statements import statement_walk, walk
 from ..read.text import SourceFile, block_text
 from ..records import ClassInfo, InnerModel, MemberPlan, Protocol, Reference, SelfUse, Signature, Synthesis, SynthesisFit, Wrapper
 from .class_index import definition_ast, signature_node
@@ -425,16 +425,16 @@ class HookLibrary:
             return ""
         built = [
             stmt.value
-            for stmt in ast.walk(node)
+            for stmt in walk(node)
             if isinstance(stmt, ast.Assign)
             and any(isinstance(t, ast.Attribute) and t.attr == "pp_group" and isinstance(t.value, ast.Name) and t.value.id == "self" for t in stmt.targets)
         ]
         if len(built) != 1:
             return ""
         value = built[0]
-        names = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
-        plain = all(isinstance(n, (ast.Call, ast.Attribute, ast.Name, ast.Load)) for n in ast.walk(value))
-        if not plain or not names or "self" in names or any(isinstance(n, ast.Call) and (n.args or n.keywords) for n in ast.walk(value)):
+        names = {n.id for n in walk(value) if isinstance(n, ast.Name)}
+        plain = all(isinstance(n, (ast.Call, ast.Attribute, ast.Name, ast.Load)) for n in walk(value))
+        if not plain or not names or "self" in names or any(isinstance(n, ast.Call) and (n.args or n.keywords) for n in walk(value)):
             return ""
         path = self.resolver.tree.srt / reference.signature.file
         table = cache.memo(_MODULE_NAMES, dict)
@@ -777,7 +777,7 @@ def module_names_in(lines: Sequence[str]) -> set[str] | None:
         names |= {sym.get_name() for sym in table.get_symbols() if sym.is_referenced() and sym.is_global()}
         pending += table.get_children()
     names.discard("__class__")  # the cell `super()` implies, not a name the code spells
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, bool)):
             names.add(repr(node.value))
     return names
@@ -797,7 +797,7 @@ def read_body_ast(node: ast.FunctionDef | ast.AsyncFunctionDef, free: set[str]) 
     if not positional or node.decorator_list:
         return [], [], "it is not a plain method" if node.decorator_list else "it takes no self"
     receiver = positional[0].arg
-    if any(isinstance(sub, _UNUSUAL) for statement in node.body for sub in ast.walk(statement)):
+    if any(isinstance(sub, _UNUSUAL) for statement in node.body for sub in walk(statement)):
         return None
     stores: set[int] = set()
     uses: list[SelfUse] = []

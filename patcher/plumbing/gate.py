@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..analyze.mro import c3_order
 from ..errors import EaglepatchError
-from ..read.statements import sub_blocks, walk_body
+from ..read.statements import sub_blocks, walk, walk_body
 from ..records import PlumbingGap
 
 if TYPE_CHECKING:
@@ -154,10 +154,10 @@ class Walks:
         self._self_writes: dict[FunctionNode, _SelfWrites] = {}
 
     def nodes(self, function: FunctionNode) -> tuple[ast.AST, ...]:
-        """`ast.walk(function)`, in its order."""
+        """`walk(function)`, in its order."""
         found = self._nodes.get(function)
         if found is None:
-            found = self._nodes[function] = tuple(ast.walk(function))
+            found = self._nodes[function] = tuple(walk(function))
         return found
 
     def body(self, function: FunctionNode) -> tuple[ast.AST, ...]:
@@ -273,7 +273,7 @@ class SourceClasses:
         self._by_name: dict[str, list[str]] = {}
         walks = Walks()
         for file, text in files.items():
-            for node in ast.walk(ast.parse(text)):
+            for node in walk(ast.parse(text)):
                 if isinstance(node, ast.ClassDef):
                     found = ClassSource(node.name, file, node, walks)
                     self._classes[found.key] = found
@@ -304,7 +304,7 @@ class SourceClasses:
         found: list[str] = []
         for cls in mro:
             init = cls.method("__init__")
-            for node in ast.walk(init) if init is not None else ():
+            for node in walk(init) if init is not None else ():
                 if isinstance(node, ast.Assign) and any(_self_attr(t) == attribute for t in node.targets):
                     found += self._built(node.value, mro, cls.file)
         return tuple(dict.fromkeys(found)) or None
@@ -321,7 +321,7 @@ class SourceClasses:
         method = _resolve(mro, helper) if helper else None
         if method is None:
             return []
-        return [k for node in ast.walk(method.node) if isinstance(node, ast.Return) and node.value is not None for k in self._built(node.value, mro, file)]
+        return [k for node in walk(method.node) if isinstance(node, ast.Return) and node.value is not None for k in self._built(node.value, mro, file)]
 
 
 # --------------------------------------------------------------------------- reading code
@@ -509,12 +509,12 @@ def _attribute_reads(methods: Sequence[_Method], name: str) -> list[_Read]:
 def _loop_nodes(function: FunctionNode) -> set[int]:
     """ids of the nodes inside a `for`/`while` body or a comprehension of the function."""
     inside: set[int] = set()
-    for node in ast.walk(function):
+    for node in walk(function):
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
             for statement in [*node.body, *node.orelse]:
-                inside.update(id(n) for n in ast.walk(statement))
+                inside.update(id(n) for n in walk(statement))
         elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-            inside.update(id(n) for n in ast.walk(node))
+            inside.update(id(n) for n in walk(node))
     return inside
 
 
@@ -548,7 +548,7 @@ def _exits(block: Sequence[ast.stmt]) -> bool:
 
 def _says_captured(test: ast.expr, names: set[str]) -> bool:
     """The test names one of `names` (a local, an attribute, a string) or says aux/capture."""
-    for node in ast.walk(test):
+    for node in walk(test):
         word = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else _constant_str(node)
         if word is not None and (word in names or any(w in word.lower() for w in _AUX_WORDS)):
             return True
@@ -1146,7 +1146,7 @@ def _check_unpack(
                 lines.append(f"{method.owner.file}:{node.lineno}")
                 tests = guards.get(id(node), [])
                 unpack_guarded = unpack_guarded and any(_says_captured(t, flags | results) for t in tests)
-                gated_by |= {a for t in tests for n in ast.walk(t) if (a := _self_attr(n)) is not None and any(w in a for w in _AUX_WORDS)}
+                gated_by |= {a for t in tests for n in walk(t) if (a := _self_attr(n)) is not None and any(w in a for w in _AUX_WORDS)}
     returned = pair is not None and pair.returned
     if pair is not None and not pair.returned:
         tail = f"while {forward.label} unpacks a pair ({lines[0]})" if count else "so there is nothing to unpack"

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ..read.statements import walk
 from ..records import SynthesisFit
 
 if TYPE_CHECKING:
@@ -255,7 +256,7 @@ def with_delegations(classes: TreeClasses, plans: Sequence[ModelPlan], hook: str
         written = ast.parse(f"def {hook}(self, *args, **kwargs):\n    return self.{inner}.{hook}(*args, **kwargs)\n").body[0]
         assert isinstance(written, ast.FunctionDef), "the delegation parses to a def"
         end = cls.node.end_lineno or cls.node.lineno
-        for node in ast.walk(written):
+        for node in walk(written):
             if isinstance(node, (ast.stmt, ast.expr)):
                 node.lineno = node.end_lineno = end
         replaced[key] = with_method(cls, written)

@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from ..read.statements import nested_statements, sub_blocks, walk_body, walk_code
+from ..read.statements import nested_statements, sub_blocks, walk, walk_body, walk_code
 from ..records import PieceKind, PlumbingBlocker, PlumbingPiece, PlumbingPlan, Where
 from .gate import HOOK, ClassLookup, ClassSource, FunctionNode, PlumbingReport, analyze_plumbing, calls_backbone, method_of, reached_methods
 
@@ -105,7 +105,7 @@ def _arg_names(call: ast.Call) -> set[str]:
 def _renamed(node: ast.expr, names: Mapping[str, str], attributes: Mapping[str, str] | None = None) -> ast.expr:
     """A copy of an expression with local names (and `self.<attribute>`s) renamed."""
     out = copy.deepcopy(node)
-    for sub in ast.walk(out):
+    for sub in walk(out):
         if isinstance(sub, ast.Name) and sub.id in names:
             sub.id = names[sub.id]
         elif attributes and isinstance(sub, ast.Attribute) and _attr_of_self(sub) in attributes:
@@ -544,7 +544,7 @@ def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None
     if isinstance(backbone, str):
         return _Reference(**common, backbone_why=backbone)  # type: ignore[arg-type]
     loop, aux, expression, tail = backbone
-    names = {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)}
+    names = {n.id for n in walk(expression) if isinstance(n, ast.Name)}
     return _Reference(
         **common,  # type: ignore[arg-type]
         arity=2 if loop.residual is not None and loop.residual in names else 1,
@@ -570,7 +570,7 @@ def _backbone_forms(owner: ClassSource, function: FunctionNode, selector: str) -
     aux, expression = capture
     if expression is None:
         return "it captures inside the layer call"
-    if not {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)} <= {loop.hidden, loop.residual}:
+    if not {n.id for n in walk(expression) if isinstance(n, ast.Name)} <= {loop.hidden, loop.residual}:
         return f"its capture reads more than the stream: {ast.unparse(expression)}"
     if not any(isinstance(s, ast.Assign) and _is_empty_list_of(s, aux) for s, _ in nested_statements(function.body)):
         return f"its backbone does not bind {aux} = []"
@@ -604,7 +604,7 @@ def _capture_in(loop: _Loop, selector: str) -> tuple[str, ast.expr | None] | str
             if isinstance(func, ast.Attribute) and func.attr == "append" and isinstance(func.value, ast.Name):
                 return func.value.id, body.value.args[0]
         return f"its capture is `{statement_fingerprint(body)}`, not an append"
-    for node in ast.walk(loop.call_top):
+    for node in walk(loop.call_top):
         if isinstance(node, ast.Attribute) and _attr_of_self(node) == selector:
             return "", None
     return "its loop captures after the layer call, or not in the loop"
@@ -625,7 +625,7 @@ def _tail_form(function: FunctionNode, aux: str) -> tuple[str, ast.expr] | None:
             if isinstance(before, ast.If) and not before.orelse and len(before.body) == 1:
                 inner = before.body[0]
                 if isinstance(inner, ast.Return) and isinstance(inner.value, ast.Name) and inner.value.id == first.id:
-                    if aux in {n.id for n in ast.walk(before.test) if isinstance(n, ast.Name)}:
+                    if aux in {n.id for n in walk(before.test) if isinstance(n, ast.Name)}:
                         return "if", before.test
             return None
         if isinstance(value, ast.IfExp) and isinstance(value.body, ast.Tuple) and len(value.body.elts) == 2 and isinstance(value.orelse, ast.Name):
@@ -1069,7 +1069,7 @@ def _is_none(node: ast.expr) -> bool:
 
 def _tests_none(expression: ast.expr, name: str) -> bool:
     """The expression compares `name` with None (`h + r if r is not None else h`)."""
-    for node in ast.walk(expression):
+    for node in walk(expression):
         if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == name:
             if isinstance(node.ops[0], (ast.Is, ast.IsNot)) and _is_none(node.comparators[0]):
                 return True
@@ -1098,7 +1098,7 @@ class PatchedClasses:
         self._files: dict[str, dict[str, ClassSource]] = {}
         for file, text in (files or {}).items():
             classes: dict[str, ClassSource] = {}
-            for node in ast.walk(ast.parse(text)):
+            for node in walk(ast.parse(text)):
                 if isinstance(node, ast.ClassDef) and node.name not in classes:
                     classes[node.name] = ClassSource(node.name, file, node)
             self._files[file] = classes
@@ -1123,7 +1123,7 @@ def with_hook(classes: ClassLookup, key: str, reference_key: str, hook: Function
     if attribute != reference_attribute:
         copies = _Copies()
         written = copies.own(hook)
-        for sub in [n for n in ast.walk(hook) if isinstance(n, ast.Attribute) and _attr_of_self(n) == reference_attribute]:
+        for sub in [n for n in walk(hook) if isinstance(n, ast.Attribute) and _attr_of_self(n) == reference_attribute]:
             copies.down_to(written, sub, ast.AST).attr = attribute
     return {cls.key: with_method(cls, written)}
 
@@ -1212,7 +1212,7 @@ def _path_to(root: ast.AST, target: ast.AST, through: type | tuple[type, ...]) -
 def _apply_piece(node: ast.ClassDef, piece: PlumbingPiece, inserted: set[int], copies: _Copies) -> None:
     """Puts `piece` into `node` (a copy of `copies`), copying what it edits on the way."""
     method = next(
-        (s for s in ast.walk(node) if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == piece.method and s.lineno == piece.method_line),
+        (s for s in walk(node) if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == piece.method and s.lineno == piece.method_line),
         None,
     )
     if method is None:
@@ -1248,7 +1248,7 @@ def _apply_piece(node: ast.ClassDef, piece: PlumbingPiece, inserted: set[int], c
 def _parsed(code: str, line: int, inserted: set[int]) -> list[ast.stmt]:
     body = ast.parse(code).body
     for statement in body:
-        for sub in ast.walk(statement):
+        for sub in walk(statement):
             if isinstance(sub, (ast.stmt, ast.expr)):
                 sub.lineno = sub.end_lineno = line
         inserted.add(id(statement))

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from .expressions import code_of_line, on_self, parse_statement, parse_value, source_code
 from .outline import has_word
+from .statements import walk
 from .text import SourceFile, bracket_scan, indent_width
 
 _CONTINUED = re.compile(r"\\[ \t]*$")
@@ -327,7 +328,7 @@ def _ends(statements: list[ast.stmt]) -> bool:
 
 
 def _mentions(node: ast.AST, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
+    return any(isinstance(n, ast.Name) and n.id == name for n in walk(node))
 
 
 _EXCLUDING = (ast.NotIn, ast.NotEq, ast.IsNot)
@@ -473,7 +474,7 @@ def module_bound_names(module: ast.Module) -> set[str]:
     found: set[str] = set()
 
     def bind_target(node: ast.AST) -> None:
-        for sub in ast.walk(node):
+        for sub in walk(node):
             if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
                 found.add(sub.id)
             elif isinstance(sub, ast.Starred) and isinstance(sub.value, ast.Name):

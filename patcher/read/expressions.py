@@ -16,6 +16,8 @@ import keyword
 import re
 from collections.abc import Sequence
 
+from .statements import walk
+
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 _NOT_PLAIN_NAMES = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
 # a node's text: set on every node of a tree read here (ast nodes take attributes)
@@ -26,7 +28,7 @@ _COMMENT = re.compile(r"""\"\"\"|'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|\#.
 def remember(tree: ast.AST, text: str) -> ast.AST:
     """Tag every node of `tree` with the text it was parsed from (once: a tree already tagged is kept)."""
     if getattr(tree, _SOURCE, None) is None:
-        for node in ast.walk(tree):
+        for node in walk(tree):
             node._source = text  # type: ignore[attr-defined]
     return tree
 

@@ -21,6 +21,7 @@ from ..errors import EaglepatchError
 from .launch_config import merge_config, read_merger
 from .server_options import Option, Options, ServeFront
 from .source_cache import SourceCache
+from .statements import walk
 
 SERVER_ARGS = "server_args.py"
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
@@ -190,7 +191,7 @@ def _init_nargs(init: ast.FunctionDef) -> object:
     defaults = dict(zip([a.arg for a in positional][len(positional) - len(arguments.defaults):], arguments.defaults))
     defaults |= {a.arg: d for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None}
     parameter = "nargs" in {a.arg for a in [*positional, *arguments.kwonlyargs]}
-    for node in ast.walk(init):
+    for node in walk(init):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "__init__"):
             continue
         passed = _keyword(node, "nargs")
@@ -234,7 +235,7 @@ def read_options(cache: SourceCache) -> Options:
     definitions = _Definitions(cache)
     by_string: dict[str, Option] = {}
     allow_abbrev = True
-    for node in ast.walk(module):
+    for node in walk(module):
         if not isinstance(node, ast.Call):
             continue
         name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id if isinstance(node.func, ast.Name) else ""
@@ -272,7 +273,7 @@ def _serve_at(cache: SourceCache) -> str:
     """Where the release's `sglang` console script (sglang/cli/main.py) adds its `serve` subcommand, or
     "" where the release has none (before 0.5.x the server started only as `python -m sglang.launch_server`)."""
     main = _cli_module(cache, "main.py")
-    for node in ast.walk(main[1]) if main is not None else ():
+    for node in walk(main[1]) if main is not None else ():
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_parser" and node.args
                 and isinstance(node.args[0], ast.Constant) and node.args[0].value == "serve"):
             return f"../cli/main.py:{node.lineno}"
@@ -311,7 +312,7 @@ def _field_options(cache: SourceCache, definitions: _Definitions) -> list[Option
     for path in [cache.srt / SERVER_ARGS, *(sorted(folder.glob("*.py")) if folder.is_dir() else [])]:
         rel = cache.rel(path)
         module = _parse(cache, path)
-        for node in ast.walk(module):
+        for node in walk(module):
             if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(node.annotation, ast.Subscript)):
                 continue
             head = node.annotation.value
@@ -365,7 +366,7 @@ def _cli_module(cache: SourceCache, name: str) -> tuple[Path, ast.Module] | None
 
 def _calls(node: ast.AST, name: str) -> ast.Call | None:
     """The first call of the function `name` (`name(...)` or `x.name(...)`) under `node`."""
-    for sub in ast.walk(node):
+    for sub in walk(node):
         if isinstance(sub, ast.Call):
             func = sub.func
             called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
@@ -386,7 +387,7 @@ def _serve_front(cache: SourceCache) -> ServeFront | None:
     positional = any(
         isinstance(node, ast.List) and len(node.elts) >= 2 and isinstance(node.elts[0], ast.Constant)
         and node.elts[0].value == "--model-path" and isinstance(node.elts[1], ast.Subscript)
-        for node in ast.walk(module)
+        for node in walk(module)
     )
     call = _calls(module, "get_model_path")
     utils = _cli_module(cache, "utils.py")
@@ -397,7 +398,7 @@ def _serve_front(cache: SourceCache) -> ServeFront | None:
     spellings: set[str] = set()
     while finder is not None:
         spellings |= {word.rstrip("=") for word in _compared_words(finder) if re.fullmatch(r"--[\w-]+=?", word)}
-        inner = next((functions[c.func.id] for c in ast.walk(finder) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+        inner = next((functions[c.func.id] for c in walk(finder) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
                       and c.func.id in functions and c.func.id != finder.name), None)
         finder = inner if inner is not None and inner.name != "get_model_path" else None
     return ServeFront(f"../cli/serve.py:{call.lineno}", positional, tuple(sorted(spellings)))
@@ -407,7 +408,7 @@ def _compared_words(function: ast.FunctionDef) -> set[str]:
     """The strings a word of the line is compared with in `function`: `arg == "--x"`, `arg in ("--x", "--y")`,
     `arg.startswith("--x=")` (not, say, a list of help flags looked for in the words)."""
     found: set[str] = set()
-    for node in ast.walk(function):
+    for node in walk(function):
         if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name):
             for op, right in zip(node.ops, node.comparators):
                 if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) and isinstance(right.value, str):

@@ -30,6 +30,7 @@ import libcst as cst
 from ..codemods.names import cst_dotted_name
 from .imports import PACKAGE, module_path
 from .source_cache import MemoKey, SourceCache
+from .statements import walk
 from .text import SourceFile
 
 if typing.TYPE_CHECKING:  # (TYPE_CHECKING below is this module's own name for a context)
@@ -584,7 +585,7 @@ class Exports:
                     for inner in child.body:
                         self._statement(inner, module, package, table, False)
         else:
-            for node in ast.walk(statement):
+            for node in walk(statement):
                 if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                     bind(node.id, f"{module}.{node.id}", False)
             if top and isinstance(statement, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in statement.targets):

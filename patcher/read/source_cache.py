@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from ..errors import EaglepatchError
 from .outline import Outline, block_start, mask, outline
 from .slices import Bodiless, Parsed, import_texts, invalid_python, parse_cut, parse_module, syntax_error
+from .statements import walk
 from .text import SourceFile, block_text, decode_source
 
 if TYPE_CHECKING:  # libcst is imported where code is parsed with it: `check` reads with CPython's parser
@@ -264,7 +265,7 @@ class SourceCache:
                 whole = ast.parse(source.text)
             except (SyntaxError, ValueError):
                 whole = None
-            for node in ast.walk(whole) if whole is not None else ():
+            for node in walk(whole) if whole is not None else ():
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno - 1 == header:
                     found = node
                     break

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...engine import Explanation, WouldWrite
+from ...read.statements import walk
 
 if TYPE_CHECKING:
     from ...errors import EaglepatchError
@@ -84,7 +85,7 @@ def written_text(edit: FileEdit, cls: str, name: str) -> str:
     text = decode_source(edit.path, edit.rel, edit.updated).text
     lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", text)  # the newlines Python counts, kept
     tree = ast.parse(text)
-    node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls)
+    node = next(n for n in walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls)
     defs = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
     start = min(min([d.lineno for d in n.decorator_list] + [n.lineno]) for n in defs) - 1
     while start > 0 and lines[start - 1].strip().startswith("# eaglepatch"):

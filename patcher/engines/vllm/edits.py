@@ -22,6 +22,7 @@ from ...errors import EaglepatchError
 from ...read.locate import SourceTree
 from ...read.slices import parse_module
 from ...read.source_cache import SourceCache
+from ...read.statements import walk
 from ...read.text import SourceFile
 from ...records import FileEdit, ModelPlan
 from . import VLLM_MODELS
@@ -196,7 +197,7 @@ def _unbound_in_signature(module: ast.Module, func: ast.FunctionDef) -> list[str
 
 
 def _loaded(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return {n.id for n in walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
 def _module_bindings(module: ast.Module) -> tuple[set[str], set[str], bool]:
@@ -207,7 +208,7 @@ def _module_bindings(module: ast.Module) -> tuple[set[str], set[str], bool]:
     star = False
 
     def targets(node: ast.AST, into: set[str]) -> None:
-        into.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+        into.update(n.id for n in walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
 
     def walk(body: list[ast.stmt], into: set[str]) -> None:
         nonlocal star

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ...errors import EaglepatchError
+from ...read.statements import walk
 from ...records import ClassInfo, Fix, InnerModel, MemberPlan, ModelPlan, Protocol, Signature, Status, Unresolved, Wrapper
 from ...selection import DEFAULT_MODEL, Analysis, EngineTraits
 from .protocol import BASE, MIXIN, VllmProtocol
@@ -325,7 +326,7 @@ class VllmPlanner:
             if init is None:
                 continue
             found = []
-            for node in ast.walk(init):
+            for node in walk(init):
                 if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
                     continue
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -341,7 +342,7 @@ class VllmPlanner:
     def follow(self, wrapper: ClassRef, owner: ClassRef, func: ast.AST, attribute: str, value: ast.expr, line: int) -> Held:
         held = Held(attribute, line, owner.module.rel, _short_code(value))
         if isinstance(value, ast.Name):  # `language_model = init_...(...)` just before
-            local = [n.value for n in ast.walk(func) if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)]
+            local = [n.value for n in walk(func) if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)]
             if len(local) != 1:
                 return replace(held, unresolved=f"the local {value.id} is assigned {len(local)} times in the method")
             value = local[0]
@@ -371,7 +372,7 @@ class VllmPlanner:
                 method = methods(cls.node).get(call.func.attr)
                 if method is None:
                     continue
-                returned = [r.value for r in ast.walk(method) if isinstance(r, ast.Return) and isinstance(r.value, ast.Call)]
+                returned = [r.value for r in walk(method) if isinstance(r, ast.Return) and isinstance(r.value, ast.Call)]
                 if len(returned) == 1:
                     return self.built_by(held, wrapper, cls.module.name, returned[0], depth + 1)
                 return replace(held, unresolved=f"{cls.name}.{call.func.attr} ({cls.module.rel}:{method.lineno}) does not return one model construction")
@@ -404,7 +405,7 @@ class VllmPlanner:
             init = methods(cls.node).get("__init__")
             if init is None:
                 continue
-            for node in ast.walk(init):
+            for node in walk(init):
                 if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and _is_self(t.value) and t.attr == "model" for t in node.targets):
                     held = Held("model", node.lineno, cls.module.rel, _short_code(node.value))
                     if isinstance(node.value, ast.Call):
@@ -443,7 +444,7 @@ class VllmPlanner:
         return self.built_by(held, lm, module, call, 0)
 
 def _collects(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    for node in ast.walk(func):
+    for node in walk(func):
         if isinstance(node, ast.Attribute) and node.attr in ("_maybe_add_hidden_state", "aux_hidden_state_layers") and isinstance(node.ctx, ast.Load):
             return True
     return False
@@ -455,13 +456,13 @@ def _getter_attributes(node: ast.ClassDef) -> set[str]:
         return set()
     return {
         r.value.attr
-        for r in ast.walk(getter)
+        for r in walk(getter)
         if isinstance(r, ast.Return) and isinstance(r.value, ast.Attribute) and _is_self(r.value.value)
     }
 
 
 def _reads_self(node: ast.expr, attribute: str) -> bool:
-    return any(isinstance(n, ast.Attribute) and n.attr == attribute and _is_self(n.value) for n in ast.walk(node))
+    return any(isinstance(n, ast.Attribute) and n.attr == attribute and _is_self(n.value) for n in walk(node))
 
 
 def _is_self(node: ast.expr) -> bool:

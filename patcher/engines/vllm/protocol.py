@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ...errors import EaglepatchError
+from ...read.statements import walk
 from ...records import Protocol, ProtocolMember, Use
 from .tree import INTERFACES, VllmTree, is_stub, methods, unreadable
 
@@ -100,7 +101,7 @@ def _read_consumers(tree: VllmTree, protocol: VllmProtocol) -> None:
         except (SyntaxError, ValueError) as exc:  # its EAGLE-3 calls could not be read: the gate does not pass
             tree.unread[rel] = unreadable(rel, exc)
             continue
-        for func in ast.walk(module):
+        for func in walk(module):
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             guard = f"{func.name}()" + (", when use_aux_hidden_state_outputs" if "use_aux_hidden_state_outputs" in ast.unparse(func) else "")
