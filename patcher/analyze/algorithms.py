@@ -550,14 +550,18 @@ class _FlagReader:
 
     def _holding(self, words: Iterable[str]) -> Iterator[tuple[Path, bytes]]:
         """The files that hold one of `words` (a substring test: far faster than a regex over every file)."""
+        sure: set[Path] = set()  # a word that is one identifier is held where the corpus has it
         wanted: set[Path] = set()
+        literals = []
         for word in words:
             identifiers = _IDENTIFIER.findall(word.encode())
-            if identifiers:
+            if identifiers == [word.encode()]:
+                sure |= self.corpus.with_identifier(identifiers[0])
+            elif identifiers:
                 wanted |= frozenset.intersection(*(self.corpus.with_identifier(i) for i in identifiers))
-        encoded = [w.encode() for w in words]
+                literals.append(word.encode())
         for path, data in self.files.items():
-            if path in wanted and any(w in data for w in encoded):
+            if path in sure or (path in wanted and any(w in data for w in literals)):
                 yield path, data
 
     def _headers(self, words: Iterable[str], matches: Callable[[bytes], list[int]]) -> dict[Path, list[int]]:
