@@ -44,12 +44,18 @@ class TextLines(Sequence[str]):
     file's text and 8 bytes a line, not a second copy of the file cut into one string object a line
     (about 100 bytes a line).  Only for text whose newlines are all `\\n` and that has no form feed."""
 
-    __slots__ = ("text", "starts", "_count")
+    __slots__ = ("text", "_starts", "_count")
 
     def __init__(self, text: str):
         self.text = text
-        self.starts = line_starts(text)
-        self._count = len(self.starts) - (1 if not text or text.endswith("\n") else 0)
+        self._starts: array | None = None  # found when a line is first asked for: many files read are only searched
+        self._count = text.count("\n") + (0 if not text or text.endswith("\n") else 1)
+
+    @property
+    def starts(self) -> array:
+        if self._starts is None:
+            self._starts = line_starts(self.text)
+        return self._starts
 
     def __len__(self) -> int:
         return self._count
@@ -65,7 +71,7 @@ class TextLines(Sequence[str]):
 
     def __getitem__(self, index: int | slice) -> str | list[str]:
         if type(index) is int and 0 <= index < self._count:  # the common case, first
-            starts = self.starts
+            starts = self._starts if self._starts is not None else self.starts
             return self.text[starts[index] : starts[index + 1] - 1 if index + 1 < len(starts) else len(self.text)]
         if isinstance(index, slice):
             start, stop, step = index.indices(self._count)
