@@ -28,6 +28,14 @@ MAX_FILE_BYTES = 20 * 1024 * 1024
 ASIDE_MINIMUM = 16  # files: fewer are compiled in this process, when asked (a fork costs more)
 
 
+def _answer_line(error: EaglepatchError | None) -> bytes:
+    """One answer of the forked compile, a line of JSON: null, or the error's message, path and line."""
+    import json
+
+    answer = None if error is None else [error.message, error.path, error.line]
+    return json.dumps(answer).encode("utf-8", "surrogateescape") + b"\n"
+
+
 class MemoKey(Generic[V]):
     """Names one value a stage keeps in `SourceCache.memo` for the run, and says its type.  Compared by
     identity: the stage that derives the value holds the key in a private module name (`_TABLES`), so
@@ -119,14 +127,15 @@ class SourceCache:
 
     def validate_aside(self, paths: list[Path]) -> Callable[[], None]:
         """Compile `paths` in a forked child while this process goes on reading them (the gate's whole-file
-        compile is a quarter of `check --all`, and a second core is idle); the returned join stores the
-        child's answers, as `unreadable` would have found them.  Where forking is unsafe or not worth it (no
-        fork, other threads running, a handful of files), nothing happens now and `unreadable` compiles
-        each file when asked."""
-        import json
+        compile is a quarter of `check --all`, and a second core is idle).  The child answers file by file,
+        from the first; the returned join takes the answers and, while some are still owed, compiles files
+        here from the last, until the two meet (a join that only waited would leave this core idle while
+        the child finishes).  Each answer is stored as `unreadable` would have found it.  Where forking is
+        unsafe or not worth it (no fork, other threads running, a handful of files), nothing happens now
+        and `unreadable` compiles each file when asked."""
         import threading
 
-        todo = [path for path in paths if path not in self._validity]
+        todo = [path for path in dict.fromkeys(paths) if path not in self._validity]
         if len(todo) < ASIDE_MINIMUM or not hasattr(os, "fork") or threading.active_count() > 1:
             return lambda: None
         read_end, write_end = os.pipe()
@@ -140,30 +149,54 @@ class SourceCache:
             code = 1
             try:
                 os.close(read_end)
-                answers: list[list[str | int | None]] = []
                 for path in todo:
                     error = self.unreadable(path)
-                    answers.append([str(path), *(() if error is None else (error.message, error.path, error.line))])
-                data = json.dumps(answers).encode("utf-8", "surrogateescape")
-                while data:
-                    data = data[os.write(write_end, data) :]
+                    data = _answer_line(error)
+                    while data:
+                        data = data[os.write(write_end, data) :]
                 code = 0
             finally:
                 os._exit(code)
         os.close(write_end)
+        return lambda: self._meet(pid, read_end, todo)
 
-        def join() -> None:
-            chunks = []
-            with os.fdopen(read_end, "rb") as pipe:
-                while chunk := pipe.read(65536):
-                    chunks.append(chunk)
-            _, status = os.waitpid(pid, 0)
-            if status != 0:
-                return  # the child failed: each file is compiled here when asked
-            for path, *error in json.loads(b"".join(chunks).decode("utf-8", "surrogateescape")):
-                self._validity.setdefault(Path(path), EaglepatchError(error[0], path=error[1], line=error[2]) if error else None)
+    def _meet(self, pid: int, read_end: int, todo: list[Path]) -> None:
+        """The join of `validate_aside`: the child's answers in order, this process's from the end."""
+        import json
+        import select
+        import signal
 
-        return join
+        answered = 0  # the child's answers so far cover todo[:answered]
+        last = len(todo)  # this process has answered todo[last:]
+        pending = b""
+        child_done = False
+        try:
+            while answered < last and not child_done:
+                ready = select.select([read_end], [], [], 0)[0]
+                if ready or answered == last - 1:  # nothing left to take from the end: wait for the child
+                    chunk = os.read(read_end, 65536)
+                    if not chunk:
+                        child_done = True
+                        break
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        if answered < len(todo):
+                            error = json.loads(line.decode("utf-8", "surrogateescape"))
+                            self._validity.setdefault(todo[answered], EaglepatchError(error[0], path=error[1], line=error[2]) if error else None)
+                        answered += 1
+                    continue
+                last -= 1
+                self.unreadable(todo[last])
+        finally:
+            os.close(read_end)
+            if not child_done:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            os.waitpid(pid, 0)
+        # a child that stopped early (it failed) leaves the rest to `unreadable`, each when asked
 
     def module_ast(self, path: Path) -> ast.Module:
         """The whole file by CPython's parser, once per run (server_args.py is 7,000 lines, and the
