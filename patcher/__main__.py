@@ -1,6 +1,4 @@
-import sys
-
-from .launch import main
+from .launch import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

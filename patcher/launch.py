@@ -35,6 +35,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run() -> None:
+    """The console script: `main`, then the process ends at once, as mypy's does.  Everything is written
+    and flushed by then, and tearing down a run's objects one by one costs a tenth of a one-model `check`
+    on a large tree (0.25 s on 0.5.23).  Where a stream cannot be flushed (a closed pipe), the
+    interpreter's own shutdown reports it, as it always did."""
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        sys.exit(code)
+    os._exit(code)
+
+
 def _status(code: object) -> int:
     if code is None:
         return 0
@@ -100,4 +114,4 @@ def _help_entry(argv: list[str]) -> ResultCache | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -52,7 +52,7 @@ def test_the_wheel_installs_exactly_one_top_level_package(tmp_path):
     assert "License-Expression: Apache-2.0\n" in zipfile.ZipFile(wheel).read(metadata).decode()
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "eaglepatch = eaglepatch.launch:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "eaglepatch = eaglepatch.launch:run" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_folders_named_like_the_repositorys_do_not_shadow_the_package(tmp_path):
@@ -79,3 +79,29 @@ def test_main_returns_the_exit_status(argv, status, capsys):
     assert main(argv) == status
     out, err = capsys.readouterr()
     assert (status == 2) == err.startswith("eaglepatch: error:")
+
+
+RUN_PROBE = """\
+import atexit, sys
+atexit.register(lambda: sys.stderr.write("TORN DOWN\\n"))
+from eaglepatch.launch import run
+sys.argv = ["eaglepatch", *sys.argv[1:]]
+run()
+"""
+
+
+def test_the_console_script_ends_at_once_with_everything_written(capsys):
+    """`run` skips the interpreter's teardown (no atexit handler runs) after flushing what `main` wrote:
+    a piped `diff` is whole and the status is `main`'s."""
+    from eaglepatch.launch import main
+
+    argv = ["diff", str(FIXTURE)]
+    status = main(argv)
+    expected = capsys.readouterr().out
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_PROBE, *argv], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "EAGLEPATCH_NO_CACHE": "1"},
+    )
+    assert status == 1 and expected.startswith("diff --git")
+    assert (done.returncode, done.stdout) == (status, expected)
+    assert "TORN DOWN" not in done.stderr
