@@ -308,6 +308,7 @@ class MemberPlan:
     gap: GapKind = "member"
     plumbing: tuple[PlumbingGap, ...] = ()  # a plumbing gap's pieces, every one found
     writes_plumbing: PlumbingPlan | None = None  # a learned hook's plumbing, written with it (the plan proven)
+    rides_on: PlumbingPlan | None = None  # another hook learned on the plumbing the EAGLE-3 hook's fix writes
 
     @property
     def called_at(self) -> list[str]:
@@ -412,6 +413,7 @@ class SynthesisFit:
     why: str = ""
     plumbing: bool = False  # `why` is that the aux states cannot flow: the plumbing writer may answer it
     writes_plumbing: PlumbingPlan | None = None  # the plumbing written with the learned hook
+    rides_on: PlumbingPlan | None = None  # judged on the plumbing written with the class's EAGLE-3 hook
 
 
 # --------------------------------------------------------------------------- preflight (analyze/preflight.py)

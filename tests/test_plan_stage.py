@@ -237,13 +237,13 @@ BACKBONE = cls("Backbone", CAPTURE, file="models/backbone.py")
 
 def fit(label: str | None, why: str = ""):
     synthesis = SimpleNamespace(reference=SimpleNamespace(label=label)) if label else None
-    return SimpleNamespace(synthesis=synthesis, why=why, writes_plumbing=None)
+    return SimpleNamespace(synthesis=synthesis, why=why, writes_plumbing=None, rides_on=None)
 
 
 def test_bare_backbone_gets_a_learned_body():
     asked = []
 
-    def synthesize(entry, w):
+    def synthesize(entry, w, decided):
         asked.append(entry.member.name)
         return fit("models/ref.py:RefForCausalLM")
 
@@ -258,7 +258,7 @@ def test_bare_backbone_gets_a_learned_body():
 
 def test_bare_backbone_without_a_reference_is_blocked_even_if_the_backbone_has_it():
     outer = cls("CausalLM", "lm_head")
-    plan = plan_wrapper(protocol(use(CAPTURE)), wrapper(outer, inner("model", BACKBONE)), synthesize=lambda e, w: fit(None, "no class of the tree has it"))
+    plan = plan_wrapper(protocol(use(CAPTURE)), wrapper(outer, inner("model", BACKBONE)), synthesize=lambda e, w, d: fit(None, "no class of the tree has it"))
     assert gaps(plan)[CAPTURE][2] == (
         "holds a bare backbone (model: Backbone) beside its own lm_head: forwarding to the backbone's "
         f"{CAPTURE} (models/backbone.py:10) would skip the class's own part; no class of the tree has it"
@@ -350,3 +350,58 @@ def test_call_misfit_reasons_and_star_calls():
     static = _params("def f(a): pass\n")
     assert call_misfit(static, CallShape(1), is_method=False) is None
     assert call_misfit(static, CallShape(1)) == "it takes 0 positional argument(s)"
+
+
+# --------------------------------------------------------------------------- a hook that rides on another's plumbing
+
+DFLASH_HOOK = "set_dflash_layers_to_capture"
+
+
+def test_a_hook_is_judged_with_the_plumbing_decided_before_it_in_the_same_plan():
+    """The synthesizer sees the members of the class decided before (EAGLE-3's hook first), and what a
+    hook is judged on is a field of its plan: nothing is kept between calls."""
+    from eaglepatch.records import PlumbingPlan
+
+    carried = PlumbingPlan("models/m.py:CausalLM", "model", reference="models/ref.py:Ref")
+    seen: list[tuple[str, tuple[str, ...]]] = []
+
+    def synthesize(entry, w, decided):
+        seen.append((entry.member.name, tuple(m.member.name for m in decided)))
+        found = fit("models/ref.py:Ref")
+        if entry.member.name == CAPTURE:
+            return SimpleNamespace(**{**vars(found), "writes_plumbing": carried})
+        below = next((m.writes_plumbing for m in decided if m.member.name == CAPTURE), None)
+        return SimpleNamespace(**{**vars(found), "rides_on": below})
+
+    outer = cls("CausalLM", "lm_head")
+    planned = plan_wrapper(protocol(use(CAPTURE), use(DFLASH_HOOK)), wrapper(outer, inner("model", BACKBONE)), synthesize=synthesize)
+    assert seen == [(CAPTURE, ()), (DFLASH_HOOK, (CAPTURE,))]
+    by_name = {m.member.name: m for m in planned.missing}
+    assert by_name[CAPTURE].writes_plumbing == carried and by_name[CAPTURE].rides_on is None
+    assert by_name[DFLASH_HOOK].rides_on == carried
+    again = plan_wrapper(protocol(use(CAPTURE), use(DFLASH_HOOK)), wrapper(outer, inner("model", BACKBONE)), synthesize=synthesize)
+    assert again == planned  # a second planning of the same class answers the same
+
+
+@pytest.mark.parametrize("carrier_written, kept", [(True, True), (False, False)])
+def test_a_riding_hook_is_taken_back_when_the_plumbing_it_rides_on_is_not_written(carrier_written, kept):
+    from dataclasses import replace
+
+    from eaglepatch.plumbing.judge import judge_riding
+    from eaglepatch.records import PlumbingPlan
+
+    carried = PlumbingPlan("models/m.py:CausalLM", "model", reference="models/ref.py:Ref")
+
+    def synthesize(entry, w, decided):
+        found = fit("models/ref.py:Ref")
+        return SimpleNamespace(**{**vars(found), "writes_plumbing": carried if entry.member.name == CAPTURE else None,
+                                  "rides_on": carried if entry.member.name == DFLASH_HOOK else None})
+
+    outer = cls("CausalLM", "lm_head")
+    planned = plan_wrapper(protocol(use(CAPTURE), use(DFLASH_HOOK)), wrapper(outer, inner("model", BACKBONE)), synthesize=synthesize)
+    if not carrier_written:  # a later judgement took EAGLE-3's fix back, and its plumbing with it
+        planned = replace(planned, missing=tuple(replace(m, fix=None, writes_plumbing=None) if m.member.name == CAPTURE else m for m in planned.missing))
+    judged = {m.member.name: m for m in judge_riding([planned])[0].missing}
+    assert (judged[DFLASH_HOOK].fix is not None) is kept
+    if not kept:
+        assert "plumbing written with set_eagle3_layers_to_capture" in judged[DFLASH_HOOK].blocker

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Optional
 
@@ -49,7 +49,8 @@ _ROLE_OF_USE = {"target": "target", "unknown": "target", "draft": "draft"}
 # (inner definition, call shape) -> why the call cannot bind to it, or None; parsing is the caller's
 ShapeCheck = Callable[[Signature, CallShape], Optional[str]]
 # (gap, class) -> a body learned from the tree (patcher/analyze/synthesize.py), or why there is none
-Synthesizer = Callable[[MemberPlan, Wrapper], "SynthesisFit"]
+# (entry, class, the class's members decided before it in this plan): a learned body, or why none
+Synthesizer = Callable[[MemberPlan, Wrapper, Sequence[MemberPlan]], "SynthesisFit"]
 
 
 def uses_for_role(uses: Iterable[Use], role: str) -> list[Use]:
@@ -90,7 +91,7 @@ def plan_wrapper(
         if not (required or companion):
             continue  # optional for this role (probed with hasattr), or another role's concern
         learn = required or (companion and learns_companion is not None and _holds_bare_backbone(wrapper) and learns_companion(name))
-        entry = _decide_fix(found, wrapper, shape_misfit, synthesize, learn)
+        entry = _decide_fix(found, wrapper, shape_misfit, synthesize, learn, tuple(missing))
         if entry.fix is not None or required:
             missing.append(entry)
     learned = [m for m in missing if m.required and m.fix is not None and m.fix.kind == "synthesize"]
@@ -135,16 +136,26 @@ def _locate(member: ProtocolMember, wrapper: Wrapper, written: Written, required
     return MemberPlan(member, defined, attribute, tuple(providers), tuple(lacking), required, uses=uses)
 
 
-def _decide_fix(entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | None, synthesize: Synthesizer | None, learn: bool = True) -> MemberPlan:
+def _decide_fix(
+    entry: MemberPlan,
+    wrapper: Wrapper,
+    shape_misfit: ShapeCheck | None,
+    synthesize: Synthesizer | None,
+    learn: bool = True,
+    decided: Sequence[MemberPlan] = (),
+) -> MemberPlan:
     """The entry with its fix, or with the blocker saying why there is none; `learn`: a body may be
-    learned for it (what its role requires, and the companions the tree's causal LMs carry)."""
+    learned for it (what its role requires, and the companions the tree's causal LMs carry).
+    `decided`: the class's members decided before it (a hook learned on the plumbing another's fix
+    writes is judged with that fix)."""
     if _holds_bare_backbone(wrapper) and any(i.classes for i in wrapper.inners):
         # the class is the causal LM: a hook reads its own lm_head and turns its own capture on, so it
         # needs a body, learned from a class of the tree that has one on the same shape, never a forward
         # (a backbone has no hook to give)
-        fit = synthesize(entry, wrapper) if synthesize is not None and learn else None
+        fit = synthesize(entry, wrapper, decided) if synthesize is not None and learn else None
         if fit is not None and fit.synthesis is not None:
-            return replace(entry, fix=Fix("synthesize", fit.synthesis.reference.label), synthesis=fit.synthesis, writes_plumbing=fit.writes_plumbing)
+            fix = Fix("synthesize", fit.synthesis.reference.label)
+            return replace(entry, fix=fix, synthesis=fit.synthesis, writes_plumbing=fit.writes_plumbing, rides_on=fit.rides_on)
         found = backbones(wrapper)
         why = fit.why if fit is not None else "the hook needs a body written on the class"
         if entry.defined is not None:

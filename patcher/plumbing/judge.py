@@ -38,8 +38,6 @@ class Plumber:
         self.classes = TreeClasses(resolver, protocol)
         self.planner = tree_planner(resolver, protocol, library, self.classes)
         self.library = library
-        self.plumbed: dict[str, PlumbingPlan] = {}  # "file:Class" -> the plumbing its learned EAGLE-3 hook comes with
-        self.riding: set[tuple[str, str]] = set()  # (class, hook) learned on that plumbing: kept only if it is written
         self._patched: dict[PlumbingPlan, dict[str, ClassSource]] = {}  # each plan's classes, patched once a run
         self._learned: dict[tuple[str, str, str, str, str, PlumbingPlan | None], tuple[str, ...]] = {}
         self._through: dict[tuple[str, PlumbingPlan | None, str, str, str], PlumbingReport | str] = {}
@@ -104,19 +102,15 @@ class Plumber:
                 return first  # the plumbing is all there: the hook alone is missing
             fit = self.library.fit(entry, wrapper, shape_misfit, plumbed_by=plan.reference)
             if fit.synthesis is not None:
-                self.plumbed[key] = plan
                 return replace(fit, writes_plumbing=plan)
             refused.append(f"{plan.reference}: {fit.why}")
             planner = planner.without([plan.reference])
         return SynthesisFit(why=f"{first.why}; the plumbing can be written, but the hook cannot be learned with it: {refused[0]}")
 
-    def judge_learned(self, key: str, hook: str, synthesis: Synthesis) -> list[str]:
+    def judge_learned(self, key: str, hook: str, synthesis: Synthesis, plan: PlumbingPlan | None = None) -> list[str]:
         """What is left broken in `key` with `hook` learned as `synthesis` says: nothing when the forward
-        uses it, as the tree has it or with the plumbing this run writes for the class's EAGLE-3 hook.
-        The reference's own plumbing must pass whole."""
-        plan = self.plumbed.get(key)  # the class's EAGLE-3 hook is learned with plumbing: judged with it written
-        if plan is not None:
-            self.riding.add((key, hook))
+        uses it, as the tree has it or with `plan` written (the plumbing the class's EAGLE-3 hook is
+        learned with).  The reference's own plumbing must pass whole."""
         # what the judgement reads of the synthesis; the planning rounds of a run ask again
         memo = (key, hook, synthesis.reference.label, synthesis.backbone, synthesis.reference.backbone.attribute, plan)
         if memo not in self._learned:
@@ -170,20 +164,19 @@ def judge_inherited(plumber: Plumber, plans: list[ModelPlan]) -> list[ModelPlan]
     return out
 
 
-def judge_riding(plumber: Plumber, plans: list[ModelPlan]) -> list[ModelPlan]:
+def judge_riding(plans: list[ModelPlan]) -> list[ModelPlan]:
     """Another algorithm's hook learned on the plumbing the class's EAGLE-3 hook comes with is taken back
-    when that hook's fix (and so its plumbing) is not in the final plan."""
+    when that hook's fix (and so that plumbing) is not in the final plan."""
     from ..analyze.plan import without_fix
     from .gate import HOOK
 
     out = []
     for plan in plans:
-        key = f"{plan.wrapper.cls.file}:{plan.wrapper.cls.name}"
         carrier = next((m for m in plan.missing if m.member.name == HOOK), None)
-        written = carrier is not None and carrier.fix is not None and carrier.writes_plumbing is not None
         for entry in plan.missing:
             learned = entry.fix is not None and entry.fix.kind == "synthesize"  # an inherited one rides on its base's
-            if (key, entry.member.name) in plumber.riding and learned and not written:
+            written = carrier is not None and carrier.fix is not None and carrier.writes_plumbing == entry.rides_on
+            if entry.rides_on is not None and learned and not written:
                 plan = without_fix(plan, entry.member.name, f"it needs the plumbing written with {HOOK}, which apply does not write here")
         out.append(plan)
     return out

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -66,21 +67,23 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
             libraries.append(HookLibrary(resolver, protocol, style.line_length))
         return libraries[0]
 
-    def synthesize(entry: MemberPlan, wrapper: Wrapper) -> SynthesisFit:
+    def synthesize(entry: MemberPlan, wrapper: Wrapper, decided: Sequence[MemberPlan]) -> SynthesisFit:
         fit = library().fit(entry, wrapper, shape_misfit)
         key = f"{wrapper.cls.file}:{wrapper.cls.name}"
-        if fit.plumbing and is_capture_hook(entry.member.name) and entry.member.name != HOOK and plumbers and key in plumbers[0].plumbed:
+        # the plumbing this class's EAGLE-3 hook is learned with (decided first: EAGLE-3's members lead the protocol)
+        carried = next((m.writes_plumbing for m in decided if m.member.name == HOOK and m.fix is not None), None)
+        if fit.plumbing and is_capture_hook(entry.member.name) and entry.member.name != HOOK and carried is not None:
             fit = library().fit(entry, wrapper, shape_misfit, plumbed=True)  # on the plumbing written for EAGLE-3's hook
         if fit.synthesis is not None and is_capture_hook(entry.member.name) and entry.member.name != HOOK:
             # another algorithm's capture hook: written only where the forward uses what the learned
-            # body sets, as the tree has it or with the plumbing Plumber writes for EAGLE-3's hook
+            # body sets, as the tree has it or with the plumbing written for EAGLE-3's hook
             if not plumbers:
                 plumbers.append(Plumber(resolver, protocol, library()))
-            left = plumbers[0].judge_learned(key, entry.member.name, fit.synthesis)
+            left = plumbers[0].judge_learned(key, entry.member.name, fit.synthesis, carried)
             if left:
                 why = f"the {entry.member.name} learned from {fit.synthesis.reference.label} would not work here: " + "; ".join(left)
                 return SynthesisFit(why=why + f" (eaglepatch writes plumbing for {HOOK} alone)")
-            return fit
+            return replace(fit, rides_on=carried)
         if fit.synthesis is None and not fit.plumbing:
             return fit  # no body to learn, whatever the plumbing
         if not plumbers:
@@ -114,7 +117,7 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
         plans = plan_all(written)
     if plumbers:
         plans = judge_inherited(plumbers[0], plans)
-        plans = judge_riding(plumbers[0], plans)
+    plans = judge_riding(plans)
     plans = judge_plumbing(resolver, protocol, plans, plumbers[0].classes if plumbers else None)
     _require_read(tree, cache, plans)
     warnings = list(protocol.warnings) + resolver.warnings + [_not_followed(style, note) for note in style.not_followed]
