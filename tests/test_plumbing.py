@@ -240,6 +240,18 @@ BACKBONE_HOOK = """\
 
 """
 
+# the class's hook as a plain hand-off to its bare backbone's own hook (what apply writes as a delegation)
+FLAG_DELEGATION_BODY = """\
+        self.capture_aux_hidden_states = True
+        self.model.capture_aux_hidden_states = True
+        layers_to_capture = [val + 1 for val in layer_ids]
+        self.model.set_eagle3_layers_to_capture(layers_to_capture)
+"""
+BACKBONE_DELEGATION = "        return self.model.set_eagle3_layers_to_capture(layer_ids)\n"
+FLAG_UNPACK_TEST = "        if self.capture_aux_hidden_states:\n"
+TUPLE_UNPACK_TEST = "        if isinstance(hidden_states, tuple):\n"
+FLAG_UNPACK = "            hidden_states, aux_hidden_states = hidden_states\n"
+
 Edit = tuple[str, str]  # (text that must occur exactly once, what replaces it)
 
 # name -> (base source, edits, the class analysed, the gap pieces expected)
@@ -371,6 +383,12 @@ CASES: dict[str, tuple[str, list[Edit], str, set[str]]] = {
     ),
     "backbone hook called, but the backbone has none": (
         PER_LAYER, [(BACKBONE_HOOK, "")], "FlagForConditionalGeneration", {"hook"},
+    ),
+    "hook handed to a per-layer-flag backbone, its pair unpacked": (
+        PER_LAYER, [(FLAG_DELEGATION_BODY, BACKBONE_DELEGATION), (FLAG_UNPACK_TEST, TUPLE_UNPACK_TEST)], "FlagForConditionalGeneration", set(),
+    ),
+    "hook handed to a per-layer-flag backbone, its pair never unpacked": (
+        PER_LAYER, [(FLAG_DELEGATION_BODY, BACKBONE_DELEGATION), (FLAG_UNPACK_TEST + FLAG_UNPACK, "")], "FlagForConditionalGeneration", {"unpack"},
     ),
     "per-layer flags set by the class itself": (
         PER_LAYER,

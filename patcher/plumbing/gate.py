@@ -929,10 +929,25 @@ def _check_delegation(
         report = _analyze(classes, inner, hook, depth + 1)
         for gap in report.gaps:
             found.gap(gap.piece, f"self.{call.holder} ({_name(inner)}): {gap.why}", gap.at)
+        pair = _backbone_pair(classes.mro(inner), report)
+        if pair is not None and forward is not None:  # handed to a bare backbone: this forward takes its pair
+            _check_unpack(forward, path, call.holder, set(), pair, _name(inner), found)
         for note in report.inert:
             found.inert[f"self.{call.holder} ({_name(inner)}): {note}"] = None
         for note in report.unresolved:
             found.unresolved[f"self.{call.holder} ({_name(inner)}): {note}"] = None
+
+
+def _backbone_pair(mro: Sequence[ClassSource], report: PlumbingReport) -> _Pair | None:
+    """What a class a hook is handed to returns, when it is a bare backbone: its hook marks its own
+    layers and its forward makes no logits (it returns the pair for its caller to unpack); None for
+    a model that makes its own logits, or when its forward cannot be read."""
+    if not any(w.holder == SELF and w.kind != "flag" for w in report.writes):
+        return None
+    forward = _resolve(mro, FORWARD)
+    if forward is None or any(_self_attr(n.func) == "logits_processor" for _, n in _walk(_reach(mro, forward)) if isinstance(n, ast.Call)):
+        return None
+    return _pair_return(mro, forward, {w.attribute for w in report.writes})
 
 
 def _references(path: Sequence[_Method], holder: str) -> bool:
