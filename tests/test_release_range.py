@@ -815,3 +815,40 @@ def test_written_plumbing_runs_like_its_reference(version, tmp_path, tmp_path_fa
     if unrunnable:  # named, not skipped silently: the stubs do not carry these backbones' forwards
         warnings.warn(f"sglang {version}: plumbed classes whose release forward does not run on the stubs: {unrunnable}", stacklevel=2)
     assert proven >= len(unrunnable), (proven, unrunnable)
+
+
+# A capture hook `apply` hands to a bare backbone's own, where upstream's next release wrote the class's
+# hook by hand: (release, the release after, file, the class that gets the delegation, a subclass that
+# inherits it, the hook).  Upstream's fix is taken as the oracle only where it runs on the stubs.
+HAND_OFFS = [("0.5.17", "0.5.18", "models/qwen3_5_text.py", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "set_dflash_layers_to_capture")]
+
+
+@pytest.mark.parametrize("version, after, file, cls, sub, hook", [h for h in HAND_OFFS if h[0] in VERSIONS and h[1] in VERSIONS])
+def test_a_hook_handed_to_the_backbone_runs_like_upstreams_fix(version, after, file, cls, sub, hook, tmp_path, tmp_path_factory):
+    """Qwen3.5's text classes on 0.5.17 lack the DFlash hook their backbone has: `check` says `apply`
+    hands it to the backbone (the subclass inherits it), and the class so patched, run on stubs with the
+    hook called, chooses the same layers on its backbone and hands the logits processor the same aux
+    states as 0.5.18's own fix, and runs as it does with capture off."""
+    _, data, _ = all_report(version)
+    fixes = {m["class"]: (g["fix"] or {}).get("kind") for m in data["models"] if m["file"] == file for g in m["missing"] if g["name"] == hook}
+    assert fixes == {cls: "delegate", sub: "inherit"}
+    root, applied = applied_checkout(version, tmp_path_factory)
+    assert applied.returncode in (0, 1), describe(applied)
+    # the backbone is a stand-in with a capture hook of its own (the release's backbone does not build on
+    # the stubs): what the class hands it and how the class unpacks what it returns is compared
+    spec = [{"module": _module_of(file), "class": name, "hooks": [hook], "backbone": "stand-in-hooked"} for name in (cls, sub)]
+    code_cache = _stub_code_cache(tmp_path_factory)
+    from real_forward import run_fresh
+
+    patched = run_fresh(root / "python", spec, tmp_path, "patched", code_cache)
+    upstream = run_fresh(sglang_releases.site_packages(after), spec, tmp_path, "upstream", code_cache)
+    for name in (cls, sub):
+        key = f"{_module_of(file)}:{name}"
+        mine, theirs = patched[key], upstream[key]
+        assert hook in mine["hooks"] and hook in theirs["hooks"], (key, mine["hooks"], theirs["hooks"])
+        assert "error" not in theirs["on"][hook], (key, theirs["on"][hook])  # upstream's fix runs here: an oracle
+        (call,) = mine["on"][hook]["logits"]
+        assert call["aux_hidden_states"], (key, call)  # the capture reaches the logits processor
+        assert behaviour(mine["on"][hook]) == behaviour(theirs["on"][hook]), (key, mine["on"][hook], theirs["on"][hook])
+        assert mine["on"][hook]["backbone"] == theirs["on"][hook]["backbone"], (key, mine["on"][hook], theirs["on"][hook])
+        assert behaviour(mine["off"]) == behaviour(theirs["off"]), (key, mine["off"], theirs["off"])
