@@ -5,7 +5,7 @@ Run as a script in a fresh interpreter (stub_imports installs an import hook for
     python tests/real_forward.py SITE_PACKAGES SPEC.json [--code-cache FOLDER]
 
 SPEC.json is a list of {"module": ..., "class": ..., "hooks": [capture hook, ...], "backbone": "real" |
-"stand-in" | "stand-in-hooked", "key": its name in the output (default "module:class")}.  For each class it prints, as JSON, what the runs did -- ``off`` (forward as built),
+"stand-in", "key": its name in the output (default "module:class")}.  For each class it prints, as JSON, what the runs did -- ``off`` (forward as built),
 ``on[hook]`` (after ``hook([0, 2, 4])``, for each hook the class defines) and ``not_last`` (the first
 hook, on a pipeline rank that is not the last) -- each as the forward's return, every call of the logits
 processor (its arguments bound to the release's own ``LogitsProcessor.forward``) and what the hook
@@ -89,23 +89,11 @@ SERVICES = {"get_pp_group": _get_pp_group, "get_parallel": _get_parallel, "gener
 
 
 class Backbone:
-    """The backbone as the plumbing analysis reads it: captures the layers ``layers_to_capture`` names.
-    `hooked`: it has a capture hook of its own for every algorithm (``set_<x>_layers_to_capture(ids)``
-    choosing those layers), as a backbone that marks its chosen layers itself does (Qwen3.5's): what a
-    class hands such a backbone, and how the class unpacks what it returns, is then what shows."""
+    """The backbone as the plumbing analysis reads it: captures the layers ``layers_to_capture`` names."""
 
-    def __init__(self, hooked: bool = False) -> None:
+    def __init__(self) -> None:
         self.layers_to_capture: list[int] = []
         self.calls = 0
-        self.hooked = hooked
-
-    def __getattr__(self, name: str) -> object:
-        if vars(self).get("hooked") and re.fullmatch(r"set_\w+_layers_to_capture", name):
-            def choose(layer_ids: list[int]) -> None:
-                self.layers_to_capture = list(layer_ids)
-
-            return choose
-        raise AttributeError(name)
 
     def __call__(self, *args: object, **kwargs: object) -> object:
         self.calls += 1
@@ -354,7 +342,7 @@ def backbone_attribute(cls: type, hooks: list[str]) -> str:
     return called.group(1) if called else "model"
 
 
-def build(cls: type, signature: inspect.Signature, real_backbone: bool, attribute: str = "model", hooked: bool = False) -> tuple[object, object, Recorder, list]:
+def build(cls: type, signature: inspect.Signature, real_backbone: bool, attribute: str = "model") -> tuple[object, object, Recorder, list]:
     saved = {}
     for klass in _model_classes(cls) if real_backbone else [k for k in cls.__mro__ if k.__module__.startswith("sglang.")]:
         made = tolerant_init(klass)
@@ -386,7 +374,7 @@ def build(cls: type, signature: inspect.Signature, real_backbone: bool, attribut
             object.__setattr__(backbone, name, value)
         _STACKS[id(backbone)] = stack
     else:
-        backbone = Backbone(hooked)
+        backbone = Backbone()
         object.__setattr__(model, attribute, backbone)
     recorder = Recorder(signature)
     object.__setattr__(model, "logits_processor", recorder)
@@ -415,9 +403,7 @@ class Ids(Token):
     device = "meta"
 
 
-def run(
-    cls: type, signature: inspect.Signature, hook: str | None, last: bool, real_backbone: bool = False, attribute: str = "model", hooked: bool = False
-) -> dict:
+def run(cls: type, signature: inspect.Signature, hook: str | None, last: bool, real_backbone: bool = False, attribute: str = "model") -> dict:
     PP.is_first_rank, PP.is_last_rank, PP.rank_in_group, PP.world_size = True, last, 0, 1 if last else 2
     backbone: object = None
     state: dict = {}
@@ -427,11 +413,11 @@ def run(
         if backbone is None:
             return {}
         now = {name: describe(value) for name, value in vars(backbone).items()
-               if name not in ("calls", "hooked") and state.get(name, _UNSEEN) is not value or name == "layers_to_capture"}
+               if name != "calls" and state.get(name, _UNSEEN) is not value or name == "layers_to_capture"}
         return {k: v for k, v in now.items() if not isinstance(vars(backbone).get(k), (list, Embed, RMSNorm)) or k == "layers_to_capture"}
 
     try:
-        model, backbone, recorder, calls = build(cls, signature, real_backbone, attribute, hooked)
+        model, backbone, recorder, calls = build(cls, signature, real_backbone, attribute)
         state = dict(vars(backbone))
         if hook:
             getattr(model, hook)(list(IDS))
@@ -481,7 +467,7 @@ def main(site: str, spec: list[dict]) -> dict:
         real = entry.get("backbone", "stand-in") == "real"
         attribute = entry.get("backbone_attribute") or backbone_attribute(cls, hooks)
         out[key] = {"import": "ok", "hooks": hooks, "backbone": "real" if real else "stand-in", "backbone_attribute": attribute}
-        options = {"real_backbone": real, "attribute": attribute, "hooked": entry.get("backbone") == "stand-in-hooked"}
+        options = {"real_backbone": real, "attribute": attribute}
         out[key]["off"] = run(cls, signature, hook=None, last=True, **options)
         out[key]["on"] = {hook: run(cls, signature, hook=hook, last=True, **options) for hook in hooks}
         out[key]["not_last"] = run(cls, signature, hook=hooks[0] if hooks else None, last=False, **options)

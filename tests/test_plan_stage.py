@@ -405,30 +405,3 @@ def test_a_riding_hook_is_taken_back_when_the_plumbing_it_rides_on_is_not_writte
     assert (judged[DFLASH_HOOK].fix is not None) is kept
     if not kept:
         assert "plumbing written with set_eagle3_layers_to_capture" in judged[DFLASH_HOOK].blocker
-
-
-@pytest.mark.parametrize("why, fixed", [("", True), ("the forward never unpacks the pair", False)])
-def test_a_causal_lm_hands_a_hook_to_its_backbone_when_the_judge_says_it_is_enough(why, fixed):
-    asked = []
-
-    def hand_off(entry, w):
-        asked.append(entry.member.name)
-        return why
-
-    outer = cls("CausalLM", "lm_head")
-    no_body = lambda e, w, d: fit(None, "no class of the tree has it")  # noqa: E731
-    plan = plan_wrapper(protocol(use(CAPTURE)), wrapper(outer, inner("model", BACKBONE)), synthesize=no_body, hand_off=hand_off)
-    assert asked == [CAPTURE]
-    (entry,) = plan.missing
-    assert (entry.fix == Fix("delegate", "model")) is fixed
-    assert fixed or "would skip the class's own part" in entry.blocker
-
-
-def test_a_learned_body_comes_before_a_hand_off():
-    asked = []
-    outer = cls("CausalLM", "lm_head")
-    plan = plan_wrapper(
-        protocol(use(CAPTURE)), wrapper(outer, inner("model", BACKBONE)),
-        synthesize=lambda e, w, d: fit("models/ref.py:Ref"), hand_off=lambda e, w: asked.append(e) or "",
-    )
-    assert plan.missing[0].fix == Fix("synthesize", "models/ref.py:Ref") and asked == []

@@ -51,8 +51,6 @@ ShapeCheck = Callable[[Signature, CallShape], Optional[str]]
 # (gap, class) -> a body learned from the tree (patcher/analyze/synthesize.py), or why there is none
 # (entry, class, the class's members decided before it in this plan): a learned body, or why none
 Synthesizer = Callable[[MemberPlan, Wrapper, Sequence[MemberPlan]], "SynthesisFit"]
-# (entry, class): why the member cannot be handed to the class's backbone as it is ("" when it can)
-HandOff = Callable[[MemberPlan, Wrapper], str]
 
 
 def uses_for_role(uses: Iterable[Use], role: str) -> list[Use]:
@@ -68,7 +66,6 @@ def plan_wrapper(
     synthesize: Synthesizer | None = None,
     written: Written | None = None,
     learns_companion: Callable[[str], bool] | None = None,
-    hand_off: HandOff | None = None,
 ) -> ModelPlan:
     """`learns_companion(member)`: a class that is its own causal LM gets that draft-side member
     learned beside the target hooks it gets learned (the tree's EAGLE-3-ready causal LMs carry it)."""
@@ -94,7 +91,7 @@ def plan_wrapper(
         if not (required or companion):
             continue  # optional for this role (probed with hasattr), or another role's concern
         learn = required or (companion and learns_companion is not None and _holds_bare_backbone(wrapper) and learns_companion(name))
-        entry = _decide_fix(found, wrapper, shape_misfit, synthesize, learn, tuple(missing), hand_off)
+        entry = _decide_fix(found, wrapper, shape_misfit, synthesize, learn, tuple(missing))
         if entry.fix is not None or required:
             missing.append(entry)
     learned = [m for m in missing if m.required and m.fix is not None and m.fix.kind == "synthesize"]
@@ -146,13 +143,11 @@ def _decide_fix(
     synthesize: Synthesizer | None,
     learn: bool = True,
     decided: Sequence[MemberPlan] = (),
-    hand_off: HandOff | None = None,
 ) -> MemberPlan:
     """The entry with its fix, or with the blocker saying why there is none; `learn`: a body may be
     learned for it (what its role requires, and the companions the tree's causal LMs carry).
     `decided`: the class's members decided before it (a hook learned on the plumbing another's fix
-    writes is judged with that fix).  `hand_off`: why a member a causal LM's backbone defines cannot be
-    handed to it as it is ("" when it can: the class's own part is not needed)."""
+    writes is judged with that fix)."""
     if _holds_bare_backbone(wrapper) and any(i.classes for i in wrapper.inners):
         # the class is the causal LM: a hook reads its own lm_head and turns its own capture on, so it
         # needs a body, learned from a class of the tree that has one on the same shape, never a forward
@@ -164,11 +159,7 @@ def _decide_fix(
         found = backbones(wrapper)
         why = fit.why if fit is not None else "the hook needs a body written on the class"
         if entry.defined is not None:
-            backbone = any(b.attribute == entry.inner_attribute for b in found)
-            if backbone and hand_off is not None and entry.inner_attribute is not None and _first_misfit(entry, shape_misfit) is None:
-                if not hand_off(entry, wrapper):  # the backbone's hook does the class's part too: a plain delegation works
-                    return replace(entry, fix=Fix("delegate", entry.inner_attribute))
-            whose = "the backbone's" if backbone else f"self.{entry.inner_attribute}'s"
+            whose = "the backbone's" if any(b.attribute == entry.inner_attribute for b in found) else f"self.{entry.inner_attribute}'s"
             why = f"forwarding to {whose} {entry.member.name} ({entry.defined.at}) would skip the class's own part; {why}"
         if found:
             return replace(entry, blocker=f"holds a bare backbone ({_held_text(found)}) beside its own lm_head: {why}")

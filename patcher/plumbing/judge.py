@@ -41,7 +41,6 @@ class Plumber:
         self._patched: dict[PlumbingPlan, dict[str, ClassSource]] = {}  # each plan's classes, patched once a run
         self._learned: dict[tuple[str, str, str, str, str, PlumbingPlan | None], tuple[str, ...]] = {}
         self._through: dict[tuple[str, PlumbingPlan | None, str, str, str], PlumbingReport | str] = {}
-        self._hand_offs: dict[tuple[str, str, str], str] = {}
 
     def patched(self, plan: PlumbingPlan | None) -> dict[str, ClassSource]:
         """The classes `plan` writes into, with its pieces in copies of their syntax trees: what the
@@ -107,28 +106,6 @@ class Plumber:
             refused.append(f"{plan.reference}: {fit.why}")
             planner = planner.without([plan.reference])
         return SynthesisFit(why=f"{first.why}; the plumbing can be written, but the hook cannot be learned with it: {refused[0]}")
-
-    def judge_hand_off(self, key: str, hook: str, attribute: str) -> str:
-        """Why `key` (a causal LM holding a bare backbone) cannot take its capture `hook` as a plain hand-off
-        to the backbone's own (`self.<attribute>.<hook>(...)`): every gap the analysis finds with that
-        delegation written, "" when none (the backbone marks its layers, and the class's forward already
-        unpacks what it returns and hands the aux states on).  Once a run per question."""
-        memo = (key, hook, attribute)
-        if memo not in self._hand_offs:
-            self._hand_offs[memo] = self._judge_hand_off(key, hook, attribute)
-        return self._hand_offs[memo]
-
-    def _judge_hand_off(self, key: str, hook: str, attribute: str) -> str:
-        from .gate import analyze_plumbing
-        from .planner import PatchedClasses, with_method
-
-        mro = self.classes.mro(key)
-        if not mro:
-            return "the class is not in the tree"
-        patched = PatchedClasses(self.classes, {key: with_method(mro[0], delegation_def(mro[0], hook, attribute))})
-        report = analyze_plumbing(patched, key, hook)
-        problems = [g.describe() for g in report.gaps] + list(report.unresolved)
-        return "; ".join(problems)
 
     def judge_learned(self, key: str, hook: str, synthesis: Synthesis, plan: PlumbingPlan | None = None) -> list[str]:
         """What is left broken in `key` with `hook` learned as `synthesis` says: nothing when the forward
@@ -266,20 +243,14 @@ def with_delegations(classes: TreeClasses, plans: Sequence[ModelPlan], hook: str
         key = f"{plan.wrapper.cls.file}:{plan.wrapper.cls.name}"
         inner = next((m.fix.to for m in plan.writes if m.member.name == hook and m.fix is not None and m.fix.kind == "delegate"), None)
         mro = classes.mro(key) if inner is not None else ()
-        if not mro or inner is None:
+        if not mro:
             continue
-        replaced[key] = with_method(mro[0], delegation_def(mro[0], hook, inner))
+        cls = mro[0]
+        written = ast.parse(f"def {hook}(self, *args, **kwargs):\n    return self.{inner}.{hook}(*args, **kwargs)\n").body[0]
+        assert isinstance(written, ast.FunctionDef), "the delegation parses to a def"
+        end = cls.node.end_lineno or cls.node.lineno
+        for node in walk(written):
+            if isinstance(node, (ast.stmt, ast.expr)):
+                node.lineno = node.end_lineno = end
+        replaced[key] = with_method(cls, written)
     return PatchedClasses(classes, replaced)
-
-
-def delegation_def(cls: ClassSource, hook: str, inner: str) -> ast.FunctionDef:
-    """`def <hook>(self, *args, **kwargs): return self.<inner>.<hook>(*args, **kwargs)`, numbered as the
-    last line of `cls`: the delegation apply writes, as the analysis reads it (its arguments do not
-    matter to it, which follows the call into the inner's hook)."""
-    written = ast.parse(f"def {hook}(self, *args, **kwargs):\n    return self.{inner}.{hook}(*args, **kwargs)\n").body[0]
-    assert isinstance(written, ast.FunctionDef), "the delegation parses to a def"
-    end = cls.node.end_lineno or cls.node.lineno
-    for node in walk(written):
-        if isinstance(node, (ast.stmt, ast.expr)):
-            node.lineno = node.end_lineno = end
-    return written

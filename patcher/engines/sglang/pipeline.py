@@ -90,13 +90,6 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
             plumbers.append(Plumber(resolver, protocol, library()))
         return plumbers[0].fit(entry, wrapper, fit, shape_misfit)
 
-    def hand_off(entry: MemberPlan, wrapper: Wrapper) -> str:
-        if not is_capture_hook(entry.member.name) or entry.inner_attribute is None:
-            return "only a capture hook is handed to a backbone as it is"
-        if not plumbers:
-            plumbers.append(Plumber(resolver, protocol, library()))
-        return plumbers[0].judge_hand_off(f"{wrapper.cls.file}:{wrapper.cls.name}", entry.member.name, entry.inner_attribute)
-
     companions: dict[str, bool] = {}
 
     def learns_companion(member: str) -> bool:
@@ -107,7 +100,7 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
     def plan_all(written: Written) -> list[ModelPlan]:
         seen = WrittenOverlay(written)
         return [
-            plan_wrapper(protocol, seen.wrapper(w), *roles.role_of(w.cls), shape_misfit, synthesize, written, learns_companion, hand_off)
+            plan_wrapper(protocol, seen.wrapper(w), *roles.role_of(w.cls), shape_misfit, synthesize, written, learns_companion)
             for w in wrappers
         ]
 
