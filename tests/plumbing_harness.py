@@ -172,6 +172,9 @@ class StreamLayer:
         residual = kwargs.get("residual", streams[1] if self.pair and len(streams) > 1 else None)
         assert isinstance(hidden, Sym), f"layer {self.index} was handed no hidden states"
         self.seen.append((hidden, residual if isinstance(residual, Sym) else None))
+        captured = kwargs.get("captured_last_layer_outputs")  # a layer handed a list keeps what enters it (Qwen3.5's)
+        if isinstance(captured, list):
+            captured.append(self.entering())
         if self.pair:
             return Sym(f"h{self.index}"), Sym(f"r{self.index}")
         return Sym(f"h{self.index}")

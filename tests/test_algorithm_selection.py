@@ -364,3 +364,115 @@ def test_a_learned_dflash_hook_rides_on_the_plumbing_written_for_eagle3(tmp_path
     assert code == 0 and after["models"][0]["status"] == "compliant"
     assert eaglepatch("revert", root, "--model", "phi_like").exit_code == 0
     assert path.read_text(encoding="utf-8") == original
+
+
+# --------------------------------------------------------------------------- a backbone that marks its own layers
+
+# Qwen3.5's shape (0.5.17): the backbone's own DFlash hook sets a flag on each chosen layer, and its loop
+# hands those layers the list they append what enters them to.  FlagMoeForCausalLM hands the hook to its
+# backbone with the tree's shift (Qwen3-MoE's); FlagTextForCausalLM, a second class of the same shape,
+# unpacks on what its backbone returns and lacks the hook.
+FLAG_BACKBONE = '''\
+    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(getattr(config, "vocab_size", 32), getattr(config, "hidden_size", 8))
+        self.layers = nn.ModuleList([nn.DecoderLayer(i) for i in range(config.num_hidden_layers)])
+        self.layers_to_capture = []
+
+    def set_dflash_layers_to_capture(self, layers_to_capture: List[int]):
+        self.layers_to_capture = layers_to_capture
+        for layer_id in self.layers_to_capture:
+            setattr(self.layers[layer_id], "_is_layer_to_capture", True)
+
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.embed_tokens(input_ids)
+        residual = None
+        aux_hidden_states = []
+        for i in range(len(self.layers)):
+            layer = self.layers[i]
+            hidden_states, residual = layer(
+                positions,
+                hidden_states,
+                forward_batch,
+                residual,
+                captured_last_layer_outputs=aux_hidden_states if getattr(layer, "_is_layer_to_capture", False) else None,
+            )
+        if len(aux_hidden_states) == 0:
+            return hidden_states
+        return hidden_states, aux_hidden_states
+'''
+FLAG_CAUSAL_LM = '''\
+    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
+        super().__init__()
+        self.config = config
+        self.model = {backbone}(config, quant_config)
+        self.lm_head = nn.Linear(getattr(config, "hidden_size", 8), getattr(config, "vocab_size", 32))
+        self.logits_processor = nn.LogitsProcessor(config)
+        self.capture_aux_hidden_states = False
+
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.model(input_ids, positions, forward_batch)
+        aux_hidden_states = None
+        if isinstance(hidden_states, tuple):
+            hidden_states, aux_hidden_states = hidden_states
+        return self.logits_processor(input_ids, hidden_states, self.lm_head, forward_batch, aux_hidden_states)
+'''
+FLAGS = (
+    '"""Per-layer-flag stand-ins (eaglepatch tests): backbones that mark the layers to capture themselves."""\n\n'
+    "from typing import List\n\nfrom sglang.srt.utils import nn\n\n\n"
+    "class FlagMoeModel(nn.Module):\n" + FLAG_BACKBONE + "\n\n"
+    "class FlagMoeForCausalLM(nn.Module):\n" + FLAG_CAUSAL_LM.replace("{backbone}", "FlagMoeModel") + "\n"
+    "    def set_dflash_layers_to_capture(self, layer_ids: List[int]):\n"
+    "        self.capture_aux_hidden_states = True\n"
+    "        self.model.set_dflash_layers_to_capture([val + 1 for val in layer_ids])\n\n\n"
+    "class FlagTextModel(nn.Module):\n" + FLAG_BACKBONE + "\n\n"
+    "class FlagTextForCausalLM(nn.Module):\n" + FLAG_CAUSAL_LM.replace("{backbone}", "FlagTextModel") + "\n\n"
+    "EntryClass = [FlagMoeForCausalLM, FlagTextForCausalLM]\n"
+)
+
+
+def test_a_dflash_hook_is_learned_where_the_backbone_marks_its_own_layers(tmp_path):
+    """Of the tree's DFlash hooks, DeepSeek's sets a list FlagTextModel never reads: the gate refuses it in
+    FlagTextForCausalLM.  FlagMoeForCausalLM's hands the ids, shifted, to the backbone's own hook: learned,
+    and on stubs the patched class hands the logits processor the streams entering layers k + 1, as the
+    reference does and as the tree's EAGLE-3 hooks do for the same ids (Qwen2's)."""
+    from plumbing_harness import INPUTS, Sym, build
+
+    root = dflash_checkout(tmp_path / "tree")
+    path = root / SRT / "models" / "flags.py"
+    path.write_text(FLAGS, encoding="utf-8")
+    code, data = check_json(root, "--model", "flags", "--algorithm", "DFLASH")
+    by_class = {m["class"]: m for m in data["models"]}
+    assert by_class["FlagMoeForCausalLM"]["status"] == "compliant"
+    hook = gaps(by_class["FlagTextForCausalLM"])[DFLASH_HOOK]
+    assert code == 1 and hook["fix"] == {"kind": "synthesize", "from": "models/flags.py:FlagMoeForCausalLM"}
+    assert eaglepatch("apply", root, "--model", "flags", "--algorithm", "DFLASH").exit_code == 0
+    written = path.read_text(encoding="utf-8")
+    assert written.count("self.model.set_dflash_layers_to_capture([val + 1 for val in layer_ids])") == 2
+    patched = _load_fixture(written, "flags_after")
+    text, reference = build(patched.FlagTextForCausalLM, pair=True), build(patched.FlagMoeForCausalLM, pair=True)
+    getattr(text.model, DFLASH_HOOK)([0, 2, 4])
+    getattr(reference.model, DFLASH_HOOK)([0, 2, 4])
+    text.model.forward(*INPUTS)
+    reference.model.forward(*INPUTS)
+    (call,) = text.logits.calls
+    assert call["aux_hidden_states"] == [Sym("(h0 + r0)"), Sym("(h2 + r2)"), Sym("(h4 + r4)")]
+    assert text.logits.calls == reference.logits.calls
+    off = build(patched.FlagTextForCausalLM, pair=True)
+    off.model.forward(*INPUTS)
+    assert off.logits.calls[0]["aux_hidden_states"] is None  # capture off: as before
+    code, data = check_json(root, "--model", "flags", "--algorithm", "DFLASH")
+    assert code == 0 and {m["status"] for m in data["models"]} == {"compliant"}
+
+
+def test_no_dflash_hook_is_learned_where_the_forward_never_unpacks(tmp_path):
+    root = dflash_checkout(tmp_path / "tree")
+    unpack = "        if isinstance(hidden_states, tuple):\n            hidden_states, aux_hidden_states = hidden_states\n"
+    text_class = FLAGS.index("class FlagTextForCausalLM")
+    assert FLAGS.count(unpack) == 2
+    (root / SRT / "models" / "flags.py").write_text(FLAGS[:text_class] + FLAGS[text_class:].replace(unpack, ""), encoding="utf-8")
+    before = snapshot(root)
+    code, data = check_json(root, "--model", "flags", "--algorithm", "DFLASH")
+    hook = gaps({m["class"]: m for m in data["models"]}["FlagTextForCausalLM"])[DFLASH_HOOK]
+    assert code == 1 and hook["fix"] is None and hook["blocker"]
+    assert eaglepatch("apply", root, "--model", "flags", "--algorithm", "DFLASH").exit_code == 1 and snapshot(root) == before

@@ -26,7 +26,7 @@ from __future__ import annotations
 import ast
 import re
 import symtable
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -270,13 +270,20 @@ class HookLibrary:
 
     # -- fitting -------------------------------------------------------------------------------
     def fit(
-        self, entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeCheck | None = None, plumbed_by: str | None = None, plumbed: bool = False
+        self,
+        entry: MemberPlan,
+        wrapper: Wrapper,
+        shape_misfit: ShapeCheck | None = None,
+        plumbed_by: str | None = None,
+        plumbed: bool = False,
+        judge: Callable[[Synthesis], str] | None = None,
     ) -> SynthesisFit:
         """The best reference whose body means the same in `wrapper`'s class, or why there is none.
         `plumbed_by` ("file:Class"): the plumbing is written with the hook, learned from that class, so
         the hook is learned from that class only and the plumbing as it is now is not asked about.
         `plumbed`: this run writes the plumbing for another hook (the caller judges the result on it):
-        any reference, and the plumbing as it is now not asked about."""
+        any reference, and the plumbing as it is now not asked about.  `judge`: why a reference that
+        fits would still not work in the class ("" when it would): the next one is tried then."""
         member = entry.member.name
         references = self.references(member)
         if not references:
@@ -302,10 +309,14 @@ class HookLibrary:
             if requirements in failed:
                 continue  # fails as the one with the same requirements did
             synthesis, why = self._try(reference, wrapper, entry, shape_misfit, held, plumbed=plumbed_by is not None or plumbed)
+            judged = synthesis is not None and judge is not None
+            if judged and synthesis is not None and judge is not None:
+                why = judge(synthesis)
+                synthesis = None if why else synthesis
             if synthesis is not None:
                 return SynthesisFit(synthesis=synthesis)
             first = first or (reference, why)
-            if requirements is not None:
+            if requirements is not None and not judged:  # the judge reads more than the requirements
                 failed.add(requirements)
         if first is None:
             assert plumbed_by is not None, "references were found, so one was tried"

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` a
     from ...engine import Resolved
     from ...plumbing.judge import Plumber
     from ...read.source_cache import SourceCache
-    from ...records import CallShape, MemberPlan, ModelPlan, Progress, Protocol, Signature, Wrapper
+    from ...records import CallShape, MemberPlan, ModelPlan, Progress, Protocol, Signature, Synthesis, Wrapper
 
 MAX_ADOPTION_ROUNDS = 3
 
@@ -72,18 +72,28 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
         key = f"{wrapper.cls.file}:{wrapper.cls.name}"
         # the plumbing this class's EAGLE-3 hook is learned with (decided first: EAGLE-3's members lead the protocol)
         carried = next((m.writes_plumbing for m in decided if m.member.name == HOOK and m.fix is not None), None)
-        if fit.plumbing and is_capture_hook(entry.member.name) and entry.member.name != HOOK and carried is not None:
-            fit = library().fit(entry, wrapper, shape_misfit, plumbed=True)  # on the plumbing written for EAGLE-3's hook
-        if fit.synthesis is not None and is_capture_hook(entry.member.name) and entry.member.name != HOOK:
-            # another algorithm's capture hook: written only where the forward uses what the learned
-            # body sets, as the tree has it or with the plumbing written for EAGLE-3's hook
+        name = entry.member.name
+        if is_capture_hook(name) and name != HOOK and (fit.plumbing or fit.synthesis is not None):
+            # another algorithm's capture hook: written only where the forward uses what the learned body
+            # sets, as the tree has it or with the plumbing written for EAGLE-3's hook.  The gate judges
+            # each reference that fits, in this class, best first (the library's own reading of the
+            # plumbing knows EAGLE-3's list capture alone: a backbone that marks its layers itself is not it)
             if not plumbers:
                 plumbers.append(Plumber(resolver, protocol, library()))
-            left = plumbers[0].judge_learned(key, entry.member.name, fit.synthesis, carried)
-            if left:
-                why = f"the {entry.member.name} learned from {fit.synthesis.reference.label} would not work here: " + "; ".join(left)
+            plumber = plumbers[0]
+
+            def works_here(synthesis: Synthesis) -> str:
+                return "; ".join(plumber.judge_learned(key, name, synthesis, carried))
+
+            judged = library().fit(entry, wrapper, shape_misfit, plumbed=True, judge=works_here)
+            if judged.synthesis is not None:
+                return replace(judged, rides_on=carried)
+            if fit.plumbing and carried is not None:
+                fit = library().fit(entry, wrapper, shape_misfit, plumbed=True)  # on the plumbing written for EAGLE-3's hook
+            if fit.synthesis is not None:  # the best that fits, and why it would not work here
+                why = f"the {name} learned from {fit.synthesis.reference.label} would not work here: " + works_here(fit.synthesis)
                 return SynthesisFit(why=why + f" (eaglepatch writes plumbing for {HOOK} alone)")
-            return replace(fit, rides_on=carried)
+            return fit
         if fit.synthesis is None and not fit.plumbing:
             return fit  # no body to learn, whatever the plumbing
         if not plumbers:
