@@ -5,7 +5,7 @@ Run as a script in a fresh interpreter (stub_imports installs an import hook for
     python tests/real_forward.py SITE_PACKAGES SPEC.json [--code-cache FOLDER]
 
 SPEC.json is a list of {"module": ..., "class": ..., "hooks": [capture hook, ...], "backbone": "real" |
-"stand-in", "key": its name in the output (default "module:class")}.  For each class it prints, as JSON, what the runs did -- ``off`` (forward as built),
+"stand-in" | "stand-in-hooked", "key": its name in the output (default "module:class")}.  For each class it prints, as JSON, what the runs did -- ``off`` (forward as built),
 ``on[hook]`` (after ``hook([0, 2, 4])``, for each hook the class defines) and ``not_last`` (the first
 hook, on a pipeline rank that is not the last) -- each as the forward's return, every call of the logits
 processor (its arguments bound to the release's own ``LogitsProcessor.forward``) and what the hook
@@ -89,11 +89,25 @@ SERVICES = {"get_pp_group": _get_pp_group, "get_parallel": _get_parallel, "gener
 
 
 class Backbone:
-    """The backbone as the plumbing analysis reads it: captures the layers ``layers_to_capture`` names."""
+    """The backbone as the plumbing analysis reads it: captures the layers ``layers_to_capture`` names.
+    `hooked`: it also has its layers (six, as `Config`) and a capture hook of its own for every algorithm
+    (``set_<x>_layers_to_capture(ids)`` choosing those layers), as a backbone that marks its chosen layers
+    itself does (Qwen3.5's): which layers a class's hook hands it, and what the class does with what it
+    returns, is then what shows."""
 
-    def __init__(self) -> None:
+    def __init__(self, hooked: bool = False) -> None:
         self.layers_to_capture: list[int] = []
         self.calls = 0
+        if hooked:
+            self.layers = [Token(f"layer{i}") for i in range(6)]
+
+    def __getattr__(self, name: str) -> object:
+        if "layers" in vars(self) and re.fullmatch(r"set_\w+_layers_to_capture", name):
+            def choose(layer_ids: list[int]) -> None:
+                self.layers_to_capture = list(layer_ids)
+
+            return choose
+        raise AttributeError(name)
 
     def __call__(self, *args: object, **kwargs: object) -> object:
         self.calls += 1
@@ -342,7 +356,7 @@ def backbone_attribute(cls: type, hooks: list[str]) -> str:
     return called.group(1) if called else "model"
 
 
-def build(cls: type, signature: inspect.Signature, real_backbone: bool, attribute: str = "model") -> tuple[object, object, Recorder, list]:
+def build(cls: type, signature: inspect.Signature, real_backbone: bool, attribute: str = "model", hooked: bool = False) -> tuple[object, object, Recorder, list]:
     saved = {}
     for klass in _model_classes(cls) if real_backbone else [k for k in cls.__mro__ if k.__module__.startswith("sglang.")]:
         made = tolerant_init(klass)
@@ -374,7 +388,7 @@ def build(cls: type, signature: inspect.Signature, real_backbone: bool, attribut
             object.__setattr__(backbone, name, value)
         _STACKS[id(backbone)] = stack
     else:
-        backbone = Backbone()
+        backbone = Backbone(hooked)
         object.__setattr__(model, attribute, backbone)
     recorder = Recorder(signature)
     object.__setattr__(model, "logits_processor", recorder)
@@ -403,7 +417,9 @@ class Ids(Token):
     device = "meta"
 
 
-def run(cls: type, signature: inspect.Signature, hook: str | None, last: bool, real_backbone: bool = False, attribute: str = "model") -> dict:
+def run(
+    cls: type, signature: inspect.Signature, hook: str | None, last: bool, real_backbone: bool = False, attribute: str = "model", hooked: bool = False
+) -> dict:
     PP.is_first_rank, PP.is_last_rank, PP.rank_in_group, PP.world_size = True, last, 0, 1 if last else 2
     backbone: object = None
     state: dict = {}
@@ -417,7 +433,7 @@ def run(cls: type, signature: inspect.Signature, hook: str | None, last: bool, r
         return {k: v for k, v in now.items() if not isinstance(vars(backbone).get(k), (list, Embed, RMSNorm)) or k == "layers_to_capture"}
 
     try:
-        model, backbone, recorder, calls = build(cls, signature, real_backbone, attribute)
+        model, backbone, recorder, calls = build(cls, signature, real_backbone, attribute, hooked)
         state = dict(vars(backbone))
         if hook:
             getattr(model, hook)(list(IDS))
@@ -467,7 +483,7 @@ def main(site: str, spec: list[dict]) -> dict:
         real = entry.get("backbone", "stand-in") == "real"
         attribute = entry.get("backbone_attribute") or backbone_attribute(cls, hooks)
         out[key] = {"import": "ok", "hooks": hooks, "backbone": "real" if real else "stand-in", "backbone_attribute": attribute}
-        options = {"real_backbone": real, "attribute": attribute}
+        options = {"real_backbone": real, "attribute": attribute, "hooked": entry.get("backbone") == "stand-in-hooked"}
         out[key]["off"] = run(cls, signature, hook=None, last=True, **options)
         out[key]["on"] = {hook: run(cls, signature, hook=hook, last=True, **options) for hook in hooks}
         out[key]["not_last"] = run(cls, signature, hook=hooks[0] if hooks else None, last=False, **options)

@@ -815,3 +815,55 @@ def test_written_plumbing_runs_like_its_reference(version, tmp_path, tmp_path_fa
     if unrunnable:  # named, not skipped silently: the stubs do not carry these backbones' forwards
         warnings.warn(f"sglang {version}: plumbed classes whose release forward does not run on the stubs: {unrunnable}", stacklevel=2)
     assert proven >= len(unrunnable), (proven, unrunnable)
+
+
+# A capture hook `apply` learns where the backbone marks its chosen layers itself, against upstream's own
+# fix: (release, the release whose fix is the oracle, the one before it that got it wrong, file, the class
+# that learns the hook, a subclass that inherits it, the hook, the reference it is learned from).
+# Upstream's 0.5.18 handed Qwen3.5's DFlash ids to the backbone unshifted (capturing after layer k - 1);
+# 0.5.19 added a second def that shifts them as the tree's other DFlash hooks do, but left the first one
+# below it, which Python keeps, until 0.5.22: 0.5.22's is the oracle.
+LEARNED_ON_FLAGS = [
+    ("0.5.17", "0.5.22", "0.5.18", "models/qwen3_5_text.py", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "set_dflash_layers_to_capture",
+     "models/qwen3_moe.py:Qwen3MoeForCausalLM"),
+]
+
+
+@pytest.mark.parametrize("case", [c for c in LEARNED_ON_FLAGS if all(v in VERSIONS for v in c[:3])], ids=lambda c: c[0])
+def test_a_hook_learned_on_a_flag_marking_backbone_runs_like_upstreams_fix(case, tmp_path, tmp_path_factory):
+    """Qwen3.5's text classes on 0.5.17 lack the DFlash hook; their backbone has its own, which marks the
+    layers it is handed.  `check` learns the class's hook from Qwen3-MoE's (the same shape; the gate refuses
+    the list-setting ones), and on stubs -- a backbone with a hook of its own -- the patched class hands it
+    the same layers as the reference (whose own forward does not run on the stubs) and as 0.5.22's fix,
+    the logits processor the same aux states as 0.5.22's, and with capture off runs as 0.5.22's; 0.5.18's
+    first fix hands it other layers."""
+    version, oracle, wrong, file, cls, sub, hook, reference = case
+    _, data, _ = all_report(version)
+    fixes = {m["class"]: m for m in data["models"] if m["file"] == file}
+    assert {name: next(g["fix"] for g in fixes[name]["missing"] if g["name"] == hook) for name in (cls, sub)} == {
+        cls: {"kind": "synthesize", "from": reference}, sub: {"kind": "inherit", "from": f"{file}:{cls}"}}
+    root, applied = applied_checkout(version, tmp_path_factory)
+    assert applied.returncode in (0, 1), describe(applied)
+    spec = [{"module": _module_of(file), "class": name, "hooks": [hook], "backbone": "stand-in-hooked"} for name in (cls, sub)]
+    ref_file, ref_cls = reference.split(":")
+    ref_spec = [{"module": _module_of(ref_file), "class": ref_cls, "hooks": [hook], "backbone": "stand-in-hooked"}]
+    code_cache = _stub_code_cache(tmp_path_factory)
+    from real_forward import run_fresh
+
+    patched = run_fresh(root / "python", spec + ref_spec, tmp_path, "patched", code_cache)
+    right = run_fresh(sglang_releases.site_packages(oracle), spec, tmp_path, "oracle", code_cache)
+    first = run_fresh(sglang_releases.site_packages(wrong), spec[:1], tmp_path, "first", code_cache)
+    ref_on = patched[f"{_module_of(ref_file)}:{ref_cls}"]["on"][hook]
+    for name in (cls, sub):
+        key = f"{_module_of(file)}:{name}"
+        mine, theirs = patched[key], right[key]
+        assert hook in mine["hooks"] and hook in theirs["hooks"], (key, mine["hooks"], theirs["hooks"])
+        assert "error" not in theirs["on"][hook], theirs["on"][hook]
+        on = mine["on"][hook]
+        (call,) = on["logits"]
+        assert call["aux_hidden_states"], (key, call)  # the capture reaches the logits processor
+        assert behaviour(on) == behaviour(theirs["on"][hook]), (key, on, theirs["on"][hook])
+        assert on["backbone"] == theirs["on"][hook]["backbone"] == ref_on["backbone"], (key, on, theirs["on"][hook], ref_on)
+        assert behaviour(mine["off"]) == behaviour(theirs["off"]), (key, mine["off"], theirs["off"])
+    first_on = first[f"{_module_of(file)}:{cls}"]["on"][hook]
+    assert first_on.get("backbone") != patched[f"{_module_of(file)}:{cls}"]["on"][hook]["backbone"], first_on  # why 0.5.18 is no oracle
