@@ -884,6 +884,8 @@ def checkout_import(repo: str) -> tuple[str, str]:
     package = layout / "eaglepatch"
     package.mkdir(parents=True, exist_ok=True)
     links = {path.name: path for path in (root / "patcher").glob("*.py")} | {"codemods": root / "codemods"}
+    # the stage folders too: else `eaglepatch.analyze` is the installed eaglepatch's, not the checkout's
+    links |= {path.parent.name: path.parent for path in (root / "patcher").glob("*/__init__.py")}
     for stale in package.iterdir():
         if stale.name not in links:
             stale.unlink(missing_ok=True)  # a module the checkout no longer has
@@ -896,11 +898,14 @@ def checkout_import(repo: str) -> tuple[str, str]:
 
 
 def run_check(repo: str, site: str, out: str) -> str:
-    """``check --all --format json`` of the eaglepatch at ``repo`` on ``site``, into ``out``."""
+    """``check --all --format json`` of the eaglepatch at ``repo`` on ``site``, into ``out``.  Not through
+    eaglepatch's result cache: its key reads the modules of the package it runs from, which this layout
+    of links hid (a report of older code came back); this script keeps its own, per commit."""
     module, path = checkout_import(repo)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (path, env.get("PYTHONPATH")) if p)
     env["NO_COLOR"] = "1"
+    env["EAGLEPATCH_NO_CACHE"] = "1"
     proc = subprocess.run(
         [sys.executable, "-m", module, "check", "--all", "--format", "json", site],
         cwd=repo, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
