@@ -858,3 +858,22 @@ def test_the_plain_summary_is_what_rich_prints_without_colour(width):
     _print_plain(console(written), texts)
     assert written.getvalue() == printed.getvalue()
     assert max(len(line) for line in printed.getvalue().splitlines()) <= width
+
+
+@pytest.mark.parametrize(
+    "code, flag",
+    [
+        ("def forward(self, x):\n    for layer in self.layers:\n        x = layer(x, captured=aux if getattr(layer, '_is_layer_to_capture', False) else None)\n", "_is_layer_to_capture"),
+        ("def forward(self, x):\n    for i in range(3):\n        if i in self.layers_to_capture:\n            aux.append(x)\n", ""),
+        ("def forward(self, x):\n    return getattr(self, 'norm')(x)\n", ""),  # a getattr of no capture flag
+        ("def forward(self, x):\n    def inner(layer):\n        return getattr(layer, '_capture')\n    return x\n", ""),  # not read: a nested def
+    ],
+)
+def test_forward_facts_name_the_per_layer_flag_a_forward_selects_by(code, flag):
+    """Qwen3.5's backbones mark their chosen layers themselves (`getattr(layer, "_is_layer_to_capture", False)`):
+    the hook library says so instead of "collects no aux hidden states"."""
+    import ast
+
+    from eaglepatch.analyze.synthesize import forward_facts
+
+    assert forward_facts(ast.parse(code).body[0]).layer_flag == flag

@@ -591,6 +591,9 @@ class HookLibrary:
         for backbone in backbones(wrapper) if held is None else held:
             for cls in backbone.classes:
                 if CAPTURE_LAYERS in cls.members and not self._forward_reads(cls, CAPTURE_LAYERS):
+                    flag = self._forward(cls).layer_flag
+                    if flag:  # it captures, on layers it marks itself (Qwen3.5's): the hook must mark them
+                        return f"{cls.name}.forward ({_forward_at(cls)}) selects its layers by the per-layer flag {flag}, not by {CAPTURE_LAYERS}"
                     return f"{cls.name}.forward ({_forward_at(cls)}) does not collect aux hidden states for {CAPTURE_LAYERS}{against()}"
                 if CAPTURE_LAYERS not in cls.members and "set_eagle3_layers_to_capture" not in cls.members:
                     return f"{cls.name} ({cls.file}:{cls.line}) has no {CAPTURE_LAYERS}: its forward collects no aux hidden states{against()}"
@@ -732,6 +735,7 @@ class _ForwardFacts:
 
     reads: frozenset[tuple[str, ...]]  # `self.a.b` chains read (not only assigned or deleted)
     unpacks: bool  # `a, b = x` somewhere: the shape of `hidden_states, aux_hidden_states = hidden_states`
+    layer_flag: str = ""  # `getattr(layer, "_is_layer_to_capture", False)`: the flag it selects layers by
 
 
 _NO_FORWARD = _ForwardFacts(frozenset(), False)
@@ -748,6 +752,7 @@ def forward_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _ForwardFacts
     stored: set[int] = set()
     reads: set[tuple[str, ...]] = set()
     unpacks = False
+    layer_flag = ""
     for statement in statement_walk(node):  # the targets are statements': no expression holds one
         stored.update(id(target) for target in _whole_targets(statement))
         if isinstance(statement, ast.Assign):
@@ -763,8 +768,12 @@ def forward_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _ForwardFacts
                 if id(sub) not in stored:
                     reads.add(tuple(chain[1:]))
                 continue
+        if not layer_flag and isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "getattr" and len(sub.args) > 1:
+            name = sub.args[1]
+            if isinstance(name, ast.Constant) and isinstance(name.value, str) and "capture" in name.value:
+                layer_flag = name.value
         pending.extend(ast.iter_child_nodes(sub))
-    return _ForwardFacts(frozenset(reads), unpacks)
+    return _ForwardFacts(frozenset(reads), unpacks, layer_flag)
 
 
 # --------------------------------------------------------------------------- reading one body
