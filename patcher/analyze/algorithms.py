@@ -35,7 +35,7 @@ from typing import Literal
 
 from ..errors import EaglepatchError
 from ..read.locate import SourceTree
-from ..read.source_cache import SourceCache
+from ..read.source_cache import MemoKey, SourceCache
 from ..read.statements import walk
 from ..read.text import SourceFile, WordFinder, is_word_byte
 from ..records import EAGLE3, Protocol, ProtocolMember
@@ -254,8 +254,16 @@ class _EnumReader:
         return None
 
 
+_ENUM: MemoKey[AlgorithmEnum | None] = MemoKey("the algorithm enum")
+
+
 def find_enum(tree: SourceTree, cache: SourceCache) -> AlgorithmEnum | None:
-    """The enum under speculative/ with the most predicates on its own members (None: there is none)."""
+    """The enum under speculative/ with the most predicates on its own members (None: there is none);
+    read once a run (the protocol, the algorithms and preflight all ask)."""
+    return cache.memo(_ENUM, lambda: _find_enum(tree, cache))
+
+
+def _find_enum(tree: SourceTree, cache: SourceCache) -> AlgorithmEnum | None:
     speculative = tree.srt / "speculative"
     found: list[AlgorithmEnum] = []
     if not speculative.is_dir():
@@ -270,8 +278,8 @@ def find_enum(tree: SourceTree, cache: SourceCache) -> AlgorithmEnum | None:
         if "Enum" not in source.text:
             continue
         try:
-            module = ast.parse(source.text)
-        except (SyntaxError, ValueError):
+            module = cache.module_ast(path)
+        except EaglepatchError:
             continue
         for node in module.body:
             if isinstance(node, ast.ClassDef) and any(_final_identifier(b).endswith("Enum") for b in node.bases):
