@@ -517,17 +517,23 @@ def test_a_class_is_tried_once_per_kind_of_reference_with_the_answer_of_trying_t
     from eaglepatch.run import analyze
 
     calls: list[tuple] = []
-    tries = {"made": 0}
+    tries = {"made": 0, "counting": False}
     fit, attempt = HookLibrary.fit, HookLibrary._try
 
-    def recording_fit(self, entry, wrapper, shape_misfit=None, plumbed_by=None, plumbed=False):
-        answer = fit(self, entry, wrapper, shape_misfit, plumbed_by, plumbed)
-        if plumbed_by is None and not plumbed:  # a refit for a plumbing plan tries one reference: not the ranking under test
+    def recording_fit(self, entry, wrapper, shape_misfit=None, plumbed_by=None, plumbed=False, judge=None):
+        # a refit for plumbing, or one the gate judges reference by reference: not the ranking under test
+        ranking = plumbed_by is None and not plumbed and judge is None
+        tries["counting"] = ranking
+        try:
+            answer = fit(self, entry, wrapper, shape_misfit, plumbed_by, plumbed, judge)
+        finally:
+            tries["counting"] = False
+        if ranking:
             calls.append((self, entry, wrapper, shape_misfit, answer))
         return answer
 
     def counting_try(self, *args, **kwargs):
-        tries["made"] += 1
+        tries["made"] += bool(tries["counting"])
         return attempt(self, *args, **kwargs)
 
     monkeypatch.setattr(HookLibrary, "fit", recording_fit)
