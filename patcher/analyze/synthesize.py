@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from ..codemods.names import LINE_LENGTH
 from ..errors import EaglepatchError
 from ..read.bindings import module_bound_names
-from ..read.expressions import dotted_name, dotted_parts, parse_value
+from ..read.expressions import capture_flag_read, dotted_name, dotted_parts, parse_value
 from ..read.source_cache import MemoKey, SourceCache
 from ..read.statements import statement_walk, walk
 from ..read.text import SourceFile, block_text
@@ -310,7 +310,7 @@ class HookLibrary:
                 continue  # fails as the one with the same requirements did
             synthesis, why = self._try(reference, wrapper, entry, shape_misfit, held, plumbed=plumbed_by is not None or plumbed)
             judged = synthesis is not None and judge is not None
-            if judged and synthesis is not None and judge is not None:
+            if synthesis is not None and judge is not None:
                 why = judge(synthesis)
                 synthesis = None if why else synthesis
             if synthesis is not None:
@@ -768,10 +768,7 @@ def forward_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _ForwardFacts
                 if id(sub) not in stored:
                     reads.add(tuple(chain[1:]))
                 continue
-        if not layer_flag and isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "getattr" and len(sub.args) > 1:
-            name = sub.args[1]
-            if isinstance(name, ast.Constant) and isinstance(name.value, str) and "capture" in name.value:
-                layer_flag = name.value
+        layer_flag = layer_flag or capture_flag_read(sub) or ""
         pending.extend(ast.iter_child_nodes(sub))
     return _ForwardFacts(frozenset(reads), unpacks, layer_flag)
 

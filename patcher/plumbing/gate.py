@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..analyze.mro import c3_order
 from ..errors import EaglepatchError
+from ..read.expressions import capture_flag_read
 from ..read.statements import sub_blocks, walk, walk_body
 from ..records import PlumbingGap
 
@@ -1067,10 +1068,9 @@ def _check_backbone(mro: Sequence[ClassSource], holder: str, writes: Sequence[St
 def _own_choice(path: Sequence[_Method], reads: Sequence[_Read]) -> str:
     """What the backbone selects layers by instead, when it is readable: `getattr(layer, "_flag")`."""
     for _, node in _walk(path):
-        if _call_named(node, "getattr") and isinstance(node, ast.Call) and len(node.args) > 1:
-            name = _constant_str(node.args[1])
-            if name is not None and "capture" in name:
-                return f" (it selects layers by the per-layer flag {name})"
+        name = capture_flag_read(node)
+        if name is not None:
+            return f" (it selects layers by the per-layer flag {name})"
     listed = [r.attribute for r in reads if "capture" in r.attribute]
     return f" (it reads self.{listed[0]})" if listed else ""
 

@@ -160,6 +160,16 @@ def one_line(lines: Sequence[str]) -> str:
     return re.sub(r"\s{2,}", " ", text).strip()
 
 
+def capture_flag_read(node: ast.AST) -> str | None:
+    """The per-layer flag `getattr(layer, "_is_layer_to_capture", False)` reads (a name holding "capture"):
+    how a backbone that marks its chosen layers itself tells them apart (Qwen3.5's, MiniMax-M3's)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) > 1:
+        name = node.args[1]
+        if isinstance(name, ast.Constant) and isinstance(name.value, str) and "capture" in name.value:
+            return name.value
+    return None
+
+
 def code_of(node: ast.AST) -> str:
     """A node's code on one line, as the report quotes it: `self.model = (\\n Foo(\\n x,\\n)\\n)`
     reads `self.model = (Foo(x))`."""
