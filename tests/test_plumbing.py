@@ -240,13 +240,8 @@ BACKBONE_HOOK = """\
 
 """
 
-# the class's hook as a plain hand-off to its bare backbone's own hook (what apply writes as a delegation)
-FLAG_DELEGATION_BODY = """\
-        self.capture_aux_hidden_states = True
-        self.model.capture_aux_hidden_states = True
-        layers_to_capture = [val + 1 for val in layer_ids]
-        self.model.set_eagle3_layers_to_capture(layers_to_capture)
-"""
+# the class's hook (the last def of PER_LAYER), and as a plain hand-off to its bare backbone's own hook
+FLAG_DELEGATION_BODY = PER_LAYER.rpartition("    def set_eagle3_layers_to_capture(self, layer_ids=None):\n")[2]
 BACKBONE_DELEGATION = "        return self.model.set_eagle3_layers_to_capture(layer_ids)\n"
 FLAG_UNPACK_TEST = "        if self.capture_aux_hidden_states:\n"
 TUPLE_UNPACK_TEST = "        if isinstance(hidden_states, tuple):\n"
