@@ -431,7 +431,7 @@ class AddPlumbing(VisitorCommand):
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
         return False
 
-    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef | cst.FlattenSentinel[cst.BaseStatement]:
         if not self._classes:
             return updated_node
         cls = self._classes[-1].name.value
@@ -440,7 +440,30 @@ class AddPlumbing(VisitorCommand):
         # the def a piece names: by its name, and by its line where the class defines the name twice
         # (a second run, on what the first one wrote, finds its defs moved down)
         todo = [p for p in self.pieces if p.cls == cls and p.method == name and (self._defs[name] == 1 or p.method_line == line)]
-        return self._rewrite(original_node, todo) if todo else updated_node
+        beside = [p for p in todo if p.where == "beside"]
+        todo = [p for p in todo if p.where != "beside"]
+        updated = self._rewrite(original_node, todo) if todo else updated_node
+        return self._copies(updated, beside) if beside else updated
+
+    def _copies(self, function: cst.FunctionDef, pieces: list[PlumbingPiece]) -> cst.FunctionDef | cst.FlattenSentinel[cst.BaseStatement]:
+        """The def, then each `hook` piece's copy of it under the piece's name (a blank line and the
+        marker above it), unless the class defines that name already."""
+        module = self._module
+        assert module is not None, "visit_Module runs before any def is left"
+        if _fingerprint(function) not in {p.anchor for p in pieces}:
+            raise PlumbingNotWritten(f"{pieces[0].target}: line {pieces[0].line} is not `{pieces[0].anchor}` any more")
+        out: list[cst.BaseStatement] = [function]
+        unit = module.default_indent
+        for piece in pieces:
+            if self._defs[piece.defines]:
+                self.present.append(piece)
+                continue
+            self.written.append(piece)
+            self._defs[piece.defines] += 1
+            twin = function.with_changes(name=cst.Name(piece.defines), leading_lines=())
+            marker = PlumbingMarker(piece.origin, piece.kind, 1, "", group_digest([twin], unit, module.default_newline))
+            out.append(twin.with_changes(leading_lines=[cst.EmptyLine(indent=False), marker_line(marker)]))
+        return cst.FlattenSentinel(out) if len(out) > 1 else function
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         handled = {id(p) for p in [*self.written, *self.present]}

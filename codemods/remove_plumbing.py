@@ -40,7 +40,31 @@ class RemovePlumbing(VisitorCommand):
     def leave_ClassDef(self, original_node: cst.ClassDef, updated_node: cst.ClassDef) -> cst.ClassDef:
         if self._classes and self._classes[-1] is original_node:
             self._classes.pop()
+            return self._without_written_defs(updated_node)
         return updated_node
+
+    def _without_written_defs(self, node: cst.ClassDef) -> cst.ClassDef:
+        """The class without the defs a `hook` piece wrote (a marker, the digest still the def's), and
+        without the blank line the codemod put above each."""
+        module = self._module
+        block = node.body
+        if module is None or not isinstance(block, cst.IndentedBlock):
+            return node
+        unit = block.indent if block.indent is not None else module.default_indent
+        body: list[cst.BaseStatement] = []
+        for statement in block.body:
+            marker = marker_of(statement)
+            if marker is None or marker.kind != "hook" or not isinstance(statement, cst.FunctionDef):
+                body.append(statement)
+                continue
+            label = node.name.value
+            above = leading_lines(statement)[:-1]
+            if marker.count != 1 or group_digest([statement], unit, module.default_newline) != marker.digest or len(above) != 1 or above[0].comment is not None:
+                self.kept.setdefault(label, []).append(statement.name.value)
+                body.append(statement)
+                continue
+            self.removed.setdefault(label, []).append(statement.name.value)
+        return node.with_changes(body=block.with_changes(body=body)) if len(body) != len(block.body) else node
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False

@@ -3,6 +3,7 @@ stage derives a new record (dataclasses.replace) rather than changing one anothe
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,6 +144,7 @@ class ClassInfo:
     external_bases: tuple[str, ...]  # bases not found in the tree (nn.Module, ...)
     dynamic: bool = False  # __getattr__ forwards any name
     pending: Mapping[str, str] = field(default_factory=dict)  # member -> "file:Base" that this run's apply writes it into
+    base_keys: tuple[str, ...] = ()  # `bases` as "file:Name": two files may define one name
 
 
 @dataclass(frozen=True)
@@ -216,11 +218,13 @@ class PlumbingGap:
 #   tail: a `return <hidden>` of the backbone, returning the pair when something was captured;
 #   unpack: the pair taken apart after the class forward's backbone call;
 #   logits-aux: the aux states handed to `self.logits_processor`.
-PieceKind = Literal["flag-default", "selector-default", "aux-init", "capture", "tail", "unpack", "logits-aux"]
-PIECE_KINDS: tuple[PieceKind, ...] = ("flag-default", "selector-default", "aux-init", "capture", "tail", "unpack", "logits-aux")
+PieceKind = Literal["flag-default", "selector-default", "aux-init", "capture", "tail", "unpack", "logits-aux", "hook"]
+PIECE_KINDS: tuple[PieceKind, ...] = ("flag-default", "selector-default", "aux-init", "capture", "tail", "unpack", "logits-aux", "hook")
 # Where a piece goes in its method: at the `end` of its body; `before`/`after` the anchor statement;
-# `replace` it; `argument`: added to the `self.logits_processor(...)` call of the anchor statement.
-Where = Literal["end", "before", "after", "replace", "argument"]
+# `replace` it; `argument`: added to the `self.logits_processor(...)` call of the anchor statement;
+# `beside`: a def of its own, right after the method in the class body (a `hook` piece: the method,
+# another algorithm's capture hook of the same class, copied under the name `code`'s def has).
+Where = Literal["end", "before", "after", "replace", "argument", "beside"]
 
 
 @dataclass(frozen=True)
@@ -243,6 +247,12 @@ class PlumbingPiece:
     @property
     def target(self) -> str:
         return f"{self.file}:{self.cls}.{self.method}"
+
+    @property
+    def defines(self) -> str:
+        """The def a `hook` piece writes ("" for any other piece)."""
+        found = re.match(r"(?:async\s+)?def\s+(\w+)", self.code) if self.kind == "hook" else None
+        return found[1] if found else ""
 
 
 @dataclass(frozen=True)
@@ -281,6 +291,11 @@ class PlumbingPlan:
     @property
     def files(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(p.file for p in self.pieces))
+
+    @property
+    def hooks_written(self) -> frozenset[str]:
+        """The hooks the plan writes into the backbone (a `hook` piece's def)."""
+        return frozenset(p.defines for p in self.pieces if p.defines)
 
     def pieces_in(self, file: str) -> tuple[PlumbingPiece, ...]:
         return tuple(p for p in self.pieces if p.file == file)

@@ -141,6 +141,7 @@ class ClassIndex:
         self.tree = tree
         self.cache = cache
         self._classes: dict[tuple[Path, str], ClassInfo | None] = {}
+        self._rels: dict[tuple[Path, str], str] = {}  # each class's file, relative to srt
         self._texts: dict[tuple[Path, str], ClassText | None] = {}
         self._named: dict[tuple[Path, str], tuple[SourceFile, str] | None] = {}
         self._module_assignments: dict[Path, dict[str, int]] = {}  # module-level `name = ...` lines
@@ -276,6 +277,7 @@ class ClassIndex:
                 continue
             direct.append((found[0].path, found[1]))
         self._own[key] = own
+        self._rels[key] = source.rel
         self._direct[key] = direct
         self._external[key] = external
         order = c3_order(key, lambda k: self._direct.get(k, ()))
@@ -284,6 +286,7 @@ class ClassIndex:
             for member, signature in self._own.get(later, {}).items():
                 members.setdefault(member, signature)
         bases = tuple(dict.fromkeys(k[1] for k in order[1:]))
+        base_keys = tuple(f"{self._rels[k]}:{k[1]}" for k in order[1:] if k[1] in bases)
         outside = tuple(dict.fromkeys(label for k in order for label in self._external.get(k, ())))
         info = ClassInfo(
             name=name,
@@ -293,6 +296,7 @@ class ClassIndex:
             bases=bases,
             external_bases=outside,
             dynamic=self._forwards_any_name(members.get("__getattr__")),
+            base_keys=base_keys if len(base_keys) == len(bases) else (),
         )
         self._classes[key] = info
         return info

@@ -30,8 +30,12 @@ class WrittenOverlay:
     def cls(self, info: ClassInfo) -> ClassInfo:
         added: dict[str, Signature] = {}
         pending: dict[str, str] = {}
-        for base in info.bases:  # nearest first: the nearest base written wins
-            file, members = self._by_name.get(base, ("", {}))
+        for index, base in enumerate(info.bases):  # nearest first: the nearest base written wins
+            if info.base_keys:  # the base's own file: another file's class of the same name is not it
+                file = info.base_keys[index].rpartition(":")[0]
+                members = self.written.get((file, base), {})
+            else:
+                file, members = self._by_name.get(base, ("", {}))
             for member, signature in members.items():
                 if member not in info.members and member not in added:
                     added[member] = signature

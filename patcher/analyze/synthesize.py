@@ -277,13 +277,16 @@ class HookLibrary:
         plumbed_by: str | None = None,
         plumbed: bool = False,
         judge: Callable[[Synthesis], str] | None = None,
+        backbone_gains: frozenset[str] = frozenset(),
     ) -> SynthesisFit:
         """The best reference whose body means the same in `wrapper`'s class, or why there is none.
         `plumbed_by` ("file:Class"): the plumbing is written with the hook, learned from that class, so
         the hook is learned from that class only and the plumbing as it is now is not asked about.
         `plumbed`: this run writes the plumbing for another hook (the caller judges the result on it):
         any reference, and the plumbing as it is now not asked about.  `judge`: why a reference that
-        fits would still not work in the class ("" when it would): the next one is tried then."""
+        fits would still not work in the class ("" when it would): the next one is tried then.
+        `backbone_gains`: the hooks the plumbing writes into the backbone (plumbing/planner.sibling_hook),
+        which a body may call there."""
         member = entry.member.name
         references = self.references(member)
         if not references:
@@ -308,7 +311,7 @@ class HookLibrary:
             requirements = None if itself else self._requirements(reference)
             if requirements in failed:
                 continue  # fails as the one with the same requirements did
-            synthesis, why = self._try(reference, wrapper, entry, shape_misfit, held, plumbed=plumbed_by is not None or plumbed)
+            synthesis, why = self._try(reference, wrapper, entry, shape_misfit, held, plumbed=plumbed_by is not None or plumbed, gains=backbone_gains)
             judged = synthesis is not None and judge is not None
             if synthesis is not None and judge is not None:
                 why = judge(synthesis)
@@ -367,6 +370,7 @@ class HookLibrary:
         shape_misfit: ShapeCheck | None,
         held: list[InnerModel] | None = None,
         plumbed: bool = False,
+        gains: frozenset[str] = frozenset(),
     ) -> tuple[Synthesis | None, str]:
         if reference.unportable:
             return None, reference.unportable
@@ -379,7 +383,7 @@ class HookLibrary:
             return None, f"{cls.name} holds no bare backbone"
         why = ""
         for backbone in candidates:
-            why = self._backbone_misfit(reference, backbone, plumbed) or self._layers_misfit(reference, wrapper, backbone)
+            why = self._backbone_misfit(reference, backbone, plumbed, gains) or self._layers_misfit(reference, wrapper, backbone)
             if not why:
                 break
         else:
@@ -507,14 +511,15 @@ class HookLibrary:
         end = node.end_lineno or node.lineno
         return all(longest(line) <= self.line_length for line in lines[first - 1 : end])
 
-    def _backbone_misfit(self, reference: Reference, backbone: InnerModel, plumbed: bool = False) -> str:
+    def _backbone_misfit(self, reference: Reference, backbone: InnerModel, plumbed: bool = False, gains: frozenset[str] = frozenset()) -> str:
         """Why the body's `self.<backbone>.X` would not mean the same on `backbone`; the layer list it
-        sets is not asked about when the plumbing is written with it (`plumbed`)."""
+        sets is not asked about when the plumbing is written with it (`plumbed`), nor a hook the
+        plumbing writes into the backbone (`gains`)."""
         for use in reference.self_uses:
             if use.chain[0] != reference.backbone.attribute or len(use.chain) < 2:
                 continue
             attribute = use.chain[1]
-            if plumbed and attribute == CAPTURE_LAYERS:
+            if plumbed and (attribute == CAPTURE_LAYERS or attribute in gains):
                 continue
             for cls in backbone.classes:
                 if attribute not in cls.members:

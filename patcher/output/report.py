@@ -205,7 +205,7 @@ def _with_plumbing(entry: MemberPlan) -> str:
     plan = entry.writes_plumbing
     if plan is None:
         return ""
-    where = ", ".join(dict.fromkeys(f"{p.kind} in {p.cls}.{p.method}" for p in plan.pieces))
+    where = ", ".join(dict.fromkeys(f"{p.cls}.{p.defines} copied from its {p.method}" if p.defines else f"{p.kind} in {p.cls}.{p.method}" for p in plan.pieces))
     return f", with its plumbing ({where})"
 
 

@@ -100,7 +100,7 @@ class Plumber:
                 return SynthesisFit(why=f"{head}; the plumbing cannot be written: {plan.why}", plumbing=True)
             if not plan.ok or not plan.needs_hook:
                 return first  # the plumbing is all there: the hook alone is missing
-            fit = self.library.fit(entry, wrapper, shape_misfit, plumbed_by=plan.reference)
+            fit = self.library.fit(entry, wrapper, shape_misfit, plumbed_by=plan.reference, backbone_gains=plan.hooks_written)
             if fit.synthesis is not None:
                 return replace(fit, writes_plumbing=plan)
             refused.append(f"{plan.reference}: {fit.why}")

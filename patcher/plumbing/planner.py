@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ..read.statements import nested_statements, sub_blocks, walk, walk_body, walk_code
 from ..records import PieceKind, PlumbingBlocker, PlumbingPiece, PlumbingPlan, Where
-from .gate import HOOK, ClassLookup, ClassSource, FunctionNode, PlumbingReport, analyze_plumbing, calls_backbone, method_of, reached_methods
+from .gate import HOOK, ClassLookup, ClassSource, FunctionNode, PlumbingReport, analyze_plumbing, calls_backbone, is_capture_hook, method_of, reached_methods
 
 if TYPE_CHECKING:
     from ..analyze.resolve import Resolver
@@ -411,6 +411,7 @@ class _Reference:
     logits_class: str
     shift: int | None
     hook: FunctionNode
+    delegates: bool  # its hook hands the layer choice to the backbone's own hook (`self.model.<hook>(...)`)
     # the backbone side, when it teaches one (else `backbone_why` says why not)
     backbone_why: str = ""
     arity: int = 0  # 2 when the capture reads a residual
@@ -440,6 +441,36 @@ def _hook_shift(hook: FunctionNode) -> int | None:
             if isinstance(element, ast.Name) and element.id == var:
                 return 0
     return None
+
+
+def _hands_to(hook: FunctionNode, attribute: str) -> bool:
+    """The hook calls `self.<attribute>.<HOOK>(...)`: the backbone's own hook chooses the layers."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == HOOK and _attr_of_self(n.func.value) == attribute for n in walk_body(hook))
+
+
+def sibling_hook(mro: Sequence[ClassSource]) -> tuple[ClassSource, FunctionNode] | None:
+    """Another algorithm's capture hook the backbone defines (`set_dflash_layers_to_capture`), for a
+    backbone without EAGLE-3's: what its forward's own capture (per-layer flags) is set by, copied under
+    EAGLE-3's name as upstream did.  Only a body that names no algorithm (no `dflash` in a message, no
+    further hook it hands on to) is copied: what it means must not depend on which algorithm calls it."""
+    if method_of(mro, HOOK) is not None:
+        return None
+    for owner in mro:
+        for statement in owner.node.body:
+            if isinstance(statement, ast.FunctionDef) and is_capture_hook(statement.name) and statement.name != HOOK:
+                word = statement.name.removeprefix("set_").removesuffix("_layers_to_capture")
+                said = [n for n in walk_body(statement) if isinstance(n, ast.Constant) and isinstance(n.value, str) and word in n.value.lower()]
+                handed = [n for n in walk_body(statement) if isinstance(n, ast.Attribute) and is_capture_hook(n.attr)]
+                if not said and not handed:
+                    return owner, statement
+    return None
+
+
+def _renamed_def(method: FunctionNode, name: str) -> FunctionNode:
+    """A copy of `method` under `name`, its line numbers kept (what the analysis reports stays on the original)."""
+    out = copy.deepcopy(method)
+    out.name = name
+    return out
 
 
 def _backbone_call(path: Sequence[tuple[ClassSource, FunctionNode]], attribute: str) -> list[tuple[ClassSource, FunctionNode, ast.Call]]:
@@ -473,16 +504,17 @@ def _logits_calls(path: Sequence[tuple[ClassSource, FunctionNode]]) -> list[tupl
     return [(o, m, n) for o, m in path for n in o.walks.body(m) if isinstance(n, ast.Call) and _attr_of_self(n.func) == LOGITS]
 
 
-def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None = None) -> _Reference | str:
+def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None = None, through_hook: bool = False) -> _Reference | str:
     """A class whose plumbing is complete, read as a reference; or why it cannot be one.  Its class side
     (the unpack, the argument, the flag) is read whatever its backbone does; its backbone side (the
     capture, the aux list, the tail) only when the capture is a statement of the loop that reads the
     stream alone (`backbone_why` says why not: a capture handed to the layer call teaches nothing a
-    target's layers can be trusted to do)."""
+    target's layers can be trusted to do).  `through_hook`: the class side alone is wanted, from a hook
+    that hands the layer choice to its backbone's hook, whatever that hook sets (list, per-layer flags)."""
     report = report or analyze_plumbing(classes, key)
     if not report.complete:
         return "its plumbing is not complete" if report.gaps else "its plumbing could not be judged"
-    if report.mechanism != "list":
+    if report.mechanism != "list" and not (through_hook and "list" in report.mechanism.split("+")):
         return f"its hook selects layers by {report.mechanism}"
     flags = [w for w in report.writes if w.holder == SELF and w.kind == "flag"]
     lists = [w for w in report.writes if w.holder != SELF and "." not in w.holder and w.kind == "list"]
@@ -540,7 +572,10 @@ def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None
         logits_class=_built_as(mro, LOGITS),
         shift=_hook_shift(hook[1]),
         hook=hook[1],
+        delegates=_hands_to(hook[1], listed.holder),
     )
+    if through_hook:
+        return _Reference(**common, backbone_why="only its class side is read")  # type: ignore[arg-type]
     if isinstance(backbone, str):
         return _Reference(**common, backbone_why=backbone)  # type: ignore[arg-type]
     loop, aux, expression, tail = backbone
@@ -690,6 +725,7 @@ class _BackboneSide:
     init: tuple[ClassSource, FunctionNode] | None
     loop: _Loop | None
     returns: tuple[ast.Return, ...]  # the ones to give the tail
+    through_hook: bool = False  # it captures by its own means, set by the hook a `hook` piece writes
 
 
 class PlumbingPlanner:
@@ -699,6 +735,7 @@ class PlumbingPlanner:
         self.classes = classes
         self.reference_keys = tuple(dict.fromkeys(references))
         self._references: dict[str, _Reference | str] = {}
+        self._through_hook: dict[str, _Reference | str] = {}  # read for a backbone whose own hook a piece writes
         # a plan is a function of the tree, the references and (class, attribute): the planning rounds of
         # one run ask again for the same ones
         self._plans: dict[tuple[tuple[str, ...], str, str], PlumbingPlan] = {}
@@ -706,7 +743,7 @@ class PlumbingPlanner:
     def without(self, keys: Sequence[str]) -> PlumbingPlanner:
         """The same planner with the references `keys` left out (their readings and plans shared)."""
         other = PlumbingPlanner(self.classes, [k for k in self.reference_keys if k not in keys])
-        other._references, other._plans = self._references, self._plans
+        other._references, other._plans, other._through_hook = self._references, self._plans, self._through_hook
         return other
 
     def reference(self, key: str) -> _Reference | str:
@@ -716,6 +753,18 @@ class PlumbingPlanner:
 
     def references(self) -> list[_Reference]:
         return [r for r in (self.reference(k) for k in self.reference_keys) if isinstance(r, _Reference)]
+
+    def hook_reference(self, key: str) -> _Reference | str:
+        """`key` read for its class side alone, when its hook hands the layer choice to its backbone's."""
+        if key not in self._through_hook:
+            found = read_reference(self.classes, key, through_hook=True)
+            self._through_hook[key] = found if isinstance(found, str) or found.delegates else "its hook sets the backbone's layer choice itself"
+        return self._through_hook[key]
+
+    def reference_for(self, key: str) -> _Reference | str:
+        """`key` as a plan may have chosen it: a full reference, else one read for its class side."""
+        found = self.reference(key)
+        return found if isinstance(found, _Reference) else self.hook_reference(key)
 
     # -- one class ------------------------------------------------------------------------------
     def plan(self, key: str, attribute: str = "model") -> PlumbingPlan:
@@ -757,7 +806,7 @@ class PlumbingPlanner:
         backbone = self._backbone_side(key, attribute, selector, found)
         if side is None or backbone is None:
             return PlumbingPlan(key, attribute, needs_hook=own_hook is None, blockers=tuple(found.blockers.values()))
-        if not found.blockers and _nothing_missing(side, backbone, flag or FLAG):
+        if not found.blockers and not found.pieces and _nothing_missing(side, backbone, flag or FLAG):
             return PlumbingPlan(key, attribute, needs_hook=own_hook is None)  # the hook alone is missing
         reference = self._choose(side, backbone, flag, selector, found)
         if reference is None:
@@ -852,6 +901,13 @@ class PlumbingPlanner:
         if captures:
             return _BackboneSide(owner, function, True, has_default, init, None, ())
         own = _own_capture(path)
+        sibling = None if selector is not None else _one_sibling([classes.mro(b) for b in held])
+        if own and sibling is not None:
+            # the class has no hook: the learned one hands the layer choice to this copy, which sets
+            # what the forward reads (plan() proves it with verify_plan)
+            where, method = sibling
+            found.add("hook", where, method, "beside", ast.unparse(_renamed_def(method, HOOK)), where.key, method)
+            return _BackboneSide(owner, function, True, True, init, None, (), through_hook=True)
         if own:
             found.block(
                 "capture",
@@ -892,6 +948,8 @@ class PlumbingPlanner:
         alone, or hidden and residual), the same backbone lineage, the same file, the same loop form,
         the most common capture; the same flag and list names when the class has its own hook."""
         refs = self.references()
+        if backbone.through_hook:
+            refs = [r for r in (self.hook_reference(k) for k in self.reference_keys) if isinstance(r, _Reference)]
         needs_capture = not backbone.captures
         fitting: list[_Reference] = []
         why: Counter[str] = Counter()
@@ -911,10 +969,12 @@ class PlumbingPlanner:
             if needs_capture and loop is not None:
                 stream = "hidden and residual" if loop.residual else "the hidden states alone"
                 wanted = f"captures {stream} in a statement of its layer loop"
+            elif backbone.through_hook:
+                wanted = f"hands the layer choice to its backbone's {HOOK}"
             else:
                 wanted = "can teach this class's forward its part"
             tried = [f"{n} because {w}" for w, n in why.most_common(3)]
-            broken = [k for k in self.reference_keys if isinstance(self.reference(k), str)]
+            broken = [k for k in self.reference_keys if isinstance(self.reference(k) if not backbone.through_hook else self.hook_reference(k), str)]
             detail = f"; {len(refs)} complete, not taken: {', '.join(tried)}" if tried else ""
             found.block(
                 "reference",
@@ -1013,6 +1073,14 @@ class PlumbingPlanner:
             else:
                 code = f"return ({name}, {aux}) if {spelled} else {name}"
             found.add("tail", owner, function, "replace", code, origin, node)
+
+
+def _one_sibling(mros: Sequence[Sequence[ClassSource]]) -> tuple[ClassSource, FunctionNode] | None:
+    """The one sibling hook every class the backbone may be built as reaches (sibling_hook)."""
+    found = {(s[0].key, s[1].lineno): s for m in mros if (s := sibling_hook(m)) is not None}
+    if len(found) != 1 or any(sibling_hook(m) is None for m in mros):
+        return None
+    return next(iter(found.values()))
 
 
 def _logits_lacking(side: _ClassSide, aux: str) -> list[tuple[ClassSource, FunctionNode, ast.Call]]:
@@ -1217,6 +1285,14 @@ def _apply_piece(node: ast.ClassDef, piece: PlumbingPiece, inserted: set[int], c
     )
     if method is None:
         raise ValueError(f"{piece.target}: no def at line {piece.method_line}")
+    if piece.where == "beside":
+        if method not in node.body:
+            raise ValueError(f"{piece.target}: the def at line {piece.method_line} is not in the class body itself")
+        written = _renamed_def(method, ast.parse(piece.code).body[0].name)  # type: ignore[attr-defined]
+        inserted.update(id(s) for s, _ in nested_statements([written]))
+        position = node.body.index(method)
+        node.body[position + 1 : position + 1] = [written]
+        return
     method = copies.down_to(node, method, _BLOCKS)
     if piece.where == "end":
         new = _parsed(piece.code, method.body[-1].lineno, inserted)
@@ -1302,7 +1378,7 @@ def judge_through(
 
 def reference_hook(planner: PlumbingPlanner, plan: PlumbingPlan) -> tuple[FunctionNode, str] | None:
     """(the hook of the plan's reference, the backbone attribute it writes on): what the synthesis learns."""
-    reference = planner.reference(plan.reference) if plan.reference else None
+    reference = planner.reference_for(plan.reference) if plan.reference else None
     return (reference.hook, reference.attribute) if isinstance(reference, _Reference) else None
 
 

@@ -210,7 +210,7 @@ def with_plumbing(source: SourceFile, pieces: Sequence[PlumbingPiece], line_leng
     prove_plumbing(source.rel, source.text, text, pieces, line_length)
     plumbed: dict[str, list[str]] = {}
     for piece in pieces:
-        label = f"{piece.kind} in {piece.method} (plumbing)"
+        label = f"{piece.defines}, copied from {piece.method} (plumbing)" if piece.defines else f"{piece.kind} in {piece.method} (plumbing)"
         if label not in plumbed.setdefault(piece.cls, []):
             plumbed[piece.cls].append(label)
     return decode_source(source.path, source.rel, source.encode(text)), plumbed
