@@ -71,6 +71,7 @@ def test_a_base_imported_under_another_name_is_followed_and_its_members_inherite
     )
     info = info_of(index_for(root), "models/deepseek_v3.py", "DeepseekV3ForCausalLM")
     assert info.bases == ("DeepseekV2ForCausalLM",)
+    assert info.base_keys == ("models/deepseek_v2.py:DeepseekV2ForCausalLM",)  # the file that defines it
     assert info.external_bases == ("nn.Module",)
     assert info.members["set_eagle3_layers_to_capture"].owner == "DeepseekV3ForCausalLM"
     inherited = info.members["get_embed_and_head"]

@@ -43,6 +43,19 @@ CASES = [
     ),
     ("a class written into itself gets nothing", cls("Base"), {("models/m.py", "Base"): {GET: sig(GET, "Inner")}}, {}),
     ("not a base: nothing", cls("Other", ("Unrelated",)), {("models/b.py", "Base"): {GET: sig(GET, "Inner")}}, {}),
+    (
+        # Qwen3.5: qwen3_5_text.py and qwen3_5.py each define Qwen3_5ForCausalLM; the backbone's base is the latter
+        "another file's class of the base's name is not the base",
+        dataclasses.replace(cls("Sub", ("Base",)), base_keys=("models/m.py:Base",)),
+        {("models/b.py", "Base"): {SET: sig(SET, "Inner")}},
+        {},
+    ),
+    (
+        "the base's own file is",
+        dataclasses.replace(cls("Sub", ("Base",)), base_keys=("models/b.py:Base",)),
+        {("models/m.py", "Base"): {GET: sig(GET, "A")}, ("models/b.py", "Base"): {SET: sig(SET, "Inner")}},
+        {SET: "models/b.py:Base"},
+    ),
 ]
 
 
