@@ -48,6 +48,8 @@ def check_fixes(report: Mapping) -> set[Member]:
             fix = gap["fix"]
             if fix is None:
                 continue
+            # a hook the plumbing copies into the backbone (its sibling's body under the hook's name)
+            out.update((p["file"], p["class"], p["writes"]) for p in fix.get("plumbing") or () if p.get("writes"))
             if fix["kind"] in WRITTEN_HERE:
                 out.add((model["file"], model["class"], gap["name"]))
             elif fix["kind"] == "inherit":

@@ -445,6 +445,7 @@ class _Model:
 
 
 _LEARNED = "# eaglepatch: learned from "
+_COPIED = "# eaglepatch: plumbing learned from "  # a backbone's hook copied from its sibling (a `hook` piece)
 _NAME_ERRORS = (NameError, ImportError)
 
 
@@ -461,7 +462,10 @@ def learned_from(func) -> str | None:
     while index >= 0 and lines[index].lstrip().startswith("@"):
         index -= 1
     line = lines[index].strip() if index >= 0 else ""
-    return line[len(_LEARNED) :].split(" ")[0] if line.startswith(_LEARNED) else None
+    for marker in (_LEARNED, _COPIED):
+        if line.startswith(marker):
+            return line[len(marker) :].split(" ")[0]
+    return None
 
 
 def learned_runs(func, member: str, origin: str) -> dict:

@@ -745,28 +745,33 @@ def test_written_plumbing_runs_like_its_reference(version, tmp_path, tmp_path_fa
     as the release's did."""
     _, data, _ = all_report(version)
     plumbed: dict[tuple[str, str], dict[str, str]] = {}  # (file, class) -> {hook: "file:Class" learned from}
-    real_backbone: set[tuple[str, str]] = set()  # classes whose backbone gets plumbing too: run it, not a stand-in
+    # how each class's backbone is run: the release's own where it gets plumbing too; a stand-in with
+    # hooks of its own where it gets a hook copied from its sibling (its forward, which marks layers, is
+    # not the stubs'; the copy itself is run below); else a stand-in
+    backbone_kind: dict[tuple[str, str], str] = {}
+    copies: list[dict] = []  # the `hook` pieces: a backbone hook copied from its sibling
     for model in data["models"]:
         gaps = [g for g in model["missing"] if (g.get("fix") or {}).get("kind") == "synthesize" and g["name"].endswith("_layers_to_capture")]
         pieces = [p for g in gaps for p in g["fix"].get("plumbing") or []]
         if not pieces:
             continue
         plumbed[(model["file"], model["class"])] = {g["name"]: g["fix"]["from"] for g in gaps}
-        if any(p["piece"] in BACKBONE_PIECES for p in pieces):
-            real_backbone.add((model["file"], model["class"]))
+        copies += [p for p in pieces if p["piece"] == "hook" and p not in copies]
+        kind = "stand-in-hooked" if any(p["piece"] == "hook" for p in pieces) else "real" if any(p["piece"] in BACKBONE_PIECES for p in pieces) else "stand-in"
+        backbone_kind[(model["file"], model["class"])] = kind
     if not plumbed:
         pytest.skip(f"sglang {version}: apply --all writes no plumbing")
     root, applied = applied_checkout(version, tmp_path_factory)
     assert applied.returncode in (0, 1), describe(applied)
     hooks = sorted({hook for learned in plumbed.values() for hook in learned})
-    def entry(file: str, cls: str, real: bool, key: str | None = None) -> dict:
-        out = {"module": _module_of(file), "class": cls, "hooks": hooks, "backbone": "real" if real else "stand-in"}
+    def entry(file: str, cls: str, kind: str, key: str | None = None) -> dict:
+        out = {"module": _module_of(file), "class": cls, "hooks": hooks, "backbone": kind}
         return out | ({"key": key} if key else {})
 
-    classes = [entry(file, cls, (file, cls) in real_backbone) for file, cls in plumbed]
-    references = {(ref, key in real_backbone) for key, learned in plumbed.items() for ref in learned.values()}
-    # a reference serves pupils of both kinds: run once with each backbone, under its own key
-    spec = classes + [entry(*ref.split(":"), real, f"{ref}@{real}") for ref, real in sorted(references)]
+    classes = [entry(file, cls, backbone_kind[file, cls]) for file, cls in plumbed]
+    references = {(ref, backbone_kind[key]) for key, learned in plumbed.items() for ref in learned.values()}
+    # a reference serves pupils of every kind: run once with each backbone, under its own key
+    spec = classes + [entry(*ref.split(":"), kind, f"{ref}@{kind}") for ref, kind in sorted(references)]
     code_cache = _stub_code_cache(tmp_path_factory)
     from real_forward import run_fresh
 
@@ -789,7 +794,7 @@ def test_written_plumbing_runs_like_its_reference(version, tmp_path, tmp_path_fa
         assert "error" not in after["off"] and behaviour(after["off"]) == behaviour(before["off"]), (key, before["off"], after["off"])
         assert behaviour(after["not_last"]) == behaviour(before["not_last"]), (key, before["not_last"], after["not_last"])
         for hook, reference in sorted(learned.items(), key=lambda item: item[0] != CAPTURE_HOOK):  # EAGLE-3's first
-            ref = patched[f"{reference}@{(file, cls) in real_backbone}"]
+            ref = patched[f"{reference}@{backbone_kind[file, cls]}"]
             assert ref["backbone"] == after["backbone"], (key, reference)
             assert hook in after["hooks"] and hook in ref["hooks"], (key, hook, after["hooks"], ref["hooks"])
             on, expected = after["on"][hook], ref["on"][hook]
@@ -810,11 +815,31 @@ def test_written_plumbing_runs_like_its_reference(version, tmp_path, tmp_path_fa
             assert {k: v for k, v in call.items() if k != "aux_hidden_states"} == {
                 k: v for k, v in before["off"]["logits"][0].items() if k != "aux_hidden_states"}, (key, hook)
         proven += 1
+    for piece in copies:  # the copy sets on a stub backbone what its sibling sets, for the same ids
+        written = (root / "python" / "sglang" / "srt" / piece["file"]).read_text(encoding="utf-8")
+        original = (sglang_releases.site_packages(version) / "sglang" / "srt" / piece["file"]).read_text(encoding="utf-8")
+        copy_state = _hook_state(written, piece["class"], piece["writes"])
+        assert copy_state == _hook_state(original, piece["class"], piece["method"]) and copy_state[0] == [1, 3], (piece, copy_state)
     print(f"sglang {version}: {proven} plumbed classes run like their references on stubs ({hook_only} hooks against the "
-          f"reference's hook alone); not runnable: {sorted(unrunnable)}")
+          f"reference's hook alone, {len(copies)} backbone hooks copied from a sibling); not runnable: {sorted(unrunnable)}")
     if unrunnable:  # named, not skipped silently: the stubs do not carry these backbones' forwards
         warnings.warn(f"sglang {version}: plumbed classes whose release forward does not run on the stubs: {unrunnable}", stacklevel=2)
     assert proven >= len(unrunnable), (proven, unrunnable)
+
+
+def _hook_state(source: str, cls: str, method: str) -> tuple:
+    """What `cls.method(self, [1, 3])` of a module's source leaves on a stub backbone with six layers:
+    its own attributes, and each layer's.  The def alone is run (its module does not import here)."""
+    import types
+
+    (node,) = [n for c in ast.parse(source).body if isinstance(c, ast.ClassDef) and c.name == cls for n in c.body
+               if isinstance(n, ast.FunctionDef) and n.name == method]
+    node.decorator_list = []
+    namespace: dict = {}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), "<hook>", "exec"), namespace)
+    backbone = types.SimpleNamespace(layers=[types.SimpleNamespace() for _ in range(6)])
+    namespace[method](backbone, [1, 3])
+    return backbone.layers_to_capture, [sorted(vars(layer).items()) for layer in backbone.layers]
 
 
 # A capture hook `apply` learns where the backbone marks its chosen layers itself, against upstream's own
@@ -867,3 +892,47 @@ def test_a_hook_learned_on_a_flag_marking_backbone_runs_like_upstreams_fix(case,
         assert behaviour(mine["off"]) == behaviour(theirs["off"]), (key, mine["off"], theirs["off"])
     first_on = first[f"{_module_of(file)}:{cls}"]["on"][hook]
     assert first_on.get("backbone") != patched[f"{_module_of(file)}:{cls}"]["on"][hook]["backbone"], first_on  # why 0.5.18 is no oracle
+
+
+# EAGLE-3's hook where the backbone marks its chosen layers itself and has no EAGLE-3 hook: `apply` copies
+# the backbone's own DFlash hook under EAGLE-3's name and learns the class's hook from one that hands its
+# ids to the backbone's (release, the release whose fix is the oracle, file, the class, a subclass that
+# inherits the hook, the backbone's file and class).  Upstream's 0.5.22 fix did both by hand.
+COPIED_ON_FLAGS = [
+    (version, "0.5.22", "models/qwen3_5_text.py", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "models/qwen3_5.py", "Qwen3_5ForCausalLM")
+    for version in ("0.5.17", "0.5.21")
+]
+
+
+@pytest.mark.parametrize("case", [c for c in COPIED_ON_FLAGS if all(v in VERSIONS for v in c[:2])], ids=lambda c: c[0])
+def test_an_eagle3_hook_copied_onto_a_flag_marking_backbone_runs_like_upstreams_fix(case, tmp_path, tmp_path_factory):
+    """On stubs, the patched class hands its backbone's hook the layers 0.5.22's fix hands it, the logits
+    processor gets the same aux states, and capture off runs as 0.5.22's; the backbone's copied hook
+    leaves on a stub backbone what 0.5.22's own backbone hook leaves."""
+    version, oracle, file, cls, sub, backbone_file, backbone = case
+    hook = CAPTURE_HOOK
+    _, data, _ = all_report(version)
+    fixes = {m["class"]: next(g["fix"] for g in m["missing"] if g["name"] == hook) for m in data["models"] if m["file"] == file}
+    assert fixes[sub] == {"kind": "inherit", "from": f"{file}:{cls}"}
+    ((copy,),) = [[p for p in fixes[cls]["plumbing"] if p["piece"] == "hook"]]
+    assert (copy["file"], copy["class"], copy["method"], copy["writes"]) == (backbone_file, backbone, "set_dflash_layers_to_capture", hook)
+    root, applied = applied_checkout(version, tmp_path_factory)
+    assert applied.returncode in (0, 1), describe(applied)
+    written = (root / "python" / "sglang" / "srt" / backbone_file).read_text(encoding="utf-8")
+    upstream = (sglang_releases.site_packages(oracle) / "sglang" / "srt" / backbone_file).read_text(encoding="utf-8")
+    assert _hook_state(written, backbone, hook) == _hook_state(upstream, backbone, hook)
+    spec = [{"module": _module_of(file), "class": name, "hooks": [hook], "backbone": "stand-in-hooked"} for name in (cls, sub)]
+    code_cache = _stub_code_cache(tmp_path_factory)
+    from real_forward import run_fresh
+
+    patched = run_fresh(root / "python", spec, tmp_path, "patched", code_cache)
+    right = run_fresh(sglang_releases.site_packages(oracle), spec, tmp_path, "oracle", code_cache)
+    for name in (cls, sub):
+        key = f"{_module_of(file)}:{name}"
+        mine, theirs = patched[key], right[key]
+        assert "error" not in theirs["on"][hook] and "error" not in mine["on"][hook], (key, mine["on"], theirs["on"])
+        (call,) = mine["on"][hook]["logits"]
+        assert call["aux_hidden_states"], (key, call)
+        assert behaviour(mine["on"][hook]) == behaviour(theirs["on"][hook]), (key, mine["on"][hook], theirs["on"][hook])
+        assert mine["on"][hook]["backbone"] == theirs["on"][hook]["backbone"], (key, mine["on"][hook], theirs["on"][hook])
+        assert behaviour(mine["off"]) == behaviour(theirs["off"]), (key, mine["off"], theirs["off"])

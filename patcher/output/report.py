@@ -40,7 +40,7 @@ def member_json(plan: MemberPlan, with_definition: bool = True) -> dict:
     fix = data["fix"]
     if plan.writes_plumbing is not None and isinstance(fix, dict):
         fix["plumbing"] = [
-            {"piece": p.kind, "file": p.file, "class": p.cls, "method": p.method, "line": p.line or p.method_line}
+            {"piece": p.kind, "file": p.file, "class": p.cls, "method": p.method, "line": p.line or p.method_line} | ({"writes": p.defines} if p.defines else {})
             for p in plan.writes_plumbing.pieces
         ]
     if with_definition and plan.defined is not None:
