@@ -249,14 +249,20 @@ def _verdict(wrapper: Wrapper, role: ModelRole, missing: list[MemberPlan]) -> tu
     return "compliant", f"has every EAGLE-3 member a {role} model needs"
 
 
-def with_broken_plumbing(plan: ModelPlan, member: ProtocolMember, gaps: Iterable[PlumbingGap], read: Iterable[str] = ()) -> ModelPlan:
+def with_broken_plumbing(
+    plan: ModelPlan, member: ProtocolMember, gaps: Iterable[PlumbingGap], read: Iterable[str] = (), fit: SynthesisFit | None = None
+) -> ModelPlan:
     """The plan of a class whose capture hook exists but cannot work: a required gap of kind plumbing
-    naming every broken piece, and the verdict that follows (never compliant)."""
+    naming every broken piece, and the verdict that follows (never compliant).  `fit`: a hook learned
+    into the class itself, with its plumbing, that apply writes over the inherited one."""
     gaps = tuple(gaps)
     defined = plan.wrapper.cls.members.get(member.name)
     uses = tuple(uses_for_role(member.uses, plan.role))
     blocker = "its forward never uses what the hook sets: " + "; ".join(g.describe() for g in gaps)
     entry = MemberPlan(member, defined, None, required=True, blocker=blocker, uses=uses, gap="plumbing", plumbing=gaps)
+    if fit is not None and fit.synthesis is not None:
+        fix = Fix("synthesize", fit.synthesis.reference.label)
+        entry = replace(entry, fix=fix, blocker=None, synthesis=fit.synthesis, writes_plumbing=fit.writes_plumbing)
     missing = [*plan.missing, entry]
     status, reason = _verdict(plan.wrapper, plan.role, missing)
     return replace(plan, status=status, missing=tuple(missing), reason=reason, read=tuple(dict.fromkeys([*plan.read, *read])))

@@ -7,7 +7,7 @@ so what `check` says is what `apply` leaves; every judgement reads the run's Tre
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -92,20 +92,44 @@ class Plumber:
             if not isinstance(alone, str) and not alone.gaps:
                 return first
         attribute = first.synthesis.backbone if first.synthesis is not None else held[0].attribute
+        head = first.why or "the hook alone would not make EAGLE-3 work"
+        return self._learned_with_plumbing(entry, wrapper, shape_misfit, attribute, head, first)
+
+    def override(self, entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeMisfit) -> SynthesisFit:
+        """A capture hook the class inherits whose forward cannot use what it sets: a hook learned into
+        the class itself, written with the plumbing it needs (a backbone that marks its own layers gets
+        EAGLE-3's hook copied from its sibling: planner.sibling_hook), as upstream's Qwen3.5 fix made the
+        hook Qwen3-VL's wrappers share hand the layers to such a backbone's hook; or why there is none."""
+        from ..analyze.plan import backbones
+        from .gate import HOOK
+
+        held = backbones(wrapper)
+        if entry.member.name != HOOK or not held:
+            return SynthesisFit(why="no hook to learn on a bare backbone")
+        head = "the inherited hook cannot work here"
+        return self._learned_with_plumbing(entry, wrapper, shape_misfit, held[0].attribute, head, None)
+
+    def _learned_with_plumbing(
+        self, entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeMisfit, attribute: str, head: str, first: SynthesisFit | None
+    ) -> SynthesisFit:
+        """The hook learned from the reference of a plan that writes plumbing, trying the next reference
+        while the hook of one does not fit the class.  `first`: what to answer when the plumbing is all
+        there (None: the class's own hook is overridden, so a plan must write something)."""
+        key = f"{wrapper.cls.file}:{wrapper.cls.name}"
         planner, refused = self.planner, []
         for _ in range(MAX_PLUMBING_REFERENCES):  # a reference whose hook does not fit the class: plan from the next
-            plan = planner.plan(key, attribute)
+            plan = planner.plan(key, attribute, override=first is None)
             if plan.blockers:
-                head = first.why or "the hook alone would not make EAGLE-3 work"
                 return SynthesisFit(why=f"{head}; the plumbing cannot be written: {plan.why}", plumbing=True)
             if not plan.ok or not plan.needs_hook:
-                return first  # the plumbing is all there: the hook alone is missing
+                # the plumbing is all there: the hook alone is missing
+                return first if first is not None else SynthesisFit(why=f"{head}; no plumbing to write with a hook of its own")
             fit = self.library.fit(entry, wrapper, shape_misfit, plumbed_by=plan.reference, backbone_gains=plan.hooks_written)
             if fit.synthesis is not None:
                 return replace(fit, writes_plumbing=plan)
             refused.append(f"{plan.reference}: {fit.why}")
             planner = planner.without([plan.reference])
-        return SynthesisFit(why=f"{first.why}; the plumbing can be written, but the hook cannot be learned with it: {refused[0]}")
+        return SynthesisFit(why=f"{head}; the plumbing can be written, but the hook cannot be learned with it: {refused[0]}")
 
     def judge_learned(self, key: str, hook: str, synthesis: Synthesis, plan: PlumbingPlan | None = None) -> list[str]:
         """What is left broken in `key` with `hook` learned as `synthesis` says: nothing when the forward
@@ -182,13 +206,21 @@ def judge_riding(plans: list[ModelPlan]) -> list[ModelPlan]:
     return out
 
 
-def judge_plumbing(resolver: Resolver, protocol: Protocol, plans: list[ModelPlan], classes: TreeClasses | None = None) -> list[ModelPlan]:
+def judge_plumbing(
+    resolver: Resolver,
+    protocol: Protocol,
+    plans: list[ModelPlan],
+    classes: TreeClasses | None = None,
+    override: Callable[[MemberPlan, Wrapper], SynthesisFit] | None = None,
+) -> list[ModelPlan]:
     """A target whose capture hook exists (its own or inherited) but whose forward never uses what the
     hook sets cannot run the algorithm: its plan gains a plumbing gap naming every broken piece.  Only
     the hook as the tree has it is judged, not one this run's apply writes.  Another algorithm's capture
     hook is held to its hook alone (it must reach a method the held class defines): the forward pieces
     are read with EAGLE-3's conventions, which DFlash's and DSpark's newer taps (an accumulator handed to
-    the layers, per-layer flags, a nested pair) do not follow."""
+    the layers, per-layer flags, a nested pair) do not follow.  `override` (Plumber.override): for
+    EAGLE-3's hook inherited from a base, a hook learned into the class itself with the plumbing it
+    needs, which the gap then carries as its fix."""
     from ..analyze.plan import with_broken_plumbing
     from .gate import HOOK, TreeClasses, analyze_plumbing, is_capture_hook, method_of
 
@@ -225,7 +257,12 @@ def judge_plumbing(resolver: Resolver, protocol: Protocol, plans: list[ModelPlan
             else:
                 report = analyze_plumbing(classes, key, member.name)
             gaps = report.gaps if member.name == HOOK else [g for g in report.gaps if g.piece == "hook"]
-            if gaps:
+            inherited = hook is not None and hook.owner != cls.name and not fixed
+            if gaps and override is not None and member.name == HOOK and inherited:
+                broken = with_broken_plumbing(plan, member, gaps, report.read)
+                fit = override(broken.missing[-1], plan.wrapper)
+                plan = with_broken_plumbing(plan, member, gaps, report.read, fit if fit.synthesis is not None else None)
+            elif gaps:
                 plan = with_broken_plumbing(plan, member, gaps, report.read)
             else:
                 plan = replace(plan, read=tuple(dict.fromkeys([*plan.read, *report.read])))

@@ -738,7 +738,7 @@ class PlumbingPlanner:
         self._through_hook: dict[str, _Reference | str] = {}  # read for a backbone whose own hook a piece writes
         # a plan is a function of the tree, the references and (class, attribute): the planning rounds of
         # one run ask again for the same ones
-        self._plans: dict[tuple[tuple[str, ...], str, str], PlumbingPlan] = {}
+        self._plans: dict[tuple[tuple[str, ...], str, str, bool], PlumbingPlan] = {}
 
     def without(self, keys: Sequence[str]) -> PlumbingPlanner:
         """The same planner with the references `keys` left out (their readings and plans shared)."""
@@ -767,22 +767,23 @@ class PlumbingPlanner:
         return found if isinstance(found, _Reference) else self.hook_reference(key)
 
     # -- one class ------------------------------------------------------------------------------
-    def plan(self, key: str, attribute: str = "model") -> PlumbingPlan:
+    def plan(self, key: str, attribute: str = "model", override: bool = False) -> PlumbingPlan:
         """The plumbing `key` ("file:Class") needs for its capture hook (its own, or the one the synthesis
-        would write, learned from the reference chosen here) to work, through `self.<attribute>`."""
-        memo = (self.reference_keys, key, attribute)
+        would write, learned from the reference chosen here) to work, through `self.<attribute>`.
+        `override`: the hook it inherits is not taken; the synthesis writes one into the class itself."""
+        memo = (self.reference_keys, key, attribute, override)
         if memo not in self._plans:
-            self._plans[memo] = self._plan(key, attribute)
+            self._plans[memo] = self._plan(key, attribute, override)
         return self._plans[memo]
 
-    def _plan(self, key: str, attribute: str) -> PlumbingPlan:
+    def _plan(self, key: str, attribute: str, override: bool = False) -> PlumbingPlan:
         classes = self.classes
         mro = classes.mro(key)
         found = _Plan()
         if not mro:
             return PlumbingPlan(key, attribute, blockers=(PlumbingBlocker("class", "the class is not in the tree", key),))
         cls = mro[0]
-        own_hook = method_of(mro, HOOK)
+        own_hook = None if override else method_of(mro, HOOK)
         flag = selector = None
         report = None
         if own_hook is not None:
@@ -843,11 +844,11 @@ class PlumbingPlanner:
         if tbo:
             found.block("two-batch-overlap", f"{owner.name}.forward has a two-batch-overlap path ({tbo})", _at(owner, function))
         calls = _backbone_call(path, attribute)
-        if len(calls) != 1:
+        if len(calls) != 1 and not _one_result_unpacked(calls):
             lines = ", ".join(f"{o.file}:{c.lineno}" for o, _, c in calls)
             found.block("backbone-call", f"{owner.name}.forward calls self.{attribute} {len(calls)} times{f' ({lines})' if lines else ''}: the plan needs exactly one", _at(owner, function))
             return None
-        call_owner, method, call = calls[0]
+        call_owner, method, call = calls[-1]
         assigned = _assignment_of(method, call)
         if assigned is None:
             found.block("backbone-call", f"{call_owner.name}.{method.name} does not assign what self.{attribute} returns to one name", _at(call_owner, call))
@@ -1081,6 +1082,18 @@ def _one_sibling(mros: Sequence[Sequence[ClassSource]]) -> tuple[ClassSource, Fu
     if len(found) != 1 or any(sibling_hook(m) is None for m in mros):
         return None
     return next(iter(found.values()))
+
+
+def _one_result_unpacked(calls: Sequence[tuple[ClassSource, FunctionNode, ast.Call]]) -> bool:
+    """Several calls of the backbone (one a branch: `self.model(...)` for text alone, a multimodal
+    routine handed `self.model` otherwise), all in one method, each assigned to the same name, which the
+    method already takes apart: the class side needs no piece placed after any one of them."""
+    if len(calls) < 2 or len({(o.key, id(m)) for o, m, _ in calls}) != 1:
+        return False
+    _, method, _ = calls[0]
+    assigned = [_assignment_of(method, c) for _, _, c in calls]
+    names = {a[0].targets[0].id for a in assigned if a is not None and isinstance(a[0].targets[0], ast.Name)}
+    return None not in assigned and len(names) == 1 and _unpack_statement(method, names.pop()) is not None
 
 
 def _logits_lacking(side: _ClassSide, aux: str) -> list[tuple[ClassSource, FunctionNode, ast.Call]]:

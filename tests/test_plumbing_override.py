@@ -1,0 +1,241 @@
+"""`check`, `apply` and `revert` on a tree whose backbone marks its capture layers itself (Qwen3.5's
+shape, 0.5.11-0.5.21), through the whole pipeline.
+
+The tree (the bundled fixture checkout, plus two modules mirroring the shapes): a backbone whose
+forward hands a capture list to each layer it finds marked, with DFlash's hook (which marks them) and
+no EAGLE-3 hook; a multimodal wrapper that *inherits* a list-setting EAGLE-3 hook from a base shared
+with other wrappers (Qwen3-VL's), its forward calling the backbone in two branches; a text causal LM
+with no hook at all; and a reference pair whose hook hands its ids to its backbone's own hook.
+
+What must hold: `check` names the inherited hook's plumbing gap *with* a fix (a hook learned into the
+wrapper itself, with the backbone's copy of its DFlash hook) and the text class's missing hook with the
+same copy; `apply` writes the copy once, both classes are then compliant, a second `apply` changes
+nothing and `revert` gives every byte back; on stubs, the patched wrapper hands the logits processor the
+streams entering the layers the reference's convention names, and with capture off runs as before.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import committed_copy, git, invoke, isolate_git, snapshot
+from plumbing_harness import INPUTS, PPGroup, Sym, build, load, set_rank
+from test_plumbing_sibling_hook import HANDING
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "checkout"
+MODELS = Path("python/sglang/srt/models")
+HOOK = "set_eagle3_layers_to_capture"
+
+FLAG_LIKE = '''\
+from torch import nn
+
+from sglang.srt.distributed import get_pp_group
+from sglang.srt.layers.layernorm import RMSNorm
+from sglang.srt.layers.logits_processor import LogitsProcessor
+
+
+def embed_routine(input_ids, forward_batch, language_model, positions):
+    return language_model(input_ids, positions, forward_batch)
+
+
+class FlagDecoderLayer(nn.Module):
+    def forward(self, positions, hidden_states, forward_batch, **kwargs):
+        return hidden_states
+
+
+class FlagModel(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.embed_tokens = nn.Module()
+        self.layers = nn.ModuleList(
+            [FlagDecoderLayer() for _ in range(config.num_hidden_layers)]
+        )
+        self.start_layer, self.end_layer = 0, config.num_hidden_layers
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.layers_to_capture = []
+
+    def set_dflash_layers_to_capture(self, layers_to_capture: list[int]):
+        self.layers_to_capture = layers_to_capture
+        for layer_id in self.layers_to_capture:
+            setattr(self.layers[layer_id], "_is_layer_to_capture", True)
+
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.embed_tokens(input_ids)
+        aux_hidden_states = []
+        for i in range(self.start_layer, self.end_layer):
+            layer = self.layers[i]
+            hidden_states = layer(
+                positions,
+                hidden_states,
+                forward_batch,
+                captured_last_layer_outputs=(
+                    aux_hidden_states
+                    if getattr(layer, "_is_layer_to_capture", False)
+                    else None
+                ),
+            )
+        hidden_states = self.norm(hidden_states)
+        if len(aux_hidden_states) == 0:
+            return hidden_states
+        return hidden_states, aux_hidden_states
+
+
+class FlagVLBase(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.pp_group = get_pp_group()
+        self.language_model_only = False
+        self.model = FlagModel(config)
+        self.lm_head = nn.Module()
+        self.logits_processor = LogitsProcessor(config)
+        self.capture_aux_hidden_states = False
+
+    def get_embed_and_head(self):
+        return self.model.embed_tokens.weight, self.lm_head.weight
+
+    def forward(self, input_ids, positions, forward_batch):
+        if self.language_model_only:
+            hidden_states = self.model(input_ids, positions, forward_batch)
+        else:
+            hidden_states = embed_routine(
+                input_ids=input_ids,
+                forward_batch=forward_batch,
+                language_model=self.model,
+                positions=positions,
+            )
+
+        aux_hidden_states = None
+        if self.capture_aux_hidden_states:
+            hidden_states, aux_hidden_states = hidden_states
+        return self.logits_processor(
+            input_ids, hidden_states, self.lm_head, forward_batch, aux_hidden_states
+        )
+
+    def set_eagle3_layers_to_capture(self, layer_ids=None):
+        self.capture_aux_hidden_states = True
+        if layer_ids is None:
+            num_layers = self.config.num_hidden_layers
+            self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]
+        else:
+            self.model.layers_to_capture = [val + 1 for val in layer_ids]
+
+
+class FlagVLForConditionalGeneration(FlagVLBase):
+    pass
+
+
+class FlagForCausalLM(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.pp_group = get_pp_group()
+        self.model = FlagModel(config)
+        self.lm_head = nn.Module()
+        self.logits_processor = LogitsProcessor(config)
+        self.capture_aux_hidden_states = False
+
+    def get_embed_and_head(self):
+        return self.model.embed_tokens.weight, self.lm_head.weight
+
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.model(input_ids, positions, forward_batch)
+        aux_hidden_states = None
+        if isinstance(hidden_states, tuple):
+            hidden_states, aux_hidden_states = hidden_states
+        return self.logits_processor(
+            input_ids, hidden_states, self.lm_head, forward_batch, aux_hidden_states
+        )
+
+
+EntryClass = [FlagVLForConditionalGeneration, FlagForCausalLM]
+'''
+
+HAND_LIKE = HANDING.replace("    def forward(self, input_ids, positions, forward_batch):\n        hidden_states = self.model(", """\
+    def get_embed_and_head(self):
+        return self.model.embed_tokens.weight, self.lm_head.weight
+
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.model(""") + "\n\nEntryClass = HandForCausalLM\n"
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch) -> Path:
+    isolate_git(monkeypatch)
+    root = committed_copy(FIXTURE, tmp_path / "repo")
+    (root / MODELS / "flag_like.py").write_text(FLAG_LIKE)
+    (root / MODELS / "hand_like.py").write_text(HAND_LIKE)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "flag-marking backbone")
+    return root
+
+
+def report(repo: Path) -> tuple[int, dict]:
+    result = invoke("check", repo, "--model", "flag_like", "--format", "json", "--no-cache")
+    return result.exit_code, {m["class"]: m for m in json.loads(result.stdout)["models"]}
+
+
+def test_check_offers_the_copy_and_a_learned_hook_for_both_classes(repo: Path) -> None:
+    code, models = report(repo)
+    assert code == 1
+    copy = {"piece": "hook", "file": "models/flag_like.py", "class": "FlagModel", "method": "set_dflash_layers_to_capture", "writes": HOOK}
+    wrapper = models["FlagVLForConditionalGeneration"]
+    (gap,) = [g for g in wrapper["missing"] if g["name"] == HOOK]
+    assert wrapper["status"] == "fixable" and gap["gap"] == "plumbing"
+    assert [p["piece"] for p in gap["plumbing"]] == ["selector-read"]  # the gap stays named
+    assert gap["fix"]["kind"] == "synthesize" and gap["fix"]["from"] == "models/hand_like.py:HandForCausalLM"
+    assert [{k: v for k, v in p.items() if k != "line"} for p in gap["fix"]["plumbing"]] == [copy]
+    text = models["FlagForCausalLM"]
+    (missing,) = [g for g in text["missing"] if g["name"] == HOOK]
+    assert text["status"] == "fixable" and missing["gap"] == "member"
+    assert [{k: v for k, v in p.items() if k != "line"} for p in missing["fix"]["plumbing"]] == [copy]
+
+
+def test_apply_writes_the_copy_once_then_check_is_clean_and_revert_exact(repo: Path) -> None:
+    before = snapshot(repo)
+    applied = invoke("apply", repo, "--model", "flag_like")
+    assert applied.exit_code == 0, applied.output
+    written = (repo / MODELS / "flag_like.py").read_text()
+    assert written.count(f"def {HOOK}(self, layers_to_capture: list[int]):") == 1  # the backbone's copy
+    assert written.count(f"def {HOOK}(") == 4  # the base's own (left as it was), the copy, the two learned hooks
+    base = FLAG_LIKE[FLAG_LIKE.index("    def set_eagle3_layers_to_capture(self, layer_ids=None):") : FLAG_LIKE.index("class FlagVLForConditionalGeneration")]
+    assert base in written
+    code, models = report(repo)
+    assert code == 0 and {m["status"] for m in models.values()} == {"compliant"}
+    assert invoke("apply", repo, "--model", "flag_like").exit_code == 0
+    assert (repo / MODELS / "flag_like.py").read_text() == written
+    assert invoke("revert", repo).exit_code == 0
+    assert snapshot(repo) == before
+
+
+def patched_modules(repo: Path) -> tuple[object, object]:
+    assert invoke("apply", repo, "--model", "flag_like").exit_code == 0
+    return load(FLAG_LIKE, "original"), load((repo / MODELS / "flag_like.py").read_text(), "patched")
+
+
+def test_capture_off_runs_as_before(repo: Path) -> None:
+    original, patched = patched_modules(repo)
+    set_rank(PPGroup())
+    for cls in ("FlagVLForConditionalGeneration", "FlagForCausalLM"):
+        before = build(getattr(original, cls), pair=False)
+        after = build(getattr(patched, cls), pair=False)
+        assert repr(after.model.forward(*INPUTS)) == repr(before.model.forward(*INPUTS)), cls
+        assert after.logits.calls == before.logits.calls, cls
+
+
+def test_capture_on_hands_the_streams_entering_the_chosen_layers(repo: Path) -> None:
+    original, patched = patched_modules(repo)
+    set_rank(PPGroup())
+    for cls in ("FlagVLForConditionalGeneration", "FlagForCausalLM"):
+        after = build(getattr(patched, cls), pair=False)
+        after.model.set_eagle3_layers_to_capture([1, 3])
+        after.model.forward(*INPUTS)
+        (call,) = after.logits.calls
+        assert call["aux_hidden_states"] == [Sym("h1"), Sym("h3")], cls  # layers 2 and 4 marked: what entered them
+    # the inherited hook, as the tree had it, sets a list the forward never reads: nothing reaches the processor
+    before = build(original.FlagVLForConditionalGeneration, pair=False)
+    before.model.set_eagle3_layers_to_capture([1, 3])
+    with pytest.raises(TypeError):  # the forward unpacks a pair the backbone never returned
+        before.model.forward(*INPUTS)
