@@ -158,10 +158,11 @@ class Plumber:
         return tuple(g.describe() for g in analyze_plumbing(PatchedClasses(self.classes, {**patched, **start}), key, hook).gaps)
 
 
-def judge_inherited(plumber: Plumber, plans: list[ModelPlan]) -> list[ModelPlan]:
+def judge_inherited(plumber: Plumber, plans: list[ModelPlan], override: Callable[[MemberPlan, Wrapper], SynthesisFit] | None = None) -> list[ModelPlan]:
     """A subclass that inherits the capture hook apply learns for its base works only if its own forward
     uses what the hook sets once the base's plumbing is written: else it gets the plumbing gap the next
-    check would find (the verdict is a fixed point: apply writes the base's fix either way)."""
+    check would find (the verdict is a fixed point: apply writes the base's fix either way), with the
+    fix the next check would offer for it (`override`: a hook learned into the class itself)."""
     from ..analyze.plan import with_broken_plumbing
     from .gate import HOOK
 
@@ -183,7 +184,9 @@ def judge_inherited(plumber: Plumber, plans: list[ModelPlan]) -> list[ModelPlan]
             continue
         left = plumber.inherited(f"{plan.wrapper.cls.file}:{plan.wrapper.cls.name}", base, owner)
         if left:
-            plan = with_broken_plumbing(plan, entry.member, left)
+            broken = with_broken_plumbing(plan, entry.member, left)
+            fit = override(broken.missing[-1], plan.wrapper) if override is not None else None
+            plan = with_broken_plumbing(plan, entry.member, left, fit=fit) if fit is not None and fit.synthesis is not None else broken
         out.append(plan)
     return out
 
@@ -257,7 +260,10 @@ def judge_plumbing(
             else:
                 report = analyze_plumbing(classes, key, member.name)
             gaps = report.gaps if member.name == HOOK else [g for g in report.gaps if g.piece == "hook"]
-            inherited = hook is not None and hook.owner != cls.name and not fixed
+            # the hook comes from a base (as the tree has it, or as apply writes it there), not one written
+            # into the class itself: a hook learned into the class can take its place
+            delegated = any(m.member.name == member.name and m.fix is not None and m.fix.kind == "delegate" for m in plan.missing)
+            inherited = not delegated and (member.name in cls.pending or (hook is not None and hook.owner != cls.name))
             if gaps and override is not None and member.name == HOOK and inherited:
                 broken = with_broken_plumbing(plan, member, gaps, report.read)
                 fit = override(broken.missing[-1], plan.wrapper)

@@ -125,15 +125,15 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
             break
         written = now
         plans = plan_all(written)
-    if plumbers:
-        plans = judge_inherited(plumbers[0], plans)
-    plans = judge_riding(plans)
 
     def override(entry: MemberPlan, wrapper: Wrapper) -> SynthesisFit:
         if not plumbers:
             plumbers.append(Plumber(resolver, protocol, library()))
         return plumbers[0].override(entry, wrapper, shape_misfit)
 
+    if plumbers:
+        plans = judge_inherited(plumbers[0], plans, override)
+    plans = judge_riding(plans)
     plans = judge_plumbing(resolver, protocol, plans, plumbers[0].classes if plumbers else None, override)
     _require_read(tree, cache, plans)
     warnings = list(protocol.warnings) + resolver.warnings + [_not_followed(style, note) for note in style.not_followed]
