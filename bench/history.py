@@ -1260,6 +1260,8 @@ PIECE_CHECKS = {
     "flag-default": lambda f, me: any(_is_self(t, FLAG, me) and isinstance(v, ast.Constant) and v.value is False
                                       for t, v in _assignments(f)),
     "selector-default": lambda f, me: any(_is_self(t, SELECTOR, me) and _is_empty(v) for t, v in _assignments(f)),
+    "index": lambda f, me: any(isinstance(n, ast.For) and isinstance(n.iter, ast.Call) and isinstance(n.iter.func, ast.Name)
+                               and n.iter.func.id in ("enumerate", "range") for n in ast.walk(f)),
     "aux-init": lambda f, me: any(_is_name(t, AUX) and _is_empty(v) for t, v in _assignments(f)),
     "capture": lambda f, me: _captures(f),
     "tail": lambda f, me: any(isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)
@@ -1341,7 +1343,7 @@ def plumbing_behaviour(row: dict, old_report: dict, old: SourceTree, new: Source
 # and hook, the backbone a stand-in capturing the layers ``layers_to_capture`` names).  R+1 is checked
 # first: where its forward hands no aux states on, the first later release whose does is the oracle.
 
-BACKBONE_PIECES = {"selector-default", "aux-init", "capture", "tail"}  # written into the backbone: run the real one
+BACKBONE_PIECES = {"selector-default", "index", "aux-init", "capture", "tail"}  # written into the backbone: run the real one
 RUN_IDS_NOTE = "hook([0, 2, 4]) then forward, on the stubs of tests/real_forward.py"
 
 
@@ -1379,7 +1381,10 @@ def plumbing_runs(row: dict, old: str, later: list[str], repo: Path, workdir: Pa
         out["not_compared"] = f"apply exited {applied.returncode}: {applied.stderr.strip()[-300:]}"
         return out
     pieces = (row.get("hook") or {}).get("written_plumbing", {}).get("pieces") or []
-    backbone = "real" if any(p.get("piece") in BACKBONE_PIECES for p in pieces) else "stand-in"
+    if any(p.get("piece") == "hook" for p in pieces):  # a backbone hook copied from its sibling: one answering its hooks
+        backbone = "stand-in-hooked"
+    else:
+        backbone = "real" if any(p.get("piece") in BACKBONE_PIECES for p in pieces) else "stand-in"
     spec = [{"module": _module_name(old_file), "class": cls, "hooks": [hook], "backbone": backbone}]
     ours = real_forward(site, spec, workdir, "ours")[f"{_module_name(old_file)}:{cls}"]
     released = real_forward(sglang_releases.site_packages(old), spec, workdir, "released")[f"{_module_name(old_file)}:{cls}"]

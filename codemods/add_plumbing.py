@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from ..records import PlumbingPiece
 
 LOGITS_CALL = "self.logits_processor"
+HEADER = "header"  # a marker's layout for a loop whose header an `index` piece rewrote
 _CALL = "__eaglepatch_call__"
 
 
@@ -64,6 +65,8 @@ class PlumbingMarker:
     def text(self) -> str:
         if self.count:
             what = f"{self.count} statement{'s' if self.count > 1 else ''}"
+        elif self.layout == HEADER:
+            what = HEADER
         else:
             what = f"argument, {self.layout}"
         return f"{PLUMBING}{self.origin} ({self.kind}, {what}, digest {self.digest})"
@@ -71,7 +74,7 @@ class PlumbingMarker:
 
 _MARKER = re.compile(
     rf"^{re.escape(PLUMBING)}(?P<origin>\S+) \((?P<kind>[a-z-]+), "
-    r"(?:(?P<count>\d+) statements?|argument, (?P<layout>one line|hugged|in place)), digest (?P<digest>[0-9a-f]{12})\)$"
+    r"(?:(?P<count>\d+) statements?|argument, (?P<layout>one line|hugged|in place)|(?P<header>header)), digest (?P<digest>[0-9a-f]{12})\)$"
 )
 
 
@@ -80,7 +83,7 @@ def parse_plumbing_marker(comment: str) -> PlumbingMarker | None:
     if found is None:
         return None
     count = int(found["count"]) if found["count"] else 0
-    return PlumbingMarker(found["origin"], found["kind"], count, found["layout"] or "", found["digest"])
+    return PlumbingMarker(found["origin"], found["kind"], count, found["layout"] or found["header"] or "", found["digest"])
 
 
 def group_digest(statements: Sequence[cst.BaseStatement], unit: str = "    ", newline: str = "\n") -> str:
@@ -88,6 +91,38 @@ def group_digest(statements: Sequence[cst.BaseStatement], unit: str = "    ", ne
     printer = cst.Module(body=[], default_indent=unit, default_newline=newline)
     code = "".join(printer.code_for_node(s.with_changes(leading_lines=()) if i == 0 else s) for i, s in enumerate(statements))
     return hashlib.sha256(code.encode("utf-8")).hexdigest()[:12]
+
+
+def header_digest(loop: cst.For, unit: str = "    ", newline: str = "\n") -> str:
+    """What revert compares a rewritten loop header with: the `for` line alone (its body changes with
+    the pieces written into it, and is reverted first)."""
+    bare = loop.with_changes(leading_lines=(), body=cst.IndentedBlock(body=[cst.SimpleStatementLine([cst.Pass()])]), orelse=None)
+    return group_digest([bare], unit, newline)
+
+
+def with_index(loop: cst.For, header: str) -> cst.For:
+    """`for layer in <iter>:` as `header` says (`for i, layer in enumerate(<iter>):`), the iterable's node
+    kept as it is (so revert gives it back): PlumbingNotWritten for any other header."""
+    given = ast.parse(f"{header}\n    pass").body[0]
+    if not (isinstance(given, ast.For) and isinstance(given.target, ast.Tuple) and len(given.target.elts) == 2):
+        raise PlumbingNotWritten(f"not an index header: {header!r}")
+    index, layer = given.target.elts
+    if not (isinstance(loop.target, cst.Name) and isinstance(index, ast.Name) and isinstance(layer, ast.Name) and layer.id == loop.target.value):
+        raise PlumbingNotWritten(f"the loop is not `for {getattr(layer, 'id', '?')} in ...`")
+    target = cst.Tuple(
+        [cst.Element(cst.Name(index.id), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), cst.Element(loop.target)], lpar=[], rpar=[]
+    )
+    return loop.with_changes(target=target, iter=cst.Call(cst.Name("enumerate"), [cst.Arg(loop.iter)]))
+
+
+def without_index(loop: cst.For) -> cst.For | None:
+    """The loop `with_index` rewrote, given back; None when its header is not one `with_index` writes."""
+    target, over = loop.target, loop.iter
+    if not (isinstance(target, cst.Tuple) and len(target.elements) == 2 and isinstance(over, cst.Call) and len(over.args) == 1):
+        return None
+    if not (isinstance(over.func, cst.Name) and over.func.value == "enumerate" and over.args[0].keyword is None):
+        return None
+    return loop.with_changes(target=target.elements[1].value, iter=over.args[0].value)
 
 
 def marker_line(marker: PlumbingMarker) -> cst.EmptyLine:
@@ -483,6 +518,7 @@ class AddPlumbing(VisitorCommand):
         statements = statement_columns(self, function)
         by_line = {line: (statement, column) for statement, line, column in statements.values()}
         edits: dict[int, Edit] = {}
+        headers: dict[int, Callable[[cst.For], cst.For]] = {}  # a loop's header is rewritten after what goes above it
         end: list[PlumbingPiece] = []
         for piece in todo:
             if piece.kind in held:
@@ -496,9 +532,14 @@ class AddPlumbing(VisitorCommand):
             if found is None or _fingerprint(found[0]) != piece.anchor:
                 raise PlumbingNotWritten(f"{piece.target}: line {piece.line} is not `{piece.anchor}` any more")
             statement, column = found
+            if piece.where == HEADER:
+                headers[id(statement)] = self._header(piece, column, unit, newline, width)
+                continue
             if id(statement) in edits:
                 raise PlumbingNotWritten(f"{piece.target}: two pieces at line {piece.line}")
             edits[id(statement)] = self._edit(piece, column, unit, newline, width, config)
+        for key, header in headers.items():
+            edits[key] = _then_header(edits.get(key), header)
         first = block.body[0] if isinstance(block, cst.IndentedBlock) and block.body else None
         column = statements[id(first)][2] if first is not None else 0
 
@@ -510,6 +551,17 @@ class AddPlumbing(VisitorCommand):
             return out
 
         return function.visit(BlockEdits(function, edits, at_end if end else None))  # type: ignore[return-value]
+
+    @staticmethod
+    def _header(piece: PlumbingPiece, column: int, unit: str, newline: str, width: int) -> Callable[[cst.For], cst.For]:
+        def header(loop: cst.For) -> cst.For:
+            if column + len(piece.code.expandtabs(4)) > width:
+                raise PlumbingNotWritten(f"{piece.target}: `{piece.code}` is longer than the line length")
+            written = with_index(loop, piece.code)
+            marker = PlumbingMarker(piece.origin, piece.kind, 0, HEADER, header_digest(written, unit, newline))
+            return written.with_changes(leading_lines=[*loop.leading_lines, marker_line(marker)])
+
+        return header
 
     def _edit(self, piece: PlumbingPiece, column: int, unit: str, newline: str, width: int, config: cst.PartialParserConfig) -> Edit:
         def before(statement: cst.BaseStatement) -> list[cst.BaseStatement]:
@@ -542,6 +594,18 @@ class AddPlumbing(VisitorCommand):
             return [edited.with_changes(leading_lines=[*statement.leading_lines, marker_line(marker)])]
 
         return {"before": before, "after": after, "replace": replace, "argument": argument}[piece.where]
+
+
+def _then_header(edit: Edit | None, header: Callable[[cst.For], cst.For]) -> Edit:
+    """`edit` (a group put above the loop), then the loop's header rewritten, its marker right above it."""
+
+    def both(statement: cst.BaseStatement) -> list[cst.BaseStatement]:
+        out = edit(statement) if edit is not None else [statement]
+        if not isinstance(out[-1], cst.For):
+            raise PlumbingNotWritten("the statement whose header is rewritten is not a loop")
+        return [*out[:-1], header(out[-1])]
+
+    return both
 
 
 def _defined_methods(block: cst.BaseSuite) -> list[str]:

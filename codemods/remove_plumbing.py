@@ -13,7 +13,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 
 from ..read.slices import ClassView
-from .add_plumbing import group_digest, leading_lines, marker_of, without_argument
+from .add_plumbing import HEADER, group_digest, header_digest, leading_lines, marker_of, without_argument, without_index
 from .contract import VisitorCommand, run_command
 from .names import PLUMBING
 
@@ -119,6 +119,18 @@ class _Reverter(cst.CSTTransformer):
                 index += 1
                 continue
             above = leading_lines(statement)[:-1]
+            if marker.count == 0 and marker.layout == HEADER:  # a loop given an index: its own header back
+                loop = statement if isinstance(statement, cst.For) else None
+                unindexed = without_index(loop) if loop is not None and header_digest(loop, self.unit, self.newline) == marker.digest else None
+                if unindexed is None:
+                    self.kept.append(marker.kind)
+                    out.append(self._carry(statement, carried))
+                else:
+                    self.removed.append(marker.kind)
+                    out.append(self._carry(unindexed.with_changes(leading_lines=above), carried))
+                carried = []
+                index += 1
+                continue
             if marker.count == 0:  # an argument
                 restored = self._argument(statement, marker.digest, marker.layout)
                 if restored is None:

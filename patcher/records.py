@@ -218,13 +218,15 @@ class PlumbingGap:
 #   tail: a `return <hidden>` of the backbone, returning the pair when something was captured;
 #   unpack: the pair taken apart after the class forward's backbone call;
 #   logits-aux: the aux states handed to `self.logits_processor`.
-PieceKind = Literal["flag-default", "selector-default", "aux-init", "capture", "tail", "unpack", "logits-aux", "hook"]
-PIECE_KINDS: tuple[PieceKind, ...] = ("flag-default", "selector-default", "aux-init", "capture", "tail", "unpack", "logits-aux", "hook")
+PieceKind = Literal["flag-default", "selector-default", "index", "aux-init", "capture", "tail", "unpack", "logits-aux", "hook"]
+PIECE_KINDS: tuple[PieceKind, ...] = ("flag-default", "selector-default", "index", "aux-init", "capture", "tail", "unpack", "logits-aux", "hook")
 # Where a piece goes in its method: at the `end` of its body; `before`/`after` the anchor statement;
 # `replace` it; `argument`: added to the `self.logits_processor(...)` call of the anchor statement;
 # `beside`: a def of its own, right after the method in the class body (a `hook` piece: the method,
-# another algorithm's capture hook of the same class, copied under the name `code`'s def has).
-Where = Literal["end", "before", "after", "replace", "argument", "beside"]
+# another algorithm's capture hook of the same class, copied under the name `code`'s def has);
+# `header`: the anchor loop's target and iterable become `code`'s (an `index` piece: `for layer in
+# self.layers:` -> `for i, layer in enumerate(self.layers):`), its body left as it is.
+Where = Literal["end", "before", "after", "replace", "argument", "beside", "header"]
 
 
 @dataclass(frozen=True)

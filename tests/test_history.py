@@ -595,6 +595,8 @@ def test_a_forward_carries_aux_states_when_its_code_uses_them(source, expected):
     ("selector-default", "def __init__(self):\n    self.layers_to_capture = []\n", True),
     ("selector-default", "def __init__(me):\n    me.layers_to_capture = list()\n", True),
     ("selector-default", "def __init__(self):\n    self.layers_to_capture = [2, 3]\n", False),
+    ("index", "def forward(self):\n    for i, layer in enumerate(self.layers):\n        h = layer(h)\n", True),
+    ("index", "def forward(self):\n    for layer in self.layers:\n        h = layer(h)\n", False),
     ("aux-init", "def forward(self):\n    aux_hidden_states = []\n", True),
     ("aux-init", "def forward(self):\n    aux_hidden_states = None\n", False),
     ("capture", "def forward(self):\n    for i, layer in enumerate(self.layers):\n"

@@ -336,6 +336,13 @@ class MonoForCausalLM(nn.Module):
         return self.logits_processor(input_ids, hidden, self.lm_head, forward_batch)
 '''
 
+# the same, its loop binding each layer without an index (Ernie 4.5's, PhiMoE's `for layer in self.layers:`):
+# the plan gives the loop one (`for i, layer in enumerate(self.layers):`, an `index` piece)
+UNINDEXED = MONO.replace(
+    "        for i in range(len(self.layers)):\n            hidden_states = self.layers[i](positions, hidden_states, forward_batch)\n",
+    "        for layer in self.layers:\n            hidden_states = layer(positions, hidden_states, forward_batch)\n",
+).replace("Mono", "Unindexed")
+
 # a class whose backbone captures (the reference's own) and whose forward does nothing with it
 OVER_LIKE = LLAMA + '''
 
@@ -398,6 +405,7 @@ TARGETS: dict[str, tuple[str, str, str, str, bool]] = {
     "plain": ("models/plain.py", PLAIN, "PlainForCausalLM", "models/qwen_like.py:QLikeForCausalLM", True),
     "sliced": ("models/sliced.py", SLICED, "SlicedForCausalLM", "models/qwen_like.py:QLikeForCausalLM", True),
     "mono": ("models/mono.py", MONO, "MonoForCausalLM", "models/solo_like.py:SoloForCausalLM", False),
+    "unindexed": ("models/unindexed.py", UNINDEXED, "UnindexedForCausalLM", "models/solo_like.py:SoloForCausalLM", False),
     "class only": ("models/llama_like.py", OVER_LIKE, "OverForCausalLM", "models/llama_like.py:LikeForCausalLM", True),
     "own hook": ("models/llama_like.py", HALF_DONE, "OverForCausalLM", "models/llama_like.py:LikeForCausalLM", True),
 }
@@ -538,6 +546,38 @@ PLAN_CASES = {
             ),
         ],
     ),
+    "unindexed: the loop gets an index before anything reads it": (
+        "unindexed",
+        [
+            ("flag-default", "UnindexedForCausalLM.__init__", "end", "", "self.capture_aux_hidden_states = False"),
+            (
+                "unpack",
+                "UnindexedForCausalLM.forward",
+                "after",
+                "hidden = self.model(input_ids, positions, forward_batch)",
+                "aux_hidden_states = None\nif self.capture_aux_hidden_states:\n    hidden, aux_hidden_states = hidden",
+            ),
+            (
+                "logits-aux",
+                "UnindexedForCausalLM.forward",
+                "argument",
+                "return self.logits_processor(input_ids, hidden, self.lm_head, forward_batch)",
+                "aux_hidden_states=aux_hidden_states",
+            ),
+            ("selector-default", "UnindexedModel.__init__", "end", "", "self.layers_to_capture = []"),
+            ("index", "UnindexedModel.forward", "header", "for layer in self.layers:", "for i, layer in enumerate(self.layers):"),
+            ("aux-init", "UnindexedModel.forward", "before", "for layer in self.layers:", "aux_hidden_states = []"),
+            (
+                "capture",
+                "UnindexedModel.forward",
+                "before",
+                "hidden_states = layer(positions, hidden_states, forward_batch)",
+                "if i in self.layers_to_capture:\n    aux_hidden_states.append(hidden_states)",
+            ),
+        ]
+        + [("tail", "UnindexedModel.forward", "replace", "return hidden_states", "if not aux_hidden_states:\n    return hidden_states\nreturn hidden_states, aux_hidden_states")]
+        * 2,  # the early return and the last one
+    ),
     "own hook: only the argument it never passes": (
         "own hook",
         [("logits-aux", "OverForCausalLM.forward", "argument", "return self.logits_processor(input_ids, hidden_states, self.lm_head, forward_batch)", "aux_hidden_states")],
@@ -606,9 +646,15 @@ BLOCKED: dict[str, tuple[str, list[Edit], str, str]] = {
         "residual",
         "residual_batch",
     ),
-    "a loop without an index": (
+    "a loop over a stage's layers without an index": (  # an `enumerate` of it would count from the stage's first layer
         "plain",
-        [("        for i in range(self.start_layer, self.end_layer):\n            layer = self.layers[i]\n", "        for layer in self.layers:\n")],
+        [("        for i in range(self.start_layer, self.end_layer):\n            layer = self.layers[i]\n", "        for layer in self.layers[self.start_layer : self.end_layer]:\n")],
+        "loop",
+        "carries no layer index",
+    ),
+    "a loop without an index, every name it could take in use": (
+        "unindexed",
+        [("        hidden_states = self.embed_tokens(input_ids)\n", "        hidden_states = self.embed_tokens(input_ids)\n        i = layer_id = layer_idx = None\n")],
         "loop",
         "carries no layer index",
     ),
@@ -884,6 +930,16 @@ def test_revert_keeps_a_call_edited_by_hand() -> None:
     back, _, kept = revert_plumbing(edited_out)
     assert kept.get("MonoForCausalLM.forward") == ["logits-aux"]
     assert "aux_hidden_states=None" in back
+
+
+def test_the_index_goes_back_and_a_header_edited_by_hand_stays() -> None:
+    _, out = patched("unindexed")
+    assert "        for i, layer in enumerate(self.layers):\n" in out
+    assert revert_plumbing(out)[0] == UNINDEXED
+    edited_out = out.replace("for i, layer in enumerate(self.layers):", "for i, layer in enumerate(self.layers, 0):")
+    back, _, kept = revert_plumbing(edited_out)
+    assert kept.get("UnindexedModel.forward") == ["index"]
+    assert "for i, layer in enumerate(self.layers, 0):" in back and "(index, header," in back
 
 
 def test_a_moved_anchor_is_refused() -> None:

@@ -169,6 +169,7 @@ class _Loop:
     call_position: int
     anchor: ast.stmt  # what the capture goes right before: the layer call's statement (or call_top, for several)
     before: tuple[ast.stmt, ...]  # the statements that run before it in the loop, nearest last
+    header: str = ""  # the loop carries no index: the header an `index` piece gives it (`index` is its name)
 
 
 def _layer_names(loop: ast.For) -> tuple[set[str], str | None]:
@@ -259,6 +260,23 @@ def _loop_index(loop: ast.For) -> tuple[str, str] | str:
     return f"`{statement_fingerprint(loop)}` carries no layer index"
 
 
+INDEX_NAMES = ("i", "layer_id", "layer_idx")  # what an `index` piece calls the layer id, the first the forward leaves free
+
+
+def _indexed_header(loop: ast.For, function: FunctionNode) -> tuple[str, str] | None:
+    """(the index name, the header) that `for layer in self.layers:` gets to carry the layer id,
+    `for i, layer in enumerate(self.layers):`: only over every layer of a list the class holds (an
+    `enumerate` of it counts from layer 0), when a name is left free."""
+    target, over = loop.target, loop.iter
+    if not isinstance(target, ast.Name) or _attr_of_self(over) is None or loop.type_comment:
+        return None
+    taken = {n.id for n in walk_body(function) if isinstance(n, ast.Name)} | {a.arg for a in walk(function.args) if isinstance(a, ast.arg)}
+    name = next((n for n in INDEX_NAMES if n not in taken), None)
+    if name is None:
+        return None
+    return name, f"for {name}, {target.id} in enumerate({ast.unparse(over)}):"
+
+
 def read_loop(owner: ClassSource, function: FunctionNode) -> _Loop | PlumbingBlocker:
     """The decoder-layer loop of a backbone forward, or why it is not one the plan can write into."""
     loops = _layer_loops(function)
@@ -271,8 +289,12 @@ def read_loop(owner: ClassSource, function: FunctionNode) -> _Loop | PlumbingBlo
     loop, top = loops[0]
     at = _at(owner, loop)
     index = _loop_index(loop)
+    header = ""
     if isinstance(index, str):
-        return PlumbingBlocker("loop", index, at)
+        indexed = _indexed_header(loop, function)
+        if indexed is None:
+            return PlumbingBlocker("loop", index, at)
+        index, header = (indexed[0], "enumerate"), indexed[1]
     calls = _layer_calls(loop)
     targets: set[str] = set()
     hidden, residual = "", None
@@ -299,7 +321,7 @@ def read_loop(owner: ClassSource, function: FunctionNode) -> _Loop | PlumbingBlo
         return PlumbingBlocker("layer-call", "the layer calls sit in different statements of the loop", at)
     position = tops[0]
     call_top = loop.body[position]
-    spelled_index = _rebound_index(loop, position, index)
+    spelled_index = _rebound_index(loop, position, index) if not header else index[0]
     if spelled_index is None:
         return PlumbingBlocker("loop", "the loop rebinds its index before the layer call", at)
     index = (spelled_index, index[1])
@@ -316,7 +338,7 @@ def read_loop(owner: ClassSource, function: FunctionNode) -> _Loop | PlumbingBlo
         for statement, _ in nested_statements([call_top]):
             if statement.lineno < first and isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _stored_names(statement) & stream:
                 return PlumbingBlocker("layer-call", f"line {statement.lineno} changes the stream inside the statement that calls the layer", at)
-    return _Loop(loop, top, index[0], index[1], hidden, residual, call_top, position, anchor, tuple(before))
+    return _Loop(loop, top, index[0], index[1], hidden, residual, call_top, position, anchor, tuple(before), header)
 
 
 def _rebound_index(loop: ast.For, position: int, index: tuple[str, str]) -> str | None:
@@ -599,6 +621,8 @@ def _backbone_forms(owner: ClassSource, function: FunctionNode, selector: str) -
     loop = read_loop(owner, function)
     if isinstance(loop, PlumbingBlocker):
         return f"its backbone's loop: {loop.why}"
+    if loop.header:
+        return f"its backbone's loop: `{statement_fingerprint(loop.node)}` carries no layer index"
     capture = _capture_in(loop, selector)
     if isinstance(capture, str):
         return capture
@@ -1061,6 +1085,8 @@ class PlumbingPlanner:
             return
         names = {ref.hidden: loop.hidden, **({ref.residual: loop.residual} if ref.residual and loop.residual else {})}
         expression = ast.unparse(_renamed(ref.capture, names))
+        if loop.header:
+            found.add("index", owner, function, "header", loop.header, origin, loop.node)
         found.add("aux-init", owner, function, "before", f"{aux} = []", origin, loop.top)
         capture = f"if {loop.index} in self.{selector}:\n{INDENT}{aux}.append({expression})"
         found.add("capture", owner, function, "before", capture, origin, loop.anchor)
@@ -1315,6 +1341,15 @@ def _apply_piece(node: ast.ClassDef, piece: PlumbingPiece, inserted: set[int], c
     if found is None:
         raise ValueError(f"{piece.target}: no statement at line {piece.line}")
     statement = copies.down_to(method, found, _BLOCKS)
+    if piece.where == "header":
+        given = ast.parse(f"{piece.code}\n    pass").body[0]
+        if not isinstance(statement, ast.For) or not isinstance(given, ast.For):
+            raise ValueError(f"{piece.target}: line {piece.line} is not a loop")
+        for sub in walk(given):
+            if isinstance(sub, (ast.stmt, ast.expr)):
+                sub.lineno = sub.end_lineno = piece.line
+        statement.target, statement.iter = given.target, given.iter
+        return
     if piece.where == "argument":
         call = next(n for n in walk_code(statement) if isinstance(n, ast.Call) and _attr_of_self(n.func) == LOGITS)
         call = copies.down_to(statement, call, ast.AST)
