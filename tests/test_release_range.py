@@ -793,7 +793,11 @@ def test_written_plumbing_runs_like_its_reference(version, tmp_path, tmp_path_fa
     for (file, cls), learned in plumbed.items():
         key = f"{_module_of(file)}:{cls}"
         after, before = patched[key], released[key]
-        assert after["import"] == before["import"] == "ok", (key, after["import"], before["import"])
+        if before["import"] != "ok":  # the release's module does not import on the stubs (a kernel it imports by name)
+            assert after["import"].split(" (")[0] == before["import"].split(" (")[0], (key, after["import"], before["import"])
+            unrunnable[key] = before["import"]
+            continue
+        assert after["import"] == "ok", (key, after["import"])
         if "error" in before["off"]:
             assert behaviour(after["off"]) == behaviour(before["off"]), (key, before["off"], after["off"])  # not apply's doing
             unrunnable[key] = before["off"]["error"]

@@ -520,12 +520,12 @@ def test_a_class_is_tried_once_per_kind_of_reference_with_the_answer_of_trying_t
     tries = {"made": 0, "counting": False}
     fit, attempt = HookLibrary.fit, HookLibrary._try
 
-    def recording_fit(self, entry, wrapper, shape_misfit=None, plumbed_by=None, plumbed=False, judge=None):
+    def recording_fit(self, entry, wrapper, shape_misfit=None, plumbed_by=None, plumbed=False, judge=None, backbone_gains=frozenset()):
         # a refit for plumbing, or one the gate judges reference by reference: not the ranking under test
         ranking = plumbed_by is None and not plumbed and judge is None
         tries["counting"] = ranking
         try:
-            answer = fit(self, entry, wrapper, shape_misfit, plumbed_by, plumbed, judge)
+            answer = fit(self, entry, wrapper, shape_misfit, plumbed_by, plumbed, judge, backbone_gains)
         finally:
             tries["counting"] = False
         if ranking:
