@@ -279,6 +279,7 @@ class PlumbingPlan:
     needs_hook: bool = False  # the class has no hook: the synthesis writes it, learned from `reference`
     pieces: tuple[PlumbingPiece, ...] = ()
     blockers: tuple[PlumbingBlocker, ...] = ()
+    caveats: tuple[PlumbingBlocker, ...] = ()  # what the written plumbing leaves as it is (a two-batch-overlap path)
 
     @property
     def ok(self) -> bool:

@@ -72,6 +72,8 @@ def _term(value: object) -> str:
 class Token:
     """A value that is only its name (input ids, positions, the forward batch, the head)."""
 
+    can_run_tbo = False  # as the forward batch: two-batch overlap off (what an overlapped backbone asks)
+
     def __init__(self, name: str):
         self.name = name
 

@@ -26,7 +26,7 @@ import black
 import isort
 import pytest
 from helpers import write_srt_tree
-from plumbing_harness import INPUTS, Config, PPGroup, PPProxyTensors, Sym, build, load, set_rank
+from plumbing_harness import INPUTS, Config, PPGroup, PPProxyTensors, Sym, Token, build, load, set_rank
 
 from eaglepatch.analyze.resolve import Resolver
 from eaglepatch.codemods.add_plumbing import PlumbingNotWritten, apply_plumbing, lay_out, parse_plumbing_marker
@@ -343,6 +343,73 @@ UNINDEXED = MONO.replace(
     "        for layer in self.layers:\n            hidden_states = layer(positions, hidden_states, forward_batch)\n",
 ).replace("Mono", "Unindexed")
 
+# DeepSeek-V2's shape: an ordinary loop up to where two-batch overlap takes over, the rest of the layers
+# handed to the overlap path (a routine given a slice of them); the plan captures in the ordinary loop
+# and names the path it leaves as it is
+OVERLAPPED = IMPORTS + '''
+
+def model_forward_maybe_tbo(layers, positions, hidden_states, residual, forward_batch):
+    for layer in layers:
+        hidden_states, residual = layer(
+            positions, hidden_states, forward_batch, residual
+        )
+    return hidden_states, residual
+
+
+class TboDecoderLayer(nn.Module):
+    def forward(self, positions, hidden_states, forward_batch, residual):
+        return hidden_states, residual
+
+
+class TboModel(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            [TboDecoderLayer() for _ in range(config.num_hidden_layers)]
+        )
+        self.start_layer, self.end_layer = 0, config.num_hidden_layers
+        self.first_k_dense_replace = 2
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.embed_tokens(input_ids)
+        residual = None
+        normal_end_layer = self.end_layer
+        if forward_batch.can_run_tbo:
+            normal_end_layer = self.first_k_dense_replace
+        for i in range(self.start_layer, normal_end_layer):
+            layer = self.layers[i]
+            hidden_states, residual = layer(
+                positions, hidden_states, forward_batch, residual
+            )
+        if normal_end_layer != self.end_layer:
+            hidden_states, residual = model_forward_maybe_tbo(
+                layers=self.layers[normal_end_layer : self.end_layer],
+                positions=positions,
+                hidden_states=hidden_states,
+                residual=residual,
+                forward_batch=forward_batch,
+            )
+        hidden_states, _ = self.norm(hidden_states, residual)
+        return hidden_states
+
+
+class TboForCausalLM(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.pp_group = get_pp_group()
+        self.model = TboModel(config)
+        self.lm_head = nn.Module()
+        self.logits_processor = LogitsProcessor(config)
+
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.model(input_ids, positions, forward_batch)
+        return self.logits_processor(
+            input_ids, hidden_states, self.lm_head, forward_batch
+        )
+'''
+
 # a class whose backbone captures (the reference's own) and whose forward does nothing with it
 OVER_LIKE = LLAMA + '''
 
@@ -406,6 +473,7 @@ TARGETS: dict[str, tuple[str, str, str, str, bool]] = {
     "sliced": ("models/sliced.py", SLICED, "SlicedForCausalLM", "models/qwen_like.py:QLikeForCausalLM", True),
     "mono": ("models/mono.py", MONO, "MonoForCausalLM", "models/solo_like.py:SoloForCausalLM", False),
     "unindexed": ("models/unindexed.py", UNINDEXED, "UnindexedForCausalLM", "models/solo_like.py:SoloForCausalLM", False),
+    "overlapped": ("models/overlapped.py", OVERLAPPED, "TboForCausalLM", "models/qwen_like.py:QLikeForCausalLM", True),
     "class only": ("models/llama_like.py", OVER_LIKE, "OverForCausalLM", "models/llama_like.py:LikeForCausalLM", True),
     "own hook": ("models/llama_like.py", HALF_DONE, "OverForCausalLM", "models/llama_like.py:LikeForCausalLM", True),
 }
@@ -1115,3 +1183,27 @@ def test_the_tree_planner_finds_its_references(tmp_path: Path) -> None:
     plan = planner.plan("models/plain.py:PlainForCausalLM")
     assert plan.ok and plan.reference == "models/qwen_like.py:QLikeForCausalLM"
     assert plan.pieces == plan_for("models/plain.py", PLAIN, "PlainForCausalLM").pieces
+
+
+def test_a_two_batch_overlap_path_is_left_as_it_is_and_named() -> None:
+    """DeepSeek-V2's way: the capture goes into the ordinary loop; the overlap path, which runs the rest
+    of the layers through a routine, is named as left without capture (a caveat, not a blocker)."""
+    plan = plan_for(*[TARGETS["overlapped"][i] for i in (0, 1, 2)])
+    assert plan.ok and [p.kind for p in plan.pieces if p.cls == "TboModel"] == ["selector-default", "aux-init", "capture", "tail"]
+    (caveat,) = plan.caveats
+    line = OVERLAPPED.splitlines().index("            hidden_states, residual = model_forward_maybe_tbo(") + 1
+    assert (caveat.piece, caveat.at) == ("two-batch-overlap", f"models/overlapped.py:{line}")
+    assert "(can_run_tbo) runs layers through model_forward_maybe_tbo, which captures nothing" in caveat.why
+
+
+def test_with_two_batch_overlap_on_the_aux_states_are_the_ordinary_loops_alone() -> None:
+    """What the caveat says, on stubs: the chosen layers the overlap path runs hand nothing on."""
+    _, patched_module, ref_module, plan = modules("overlapped")
+    set_rank(PPGroup())
+    built = build(hooked(patched_module, "TboForCausalLM", ref_module, plan), pair=True)
+    built.model.set_eagle3_layers_to_capture([0, 3])  # layers 1 and 4; the ordinary loop runs 0 and 1
+    overlapped = Token("forward_batch")
+    overlapped.can_run_tbo = True  # type: ignore[misc]
+    built.model.forward(INPUTS[0], INPUTS[1], overlapped)
+    (call,) = built.logits.calls
+    assert call["aux_hidden_states"] == [Sym("(h0 + r0)")]

@@ -43,6 +43,8 @@ def member_json(plan: MemberPlan, with_definition: bool = True) -> dict:
             {"piece": p.kind, "file": p.file, "class": p.cls, "method": p.method, "line": p.line or p.method_line} | ({"writes": p.defines} if p.defines else {})
             for p in plan.writes_plumbing.pieces
         ]
+        if plan.writes_plumbing.caveats:
+            fix["caveats"] = [{"piece": c.piece, "why": c.why, "at": c.at} for c in plan.writes_plumbing.caveats]
     if with_definition and plan.defined is not None:
         data["defined_at"] = plan.defined.at
         data["defined_as"] = plan.defined.kind
@@ -206,7 +208,8 @@ def _with_plumbing(entry: MemberPlan) -> str:
     if plan is None:
         return ""
     where = ", ".join(dict.fromkeys(f"{p.cls}.{p.defines} copied from its {p.method}" if p.defines else f"{p.kind} in {p.cls}.{p.method}" for p in plan.pieces))
-    return f", with its plumbing ({where})"
+    left = "".join(f"; left as it is: {c.why} ({c.at})" for c in plan.caveats)
+    return f", with its plumbing ({where}){left}"
 
 
 def readiness_of(analysis: Analysis) -> str:

@@ -373,6 +373,23 @@ def routed_elsewhere(owner: ClassSource, function: FunctionNode, loop: _Loop) ->
     return ""
 
 
+def _overlap_call(owner: ClassSource, function: FunctionNode, loop: _Loop) -> ast.Call | None:
+    """The one call outside the decoder-layer loop that is handed a slice of the layers the loop runs
+    (`model_forward_maybe_tbo(layers=self.layers[normal_end_layer:self.end_layer], ...)`): the
+    two-batch-overlap path; None when there is not exactly one."""
+    inside = {id(n) for n in walk(loop.node)}
+    held = {_attr_of_self(n.value) for n in walk(loop.node) if isinstance(n, ast.Subscript)} - {None}
+    if isinstance(loop.node.iter, ast.Call):
+        held |= {_attr_of_self(a) for a in loop.node.iter.args} - {None}
+    found = []
+    for node in owner.walks.body(function):
+        if isinstance(node, ast.Call) and id(node) not in inside:
+            given = [*node.args, *(k.value for k in node.keywords)]
+            if any(isinstance(a, ast.Subscript) and isinstance(a.slice, ast.Slice) and _attr_of_self(a.value) in held for a in given):
+                found.append(node)
+    return found[0] if len(found) == 1 else None
+
+
 def two_batch_overlap(owner: ClassSource, function: FunctionNode) -> str:
     """A two-batch-overlap path of the function (of `owner`): its name ("" when none)."""
     for node in owner.walks.body(function):
@@ -698,14 +715,19 @@ def _tail_form(function: FunctionNode, aux: str) -> tuple[str, ast.expr] | None:
 
 
 class _Plan:
-    """One plan being made: pieces and blockers as they are found."""
+    """One plan being made: pieces, blockers and caveats as they are found."""
 
     def __init__(self) -> None:
         self.pieces: list[PlumbingPiece] = []
         self.blockers: dict[tuple[str, str], PlumbingBlocker] = {}
+        self.caveats: dict[tuple[str, str], PlumbingBlocker] = {}
 
     def block(self, piece: str, why: str, at: str) -> None:
         self.blockers.setdefault((piece, why), PlumbingBlocker(piece, why, at))
+
+    def caveat(self, piece: str, why: str, at: str) -> None:
+        """What the written plumbing leaves as it is (a path that runs layers without capture)."""
+        self.caveats.setdefault((piece, why), PlumbingBlocker(piece, why, at))
 
     def add(self, kind: PieceKind, owner: ClassSource, method: FunctionNode, where: Where, code: str, origin: str, anchor: ast.stmt | None = None) -> None:
         self.pieces.append(
@@ -848,6 +870,7 @@ class PlumbingPlanner:
             needs_hook=own_hook is None,
             pieces=tuple(found.pieces),
             blockers=tuple(found.blockers.values()),
+            caveats=tuple(found.caveats.values()),
         )
         if plan.blockers:
             return PlumbingPlan(key, attribute, reference.key, reference.backbone, reference.shift, plan.needs_hook, blockers=plan.blockers)
@@ -942,12 +965,24 @@ class PlumbingPlanner:
             )
             return None
         tbo = two_batch_overlap(owner, function)
-        if tbo:
-            found.block("two-batch-overlap", f"{owner.name}.forward has a two-batch-overlap path ({tbo})", _at(owner, function))
         loop = read_loop(owner, function)
         if isinstance(loop, PlumbingBlocker):
+            if tbo:
+                found.block("two-batch-overlap", f"{owner.name}.forward has a two-batch-overlap path ({tbo})", _at(owner, function))
             found.block(loop.piece, loop.why, loop.at)
             return None
+        if tbo:
+            # upstream's way (DeepSeek-V2's): capture in the ordinary loop, the overlapped layers left as they run
+            overlap = _overlap_call(owner, function, loop)
+            if overlap is None:
+                found.block("two-batch-overlap", f"{owner.name}.forward has a two-batch-overlap path ({tbo})", _at(owner, function))
+            else:
+                found.caveat(
+                    "two-batch-overlap",
+                    f"{owner.name}.forward's two-batch-overlap path ({tbo}) runs layers through {ast.unparse(overlap.func)}, which captures"
+                    " nothing: with two-batch overlap on, the chosen layers it runs hand no aux states on",
+                    _at(owner, overlap),
+                )
         routed = routed_elsewhere(owner, function, loop)
         if routed:
             found.block("residual", f"{owner.name}.forward routes the stream through {routed}: the layer call's targets are not the stream entering a layer", _at(owner, function))
