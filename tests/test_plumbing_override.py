@@ -239,3 +239,32 @@ def test_capture_on_hands_the_streams_entering_the_chosen_layers(repo: Path) -> 
     before.model.set_eagle3_layers_to_capture([1, 3])
     with pytest.raises(TypeError):  # the forward unpacks a pair the backbone never returned
         before.model.forward(*INPUTS)
+
+
+def test_explain_says_the_hook_is_inherited_and_what_is_written_with_it(repo: Path) -> None:
+    result = invoke("explain", HOOK, repo, "--model", "flag_like:FlagVLForConditionalGeneration", "--format", "json")
+    assert result.exit_code == 0, result.output
+    (gap,) = [m for m in json.loads(result.stdout)["models"] if m["status"] == "plumbing"]
+    assert gap["defined_by"] == "FlagVLBase" and gap["fix"]["kind"] == "synthesize"
+    assert [p["writes"] for p in gap["fix"]["plumbing"]] == [HOOK]
+    table = invoke("explain", HOOK, repo, "--model", "flag_like:FlagVLForConditionalGeneration").stdout
+    assert "FlagVLForConditionalGeneration (models/flag_like.py, target): its forward cannot use the hook defined by FlagVLBase" in " ".join(table.split())
+    assert f"written with its plumbing: FlagModel.{HOOK} copied from its set_dflash_layers_to_capture" in " ".join(table.split())
+
+
+def test_a_two_batch_overlap_path_left_as_it_is_is_said_by_check_and_explain(tmp_path: Path, monkeypatch) -> None:
+    from test_plumbing_write import OVERLAPPED, QWEN
+
+    isolate_git(monkeypatch)
+    root = committed_copy(FIXTURE, tmp_path / "repo")
+    (root / MODELS / "overlapped.py").write_text(OVERLAPPED + "\nEntryClass = TboForCausalLM\n")
+    (root / MODELS / "qwen_like.py").write_text(QWEN + "\nEntryClass = QLikeForCausalLM\n")
+    result = invoke("check", root, "--model", "overlapped", "--format", "json", "--no-cache")
+    (model,) = json.loads(result.stdout)["models"]
+    (gap,) = [g for g in model["missing"] if g["name"] == HOOK]
+    (caveat,) = gap["fix"]["caveats"]
+    assert caveat["piece"] == "two-batch-overlap" and caveat["at"].startswith("models/overlapped.py:")
+    assert "model_forward_maybe_tbo, which captures nothing" in caveat["why"]
+    for command in ("check", "explain"):
+        args = (command, root, "--model", "overlapped") if command == "check" else (command, HOOK, root, "--model", "overlapped")
+        assert "left as it is: TboModel.forward's two-batch-overlap path (can_run_tbo)" in " ".join(invoke(*args).stdout.split()), command

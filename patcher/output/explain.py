@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..records import Synthesis
-from .report import protocol_json
+from .report import member_json, protocol_json
 
 if TYPE_CHECKING:
     from ..engine import Explanation, WouldWrite
@@ -31,9 +31,9 @@ def explain_json(analysis: Analysis, explanation: Explanation) -> dict:
                     "class": plan.wrapper.cls.name,
                     "file": plan.wrapper.path,
                     "role": plan.role,
-                    "status": "present" if status == "forwarded" else "missing",
+                    "status": "present" if status == "forwarded" else "plumbing" if entry.gap == "plumbing" else "missing",
                     "required": entry.required,
-                    "fix": entry.fix.as_json() if entry.fix is not None else None,
+                    "fix": member_json(entry, with_definition=False)["fix"],
                     "blocker": entry.blocker,
                     "gap": entry.gap,
                 }

@@ -628,9 +628,19 @@ def print_explain(data: dict, console: Console) -> None:
         console.print(f"written for {data['style']}")
     for model in data["models"]:
         where = f" defined by {model['defined_by']} at {model['defined_at']}" if "defined_at" in model else ""
-        console.print(f"\n{model['class']} ({model['file']}, {model['role']}): {model['status']}{where}")
+        status = "its forward cannot use the hook" if model["status"] == "plumbing" else model["status"]
+        console.print(f"\n{model['class']} ({model['file']}, {model['role']}): {status}{where}")
         if model["blocker"]:
             console.print(f"no fix: {model['blocker']}")
+        fix = model.get("fix") or {}
+        if fix.get("plumbing"):
+            pieces = ", ".join(dict.fromkeys(
+                f"{p['class']}.{p['writes']} copied from its {p['method']}" if p.get("writes") else f"{p['piece']} in {p['class']}.{p['method']}"
+                for p in fix["plumbing"]
+            ))
+            console.print(f"written with its plumbing: {pieces}")
+        for caveat in fix.get("caveats", ()):
+            console.print(f"left as it is: {caveat['why']} ({caveat['at']})")
         if "learned_from" in model:
             console.print(
                 f"learned from {model['learned_from_class']} ({model['learned_from']}), "
