@@ -752,6 +752,12 @@ def revert(
     console = _console(quiet=quiet)
     for rel, members in kept:
         console.print(f"[yellow]kept[/yellow] {rel}: {', '.join(members)} (edited since eaglepatch wrote them)")
+    if reverted.elsewhere:
+        modules = " ".join(f"--model {rel.removeprefix('models/').removesuffix('.py')}" for rel in reverted.elsewhere)
+        console.print(
+            f"[yellow]note:[/yellow] {', '.join(reverted.elsewhere)} also {'hold' if len(reverted.elsewhere) > 1 else 'holds'} plumbing eaglepatch wrote (for the backbone or base"
+            f" a class runs), left as it is: `eaglepatch revert {modules}`, or `revert` without --model, takes it out"
+        )
     for error in errors:
         typer.echo(f"eaglepatch: error: {error}", err=True)
     if not edits:

@@ -75,6 +75,7 @@ class Reverted:
     edits: tuple[FileEdit, ...]
     errors: tuple[EaglepatchError, ...]
     kept: tuple[tuple[str, list[str]], ...]
+    elsewhere: tuple[str, ...] = ()  # model files --model did not name that hold plumbing eaglepatch wrote
 
 
 @dataclass(frozen=True)

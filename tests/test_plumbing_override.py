@@ -268,3 +268,56 @@ def test_a_two_batch_overlap_path_left_as_it_is_is_said_by_check_and_explain(tmp
     for command in ("check", "explain"):
         args = (command, root, "--model", "overlapped") if command == "check" else (command, HOOK, root, "--model", "overlapped")
         assert "left as it is: TboModel.forward's two-batch-overlap path (can_run_tbo)" in " ".join(invoke(*args).stdout.split()), command
+
+
+FLAG_TEXT = """\
+from torch import nn
+
+from sglang.srt.distributed import get_pp_group
+from sglang.srt.layers.logits_processor import LogitsProcessor
+from sglang.srt.models.flag_like import FlagModel
+
+
+class FlagTextForCausalLM(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.pp_group = get_pp_group()
+        self.model = FlagModel(config)
+        self.lm_head = nn.Module()
+        self.logits_processor = LogitsProcessor(config)
+        self.capture_aux_hidden_states = False
+
+    def get_embed_and_head(self):
+        return self.model.embed_tokens.weight, self.lm_head.weight
+
+    def forward(self, input_ids, positions, forward_batch):
+        hidden_states = self.model(input_ids, positions, forward_batch)
+        aux_hidden_states = None
+        if isinstance(hidden_states, tuple):
+            hidden_states, aux_hidden_states = hidden_states
+        return self.logits_processor(
+            input_ids, hidden_states, self.lm_head, forward_batch, aux_hidden_states
+        )
+
+
+EntryClass = FlagTextForCausalLM
+"""
+
+
+def test_revert_of_one_module_names_the_plumbing_it_leaves_in_another(repo: Path) -> None:
+    """The copy goes into the backbone's module: `revert --model` of the class's own module leaves it
+    and says where it is and how to take it out; `revert` without --model takes everything out."""
+    (repo / MODELS / "flag_text.py").write_text(FLAG_TEXT)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "a text class in a module of its own")
+    before = snapshot(repo)
+    assert invoke("apply", repo, "--model", "flag_text").exit_code == 0
+    assert f"def {HOOK}(self, layers_to_capture" in (repo / MODELS / "flag_like.py").read_text()
+    partial = invoke("revert", repo, "--model", "flag_text")
+    assert partial.exit_code == 0, partial.output
+    said = " ".join(partial.stdout.split())
+    assert "note: models/flag_like.py also holds plumbing eaglepatch wrote" in said and "`eaglepatch revert --model flag_like`" in said
+    assert f"def {HOOK}(self, layers_to_capture" in (repo / MODELS / "flag_like.py").read_text()
+    assert invoke("revert", repo).exit_code == 0
+    assert snapshot(repo) == before

@@ -267,6 +267,17 @@ def _has_marker(data: bytes, *markers: str) -> bool:
     return any(marker.encode() in data for marker in markers)
 
 
+def plumbing_elsewhere(tree: SourceTree, models: Sequence[str]) -> list[str]:
+    """The model files outside `models` (--model's modules) holding plumbing eaglepatch wrote: a class's
+    plumbing goes into the file of the backbone (or base) it runs, which a `revert --model` of the
+    class's own module does not take out."""
+    from ..codemods.names import PLUMBING
+
+    named = {tree.models / f"{selector.partition(':')[0].removesuffix('.py').replace('.', '/')}.py" for selector in models}
+    found = [p for p in one_path_per_file(tree.models.rglob("*.py")) if p not in named and p.is_file() and _has_marker(p.read_bytes(), PLUMBING)]
+    return sorted(tree.rel(p) for p in found)
+
+
 def revert_edits(
     cache: SourceCache, tree: SourceTree, models: Sequence[str] | None, style: FormatStyle = DEFAULT_STYLE
 ) -> tuple[list[FileEdit], list[EaglepatchError], list[tuple[str, list[str]]]]:

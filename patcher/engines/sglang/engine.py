@@ -69,13 +69,15 @@ class SglangEngine:
         from ...engine import Reverted
         from ...read.source_cache import SourceCache
         from ...read.style import load_style
-        from ...rewrite.edits import revert_edits
+        from ...rewrite.edits import plumbing_elsewhere, revert_edits
 
         merged, _ = merge_settings(tree, selection)
         cache = SourceCache(tree.srt)
         style = load_style(tree.models, tree.given)
-        edits, errors, kept = revert_edits(cache, tree, None if merged.all_models else merged.models, style)
-        return Reverted(tuple(edits), tuple(errors), tuple(kept))
+        models = None if merged.all_models else merged.models
+        edits, errors, kept = revert_edits(cache, tree, models, style)
+        elsewhere = plumbing_elsewhere(tree, models) if models else []
+        return Reverted(tuple(edits), tuple(errors), tuple(kept), tuple(elsewhere))
 
     def explain(self, analysis: Analysis, member: str) -> Explanation:
         from .explain import explanation
