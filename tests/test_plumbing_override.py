@@ -22,65 +22,21 @@ from pathlib import Path
 import pytest
 from helpers import committed_copy, git, invoke, isolate_git, snapshot
 from plumbing_harness import INPUTS, PPGroup, Sym, build, load, set_rank
-from test_plumbing_sibling_hook import HANDING
+from test_plumbing_sibling_hook import FLAG_BACKBONE, FLAG_CAUSAL_LM, HANDING, IMPORTS
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "checkout"
 MODELS = Path("python/sglang/srt/models")
 HOOK = "set_eagle3_layers_to_capture"
 
-FLAG_LIKE = '''\
-from torch import nn
-
-from sglang.srt.distributed import get_pp_group
-from sglang.srt.layers.layernorm import RMSNorm
-from sglang.srt.layers.logits_processor import LogitsProcessor
-
+FLAG_LIKE = (
+    IMPORTS
+    + """
 
 def embed_routine(input_ids, forward_batch, language_model, positions):
     return language_model(input_ids, positions, forward_batch)
-
-
-class FlagDecoderLayer(nn.Module):
-    def forward(self, positions, hidden_states, forward_batch, **kwargs):
-        return hidden_states
-
-
-class FlagModel(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.embed_tokens = nn.Module()
-        self.layers = nn.ModuleList(
-            [FlagDecoderLayer() for _ in range(config.num_hidden_layers)]
-        )
-        self.start_layer, self.end_layer = 0, config.num_hidden_layers
-        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.layers_to_capture = []
-
-    def set_dflash_layers_to_capture(self, layers_to_capture: list[int]):
-        self.layers_to_capture = layers_to_capture
-        for layer_id in self.layers_to_capture:
-            setattr(self.layers[layer_id], "_is_layer_to_capture", True)
-
-    def forward(self, input_ids, positions, forward_batch):
-        hidden_states = self.embed_tokens(input_ids)
-        aux_hidden_states = []
-        for i in range(self.start_layer, self.end_layer):
-            layer = self.layers[i]
-            hidden_states = layer(
-                positions,
-                hidden_states,
-                forward_batch,
-                captured_last_layer_outputs=(
-                    aux_hidden_states
-                    if getattr(layer, "_is_layer_to_capture", False)
-                    else None
-                ),
-            )
-        hidden_states = self.norm(hidden_states)
-        if len(aux_hidden_states) == 0:
-            return hidden_states
-        return hidden_states, aux_hidden_states
-
+"""
+    + FLAG_BACKBONE
+    + '''
 
 class FlagVLBase(nn.Module):
     def __init__(self, config):
@@ -125,33 +81,13 @@ class FlagVLBase(nn.Module):
 
 class FlagVLForConditionalGeneration(FlagVLBase):
     pass
-
-
-class FlagForCausalLM(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.config = config
-        self.pp_group = get_pp_group()
-        self.model = FlagModel(config)
-        self.lm_head = nn.Module()
-        self.logits_processor = LogitsProcessor(config)
-        self.capture_aux_hidden_states = False
-
-    def get_embed_and_head(self):
-        return self.model.embed_tokens.weight, self.lm_head.weight
-
-    def forward(self, input_ids, positions, forward_batch):
-        hidden_states = self.model(input_ids, positions, forward_batch)
-        aux_hidden_states = None
-        if isinstance(hidden_states, tuple):
-            hidden_states, aux_hidden_states = hidden_states
-        return self.logits_processor(
-            input_ids, hidden_states, self.lm_head, forward_batch, aux_hidden_states
-        )
-
+'''
+    + FLAG_CAUSAL_LM
+    + """
 
 EntryClass = [FlagVLForConditionalGeneration, FlagForCausalLM]
-'''
+"""
+)
 
 HAND_LIKE = HANDING.replace("    def forward(self, input_ids, positions, forward_batch):\n        hidden_states = self.model(", """\
     def get_embed_and_head(self):
@@ -270,39 +206,18 @@ def test_a_two_batch_overlap_path_left_as_it_is_is_said_by_check_and_explain(tmp
         assert "left as it is: TboModel.forward's two-batch-overlap path (can_run_tbo)" in " ".join(invoke(*args).stdout.split()), command
 
 
-FLAG_TEXT = """\
+# the text class in a module of its own, its backbone imported from flag_like (Qwen3.5's qwen3_5_text.py)
+FLAG_TEXT = (
+    """\
 from torch import nn
 
 from sglang.srt.distributed import get_pp_group
 from sglang.srt.layers.logits_processor import LogitsProcessor
 from sglang.srt.models.flag_like import FlagModel
-
-
-class FlagTextForCausalLM(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.config = config
-        self.pp_group = get_pp_group()
-        self.model = FlagModel(config)
-        self.lm_head = nn.Module()
-        self.logits_processor = LogitsProcessor(config)
-        self.capture_aux_hidden_states = False
-
-    def get_embed_and_head(self):
-        return self.model.embed_tokens.weight, self.lm_head.weight
-
-    def forward(self, input_ids, positions, forward_batch):
-        hidden_states = self.model(input_ids, positions, forward_batch)
-        aux_hidden_states = None
-        if isinstance(hidden_states, tuple):
-            hidden_states, aux_hidden_states = hidden_states
-        return self.logits_processor(
-            input_ids, hidden_states, self.lm_head, forward_batch, aux_hidden_states
-        )
-
-
-EntryClass = FlagTextForCausalLM
 """
+    + FLAG_CAUSAL_LM.replace("FlagForCausalLM", "FlagTextForCausalLM")
+    + "\n\nEntryClass = FlagTextForCausalLM\n"
+)
 
 
 def test_revert_of_one_module_names_the_plumbing_it_leaves_in_another(repo: Path) -> None:

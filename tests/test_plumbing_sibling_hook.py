@@ -109,8 +109,8 @@ SIBLING = '''\
             setattr(self.layers[layer_id], "_is_layer_to_capture", True)
 '''
 
-# a causal LM without a hook, over a backbone that captures into a list handed to each marked layer
-FLAGGED = IMPORTS + f'''
+# a backbone that captures into a list handed to each layer it finds marked, marked by its DFlash hook
+FLAG_BACKBONE = f'''
 
 class FlagDecoderLayer(nn.Module):
     def forward(self, positions, hidden_states, forward_batch, **kwargs):
@@ -120,6 +120,7 @@ class FlagDecoderLayer(nn.Module):
 class FlagModel(nn.Module):
     def __init__(self, config):
         super().__init__()
+        self.embed_tokens = nn.Module()
         self.layers = nn.ModuleList(
             [FlagDecoderLayer() for _ in range(config.num_hidden_layers)]
         )
@@ -147,7 +148,10 @@ class FlagModel(nn.Module):
         if len(aux_hidden_states) == 0:
             return hidden_states
         return hidden_states, aux_hidden_states
+'''
 
+# a causal LM over it without a hook (Qwen3.5's text classes), unpacking the pair when it is one
+FLAG_CAUSAL_LM = '''
 
 class FlagForCausalLM(nn.Module):
     def __init__(self, config):
@@ -159,6 +163,9 @@ class FlagForCausalLM(nn.Module):
         self.logits_processor = LogitsProcessor(config)
         self.capture_aux_hidden_states = False
 
+    def get_embed_and_head(self):
+        return self.model.embed_tokens.weight, self.lm_head.weight
+
     def forward(self, input_ids, positions, forward_batch):
         hidden_states = self.model(input_ids, positions, forward_batch)
         aux_hidden_states = None
@@ -168,6 +175,8 @@ class FlagForCausalLM(nn.Module):
             input_ids, hidden_states, self.lm_head, forward_batch, aux_hidden_states
         )
 '''
+
+FLAGGED = IMPORTS + FLAG_BACKBONE + FLAG_CAUSAL_LM
 
 FILE, CLS, KEY = "models/flagged.py", "FlagForCausalLM", "models/flagged.py:FlagForCausalLM"
 REFERENCE = "models/handing.py:HandForCausalLM"
