@@ -385,6 +385,11 @@ def build(cls: type, signature: inspect.Signature, real_backbone: bool, attribut
         installed: dict[str, object] = {"start_layer": 0, "end_layer": len(layers), embed: Embed(), stack: layers}
         installed.update({norm: RMSNorm() for norm in norms})
         for name, value in installed.items():
+            if isinstance(getattr(type(backbone), name, None), property):  # a read-only view of a field (Qwen3.5's `_start_layer`)
+                object.__setattr__(backbone, f"_{name}", value)
+                if getattr(backbone, name) != value:
+                    raise RuntimeError(f"{type(backbone).__name__}.{name} is a property that does not read self._{name}")
+                continue
             object.__setattr__(backbone, name, value)
         _STACKS[id(backbone)] = stack
     else:
