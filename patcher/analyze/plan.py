@@ -51,6 +51,8 @@ ShapeCheck = Callable[[Signature, CallShape], Optional[str]]
 # (gap, class) -> a body learned from the tree (patcher/analyze/synthesize.py), or why there is none
 # (entry, class, the class's members decided before it in this plan): a learned body, or why none
 Synthesizer = Callable[[MemberPlan, Wrapper, Sequence[MemberPlan]], "SynthesisFit"]
+# (a plumbing gap of an inherited hook, class) -> a hook learned into the class itself, or why none
+Override = Callable[[MemberPlan, Wrapper], "SynthesisFit"]
 
 
 def uses_for_role(uses: Iterable[Use], role: str) -> list[Use]:
@@ -250,16 +252,18 @@ def _verdict(wrapper: Wrapper, role: ModelRole, missing: list[MemberPlan]) -> tu
 
 
 def with_broken_plumbing(
-    plan: ModelPlan, member: ProtocolMember, gaps: Iterable[PlumbingGap], read: Iterable[str] = (), fit: SynthesisFit | None = None
+    plan: ModelPlan, member: ProtocolMember, gaps: Iterable[PlumbingGap], read: Iterable[str] = (), override: Override | None = None
 ) -> ModelPlan:
     """The plan of a class whose capture hook exists but cannot work: a required gap of kind plumbing
-    naming every broken piece, and the verdict that follows (never compliant).  `fit`: a hook learned
-    into the class itself, with its plumbing, that apply writes over the inherited one."""
+    naming every broken piece, and the verdict that follows (never compliant).  `override`: asked for a
+    hook learned into the class itself, with its plumbing, that apply writes over the inherited one
+    (the gap's fix, when there is one)."""
     gaps = tuple(gaps)
     defined = plan.wrapper.cls.members.get(member.name)
     uses = tuple(uses_for_role(member.uses, plan.role))
     blocker = "its forward never uses what the hook sets: " + "; ".join(g.describe() for g in gaps)
     entry = MemberPlan(member, defined, None, required=True, blocker=blocker, uses=uses, gap="plumbing", plumbing=gaps)
+    fit = override(entry, plan.wrapper) if override is not None else None
     if fit is not None and fit.synthesis is not None:
         fix = Fix("synthesize", fit.synthesis.reference.label)
         entry = replace(entry, fix=fix, blocker=None, synthesis=fit.synthesis, writes_plumbing=fit.writes_plumbing)

@@ -207,9 +207,14 @@ def _with_plumbing(entry: MemberPlan) -> str:
     plan = entry.writes_plumbing
     if plan is None:
         return ""
-    where = ", ".join(dict.fromkeys(f"{p.cls}.{p.defines} copied from its {p.method}" if p.defines else f"{p.kind} in {p.cls}.{p.method}" for p in plan.pieces))
+    where = ", ".join(dict.fromkeys(_piece_said(p.kind, p.cls, p.method, p.defines) for p in plan.pieces))
     left = "".join(f"; left as it is: {c.why} ({c.at})" for c in plan.caveats)
     return f", with its plumbing ({where}){left}"
+
+
+def _piece_said(kind: str, cls: str, method: str, writes: str = "") -> str:
+    """A plumbing piece in a line of text: where it goes, or the hook a `hook` piece copies."""
+    return f"{cls}.{writes} copied from its {method}" if writes else f"{kind} in {cls}.{method}"
 
 
 def readiness_of(analysis: Analysis) -> str:
@@ -634,10 +639,7 @@ def print_explain(data: dict, console: Console) -> None:
             console.print(f"no fix: {model['blocker']}")
         fix = model.get("fix") or {}
         if fix.get("plumbing"):
-            pieces = ", ".join(dict.fromkeys(
-                f"{p['class']}.{p['writes']} copied from its {p['method']}" if p.get("writes") else f"{p['piece']} in {p['class']}.{p['method']}"
-                for p in fix["plumbing"]
-            ))
+            pieces = ", ".join(dict.fromkeys(_piece_said(p["piece"], p["class"], p["method"], p.get("writes", "")) for p in fix["plumbing"]))
             console.print(f"written with its plumbing: {pieces}")
         for caveat in fix.get("caveats", ()):
             console.print(f"left as it is: {caveat['why']} ({caveat['at']})")

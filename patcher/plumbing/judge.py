@@ -7,7 +7,7 @@ so what `check` says is what `apply` leaves; every judgement reads the run's Tre
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -15,6 +15,7 @@ from ..read.statements import walk
 from ..records import SynthesisFit
 
 if TYPE_CHECKING:
+    from ..analyze.plan import Override
     from ..analyze.plan import ShapeCheck as ShapeMisfit
     from ..analyze.resolve import Resolver
     from ..analyze.synthesize import HookLibrary
@@ -158,7 +159,7 @@ class Plumber:
         return tuple(g.describe() for g in analyze_plumbing(PatchedClasses(self.classes, {**patched, **start}), key, hook).gaps)
 
 
-def judge_inherited(plumber: Plumber, plans: list[ModelPlan], override: Callable[[MemberPlan, Wrapper], SynthesisFit] | None = None) -> list[ModelPlan]:
+def judge_inherited(plumber: Plumber, plans: list[ModelPlan], override: Override | None = None) -> list[ModelPlan]:
     """A subclass that inherits the capture hook apply learns for its base works only if its own forward
     uses what the hook sets once the base's plumbing is written: else it gets the plumbing gap the next
     check would find (the verdict is a fixed point: apply writes the base's fix either way), with the
@@ -184,9 +185,7 @@ def judge_inherited(plumber: Plumber, plans: list[ModelPlan], override: Callable
             continue
         left = plumber.inherited(f"{plan.wrapper.cls.file}:{plan.wrapper.cls.name}", base, owner)
         if left:
-            broken = with_broken_plumbing(plan, entry.member, left)
-            fit = override(broken.missing[-1], plan.wrapper) if override is not None else None
-            plan = with_broken_plumbing(plan, entry.member, left, fit=fit) if fit is not None and fit.synthesis is not None else broken
+            plan = with_broken_plumbing(plan, entry.member, left, override=override)
         out.append(plan)
     return out
 
@@ -214,7 +213,7 @@ def judge_plumbing(
     protocol: Protocol,
     plans: list[ModelPlan],
     classes: TreeClasses | None = None,
-    override: Callable[[MemberPlan, Wrapper], SynthesisFit] | None = None,
+    override: Override | None = None,
 ) -> list[ModelPlan]:
     """A target whose capture hook exists (its own or inherited) but whose forward never uses what the
     hook sets cannot run the algorithm: its plan gains a plumbing gap naming every broken piece.  Only
@@ -264,12 +263,8 @@ def judge_plumbing(
             # into the class itself: a hook learned into the class can take its place
             delegated = any(m.member.name == member.name and m.fix is not None and m.fix.kind == "delegate" for m in plan.missing)
             inherited = not delegated and (member.name in cls.pending or (hook is not None and hook.owner != cls.name))
-            if gaps and override is not None and member.name == HOOK and inherited:
-                broken = with_broken_plumbing(plan, member, gaps, report.read)
-                fit = override(broken.missing[-1], plan.wrapper)
-                plan = with_broken_plumbing(plan, member, gaps, report.read, fit if fit.synthesis is not None else None)
-            elif gaps:
-                plan = with_broken_plumbing(plan, member, gaps, report.read)
+            if gaps:
+                plan = with_broken_plumbing(plan, member, gaps, report.read, override if member.name == HOOK and inherited else None)
             else:
                 plan = replace(plan, read=tuple(dict.fromkeys([*plan.read, *report.read])))
         out.append(plan)

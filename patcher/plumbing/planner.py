@@ -42,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from ..read.expressions import capture_flag_read
 from ..read.statements import nested_statements, sub_blocks, walk, walk_body, walk_code
 from ..records import PieceKind, PlumbingBlocker, PlumbingPiece, PlumbingPlan, Where
 from .gate import HOOK, ClassLookup, ClassSource, FunctionNode, PlumbingReport, analyze_plumbing, calls_backbone, is_capture_hook, method_of, reached_methods
@@ -569,8 +570,6 @@ def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None
     found = method_of(classes.mro(held[0]), "forward")
     if found is None:
         return "its backbone has no forward"
-    owner, function = found
-    backbone = _backbone_forms(owner, function, listed.attribute)
     path = reached_methods(mro, "forward")
     calls = _backbone_call(path, listed.holder)
     if len(calls) != 1:
@@ -599,7 +598,7 @@ def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None
         return "its forward does not hand the aux states to self.logits_processor"
     common = dict(
         key=key,
-        backbone=owner.key,
+        backbone=found[0].key,
         attribute=listed.holder,
         flag=flag,
         selector=listed.attribute,
@@ -615,6 +614,7 @@ def read_reference(classes: ClassLookup, key: str, report: PlumbingReport | None
     )
     if through_hook:
         return _Reference(**common, backbone_why="only its class side is read")  # type: ignore[arg-type]
+    backbone = _backbone_forms(*found, listed.attribute)
     if isinstance(backbone, str):
         return _Reference(**common, backbone_why=backbone)  # type: ignore[arg-type]
     loop, aux, expression, tail = backbone
@@ -949,8 +949,8 @@ class PlumbingPlanner:
         if captures:
             return _BackboneSide(owner, function, True, has_default, init, None, ())
         own = _own_capture(path)
-        sibling = None if selector is not None else _one_sibling([classes.mro(b) for b in held])
-        if own and sibling is not None:
+        sibling = _one_sibling([classes.mro(b) for b in held]) if own and selector is None else None
+        if sibling is not None:
             # the class has no hook: the learned one hands the layer choice to this copy, which sets
             # what the forward reads (plan() proves it with verify_plan)
             where, method = sibling
@@ -1139,10 +1139,10 @@ class PlumbingPlanner:
 
 def _one_sibling(mros: Sequence[Sequence[ClassSource]]) -> tuple[ClassSource, FunctionNode] | None:
     """The one sibling hook every class the backbone may be built as reaches (sibling_hook)."""
-    found = {(s[0].key, s[1].lineno): s for m in mros if (s := sibling_hook(m)) is not None}
-    if len(found) != 1 or any(sibling_hook(m) is None for m in mros):
+    found = [sibling_hook(m) for m in mros]
+    if not found or any(s is None for s in found) or len({(s[0].key, s[1].lineno) for s in found if s is not None}) != 1:
         return None
-    return next(iter(found.values()))
+    return found[0]
 
 
 def _one_result_unpacked(calls: Sequence[tuple[ClassSource, FunctionNode, ast.Call]]) -> bool:
@@ -1178,11 +1178,9 @@ def _own_capture(path: Sequence[tuple[ClassSource, FunctionNode]]) -> str:
     """What a backbone forward captures by, when it does so without the list: a per-layer flag read,
     a capture attribute of its own, an aux list it keeps ("" when it captures nothing)."""
     nodes = [node for owner, method in path for node in owner.walks.body(method)]
-    for node in nodes:
-        if isinstance(node, ast.Call) and _dotted_text(node.func) == "getattr" and len(node.args) > 1:
-            name = node.args[1]
-            if isinstance(name, ast.Constant) and isinstance(name.value, str) and "capture" in name.value:
-                return f"the per-layer flag {name.value}"
+    flag = next((found for node in nodes if (found := capture_flag_read(node)) is not None), None)
+    if flag is not None:
+        return f"the per-layer flag {flag}"
     for node in nodes:
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and "capture" in node.attr and _attr_of_self(node) is not None:
             return f"self.{node.attr}"
@@ -1362,7 +1360,7 @@ def _apply_piece(node: ast.ClassDef, piece: PlumbingPiece, inserted: set[int], c
     if piece.where == "beside":
         if method not in node.body:
             raise ValueError(f"{piece.target}: the def at line {piece.method_line} is not in the class body itself")
-        written = _renamed_def(method, ast.parse(piece.code).body[0].name)  # type: ignore[attr-defined]
+        written = _renamed_def(method, piece.defines)
         inserted.update(id(s) for s, _ in nested_statements([written]))
         position = node.body.index(method)
         node.body[position + 1 : position + 1] = [written]
