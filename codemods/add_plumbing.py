@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 from libcst.codemod import CodemodContext
-from libcst.metadata import PositionProvider
 
 from ..plumbing.planner import INDENT, statement_fingerprint
-from ..read.slices import ClassView
+from ..read.slices import ClassView, statement_lines
+from ..read.text import indent_width, lines_with_ends
 from .add_delegations import fit_call
 from .contract import VisitorCommand, run_command
 from .names import LINE_LENGTH, PLUMBING
@@ -353,7 +353,35 @@ def without_argument(statement: cst.SimpleStatementLine, layout: str, unit: str,
 # --------------------------------------------------------------------------- the codemod
 
 
-def statement_columns(owner: cst.MetadataDependent, function: cst.FunctionDef) -> dict[int, tuple[cst.BaseStatement, int, int]]:
+@dataclass(frozen=True)
+class StatementPlaces:
+    """Where each statement of a parsed view starts: its line of the file as CPython's parser places
+    it (the planner's lines are ast's too), and its column, the indent of that line (a statement of an
+    indented block starts its line).  libcst's PositionProvider prints the whole module to know this,
+    and cost more than parsing and printing it."""
+
+    view: ClassView
+    lines: dict[int, tuple[int, int]]  # id(statement) -> (first line, last line) of the view
+    text_lines: list[str]
+
+    @classmethod
+    def of(cls, module: cst.Module, view: ClassView) -> StatementPlaces:
+        return cls(view, statement_lines(module, view.text), lines_with_ends(view.text))
+
+    def _view_line(self, statement: cst.CSTNode) -> int:
+        span = self.lines.get(id(statement))
+        if span is None:
+            raise PlumbingNotWritten("the module's statements could not be placed on its lines")
+        return span[0]
+
+    def line(self, statement: cst.CSTNode) -> int:
+        return self.view.original_line(self._view_line(statement))
+
+    def column(self, statement: cst.CSTNode) -> int:
+        return indent_width(self.text_lines[self._view_line(statement) - 1])
+
+
+def statement_columns(places: StatementPlaces, function: cst.FunctionDef) -> dict[int, tuple[cst.BaseStatement, int, int]]:
     """id -> (statement, line, column) of each statement of a function's blocks (not nested defs')."""
     found: dict[int, tuple[cst.BaseStatement, int, int]] = {}
 
@@ -361,8 +389,7 @@ def statement_columns(owner: cst.MetadataDependent, function: cst.FunctionDef) -
         if not isinstance(block, cst.IndentedBlock):
             return
         for statement in block.body:
-            start = owner.get_metadata(PositionProvider, statement).start
-            found[id(statement)] = (statement, start.line, start.column)
+            found[id(statement)] = (statement, places.line(statement), places.column(statement))
             if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
                 continue
             for suite in _statement_suites(statement):
@@ -402,7 +429,18 @@ def _fingerprint(statement: cst.BaseStatement) -> str:
 Edit = Callable[[cst.BaseStatement], list[cst.BaseStatement]]
 
 
-class BlockEdits(cst.CSTTransformer):
+HOLDS_BLOCKS = (cst.BaseCompoundStatement, cst.BaseSuite, cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase)
+
+
+class BlockTransformer(cst.CSTTransformer):
+    """A transformer of statement blocks: it descends only into what can hold a block, never into an
+    expression or a simple statement line (most of a function's nodes, and of what visiting it costs)."""
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return isinstance(node, HOLDS_BLOCKS) and super().on_visit(node)
+
+
+class BlockEdits(BlockTransformer):
     """Rewrites the blocks of one function: each statement an edit is keyed to (by the id of the original)
     becomes what the edit makes of it (as updated below), and `end` is appended to the function's body."""
 
@@ -432,10 +470,12 @@ class AddPlumbing(VisitorCommand):
     """Write the pieces of a PlumbingPlan that go into this module (`plan.pieces_in(file)`)."""
 
     DESCRIPTION = "Write the capture plumbing a PlumbingPlan names."
-    METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, context: CodemodContext, pieces: Sequence[PlumbingPiece], line_length: int = LINE_LENGTH):
+    def __init__(self, context: CodemodContext, pieces: Sequence[PlumbingPiece], line_length: int = LINE_LENGTH, view: ClassView | None = None):
+        """`view`: what the module was parsed from (else the module is printed to place its lines)."""
         super().__init__(context)
+        self._view = view
+        self._places: StatementPlaces | None = None
         self.pieces = tuple(pieces)
         self.line_length = line_length
         self.written: list[PlumbingPiece] = []
@@ -447,6 +487,14 @@ class AddPlumbing(VisitorCommand):
 
     def visit_Module(self, node: cst.Module) -> None:
         self._module = node
+        view = self._view
+        if view is None:
+            code = node.code
+            view = ClassView(code, code)
+        self._places = StatementPlaces.of(node, view)
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return isinstance(node, (cst.Module, *HOLDS_BLOCKS)) and super().on_visit(node)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         if node.name.value in self._wanted and not self._classes:
@@ -470,7 +518,8 @@ class AddPlumbing(VisitorCommand):
         if not self._classes:
             return updated_node
         cls = self._classes[-1].name.value
-        line = self.get_metadata(PositionProvider, original_node.name).start.line
+        assert self._places is not None, "visit_Module runs before any def is left"
+        line = self._places.line(original_node)
         name = original_node.name.value
         # the def a piece names: by its name, and by its line where the class defines the name twice
         # (a second run, on what the first one wrote, finds its defs moved down)
@@ -515,7 +564,8 @@ class AddPlumbing(VisitorCommand):
         newline, width, config = module.default_newline, self.line_length, module.config_for_parsing
         printer = cst.Module(body=[], default_indent=unit, default_newline=newline)
         held = {m.kind for text in printer.code_for_node(function).splitlines() if (m := parse_plumbing_marker(text)) is not None}
-        statements = statement_columns(self, function)
+        assert self._places is not None, "visit_Module runs before any def is left"
+        statements = statement_columns(self._places, function)
         by_line = {line: (statement, column) for statement, line, column in statements.values()}
         edits: dict[int, Edit] = {}
         headers: dict[int, Callable[[cst.For], cst.For]] = {}  # a loop's header is rewritten after what goes above it
@@ -632,5 +682,5 @@ def apply_plumbing(code: str, pieces: Sequence[PlumbingPiece], line_length: int 
     a 3,000-line model file were most of what `apply` spent on plumbing."""
     wanted = {piece.cls for piece in pieces}
     view = ClassView.of(code, lambda node: node.name in wanted)
-    command = AddPlumbing(CodemodContext(), pieces, line_length)
+    command = AddPlumbing(CodemodContext(), pieces, line_length, view)
     return view.splice(run_command(command, cst.parse_module(view.text)).code)

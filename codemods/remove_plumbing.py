@@ -12,8 +12,8 @@ from __future__ import annotations
 import libcst as cst
 from libcst.codemod import CodemodContext
 
-from ..read.slices import ClassView
-from .add_plumbing import HEADER, group_digest, header_digest, leading_lines, marker_of, without_argument, without_index
+from ..read.slices import ClassView, statement_lines
+from .add_plumbing import HEADER, HOLDS_BLOCKS, BlockTransformer, group_digest, header_digest, leading_lines, marker_of, without_argument, without_index
 from .contract import VisitorCommand, run_command
 from .names import PLUMBING
 
@@ -21,8 +21,13 @@ from .names import PLUMBING
 class RemovePlumbing(VisitorCommand):
     DESCRIPTION = "Remove the capture plumbing that eaglepatch added."
 
-    def __init__(self, context: CodemodContext):
+    def __init__(self, context: CodemodContext, text: str | None = None):
+        """`text`: the code the module was parsed from; a def is then read only if a marker line is in it
+        (else each def is printed to look for one)."""
         super().__init__(context)
+        self._text = text
+        self._spans: dict[int, tuple[int, int]] = {}
+        self._marked: list[int] = []
         self.removed: dict[str, list[str]] = {}  # "Class.method" -> the kinds taken out
         self.kept: dict[str, list[str]] = {}  # marked, but edited by hand
         self._module: cst.Module | None = None
@@ -30,6 +35,20 @@ class RemovePlumbing(VisitorCommand):
 
     def visit_Module(self, node: cst.Module) -> None:
         self._module = node
+        if self._text is not None:
+            self._spans = statement_lines(node, self._text)
+            self._marked = [number for number, line in enumerate(self._text.splitlines(), 1) if PLUMBING in line]
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return isinstance(node, (cst.Module, *HOLDS_BLOCKS)) and super().on_visit(node)
+
+    def _holds_marker(self, function: cst.FunctionDef) -> bool:
+        module = self._module
+        assert module is not None, "visit_Module runs before any def is left"
+        span = self._spans.get(id(function))
+        if span is None:
+            return PLUMBING in module.code_for_node(function)
+        return any(span[0] <= line <= span[1] for line in self._marked)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         if self._classes:
@@ -75,7 +94,7 @@ class RemovePlumbing(VisitorCommand):
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
         module = self._module
         assert module is not None, "visit_Module runs before any def is left"
-        if not self._classes or PLUMBING not in module.code_for_node(original_node):
+        if not self._classes or not self._holds_marker(original_node):
             return updated_node
         label = f"{self._classes[-1].name.value}.{original_node.name.value}"
         block = original_node.body
@@ -89,7 +108,7 @@ class RemovePlumbing(VisitorCommand):
         return updated  # type: ignore[return-value]
 
 
-class _Reverter(cst.CSTTransformer):
+class _Reverter(BlockTransformer):
     def __init__(self, root: cst.FunctionDef, unit: str, module: cst.Module):
         super().__init__()
         self.root = root
@@ -203,6 +222,6 @@ def revert_plumbing(code: str) -> tuple[str, dict[str, list[str]], dict[str, lis
     view = ClassView.of(code, lambda node: any(node.lineno <= n <= (node.end_lineno or node.lineno) for n in marked))
     if not all(any(first <= n <= last for first, last in view.spans) for n in marked):
         view = ClassView(code, code)  # a marker outside the top-level classes: the whole module
-    command = RemovePlumbing(CodemodContext())
+    command = RemovePlumbing(CodemodContext(), view.text)
     updated = view.splice(run_command(command, cst.parse_module(view.text)).code)
     return updated, command.removed, command.kept

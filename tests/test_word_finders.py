@@ -133,7 +133,10 @@ def _add_line(code: str, keep: set[str]) -> str:
 def test_class_view_edits_as_libcst_over_the_whole_module(code, keep, viewed):
     view = ClassView.of(code, lambda node: node.name in keep)
     assert bool(view.spans) == viewed
-    assert len(view.text.splitlines()) == len(code.splitlines())
+    viewed_lines, code_lines = view.text.splitlines(), code.splitlines()
+    assert all(line == code_lines[view.original_line(n) - 1] for n, line in enumerate(viewed_lines, 1))  # each line where it stood
+    if view.spans:
+        assert len(viewed_lines) == sum(last - first + 1 for first, last in view.spans)  # the classes kept, nothing else
     if code.startswith("def broken"):
         return
     assert view.splice(_add_line(view.text, keep)) == _add_line(code, keep)

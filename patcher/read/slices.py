@@ -54,13 +54,7 @@ class Parsed:
 
     def _statement_lines(self) -> dict[int, tuple[int, int]]:
         if self._lines is None:
-            self._lines = {}
-            try:
-                tree = ast.parse(self.text)
-            except (SyntaxError, ValueError):
-                tree = None
-            if tree is not None:
-                _align(self.module.body, tree.body, self._lines)
+            self._lines = statement_lines(self.module, self.text)
         return self._lines
 
     def statement_span(self, statement: cst.CSTNode) -> tuple[int, int] | None:
@@ -101,6 +95,18 @@ class Parsed:
 
     def where(self, node: cst.CSTNode, statement: Statement | None = None) -> str:
         return f"{self.source.rel}:{self.line_of(node, statement)}"
+
+
+def statement_lines(module: cst.Module, text: str) -> dict[int, tuple[int, int]]:
+    """id(libcst statement) -> (first line, last line) for every statement of `module`, parsed from
+    `text`, as CPython's parser places its twin (a def at its `def` line); empty if CPython refuses `text`."""
+    lines: dict[int, tuple[int, int]] = {}
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return lines
+    _align(module.body, tree.body, lines)
+    return lines
 
 
 def _suite(node: cst.CSTNode | None) -> Sequence[cst.CSTNode]:
@@ -372,15 +378,16 @@ def parse_module(source: SourceFile) -> cst.Module:
 
 @dataclass(frozen=True)
 class ClassView:
-    """A module's text with every line outside some top-level classes left blank (its ending kept), so
-    that a codemod editing only those classes parses and prints a fraction of the file at the same line
-    numbers; `splice` puts the classes it printed back into the whole text.  The whole text (no view)
-    where that is not the same to libcst: a class not at top level, a text CPython does not parse, or
-    a first indent (libcst's `default_indent`) that the view would change."""
+    """Some top-level classes of a module, one after the other, so that a codemod editing only those
+    classes parses and prints a fraction of the file; `original_line` gives a line of the view as a
+    line of the file, and `splice` puts the classes it printed back into the whole text.  The whole
+    text (no view) where that is not the same to libcst: a class not at top level, a text CPython does
+    not parse, or a first indent (libcst's `default_indent`) that the view would change."""
 
     text: str
     original: str
     spans: tuple[tuple[int, int], ...] = ()  # (first line, last line), 1-based, of each class kept
+    starts: tuple[int, ...] = ()  # the view's line of each span's first line
 
     @classmethod
     def of(cls, text: str, keep: Callable[[ast.ClassDef], bool]) -> ClassView:
@@ -393,11 +400,22 @@ class ClassView:
             return whole
         spans = tuple(_span(node) for node in module.body if isinstance(node, ast.ClassDef) and keep(node))
         lines = lines_with_ends(text)
-        kept = {line for first, last in spans for line in range(first, last + 1)}
-        view = "".join(line if number in kept else line[len(line.rstrip("\r\n")) :] for number, line in enumerate(lines, 1))
+        kept: list[str] = []
+        starts: list[int] = []
+        for first, last in spans:
+            starts.append(len(kept) + 1)
+            kept += lines[first - 1 : last]
+        view = "".join(kept)
         if not spans or _first_indent(view) != _first_indent(text):
             return whole
-        return cls(view, text, spans)
+        return cls(view, text, spans, tuple(starts))
+
+    def original_line(self, line: int) -> int:
+        """The file's line that line `line` of the view is."""
+        for (first, _last), start in zip(reversed(self.spans), reversed(self.starts)):
+            if line >= start:
+                return first + line - start
+        return line
 
     def splice(self, printed: str) -> str:
         """The whole text with each class as `printed` (the view, changed inside those classes only) has it."""
