@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..errors import EaglepatchError
-from .text import SourceFile, bracket_delta, dedent_lines, indent_width, lines_with_ends
+from .text import SourceFile, bracket_delta, dedent_lines, indent_width, libcst_may_drop_bytes, lines_with_ends
 
 if TYPE_CHECKING:  # libcst is imported where code is parsed with it: `check` reads with CPython's parser
     import libcst as cst
@@ -328,11 +328,13 @@ def splice_cut(original: str, cut: CutText, printed: str, updated: str) -> str |
 
 def rewrite_cut(source: SourceFile, before: cst.Module, after: cst.Module, cut: CutText) -> bytes | None:
     """`SourceFile.rewrite` for a module parsed from the cut text `cut`: None when the change reaches into
-    a cut body."""
+    a cut body.  libcst prints a parsed module back as its text (but where it may drop bytes), so
+    `before` is printed only then."""
     if after is before:
         return source.data
     source.check_round_trip()
-    spliced = splice_cut(source.text, cut, before.code, after.code)
+    printed = before.code if libcst_may_drop_bytes(cut.text) else cut.text
+    spliced = splice_cut(source.text, cut, printed, after.code)
     return None if spliced is None else source.encode(spliced)
 
 

@@ -154,12 +154,12 @@ class SourceFile:
         if after is before:
             return self.data
         self.check_round_trip()
-        if not _libcst_may_drop_bytes(self.text):  # printing a module costs ~0.2 s per 3,000 lines
+        if not libcst_may_drop_bytes(self.text):  # printing a module costs ~0.2 s per 3,000 lines
             return self.encode(after.code)
         return self.encode(splice(self.text, before.code, after.code, self.rel))
 
 
-def _libcst_may_drop_bytes(text: str) -> bool:
+def libcst_may_drop_bytes(text: str) -> bool:
     return "\f" in text or text.endswith("\r")
 
 
