@@ -103,6 +103,7 @@ class HookLibrary:
     _requirements_of: dict[int, int] = field(default_factory=dict)  # id(reference) -> its requirements' number
     _requirement_ids: dict[tuple, int] = field(default_factory=dict)
     _captures: dict[str, bool] = field(default_factory=dict)  # member -> member_needs_capture
+    _pp_built: dict[int, str] = field(default_factory=dict)  # id(reference) -> _pp_group_built
     _names: list[tuple[Path, frozenset[bytes]]] | None = None  # _defined_names
 
     # -- learning -----------------------------------------------------------------------------
@@ -429,7 +430,13 @@ class HookLibrary:
     def _pp_group_built(self, reference: Reference) -> str:
         """How the reference's `__init__` builds `self.pp_group` (`get_pp_group()`, `get_parallel().pp_group`),
         when that is calls and attributes of names its module binds and nothing of `self`: the same
-        expression, read in the hook instead, is the same group.  "" otherwise."""
+        expression, read in the hook instead, is the same group.  "" otherwise.  Read once a reference."""
+        key = id(reference)
+        if key not in self._pp_built:
+            self._pp_built[key] = self._read_pp_group_built(reference)
+        return self._pp_built[key]
+
+    def _read_pp_group_built(self, reference: Reference) -> str:
         init = reference.owner.members.get("__init__")
         if init is None or not isinstance(init.path, Path) or init.header is None:
             return ""
