@@ -123,8 +123,51 @@ def kimi_report(version: str):
     return run_json(version)
 
 
-def all_report(version: str):
-    return run_json(version, "--all")
+# One `--all` analysis per release, made in this process and shared by the tests that read its report
+# and by those that read the analysis itself (test_all_report_is_the_command_line_s shows the report is
+# the command line's, byte for byte)
+_ANALYSES: dict[str, object] = {}
+
+
+def all_analysis(version: str):
+    """The `check --all` analysis of the release, made once in this process."""
+    if version not in _ANALYSES:
+        from eaglepatch.run import analyze
+        from eaglepatch.selection import Selection
+
+        if len(_ANALYSES) >= 2:  # a worker runs a release's tests together (tests/conftest.py): keep few
+            del _ANALYSES[next(iter(_ANALYSES))]
+        _ANALYSES[version] = analyze(Selection(path=sglang_releases.site_packages(version), all_models=True))
+    return _ANALYSES[version]
+
+
+def all_report(version: str) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    """(process, report, srt) of ``check SITE-PACKAGES --all --format json``, written from `all_analysis`
+    as the command line writes it (its exit code: 1 when a required gap is left)."""
+    key = (version, ("--all",))
+    if key not in _RUNS:
+        import io
+
+        from eaglepatch.output import report
+        from eaglepatch.output.baseline import load_gate
+
+        analysis = all_analysis(version)
+        gate = load_gate(None, analysis.plans)
+        out = io.StringIO()
+        report.write_json(analysis, out, gate)
+        site = sglang_releases.site_packages(version)
+        args = ["eaglepatch", "check", str(site), "--format", "json", "--all", "(in process)"]
+        proc = subprocess.CompletedProcess(args, 1 if gate.new_gaps(analysis.plans) else 0, out.getvalue(), "")
+        _RUNS[key] = (proc, json_report(proc), (site / "sglang" / "srt").resolve())
+    return _RUNS[key]
+
+
+@pytest.mark.parametrize("version", [VERSIONS[0], VERSIONS[-1]])
+def test_all_report_is_the_command_line_s(version):
+    """The report the tests share is what `check --all --format json` prints, byte for byte, with its exit code."""
+    shared, _, _ = all_report(version)
+    proc = eaglepatch("check", sglang_releases.site_packages(version), "--format", "json", "--all", "--no-cache")
+    assert (proc.returncode, proc.stdout) == (shared.returncode, shared.stdout), describe(proc)
 
 
 def line_at(srt: Path, location: str) -> str:
@@ -677,11 +720,9 @@ def test_no_compliant_class_has_broken_plumbing(version):
     the known broken states are flagged with a plumbing gap naming each piece."""
     from eaglepatch.analyze.resolve import Resolver
     from eaglepatch.plumbing.gate import HOOK, TreeClasses, analyze_plumbing, is_capture_hook
-    from eaglepatch.run import analyze
-    from eaglepatch.selection import Selection
 
     _, data, _ = all_report(version)
-    analysis = analyze(Selection(path=sglang_releases.site_packages(version), all_models=True))
+    analysis = all_analysis(version)
     classes = TreeClasses(Resolver(analysis.tree, analysis.cache), analysis.protocol)
     by_class = {(m["file"], m["class"]): m for m in data["models"]}
     judged = 0
