@@ -382,6 +382,9 @@ CASES: dict[str, tuple[str, list[Edit], str, set[str]]] = {
     "hook handed to a per-layer-flag backbone, its pair unpacked": (
         PER_LAYER, [(FLAG_DELEGATION_BODY, BACKBONE_DELEGATION), (FLAG_UNPACK_TEST, TUPLE_UNPACK_TEST)], "FlagForConditionalGeneration", set(),
     ),
+    "hook handed to a per-layer-flag backbone, its pair unpacked under a flag it never sets": (  # Lfm2's DFlash body in Qwen2-MoE's class
+        PER_LAYER, [(FLAG_DELEGATION_BODY, BACKBONE_DELEGATION)], "FlagForConditionalGeneration", {"flag-read"},
+    ),
     "hook handed to a per-layer-flag backbone, its pair never unpacked": (
         PER_LAYER, [(FLAG_DELEGATION_BODY, BACKBONE_DELEGATION), (FLAG_UNPACK_TEST + FLAG_UNPACK, "")], "FlagForConditionalGeneration", {"unpack"},
     ),

@@ -932,7 +932,14 @@ def _check_delegation(
             found.gap(gap.piece, f"self.{call.holder} ({_name(inner)}): {gap.why}", gap.at)
         pair = _backbone_pair(classes.mro(inner), report)
         if pair is not None and forward is not None:  # handed to a bare backbone: this forward takes its pair
-            _check_unpack(forward, path, call.holder, set(), pair, _name(inner), found)
+            unpacks = _check_unpack(forward, path, call.holder, set(), pair, _name(inner), found)
+            if unpacks.count and unpacks.gated_by:  # the hook sets no flag of its own (else it is no delegation)
+                found.gap(
+                    "flag-read",
+                    f"{forward.label} unpacks the pair only when self.{unpacks.gated_by[0]} is set, which the hook never sets"
+                    f" (it hands the layers to self.{call.holder} alone)",
+                    forward.at,
+                )
         for note in report.inert:
             found.inert[f"self.{call.holder} ({_name(inner)}): {note}"] = None
         for note in report.unresolved:
