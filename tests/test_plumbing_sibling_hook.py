@@ -350,3 +350,51 @@ def test_without_the_copy_the_learned_hook_fails_as_the_gate_said() -> None:
     built = build(hooked(original, reference), pair=False, config=Config())
     with pytest.raises(AttributeError, match=HOOK):
         built.model.set_eagle3_layers_to_capture([1, 3])
+
+
+# ---------------------------------------------------------------------------- the mirror: another algorithm's hook
+# A class whose EAGLE-3 hook hands its ids to a flag-marking backbone's EAGLE-3 hook, and which lacks
+# DFlash's (Qwen2-MoE's causal LM, 0.5.11 -> 0.5.23): the backbone gets DFlash's hook copied from its
+# EAGLE-3 one, and the class learns a DFlash hook that hands its ids to it.
+
+DFLASH = "set_dflash_layers_to_capture"
+MIRRORED = IMPORTS + FLAG_BACKBONE.replace(SIBLING, SIBLING.replace(DFLASH, HOOK)) + FLAG_CAUSAL_LM
+
+
+def test_another_algorithms_hook_is_copied_from_the_backbones_eagle3_hook() -> None:
+    planner = planner_over(MIRRORED)
+    plan = planner.sibling_plan(KEY, "model", DFLASH)
+    assert plan is not None and (plan.needs_hook, plan.blockers, plan.hooks_written) == (True, (), frozenset({DFLASH}))
+    (piece,) = plan.pieces
+    assert (piece.kind, piece.cls, piece.method, piece.where, piece.line) == ("hook", "FlagModel", HOOK, "beside", SIBLING_LINE)
+    assert piece.code == (
+        f"def {DFLASH}(self, layers_to_capture: list[int]):\n"
+        "    self.layers_to_capture = layers_to_capture\n"
+        "    for layer_id in self.layers_to_capture:\n"
+        "        setattr(self.layers[layer_id], '_is_layer_to_capture', True)"
+    )
+    out = apply_plumbing(MIRRORED, plan.pieces)
+    assert black.format_str(out, mode=black.Mode()) == out
+    assert apply_plumbing(out, plan.pieces) == out
+    back, removed, kept = revert_plumbing(out)
+    assert back == MIRRORED and removed == {"FlagModel": [DFLASH]} and not kept
+    # on stubs the copy marks the very layers the original marks
+    patched = load(out, "mirrored")
+    original_side, copy_side = (build(patched.FlagForCausalLM, pair=False).model.model for _ in range(2))
+    getattr(original_side, HOOK)([2, 4])
+    getattr(copy_side, DFLASH)([2, 4])
+    marked = [[getattr(layer, "_is_layer_to_capture", False) for layer in side.layers] for side in (original_side, copy_side)]
+    assert marked[0] == marked[1] and marked[0].count(True) == 2
+    assert original_side.layers_to_capture == copy_side.layers_to_capture == [2, 4]
+
+
+@pytest.mark.parametrize(
+    ("source", "why"),
+    [
+        (IMPORTS + FLAG_BACKBONE.replace(SIBLING, SIBLING + SIBLING.replace(DFLASH, HOOK)) + FLAG_CAUSAL_LM, "it has the hook already"),
+        (MIRRORED.replace("        self.layers_to_capture = layers_to_capture\n", '        assert "eagle3" in "EAGLE3 ids"\n        self.layers_to_capture = layers_to_capture\n'), "its sibling names its algorithm"),
+        (IMPORTS + FLAG_BACKBONE.replace(SIBLING, "") + FLAG_CAUSAL_LM, "no sibling"),
+    ],
+)
+def test_no_copy_for_another_algorithm_where_none_is_due(source: str, why: str) -> None:
+    assert planner_over(source).sibling_plan(KEY, "model", DFLASH) is None, why

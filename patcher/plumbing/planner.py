@@ -488,16 +488,17 @@ def _hands_to(hook: FunctionNode, attribute: str) -> bool:
     return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == HOOK and _attr_of_self(n.func.value) == attribute for n in walk_body(hook))
 
 
-def sibling_hook(mro: Sequence[ClassSource]) -> tuple[ClassSource, FunctionNode] | None:
+def sibling_hook(mro: Sequence[ClassSource], wanted: str = HOOK) -> tuple[ClassSource, FunctionNode] | None:
     """Another algorithm's capture hook the backbone defines (`set_dflash_layers_to_capture`), for a
-    backbone without EAGLE-3's: what its forward's own capture (per-layer flags) is set by, copied under
-    EAGLE-3's name as upstream did.  Only a body that names no algorithm (no `dflash` in a message, no
-    further hook it hands on to) is copied: what it means must not depend on which algorithm calls it."""
-    if method_of(mro, HOOK) is not None:
+    backbone without the `wanted` one (EAGLE-3's): what its forward's own capture (per-layer flags) is
+    set by, copied under the wanted name as upstream did for EAGLE-3's.  Only a body that names no
+    algorithm (no `dflash` in a message, no further hook it hands on to) is copied: what it means must
+    not depend on which algorithm calls it."""
+    if method_of(mro, wanted) is not None:
         return None
     for owner in mro:
         for statement in owner.node.body:
-            if isinstance(statement, ast.FunctionDef) and is_capture_hook(statement.name) and statement.name != HOOK:
+            if isinstance(statement, ast.FunctionDef) and is_capture_hook(statement.name) and statement.name != wanted:
                 word = statement.name.removeprefix("set_").removesuffix("_layers_to_capture")
                 said = [n for n in walk_body(statement) if isinstance(n, ast.Constant) and isinstance(n.value, str) and word in n.value.lower()]
                 handed = [n for n in walk_body(statement) if isinstance(n, ast.Attribute) and is_capture_hook(n.attr)]
@@ -813,6 +814,22 @@ class PlumbingPlanner:
         return found if isinstance(found, _Reference) else self.hook_reference(key)
 
     # -- one class ------------------------------------------------------------------------------
+    def sibling_plan(self, key: str, attribute: str, hook: str) -> PlumbingPlan | None:
+        """The plan that gives `key`'s backbone (`self.<attribute>`) the capture hook `hook` of another
+        algorithm, copied from its own sibling (EAGLE-3's, which marks the layers its forward captures):
+        a hook the class learns can then hand its layer choice to it, as EAGLE-3's does.  None when the
+        backbone has `hook` already, or no one sibling to copy.  The gate judges the class with it."""
+        held = self.classes.holds(key, attribute)
+        if not held:
+            return None
+        sibling = _one_sibling([self.classes.mro(b) for b in held], hook)
+        if sibling is None:
+            return None
+        where, method = sibling
+        found = _Plan()
+        found.add("hook", where, method, "beside", ast.unparse(_renamed_def(method, hook)), where.key, method)
+        return PlumbingPlan(cls=key, attribute=attribute, needs_hook=True, pieces=tuple(found.pieces))
+
     def plan(self, key: str, attribute: str = "model", override: bool = False) -> PlumbingPlan:
         """The plumbing `key` ("file:Class") needs for its capture hook (its own, or the one the synthesis
         would write, learned from the reference chosen here) to work, through `self.<attribute>`.
@@ -1137,9 +1154,9 @@ class PlumbingPlanner:
             found.add("tail", owner, function, "replace", code, origin, node)
 
 
-def _one_sibling(mros: Sequence[Sequence[ClassSource]]) -> tuple[ClassSource, FunctionNode] | None:
+def _one_sibling(mros: Sequence[Sequence[ClassSource]], wanted: str = HOOK) -> tuple[ClassSource, FunctionNode] | None:
     """The one sibling hook every class the backbone may be built as reaches (sibling_hook)."""
-    found = [sibling_hook(m) for m in mros]
+    found = [sibling_hook(m, wanted) for m in mros]
     if not found or any(s is None for s in found) or len({(s[0].key, s[1].lineno) for s in found if s is not None}) != 1:
         return None
     return found[0]

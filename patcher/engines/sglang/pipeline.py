@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` a
     from ...engine import Resolved
     from ...plumbing.judge import Plumber
     from ...read.source_cache import SourceCache
-    from ...records import CallShape, MemberPlan, ModelPlan, Progress, Protocol, Signature, Synthesis, Wrapper
+    from ...records import CallShape, MemberPlan, ModelPlan, PlumbingPlan, Progress, Protocol, Signature, Synthesis, Wrapper
 
 MAX_ADOPTION_ROUNDS = 3
 
@@ -88,6 +88,9 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
             judged = library().fit(entry, wrapper, shape_misfit, plumbed=True, judge=works_here)
             if judged.synthesis is not None:
                 return replace(judged, rides_on=carried)
+            copied = None if carried is not None else with_sibling_hook(plumber, entry, wrapper, key)
+            if copied is not None:
+                return copied
             if fit.plumbing and carried is not None:
                 fit = library().fit(entry, wrapper, shape_misfit, plumbed=True)  # on the plumbing written for EAGLE-3's hook
             if fit.synthesis is not None:  # the best that fits, and why it would not work here
@@ -99,6 +102,26 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
         if not plumbers:
             plumbers.append(Plumber(resolver, protocol, library()))
         return plumbers[0].fit(entry, wrapper, fit, shape_misfit)
+
+    def with_sibling_hook(plumber: Plumber, entry: MemberPlan, wrapper: Wrapper, key: str) -> SynthesisFit | None:
+        """The hook learned to hand its layers to the backbone's own hook of that name, which the backbone
+        gets copied from its sibling (EAGLE-3's, marking the layers its forward captures): the mirror of
+        the copy EAGLE-3's hook gets (plumbing/planner.sibling_hook), judged by the gate with it written."""
+        from ...analyze.plan import backbones
+
+        name = entry.member.name
+        for held in backbones(wrapper):
+            plan = plumber.planner.sibling_plan(key, held.attribute, name)
+            if plan is None:
+                continue
+
+            def works_with(synthesis: Synthesis, plan: PlumbingPlan = plan) -> str:
+                return "; ".join(plumber.judge_learned(key, name, synthesis, plan))
+
+            fit = library().fit(entry, wrapper, shape_misfit, plumbed=True, judge=works_with, backbone_gains=plan.hooks_written)
+            if fit.synthesis is not None:
+                return replace(fit, writes_plumbing=plan)
+        return None
 
     companions: dict[str, bool] = {}
 
