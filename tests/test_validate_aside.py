@@ -10,11 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = r"""
 import json, os, sys, threading
 from pathlib import Path
+
+import pytest
 from eaglepatch.read.source_cache import SourceCache
 
 folder = Path(sys.argv[1])
@@ -78,3 +82,64 @@ def test_a_few_files_are_compiled_here_not_in_a_child(tmp_path):
     cache.validate_aside(paths)()
     assert cache._validity == {}  # nothing answered ahead: each is compiled when asked
     assert all(cache.unreadable(p) is None for p in paths)
+
+
+# --------------------------------------------------------------------------- bytecode this Python wrote
+
+
+def _module(tmp_path: Path, text: str = "x = 1\n") -> Path:
+    path = tmp_path / "m.py"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _pyc(path: Path, mode: str = "TIMESTAMP") -> Path:
+    import py_compile
+
+    return Path(py_compile.compile(str(path), doraise=True, invalidation_mode=py_compile.PycInvalidationMode[mode]))
+
+
+@pytest.mark.parametrize("mode", ["TIMESTAMP", "CHECKED_HASH", "UNCHECKED_HASH"])
+def test_bytecode_of_these_bytes_proves_them_compiled(tmp_path, mode):
+    from eaglepatch.read.source_cache import compiled_by_this_python
+
+    path = _module(tmp_path)
+    assert not compiled_by_this_python(path, path.read_bytes())  # no bytecode yet
+    _pyc(path, mode)
+    assert compiled_by_this_python(path, path.read_bytes())
+
+
+@pytest.mark.parametrize("mode", ["TIMESTAMP", "CHECKED_HASH", "UNCHECKED_HASH"])
+def test_bytecode_of_other_bytes_proves_nothing(tmp_path, mode):
+    import os
+
+    from eaglepatch.read.source_cache import compiled_by_this_python
+
+    path = _module(tmp_path)
+    _pyc(path, mode)
+    stat = path.stat()
+    path.write_text("x = (\n", encoding="utf-8")  # the same size, broken, edited after
+    os.utime(path, (stat.st_atime, stat.st_mtime + 5))
+    assert not compiled_by_this_python(path, path.read_bytes())
+
+
+def test_bytecode_of_another_python_proves_nothing(tmp_path):
+    from eaglepatch.read.source_cache import compiled_by_this_python
+
+    path = _module(tmp_path)
+    pyc = _pyc(path)
+    data = bytearray(pyc.read_bytes())
+    data[0:2] = (int.from_bytes(data[0:2], "little") ^ 1).to_bytes(2, "little")  # another magic number
+    pyc.write_bytes(bytes(data))
+    assert not compiled_by_this_python(path, path.read_bytes())
+
+
+def test_a_file_broken_after_its_bytecode_was_written_is_still_refused(tmp_path):
+    from eaglepatch.read.source_cache import SourceCache
+
+    path = _module(tmp_path, "class M:\n    pass\n")
+    _pyc(path)
+    assert SourceCache(tmp_path).unreadable(path) is None
+    path.write_text("class M(:\n    pass\n", encoding="utf-8")
+    error = SourceCache(tmp_path).unreadable(path)
+    assert error is not None and "not valid Python" in str(error)

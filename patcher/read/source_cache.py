@@ -28,6 +28,33 @@ MAX_FILE_BYTES = 20 * 1024 * 1024
 ASIDE_MINIMUM = 16  # files: fewer are compiled in this process, when asked (a fork costs more)
 
 
+def compiled_by_this_python(path: Path, data: bytes) -> bool:
+    """This interpreter's compiler already took these very bytes: `__pycache__` holds a bytecode file of
+    this Python's own magic number whose header matches them (their hash, or the mtime and size Python's
+    import trusts itself).  pip compiles every module it installs: an installed sglang is proven
+    readable without compiling 700 files again; a checkout, or a file edited since, is compiled."""
+    import importlib.util
+
+    try:
+        cached = importlib.util.cache_from_source(str(path))
+        with open(cached, "rb") as handle:
+            header = handle.read(16)
+        if len(header) < 16 or header[:4] != importlib.util.MAGIC_NUMBER:
+            return False
+        flags = int.from_bytes(header[4:8], "little")
+        if flags & 0b1:  # a hash-based file: the source's own hash
+            return header[8:16] == importlib.util.source_hash(data)
+        if flags:
+            return False
+        stat = os.stat(path)
+        return (
+            int.from_bytes(header[8:12], "little") == int(stat.st_mtime) & 0xFFFFFFFF
+            and int.from_bytes(header[12:16], "little") == len(data) & 0xFFFFFFFF == stat.st_size & 0xFFFFFFFF
+        )
+    except (OSError, ValueError, NotImplementedError):
+        return False
+
+
 def _answer_line(error: EaglepatchError | None) -> bytes:
     """One answer of the forked compile, a line of JSON: null, or the error's message, path and line."""
     import json
@@ -120,7 +147,8 @@ class SourceCache:
         of every file it reads, not just of the slices it parsed."""
         if path not in self._validity:
             try:
-                self._validity[path] = syntax_error(self.read(path))
+                source = self.read(path)
+                self._validity[path] = None if compiled_by_this_python(path, source.data) else syntax_error(source)
             except EaglepatchError as exc:
                 self._validity[path] = exc
         return self._validity[path]
@@ -136,6 +164,10 @@ class SourceCache:
         import threading
 
         todo = [path for path in dict.fromkeys(paths) if path not in self._validity]
+        for path in todo:  # compiled by this Python already (an installed tree): nothing to do aside
+            if path in self._files and compiled_by_this_python(path, self._files[path].data):
+                self._validity[path] = None
+        todo = [path for path in todo if path not in self._validity]
         if len(todo) < ASIDE_MINIMUM or not hasattr(os, "fork") or threading.active_count() > 1:
             return lambda: None
         read_end, write_end = os.pipe()
