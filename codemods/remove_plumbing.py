@@ -9,13 +9,30 @@ and the blank lines and comments that stood above a group go back to the stateme
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import libcst as cst
 from libcst.codemod import CodemodContext
 
 from ..read.slices import ClassView, statement_lines
-from .add_plumbing import HEADER, HOLDS_BLOCKS, BlockTransformer, group_digest, header_digest, leading_lines, marker_of, without_argument, without_index
+from .add_plumbing import (
+    HEADER,
+    HOLDS_BLOCKS,
+    AddPlumbing,
+    BlockTransformer,
+    group_digest,
+    header_digest,
+    leading_lines,
+    marker_of,
+    without_argument,
+    without_index,
+)
 from .contract import VisitorCommand, run_command
-from .names import PLUMBING
+from .names import LINE_LENGTH, PLUMBING
+
+if TYPE_CHECKING:
+    from ..records import PlumbingPiece
 
 
 class RemovePlumbing(VisitorCommand):
@@ -225,3 +242,20 @@ def revert_plumbing(code: str) -> tuple[str, dict[str, list[str]], dict[str, lis
     command = RemovePlumbing(CodemodContext(), view.text)
     updated = view.splice(run_command(command, cst.parse_module(view.text)).code)
     return updated, command.removed, command.kept
+
+
+def rerun_and_revert(code: str, pieces: Sequence[PlumbingPiece], line_length: int = LINE_LENGTH) -> tuple[str, str, dict[str, list[str]]]:
+    """(`code` with the pieces written a second time, the module without eaglepatch's plumbing, what
+    revert keeps as edited by hand) of a module the pieces were written into: what the proof at
+    `apply` asks (rewrite/verify.prove_plumbing), read from one parse of the classes both codemods see."""
+    wanted = {piece.cls for piece in pieces}
+    marked = [number for number, line in enumerate(code.splitlines(), 1) if PLUMBING in line]
+    view = ClassView.of(code, lambda node: node.name in wanted or any(node.lineno <= n <= (node.end_lineno or node.lineno) for n in marked))
+    if not all(any(first <= n <= last for first, last in view.spans) for n in marked):
+        view = ClassView(code, code)  # a marker outside the top-level classes: the whole module
+    module = cst.parse_module(view.text)
+    again = view.splice(run_command(AddPlumbing(CodemodContext(), pieces, line_length, view), module).code)
+    remover = RemovePlumbing(CodemodContext(), view.text)
+    back = view.splice(run_command(remover, module).code) if marked else code
+    return again, back, remover.kept
+

@@ -5,6 +5,8 @@ text that is not the tree `check` judged is an error for its file."""
 
 from __future__ import annotations
 
+import re
+
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -129,6 +131,9 @@ def test_the_codemods_text_is_the_tree_check_proved():
         (lambda s: s.replace("            return hidden_states\n", "            return None\n", 1), "is not the code check proved in PhiModel"),
         (lambda s: s.replace("self.capture_aux_hidden_states = False", "self.capture_aux_hidden_states = True"), "is not the code check proved"),
         (lambda s: s + "\nclass Broken(:\n", "cannot be read back"),
+        # the same syntax tree, but the markers that make a second run and revert know the pieces are gone
+        (lambda s: "\n".join(line for line in s.splitlines() if "eaglepatch: plumbing" not in line) + "\n", "would change again on a second run"),
+        (lambda s: re.sub(r"digest [0-9a-f]+", "digest 000000000000", s), "would not be taken back whole by revert"),
     ],
 )
 def test_a_written_text_check_did_not_prove_is_an_error(edit, why):
