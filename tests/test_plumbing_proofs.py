@@ -6,7 +6,6 @@ text that is not the tree `check` judged is an error for its file."""
 from __future__ import annotations
 
 import re
-
 import shutil
 from collections import Counter
 from pathlib import Path
