@@ -236,3 +236,45 @@ def test_revert_of_one_module_names_the_plumbing_it_leaves_in_another(repo: Path
     assert f"def {HOOK}(self, layers_to_capture" in (repo / MODELS / "flag_like.py").read_text()
     assert invoke("revert", repo).exit_code == 0
     assert snapshot(repo) == before
+
+
+# a backbone that marks its layers through its own EAGLE-3 hook, under a causal LM without one
+# (Qwen3.5-MoE's text class on 0.5.17, whose upstream fix was the plain hand-off): the class learns a
+# hook that hands the ids on, proven by the planner with the reference it is learned from, and
+# nothing else is written.  Before, the hook library's own reading of the backbone ("selects its
+# layers by the per-layer flag") had the last word, and the class was needs_code.
+OWN_HOOK_LIKE = (
+    IMPORTS
+    + FLAG_BACKBONE.replace("def set_dflash_layers_to_capture(", f"def {HOOK}(")
+    + FLAG_CAUSAL_LM
+    + "\n\nEntryClass = FlagForCausalLM\n"
+)
+
+
+def test_a_backbone_with_its_own_hook_gets_the_class_hook_handing_it_the_ids(repo: Path) -> None:
+    (repo / MODELS / "own_hook_like.py").write_text(OWN_HOOK_LIKE)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "a backbone with its own hook")
+    before = snapshot(repo)
+    result = invoke("check", repo, "--model", "own_hook_like", "--format", "json", "--no-cache")
+    (model,) = json.loads(result.stdout)["models"]
+    gaps = {g["name"]: g for g in model["missing"]}
+    assert model["status"] == "fixable", model
+    eagle3 = gaps[HOOK]["fix"]
+    assert eagle3["kind"] == "synthesize" and eagle3["from"] == "models/hand_like.py:HandForCausalLM" and "plumbing" not in eagle3
+    applied = invoke("apply", repo, "--model", "own_hook_like")
+    assert applied.exit_code == 0, applied.output
+    written = (repo / MODELS / "own_hook_like.py").read_text()
+    assert written.count(f"def {HOOK}(") == 2  # the backbone's own, and the class's, which hands the ids on
+    assert "self.model.set_eagle3_layers_to_capture([val + 1 for val in layer_ids])" in written
+    after = invoke("check", repo, "--model", "own_hook_like", "--format", "json", "--no-cache")
+    assert after.exit_code == 0 and json.loads(after.stdout)["models"][0]["status"] == "compliant", after.stdout
+    module = load(written, "own_hook")
+    set_rank(PPGroup())
+    built = build(module.FlagForCausalLM, pair=False)
+    built.model.set_eagle3_layers_to_capture([1, 3])
+    built.model.forward(*INPUTS)
+    (call,) = built.logits.calls
+    assert call["aux_hidden_states"] == [Sym("h1"), Sym("h3")]  # the streams entering layers 2 and 4
+    assert invoke("revert", repo).exit_code == 0
+    assert snapshot(repo) == before

@@ -398,3 +398,11 @@ def test_another_algorithms_hook_is_copied_from_the_backbones_eagle3_hook() -> N
 )
 def test_no_copy_for_another_algorithm_where_none_is_due(source: str, why: str) -> None:
     assert planner_over(source).sibling_plan(KEY, "model", DFLASH) is None, why
+
+
+def test_a_backbone_with_its_own_flag_marking_hook_needs_only_the_class_hook() -> None:
+    """The backbone marks its layers through its own EAGLE-3 hook already: the class's hook hands it the
+    ids, learned from a reference that does the same, and nothing else is written (upstream's plain
+    delegation for Qwen3.5-MoE's text class)."""
+    plan = planner_over(MIRRORED).plan(KEY)
+    assert (plan.blockers, plan.pieces, plan.needs_hook, plan.reference) == ((), (), True, REFERENCE)

@@ -122,6 +122,15 @@ class Plumber:
             plan = planner.plan(key, attribute, override=first is None)
             if plan.blockers:
                 return SynthesisFit(why=f"{head}; the plumbing cannot be written: {plan.why}", plumbing=True)
+            if plan.complete and plan.needs_hook and plan.reference:
+                # nothing to write but the hook, learned from the reference the plan proved it with (one
+                # that hands its ids to a backbone whose own hook marks the layers its forward captures)
+                fit = self.library.fit(entry, wrapper, shape_misfit, plumbed_by=plan.reference)
+                if fit.synthesis is not None:
+                    return fit
+                refused.append(f"{plan.reference}: {fit.why}")
+                planner = planner.without([plan.reference])
+                continue
             if not plan.ok or not plan.needs_hook:
                 # the plumbing is all there: the hook alone is missing
                 return first if first is not None else SynthesisFit(why=f"{head}; no plumbing to write with a hook of its own")

@@ -870,7 +870,7 @@ class PlumbingPlanner:
         backbone = self._backbone_side(key, attribute, selector, found)
         if side is None or backbone is None:
             return PlumbingPlan(key, attribute, needs_hook=own_hook is None, blockers=tuple(found.blockers.values()))
-        if not found.blockers and not found.pieces and _nothing_missing(side, backbone, flag or FLAG):
+        if not found.blockers and not found.pieces and _nothing_missing(side, backbone, flag or FLAG) and not (backbone.through_hook and own_hook is None):
             return PlumbingPlan(key, attribute, needs_hook=own_hook is None)  # the hook alone is missing
         reference = self._choose(side, backbone, flag, selector, found)
         if reference is None:
@@ -966,6 +966,10 @@ class PlumbingPlanner:
         if captures:
             return _BackboneSide(owner, function, True, has_default, init, None, ())
         own = _own_capture(path)
+        if own and selector is None and all(method_of(classes.mro(b), HOOK) is not None for b in held):
+            # the backbone's own hook chooses the layers its forward captures by: the class's hook hands
+            # it the ids, as a reference's does (plan() proves it with verify_plan)
+            return _BackboneSide(owner, function, True, True, init, None, (), through_hook=True)
         sibling = _one_sibling([classes.mro(b) for b in held]) if own and selector is None else None
         if sibling is not None:
             # the class has no hook: the learned one hands the layer choice to this copy, which sets
