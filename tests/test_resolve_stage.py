@@ -78,6 +78,37 @@ def line_of(root: Path, rel: str, needle: str) -> str:
     return f"{rel}:{hits[0]}"
 
 
+TABLE_OF_CLASSES = """\
+                from torch import nn
+
+
+                class FirstModel(nn.Module):
+                    pass
+
+
+                class SecondModel(nn.Module):
+                    pass
+
+
+                class ThirdModel(nn.Module):
+                    pass
+
+
+                _SUPPORTED = {
+                    (1, 0): FirstModel,
+                    (2, 0): SecondModel,
+                }
+
+
+                class VersionedModel(nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        instance_class = _SUPPORTED.get(config.version)
+                        inner = instance_class(config=config)
+                        self.inner = inner
+                """
+
+
 # --------------------------------------------------------------------------- resolved constructs
 
 RESOLVED = {
@@ -402,6 +433,22 @@ RESOLVED = {
         "models/wrap.py:RenamedForCausalLM",
         {"model": ["TextModel"]},
     ),
+    # MiniCPM-V's shape: the class for the config's version, looked up in a module-level table of classes
+    "a class looked up in a module-level table of classes, through a local": (
+        {"models/versioned.py": TABLE_OF_CLASSES},
+        "models/versioned.py:VersionedModel",
+        {"inner": ["FirstModel", "SecondModel"]},
+    ),
+    "a class looked up in a table of classes by subscript": (
+        {"models/versioned.py": TABLE_OF_CLASSES.replace("_SUPPORTED.get(config.version)", "_SUPPORTED[config.version]")},
+        "models/versioned.py:VersionedModel",
+        {"inner": ["FirstModel", "SecondModel"]},
+    ),
+    "a lookup with a class as its default": (
+        {"models/versioned.py": TABLE_OF_CLASSES.replace("_SUPPORTED.get(config.version)", "_SUPPORTED.get(config.version, ThirdModel)")},
+        "models/versioned.py:VersionedModel",
+        {"inner": ["FirstModel", "SecondModel", "ThirdModel"]},
+    ),
 }
 
 
@@ -463,6 +510,22 @@ UNRESOLVED = {
         "language_model",
         "self.language_model = language_model_cls(config.text_config)",
         "models/picked.py:self.language_model =",
+        "chosen at run time",
+    ),
+    "a table of classes the module adds to": (
+        {"models/versioned.py": TABLE_OF_CLASSES.replace("\n\n\n                class VersionedModel", "\n                _SUPPORTED[(3, 0)] = ThirdModel\n\n\n                class VersionedModel")},
+        "models/versioned.py:VersionedModel",
+        "inner",
+        "self.inner = inner",
+        "models/versioned.py:self.inner =",
+        "chosen at run time",
+    ),
+    "a table whose values are not all classes": (
+        {"models/versioned.py": TABLE_OF_CLASSES.replace("(2, 0): SecondModel,", "(2, 0): make_second_model(),")},
+        "models/versioned.py:VersionedModel",
+        "inner",
+        "self.inner = inner",
+        "models/versioned.py:self.inner =",
         "chosen at run time",
     ),
     "an instance built from a registry lookup, assigned through a local": (

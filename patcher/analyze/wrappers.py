@@ -23,6 +23,7 @@ from ..read.bindings import (
     InitScope,
     Scope,
     assigned_value,
+    assignment_lines,
     may_bind_self,
     other_self_bindings,
     statement_end,
@@ -433,6 +434,10 @@ class WrapperFinder:
             return self._attribute_class(member, scope, depth)
         if isinstance(expr, ast.Call):
             return self._returned_class(expr, scope, depth)
+        if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name):
+            table = self._class_table(expr.value, scope, depth)
+            if table is not None:  # `_SUPPORT_VERSION[version]`
+                return table
         if isinstance(expr, (ast.Name, ast.Attribute)) and not on_self(expr):
             target = self.index.find_class(scope.source, expr)
             if target is not None:
@@ -467,7 +472,30 @@ class WrapperFinder:
             helper = self._helper_function(scope.source, call.func.id)
             if helper is not None:
                 return self._built_by_helper(helper, scope.owner, depth, instances=False)
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr == "get" and isinstance(func.value, ast.Name) and call.args:
+            table = self._class_table(func.value, scope, depth)
+            if table is not None:  # `_SUPPORT_VERSION.get(version)`: one of its values, or the default given
+                return table.merge(self._class_named_by(call.args[1], scope, depth + 1)) if len(call.args) > 1 else table
         return _Built.dead(f"{code_of(call)}: chosen at run time", True)
+
+    def _class_table(self, name: ast.Name, scope: Scope, depth: int) -> _Built | None:
+        """The classes a module-level dict literal of classes holds (MiniCPM-V's `_SUPPORT_VERSION`, keyed
+        by version), when the module binds it once and never adds to it: a lookup in it is one of them.
+        None when `name` is not such a table."""
+        if scope.bindings(name.id):
+            return None
+        lines = scope.source.lines
+        at = [i for i in assignment_lines(lines, 0, len(lines)).get(name.id, []) if not lines[i][:1].isspace()]
+        if len(at) != 1 or re.search(rf"^\s*{re.escape(name.id)}\s*(?:\[.*\]\s*=|\.(?:update|setdefault|__setitem__)\()", scope.source.text, re.M):
+            return None
+        value = parse_value(assigned_value(lines, at[0], name.id) or "")
+        if not isinstance(value, ast.Dict) or not value.values or any(key is None for key in value.keys):
+            return None
+        built = _Built()
+        for entry in value.values:
+            built.merge(self._class_named_by(entry, scope.module(), depth + 1))
+        return built if built.classes and not built.dead_ends else None
 
     def _returned(self, function: Function, scope: FunctionScope, instances: bool, depth: int) -> _Built:
         """Every `return` of a method or helper: instances built (or classes returned) there."""
