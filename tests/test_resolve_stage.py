@@ -528,22 +528,8 @@ UNRESOLVED = {
         "models/versioned.py:self.inner =",
         "chosen at run time",
     ),
-    "an instance built from a registry lookup, assigned through a local": (
-        {
-            "models/versioned.py": """\
-                from torch import nn
-
-                _SUPPORTED = {}
-
-
-                class VersionedModel(nn.Module):
-                    def __init__(self, config):
-                        super().__init__()
-                        instance_class = _SUPPORTED.get(config.version)
-                        inner = instance_class(config=config)
-                        self.inner = inner
-                """,
-        },
+    "an instance built from a registry lookup, assigned through a local": (  # a registry filled elsewhere
+        {"models/versioned.py": TABLE_OF_CLASSES.replace("(1, 0): FirstModel,\n                    (2, 0): SecondModel,\n", "")},
         "models/versioned.py:VersionedModel",
         "inner",
         "self.inner = inner",
