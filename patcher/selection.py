@@ -67,6 +67,12 @@ class Analysis:
         return sum(len(p.fixes) for p in self.plans)
 
 
+def model_stem(selector: str) -> str:
+    """The module path a `--model` selector names, under models/: `kimi_k25:KimiK25...` -> `kimi_k25`,
+    `dots3_note.nvidia.py` -> `dots3_note/nvidia`."""
+    return selector.partition(":")[0].removesuffix(".py").replace(".", "/")
+
+
 @dataclass(frozen=True)
 class Selection:
     """What the user asked for, flags and [tool.eaglepatch] merged (flags win)."""

@@ -18,6 +18,7 @@ from ..read.locate import SourceTree
 from ..read.source_cache import SourceCache
 from ..read.text import SourceFile
 from ..records import ClassInfo, InnerModel, Progress, Protocol, Wrapper
+from ..selection import model_stem
 from .class_index import ClassIndex, ClassText
 from .wrappers import Assignment, WrapperFinder
 
@@ -176,8 +177,7 @@ def one_path_per_file(paths: Iterable[Path]) -> list[Path]:
 
 def select_wrappers(tree: SourceTree, cache: SourceCache, resolver: Resolver, selector: str, protocol: Protocol) -> list[Wrapper]:
     """`--model kimi_k25` or `--model kimi_k25:KimiK25ForConditionalGeneration`."""
-    module, _, class_name = selector.partition(":")
-    module = module.removesuffix(".py").replace(".", "/")
+    module, class_name = model_stem(selector), selector.partition(":")[2]
     path = tree.models / f"{module}.py"
     rel = f"models/{module}.py"
     if not module or not path.is_file():

@@ -28,6 +28,7 @@ from ..read.star_imports import star_imported_names
 from ..read.style import DEFAULT_STYLE, FormatStyle
 from ..read.text import SourceFile
 from ..records import FileEdit, MemberPlan, ModelPlan, PlumbingPiece
+from ..selection import model_stem
 from .verify import prove_edit, prove_plumbing
 
 if TYPE_CHECKING:
@@ -273,7 +274,7 @@ def plumbing_elsewhere(tree: SourceTree, models: Sequence[str]) -> list[str]:
     class's own module does not take out."""
     from ..codemods.names import PLUMBING
 
-    named = {tree.models / f"{selector.partition(':')[0].removesuffix('.py').replace('.', '/')}.py" for selector in models}
+    named = {tree.models / f"{model_stem(selector)}.py" for selector in models}
     found = [p for p in one_path_per_file(tree.models.rglob("*.py")) if p not in named and p.is_file() and _has_marker(p.read_bytes(), PLUMBING)]
     return sorted(tree.rel(p) for p in found)
 
@@ -292,7 +293,7 @@ def revert_edits(
     if models:
         paths: list[Path] = []
         for selector in models:
-            stem = selector.partition(":")[0].removesuffix(".py").replace(".", "/")
+            stem = model_stem(selector)
             path = tree.models / f"{stem}.py"
             if not path.is_file():
                 raise EaglepatchError("no such model module; pass --model with a file name under models/", path=f"models/{stem}.py")

@@ -34,6 +34,7 @@ from ...read.slices import parse_module
 from ...read.source_cache import SourceCache
 from ...read.text import SourceFile
 from ...records import FileEdit
+from ...selection import model_stem
 from .edits import LINE_LENGTH, equivalents, spelling_in
 
 _MARKED = re.compile(rb"# eaglepatch: (added \w+ to the bases|forwards to self\.)")
@@ -52,7 +53,7 @@ def revert_vllm_edits(
     if models:
         picked: list[Path] = []
         for selector in models:
-            stem = selector.partition(":")[0].removesuffix(".py").replace(".", "/")
+            stem = model_stem(selector)
             found = [p for p in files if p.with_suffix("").as_posix().endswith("/" + stem)]
             if not found:
                 raise EaglepatchError("no such model module under model_executor/models or models/", path=f"{stem}.py")
