@@ -429,12 +429,14 @@ def _fingerprint(statement: cst.BaseStatement) -> str:
 Edit = Callable[[cst.BaseStatement], list[cst.BaseStatement]]
 
 
-HOLDS_BLOCKS = (cst.BaseCompoundStatement, cst.BaseSuite, cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase)
+HOLDS_BLOCKS = (cst.Module, cst.BaseCompoundStatement, cst.BaseSuite, cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase)
 
 
 class BlockTransformer(cst.CSTTransformer):
     """A transformer of statement blocks: it descends only into what can hold a block, never into an
-    expression or a simple statement line (most of a function's nodes, and of what visiting it costs)."""
+    expression or a simple statement line (most of a function's nodes, and of what visiting it costs).
+    The plumbing codemods take it before their command base (`class AddPlumbing(BlockTransformer,
+    VisitorCommand)`)."""
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         return isinstance(node, HOLDS_BLOCKS) and super().on_visit(node)
@@ -466,7 +468,7 @@ class BlockEdits(BlockTransformer):
         return updated_node.with_changes(body=body)
 
 
-class AddPlumbing(VisitorCommand):
+class AddPlumbing(BlockTransformer, VisitorCommand):
     """Write the pieces of a PlumbingPlan that go into this module (`plan.pieces_in(file)`)."""
 
     DESCRIPTION = "Write the capture plumbing a PlumbingPlan names."
@@ -492,9 +494,6 @@ class AddPlumbing(VisitorCommand):
             code = node.code
             view = ClassView(code, code)
         self._places = StatementPlaces.of(node, view)
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        return isinstance(node, (cst.Module, *HOLDS_BLOCKS)) and super().on_visit(node)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         if node.name.value in self._wanted and not self._classes:

@@ -18,7 +18,6 @@ from libcst.codemod import CodemodContext
 from ..read.slices import ClassView, statement_lines
 from .add_plumbing import (
     HEADER,
-    HOLDS_BLOCKS,
     AddPlumbing,
     BlockTransformer,
     group_digest,
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
     from ..records import PlumbingPiece
 
 
-class RemovePlumbing(VisitorCommand):
+class RemovePlumbing(BlockTransformer, VisitorCommand):
     DESCRIPTION = "Remove the capture plumbing that eaglepatch added."
 
     def __init__(self, context: CodemodContext, text: str | None = None):
@@ -55,9 +54,6 @@ class RemovePlumbing(VisitorCommand):
         if self._text is not None:
             self._spans = statement_lines(node, self._text)
             self._marked = [number for number, line in enumerate(self._text.splitlines(), 1) if PLUMBING in line]
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        return isinstance(node, (cst.Module, *HOLDS_BLOCKS)) and super().on_visit(node)
 
     def _holds_marker(self, function: cst.FunctionDef) -> bool:
         module = self._module
@@ -235,10 +231,7 @@ def revert_plumbing(code: str) -> tuple[str, dict[str, list[str]], dict[str, lis
     """(the module without eaglepatch's plumbing, what was taken out, what was kept as edited by hand)."""
     if PLUMBING not in code:
         return code, {}, {}
-    marked = [number for number, line in enumerate(code.splitlines(), 1) if PLUMBING in line]
-    view = ClassView.of(code, lambda node: any(node.lineno <= n <= (node.end_lineno or node.lineno) for n in marked))
-    if not all(any(first <= n <= last for first, last in view.spans) for n in marked):
-        view = ClassView(code, code)  # a marker outside the top-level classes: the whole module
+    view, _ = _marked_view(code)
     command = RemovePlumbing(CodemodContext(), view.text)
     updated = view.splice(run_command(command, cst.parse_module(view.text)).code)
     return updated, command.removed, command.kept
@@ -248,14 +241,19 @@ def rerun_and_revert(code: str, pieces: Sequence[PlumbingPiece], line_length: in
     """(`code` with the pieces written a second time, the module without eaglepatch's plumbing, what
     revert keeps as edited by hand) of a module the pieces were written into: what the proof at
     `apply` asks (rewrite/verify.prove_plumbing), read from one parse of the classes both codemods see."""
-    wanted = {piece.cls for piece in pieces}
-    marked = [number for number, line in enumerate(code.splitlines(), 1) if PLUMBING in line]
-    view = ClassView.of(code, lambda node: node.name in wanted or any(node.lineno <= n <= (node.end_lineno or node.lineno) for n in marked))
-    if not all(any(first <= n <= last for first, last in view.spans) for n in marked):
-        view = ClassView(code, code)  # a marker outside the top-level classes: the whole module
+    view, marked = _marked_view(code, frozenset(piece.cls for piece in pieces))
     module = cst.parse_module(view.text)
     again = view.splice(run_command(AddPlumbing(CodemodContext(), pieces, line_length, view), module).code)
     remover = RemovePlumbing(CodemodContext(), view.text)
     back = view.splice(run_command(remover, module).code) if marked else code
     return again, back, remover.kept
 
+
+def _marked_view(code: str, classes: frozenset[str] = frozenset()) -> tuple[ClassView, list[int]]:
+    """(the view of the classes holding a plumbing marker, and of those named `classes`; the marker
+    lines): the whole module when a marker stands outside the top-level classes."""
+    marked = [number for number, line in enumerate(code.splitlines(), 1) if PLUMBING in line]
+    view = ClassView.of(code, lambda node: node.name in classes or any(node.lineno <= n <= (node.end_lineno or node.lineno) for n in marked))
+    if not all(any(first <= n <= last for first, last in view.spans) for n in marked):
+        view = ClassView(code, code)
+    return view, marked
