@@ -130,12 +130,22 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
             companions[member] = carried_beside_hooks(library(), protocol, member)
         return companions[member]
 
+    reaches = [_reach(w) for w in wrappers]
+    planned: dict[int, tuple[Written, ModelPlan]] = {}  # by wrapper: the writes it saw, and its plan
+
     def plan_all(written: Written) -> list[ModelPlan]:
+        """A wrapper's plan reads only the writes into classes it reaches: one whose slice of this
+        round's writes is last round's keeps its plan (most are planned once)."""
         seen = WrittenOverlay(written)
-        return [
-            plan_wrapper(protocol, seen.wrapper(w), *roles.role_of(w.cls), shape_misfit, synthesize, written, learns_companion)
-            for w in wrappers
-        ]
+        plans = []
+        for index, w in enumerate(wrappers):
+            sliced = {key: members for key, members in written.items() if key[1] in reaches[index]}
+            last = planned.get(index)
+            if last is None or last[0] != sliced:
+                plan = plan_wrapper(protocol, seen.wrapper(w), *roles.role_of(w.cls), shape_misfit, synthesize, written, learns_companion)
+                last = planned[index] = (sliced, plan)
+            plans.append(last[1])
+        return plans
 
     # what apply writes into a class serves, in the same run, its subclasses (they inherit it) and the
     # wrappers that hold it (they can forward to it): plan again through this round's writes until they
@@ -162,6 +172,13 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
     warnings = list(protocol.warnings) + resolver.warnings + [_not_followed(style, note) for note in style.not_followed]
     warnings += [f"{cache.rel(path)}: left out by --exclude: not read, and not checked" for path in sorted(excluded)]
     return Analysis(request.engine, tree, cache, protocol, tuple(plans), tuple(warnings), all_models, style)
+
+
+def _reach(wrapper: Wrapper) -> frozenset[str]:
+    """The class names whose writes a wrapper's plan can see: its class, its inner models' classes,
+    and their bases (the overlay finds a base by name where it has no file)."""
+    classes = (wrapper.cls, *(c for inner in wrapper.inners for c in inner.classes))
+    return frozenset(name for c in classes for name in (c.name, *c.bases))
 
 
 def carried_beside_hooks(library: HookLibrary, protocol: Protocol, member: str) -> bool:
