@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from .read.style import DEFAULT_STYLE, FormatStyle
 
 if TYPE_CHECKING:
+    from .analyze.context import RunContext
     from .read.locate import SourceTree
     from .read.source_cache import SourceCache
     from .records import ModelPlan, Protocol
@@ -55,6 +56,13 @@ class Analysis:
     warnings: tuple[str, ...] = ()
     all_models: bool = False
     style: FormatStyle = DEFAULT_STYLE  # the tree's black and isort settings: what apply writes is laid out for them
+
+    @property
+    def context(self) -> RunContext:
+        """The run's context, as its stages read through it (for a tool asking the run one more question)."""
+        from .analyze.context import RunContext
+
+        return RunContext(self.tree, self.cache, self.style, self.protocol)
 
     @property
     def missing_count(self) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from eaglepatch.analyze.algorithms import Algorithms, Flag, Guards, find_enum, read_algorithms
+from eaglepatch.analyze.context import RunContext
 from eaglepatch.analyze.protocol import OneOf, extract_protocol
 from eaglepatch.engines import locate_tree
 from eaglepatch.read.source_cache import SourceCache
@@ -104,7 +105,7 @@ def build_tree(root: Path, files: dict[str, str], enum: str | None = None) -> Pa
 
 def algorithms_of(root: Path, **kwargs) -> Algorithms:
     tree = locate_tree(root)
-    return read_algorithms(tree, SourceCache(tree.srt), **kwargs)
+    return read_algorithms(RunContext.fresh(tree), **kwargs)
 
 
 # --------------------------------------------------------------------------- 1. the enum
@@ -204,7 +205,7 @@ ENUM_ROWS = [
 @pytest.mark.parametrize("row", ENUM_ROWS, ids=lambda r: r.id)
 def test_the_enum_is_found_by_its_shape(tmp_path, row):
     tree = locate_tree(build_tree(tmp_path, row.files))
-    enum = find_enum(tree, SourceCache(tree.srt))
+    enum = find_enum(SourceCache(tree.srt))
     if row.name is None:
         assert enum is None
         return
@@ -221,7 +222,7 @@ def test_the_enum_is_found_by_its_shape(tmp_path, row):
 @pytest.fixture
 def guards(tmp_path) -> Guards:
     tree = locate_tree(build_tree(tmp_path, {}))
-    enum = find_enum(tree, SourceCache(tree.srt))
+    enum = find_enum(SourceCache(tree.srt))
     assert enum is not None
     flags = {
         "dflash_use_aux_hidden_state": Flag("dflash_use_aux_hidden_state", frozenset({"DFLASH", "DSPARK"}), frozenset({"DFLASH", "DSPARK"}), ""),
@@ -620,8 +621,9 @@ def test_a_protocol_given_is_taken_as_it_is(tmp_path):
     root = build_tree(tmp_path, {RUNNER: DFLASH_RUNNER})
     tree = locate_tree(root)
     cache = SourceCache(tree.srt)
-    eagle3 = extract_protocol(tree, cache)
-    found = read_algorithms(tree, cache, given={"EAGLE3": eagle3})
+    run = RunContext(tree, cache)
+    eagle3 = extract_protocol(run)
+    found = read_algorithms(run, given={"EAGLE3": eagle3})
     assert found.get("EAGLE3").protocol is eagle3 and found.get("EAGLE3").read_from == "given"  # type: ignore[union-attr]
     assert found.get("DFLASH").read_from == "guards"  # type: ignore[union-attr]
 
@@ -644,7 +646,8 @@ def _read_release(version: str) -> tuple:
 
         tree = locate_tree(sglang_releases.site_packages(version))
         cache = SourceCache(tree.srt)
-        _READ[version] = (read_algorithms(tree, cache), extract_protocol(tree, cache))
+        run = RunContext(tree, cache)
+        _READ[version] = (read_algorithms(run), extract_protocol(run))
     return _READ[version]
 
 

@@ -30,13 +30,13 @@ from libcst.codemod import CodemodContext
 from typer.testing import CliRunner
 
 from eaglepatch.analyze.class_index import ClassIndex
+from eaglepatch.analyze.context import RunContext
 from eaglepatch.analyze.wrappers import WrapperFinder
 from eaglepatch.cli import app
 from eaglepatch.codemods.add_delegations import Delegation
 from eaglepatch.codemods.remove_delegations import RemoveDelegations
 from eaglepatch.engines import locate_tree
 from eaglepatch.read.expressions import parse_value
-from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.read.text import decode_source
 from eaglepatch.records import Protocol
 from eaglepatch.rewrite.edits import apply_codemod
@@ -119,7 +119,7 @@ FORMS = [
 
 def _finder(root: Path) -> WrapperFinder:
     tree = locate_tree(root)
-    return WrapperFinder(ClassIndex(tree, SourceCache(tree.srt)))
+    return WrapperFinder(ClassIndex(RunContext.fresh(tree)))
 
 
 @pytest.mark.parametrize("statement, held, unresolved", FORMS)

@@ -15,8 +15,8 @@ import pytest
 from helpers import write_srt_tree
 
 from eaglepatch.analyze.class_index import ClassIndex, signature_node
+from eaglepatch.analyze.context import RunContext
 from eaglepatch.engines import locate_tree
-from eaglepatch.read.source_cache import SourceCache
 
 DEEPSEEK_V2 = """\
 from torch import nn
@@ -47,7 +47,7 @@ write_tree = write_srt_tree
 
 def index_for(root: Path) -> ClassIndex:
     tree = locate_tree(root)
-    return ClassIndex(tree, SourceCache(tree.srt))
+    return ClassIndex(RunContext.fresh(tree))
 
 
 def info_of(index: ClassIndex, rel: str, name: str):

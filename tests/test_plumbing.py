@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from helpers import write_srt_tree
 
+from eaglepatch.analyze.context import RunContext
 from eaglepatch.analyze.mro import c3_order
 from eaglepatch.analyze.resolve import Resolver
 from eaglepatch.engines import locate_tree
 from eaglepatch.plumbing.gate import HOOK, PlumbingReport, SourceClasses, TreeClasses, analyze_plumbing, tree_plumbing
-from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.records import Protocol
 
 FILE = "models/llama_like.py"
@@ -485,8 +485,8 @@ NO_PROTOCOL = Protocol(members={}, consumers=[], general_interface={})
 def tree_report(tmp_path: Path, files: dict[str, str], rel: str, name: str) -> PlumbingReport:
     root = write_srt_tree(tmp_path, files)
     tree = locate_tree(root)
-    resolver = Resolver(tree, SourceCache(tree.srt))
-    return tree_plumbing(resolver, NO_PROTOCOL, rel, name)
+    resolver = Resolver(RunContext.fresh(tree, NO_PROTOCOL))
+    return tree_plumbing(resolver, rel, name)
 
 
 def test_tree_classes_follow_imports(tmp_path: Path) -> None:
@@ -524,10 +524,10 @@ def test_tree_classes_follow_imports(tmp_path: Path) -> None:
 def test_tree_classes_share_one_lookup(tmp_path: Path) -> None:
     root = write_srt_tree(tmp_path, {"models/llama_like.py": LLAMA_LIKE})
     tree = locate_tree(root)
-    resolver = Resolver(tree, SourceCache(tree.srt))
-    classes = TreeClasses(resolver, NO_PROTOCOL)
+    resolver = Resolver(RunContext.fresh(tree, NO_PROTOCOL))
+    classes = TreeClasses(resolver)
     first = analyze_plumbing(classes, "models/llama_like.py:LikeForCausalLM", HOOK)
-    again = tree_plumbing(resolver, NO_PROTOCOL, "models/llama_like.py", "LikeForCausalLM", classes=classes)
+    again = tree_plumbing(resolver, "models/llama_like.py", "LikeForCausalLM", classes=classes)
     assert first == again and first.complete
     assert classes.mro("models/llama_like.py:Nowhere") == ()
 

@@ -28,13 +28,13 @@ import pytest
 from helpers import write_srt_tree
 from plumbing_harness import INPUTS, Config, PPGroup, PPProxyTensors, Sym, Token, build, load, set_rank
 
+from eaglepatch.analyze.context import RunContext
 from eaglepatch.analyze.resolve import Resolver
 from eaglepatch.codemods.add_plumbing import PlumbingNotWritten, apply_plumbing, lay_out, parse_plumbing_marker
 from eaglepatch.codemods.remove_plumbing import revert_plumbing
 from eaglepatch.engines import locate_tree
 from eaglepatch.plumbing.gate import HOOK, SourceClasses, TreeClasses, analyze_plumbing
 from eaglepatch.plumbing.planner import PlumbingPlan, PlumbingPlanner, check_written, plan_plumbing, reference_hook, statement_fingerprint, tree_planner
-from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.records import Protocol
 
 IMPORTS = """\
@@ -1176,9 +1176,9 @@ NO_PROTOCOL = Protocol(members={}, consumers=[], general_interface={})
 def test_the_tree_planner_finds_its_references(tmp_path: Path) -> None:
     root = write_srt_tree(tmp_path, {**REFERENCE_FILES, "models/plain.py": PLAIN})
     tree = locate_tree(root)
-    resolver = Resolver(tree, SourceCache(tree.srt))
-    classes = TreeClasses(resolver, NO_PROTOCOL)
-    planner = tree_planner(resolver, NO_PROTOCOL, classes=classes)
+    resolver = Resolver(RunContext.fresh(tree, NO_PROTOCOL))
+    classes = TreeClasses(resolver)
+    planner = tree_planner(resolver, classes=classes)
     assert set(planner.reference_keys) == set(REFERENCES)
     plan = planner.plan("models/plain.py:PlainForCausalLM")
     assert plan.ok and plan.reference == "models/qwen_like.py:QLikeForCausalLM"

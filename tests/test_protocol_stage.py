@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from eaglepatch.analyze.context import RunContext
 from eaglepatch.analyze.protocol import extract_protocol
 from eaglepatch.engines import locate_tree
-from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.records import CallShape, Protocol
 
 WORKER = "speculative/eagle_worker.py"
@@ -74,7 +74,7 @@ def build_tree(root: Path, files: dict[str, str]) -> Path:
 
 def protocol_of(root: Path) -> Protocol:
     tree = locate_tree(root)
-    return extract_protocol(tree, SourceCache(tree.srt))
+    return extract_protocol(RunContext.fresh(tree))
 
 
 def assert_uses(protocol: Protocol, member: str, expected: tuple[Expect, ...]) -> None:

@@ -723,7 +723,7 @@ def test_no_compliant_class_has_broken_plumbing(version):
 
     _, data, _ = all_report(version)
     analysis = all_analysis(version)
-    classes = TreeClasses(Resolver(analysis.tree, analysis.cache), analysis.protocol)
+    classes = TreeClasses(Resolver(analysis.context))
     by_class = {(m["file"], m["class"]): m for m in data["models"]}
     judged = 0
     for plan in analysis.plans:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import write_srt_tree
 
+from eaglepatch.analyze.context import RunContext
 from eaglepatch.analyze.resolve import Resolver
 from eaglepatch.engines import locate_tree
 from eaglepatch.read.source_cache import SourceCache
@@ -57,13 +58,13 @@ write_tree = write_srt_tree
 def resolver_for(root: Path) -> tuple[Resolver, SourceCache, Path]:
     tree = locate_tree(root)
     cache = SourceCache(tree.srt)
-    return Resolver(tree, cache), cache, tree.srt
+    return Resolver(RunContext(tree, cache, protocol=NO_PROTOCOL)), cache, tree.srt
 
 
 def inner_models(root: Path, wrapper: str):
     rel, _, name = wrapper.partition(":")
     resolver, cache, srt = resolver_for(root)
-    return resolver.inner_models(cache.read(srt / rel), name, NO_PROTOCOL)
+    return resolver.inner_models(cache.read(srt / rel), name)
 
 
 def resolved(inners) -> dict[str, list[str]]:
@@ -730,7 +731,7 @@ def test_bases_agree_with_libcst_on_every_class_of_a_release(sglang_059):
 
     srt = sglang_059 / "sglang" / "srt"
     cache = SourceCache(srt)
-    resolver = Resolver(locate_tree(srt), cache)
+    resolver = Resolver(RunContext(locate_tree(srt), cache))
     code = cst.Module(body=[]).code_for_node
     answered = whole = 0
     for path in sorted(srt.rglob("*.py")):

@@ -172,6 +172,7 @@ def test_block_end_bugs_of_both_scanners(text):
 
 
 def test_triple_quote_comment_does_not_give_a_class_the_next_ones_methods(tmp_path):
+    from eaglepatch.analyze.context import RunContext
     from eaglepatch.analyze.resolve import Resolver
     from eaglepatch.engines import locate_tree
 
@@ -185,7 +186,7 @@ def test_triple_quote_comment_does_not_give_a_class_the_next_ones_methods(tmp_pa
     )
     tree = locate_tree(tmp_path)
     cache = SourceCache(tree.srt)
-    info = Resolver(tree, cache).class_info(cache.read(srt / "models" / "m.py"), "A")
+    info = Resolver(RunContext(tree, cache)).class_info(cache.read(srt / "models" / "m.py"), "A")
     assert "a_only" in info.members
     assert "b_only" not in info.members
 

@@ -15,9 +15,11 @@ import pytest
 from helpers import write_srt_tree
 
 from eaglepatch.analyze.class_index import _functions
+from eaglepatch.analyze.context import RunContext
 from eaglepatch.analyze.resolve import Resolver
 from eaglepatch.engines import locate_tree
 from eaglepatch.read.source_cache import SourceCache
+from eaglepatch.records import Protocol
 
 
 def _visited(module: cst.Module) -> list[cst.FunctionDef]:
@@ -86,7 +88,7 @@ WRAPPER = {
 
 def _resolver(tmp_path: Path) -> tuple[Resolver, Path]:
     tree = locate_tree(write_srt_tree(tmp_path, WRAPPER) / "sglang" / "srt")
-    return Resolver(tree, SourceCache(tree.srt)), tree.models / "wrap.py"
+    return Resolver(RunContext.fresh(tree, Protocol({}, (), {}))), tree.models / "wrap.py"
 
 
 def test_init_assignments_are_read_once_per_class_and_handed_out_as_new_lists(tmp_path):
@@ -101,15 +103,13 @@ def test_init_assignments_are_read_once_per_class_and_handed_out_as_new_lists(tm
 
 
 def test_the_models_a_class_holds_are_read_once_per_protocol(tmp_path):
-    from eaglepatch.records import Protocol
-
     resolver, path = _resolver(tmp_path)
     source = resolver.cache.read(path)
-    protocol = Protocol({}, (), {})
-    inners = resolver.inner_models(source, "Wrap", protocol)
+    inners = resolver.inner_models(source, "Wrap")
     assert [(i.attribute, [c.name for c in i.classes]) for i in inners] == [("model", ["LlamaModel"])]
-    assert resolver.inner_models(source, "Wrap", protocol)[0] is inners[0]  # kept for the run
-    assert resolver.inner_models(source, "Wrap", Protocol({}, (), {}))[0] is not inners[0]  # another protocol: read again
+    assert resolver.inner_models(source, "Wrap")[0] is inners[0]  # kept for the run
+    assert resolver.finder.inner_models(source, "Wrap", resolver.run.protocol_read)[0] is inners[0]  # the run's protocol
+    assert resolver.finder.inner_models(source, "Wrap", Protocol({}, (), {}))[0] is not inners[0]  # another protocol: read again
 
 
 # --------------------------------------------------------------------------- class bodies read by one search
@@ -166,7 +166,7 @@ def test_class_body_lines_found_by_one_search_are_those_found_line_by_line(tmp_p
     from eaglepatch.analyze.class_index import ClassIndex, _class_attributes
 
     cache, source = _read(tmp_path, code)
-    index = ClassIndex(None, cache)  # type: ignore[arg-type]
+    index = ClassIndex(RunContext(None, cache))  # type: ignore[arg-type]
     text = index.class_text(source, "A")
     assert text is not None
     assert _class_attributes(text) == _per_line_attributes(source.lines, text)
@@ -180,7 +180,7 @@ def test_class_body_lines_of_every_class_of_a_release(sglang_059: Path):
 
     srt = sglang_059 / "sglang" / "srt"
     cache = SourceCache(srt)
-    resolver = Resolver(locate_tree(srt), cache)
+    resolver = Resolver(RunContext(locate_tree(srt), cache))
     classes = blocks = 0
     for path in sorted(srt.rglob("*.py")):
         source = cache.read(path)
@@ -289,8 +289,8 @@ def test_references_are_those_learned_reading_every_def(sglang_latest: Path, mon
         bodies_read.clear()
         tree = locate_tree(sglang_latest)
         cache = SourceCache(tree.srt)
-        protocol = extract_protocol(tree, cache, [], [])
-        library = HookLibrary(Resolver(tree, cache), protocol)
+        reading = RunContext(tree, cache)
+        library = HookLibrary(Resolver(reading.with_protocol(extract_protocol(reading, [], []))))
         out = {}
         for member in ("get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture"):
             references = library.references(member)
@@ -737,7 +737,8 @@ def test_body_keys_read_off_the_text_are_the_generated_code_s(release, request):
 
     tree = locate_tree(request.getfixturevalue(release))
     cache = SourceCache(tree.srt)
-    library = HookLibrary(Resolver(tree, cache), extract_protocol(tree, cache, [], []))
+    reading = RunContext(tree, cache)
+    library = HookLibrary(Resolver(reading.with_protocol(extract_protocol(reading, [], []))))
     references = [r for m in ("get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture") for r in library.references(m)]
     assert len(references) > 15
     for reference in references:

@@ -486,17 +486,17 @@ def by_class_and_file(data: dict) -> dict[tuple[str, str], dict]:
 def test_references_are_tried_in_rank_order_on_a_release(sglang_latest):
     """`fit` walks the references in `_rank` order without ranking them all for every class; on every
     class of the newest release that walk is the full sort, for each hook."""
+    from eaglepatch.analyze.context import RunContext
     from eaglepatch.analyze.protocol import extract_protocol
     from eaglepatch.analyze.resolve import Resolver
     from eaglepatch.analyze.synthesize import HookLibrary, _held
     from eaglepatch.engines import locate_tree
 
     tree = locate_tree(sglang_latest)
-    cache = SourceCache(tree.srt)
-    protocol = extract_protocol(tree, cache, [], [])
-    resolver = Resolver(tree, cache)
-    library = HookLibrary(resolver, protocol)
-    wrappers = resolver.all_wrappers(protocol)
+    reading = RunContext(tree, SourceCache(tree.srt))
+    resolver = Resolver(reading.with_protocol(extract_protocol(reading, [], [])))
+    library = HookLibrary(resolver)
+    wrappers = resolver.all_wrappers()
     compared = 0
     for member in ("get_embed_and_head", "set_embed_and_head", "set_eagle3_layers_to_capture"):
         references = library.references(member)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import invoke
 
+from eaglepatch.analyze.context import RunContext
 from eaglepatch.analyze.plan import call_misfit
 from eaglepatch.analyze.roles import RoleBook, learn_roles
 from eaglepatch.engines import locate_tree
@@ -77,7 +78,7 @@ def _cls(name: str, bases=(), file: str = "models/x.py") -> ClassInfo:
 @pytest.fixture
 def book(root: Path) -> RoleBook:
     (root / SRT / "configs" / "model_config.py").write_text(CONFIG, encoding="utf-8")
-    return learn_roles(locate_tree(root))
+    return learn_roles(RunContext.fresh(locate_tree(root)))
 
 
 ROLE_CASES = [
@@ -121,7 +122,7 @@ def test_an_encoder_another_class_holds_is_named_with_where(root: Path):
     (tree.models / "vlm.py").write_text(
         "class Vlm:\n    def __init__(self, config):\n        self.vision_tower = towers.ToyVisionModel(config)\n", encoding="utf-8"
     )
-    got, why = learn_roles(tree, SourceCache(tree.srt)).role_of(_cls("ToyVisionModel", (), "models/toy.py"))
+    got, why = learn_roles(RunContext(tree, SourceCache(tree.srt))).role_of(_cls("ToyVisionModel", (), "models/toy.py"))
     assert got == "other" and "models/vlm.py:3" in why
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 from helpers import write_srt_tree
 
 from eaglepatch.analyze.class_index import ClassIndex
+from eaglepatch.analyze.context import RunContext
 from eaglepatch.analyze.wrappers import WrapperFinder
 from eaglepatch.engines import locate_tree
-from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.records import Protocol, ProtocolMember
 
 NO_PROTOCOL = Protocol(members={}, consumers=[], general_interface={})
@@ -76,7 +76,7 @@ write_tree = write_srt_tree
 
 def finder_for(root: Path) -> WrapperFinder:
     tree = locate_tree(root)
-    return WrapperFinder(ClassIndex(tree, SourceCache(tree.srt)))
+    return WrapperFinder(ClassIndex(RunContext.fresh(tree)))
 
 
 def held(root: Path, rel: str, name: str, protocol: Protocol = NO_PROTOCOL) -> dict[str, list[str]]:

@@ -32,6 +32,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from eaglepatch.analyze.algorithms import Algorithms, read_algorithms
+from eaglepatch.analyze.context import RunContext
 from eaglepatch.engines import locate_tree
 from eaglepatch.read.source_cache import SourceCache
 
@@ -125,7 +126,7 @@ def read_release(version: str, wanted: set[str] | None) -> Release:
     root = tree_of(version)
     tree = locate_tree(root)
     cache = SourceCache(tree.srt)
-    algorithms: Algorithms = read_algorithms(tree, cache)
+    algorithms: Algorithms = read_algorithms(RunContext(tree, cache))
     rows: list[AlgorithmRow] = []
     hooks_wanted: set[str] = set()
     for algorithm in algorithms.algorithms:

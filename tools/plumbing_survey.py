@@ -67,8 +67,8 @@ def site_packages(version: str) -> Path:
 
 def survey(version: str) -> Release:
     analysis = analyze(Selection(path=site_packages(version), all_models=True))
-    resolver = Resolver(analysis.tree, analysis.cache)  # a fresh one: apply's adoptions stay out of it
-    classes = TreeClasses(resolver, analysis.protocol)
+    resolver = Resolver(analysis.context)  # a fresh one: apply's adoptions stay out of it
+    classes = TreeClasses(resolver)
     release = Release(version)
     for plan in analysis.plans:
         cls = plan.wrapper.cls

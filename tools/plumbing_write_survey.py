@@ -76,10 +76,10 @@ def _bare_backbone(plan) -> str | None:
 
 def survey(version: str) -> Release:
     analysis = analyze(Selection(path=site_packages(version), all_models=True))
-    resolver = Resolver(analysis.tree, analysis.cache)  # a fresh one: apply's adoptions stay out of it
-    classes = TreeClasses(resolver, analysis.protocol)
+    resolver = Resolver(analysis.context)  # a fresh one: apply's adoptions stay out of it
+    classes = TreeClasses(resolver)
     style = load_style(analysis.tree.models, analysis.tree.given)
-    library = HookLibrary(resolver, analysis.protocol, style.line_length)
+    library = HookLibrary(resolver)
     planner = PlumbingPlanner(classes, tree_references(library))
     release = Release(version)
     for plan in analysis.plans:

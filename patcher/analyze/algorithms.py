@@ -31,15 +31,17 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..errors import EaglepatchError
-from ..read.locate import SourceTree
 from ..read.source_cache import MemoKey, SourceCache
 from ..read.statements import walk
 from ..read.text import SourceFile, WordFinder, is_word_byte
 from ..records import EAGLE3, Protocol, ProtocolMember
 from .protocol import Block, CodeScope, OneOf, condition_literals, read_scope
+
+if TYPE_CHECKING:
+    from .context import RunContext
 
 GuardKind = Literal["predicate", "member", "flag"]
 MAX_ROUNDS = 8  # flag discovery: each round may find flags derived from the last round's
@@ -257,14 +259,14 @@ class _EnumReader:
 _ENUM: MemoKey[AlgorithmEnum | None] = MemoKey("the algorithm enum")
 
 
-def find_enum(tree: SourceTree, cache: SourceCache) -> AlgorithmEnum | None:
+def find_enum(cache: SourceCache) -> AlgorithmEnum | None:
     """The enum under speculative/ with the most predicates on its own members (None: there is none);
     read once a run (the protocol, the algorithms and preflight all ask)."""
-    return cache.memo(_ENUM, lambda: _find_enum(tree, cache))
+    return cache.memo(_ENUM, lambda: _find_enum(cache))
 
 
-def _find_enum(tree: SourceTree, cache: SourceCache) -> AlgorithmEnum | None:
-    speculative = tree.srt / "speculative"
+def _find_enum(cache: SourceCache) -> AlgorithmEnum | None:
+    speculative = cache.srt / "speculative"
     found: list[AlgorithmEnum] = []
     if not speculative.is_dir():
         return None
@@ -514,9 +516,9 @@ class _FlagReader:
     100+ of which name the enum); a name derived there and set in any other function, or at module
     level, to anything but a false constant is no flag (that code is not guarded)."""
 
-    def __init__(self, tree: SourceTree, cache: SourceCache, enum: AlgorithmEnum):
-        self.tree = tree
-        self.cache = cache
+    def __init__(self, run: RunContext, enum: AlgorithmEnum):
+        self.tree = run.tree
+        self.cache = run.cache
         self.enum = enum
         self.corpus = _Corpus({path: _bytes(path) for path in self._files()})
         self.files = self.corpus.files
@@ -850,8 +852,8 @@ def module_words(enum: AlgorithmEnum, algorithm: str) -> tuple[str, ...]:
     return tuple(sorted(words))
 
 
-def _modules(tree: SourceTree, cache: SourceCache, scope: AlgorithmScope) -> tuple[str, ...]:
-    speculative = tree.srt / "speculative"
+def _modules(cache: SourceCache, scope: AlgorithmScope) -> tuple[str, ...]:
+    speculative = cache.srt / "speculative"
     found = []
     for dirpath, dirnames, filenames in os.walk(speculative):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
@@ -873,8 +875,7 @@ def _with_capabilities(protocol: Protocol, capabilities: Mapping[str, str]) -> P
 
 
 def read_algorithms(
-    tree: SourceTree,
-    cache: SourceCache,
+    run: RunContext,
     extra_consumers: list[Path] | None = None,
     only: Sequence[str] | None = None,
     given: Mapping[str, Protocol] | None = None,
@@ -885,10 +886,10 @@ def read_algorithms(
     EAGLE-3 protocol from extract_protocol for EAGLE3, so that its output stays what it was; the
     guards' own reading of EAGLE3 finds a little more, see notes/algorithms.md).  `extra_consumers`
     (files named with --consumer) count whole for every algorithm read here."""
-    enum = find_enum(tree, cache)
+    enum = find_enum(run.cache)
     if enum is None:
         return Algorithms(None, (), ())
-    flag_reader = _FlagReader(tree, cache, enum)
+    flag_reader = _FlagReader(run, enum)
     flags = flag_reader.read()
     guards = Guards(enum, flags, flag_reader.ambiguous)
     algorithms = []
@@ -897,20 +898,20 @@ def read_algorithms(
             continue
         selected = guards_of(enum, flags, name)
         if given is not None and name in given:
-            modules = _modules(tree, cache, AlgorithmScope(name, guards, (), module_words(enum, name)))
+            modules = _modules(run.cache, AlgorithmScope(name, guards, (), module_words(enum, name)))
             algorithms.append(Algorithm(name, selected, modules, given[name], read_from="given"))
             continue
         words = [g.name.rsplit(".", 1)[-1] for g in selected]
         holders = {str(path) for word in words for path in flag_reader.holding(word)}
         scope = AlgorithmScope(name, guards, words, module_words(enum, name), holders)
-        reading = read_scope(tree, cache, scope, extra_consumers)
+        reading = read_scope(run, scope, extra_consumers)
         groups = tuple(dict.fromkeys(g for g in reading.extraction.alternatives if len(g.members) > 1))
         capabilities = dict(sorted(reading.extraction.capabilities.items()))
         algorithms.append(
             Algorithm(
                 name=name,
                 guards=selected,
-                modules=_modules(tree, cache, scope),
+                modules=_modules(run.cache, scope),
                 protocol=_with_capabilities(reading.protocol, capabilities),
                 one_of=groups,
                 capabilities=capabilities,
@@ -940,8 +941,7 @@ def _target_members(algorithm: Algorithm) -> list[ProtocolMember]:
 
 
 def run_protocol(
-    tree: SourceTree,
-    cache: SourceCache,
+    run: RunContext,
     eagle3: Protocol,
     selected: Sequence[str] = (),
     extra_consumers: list[Path] | None = None,
@@ -950,7 +950,7 @@ def run_protocol(
     tagged with the algorithms needing it.  `selected` empty: every algorithm that calls target hooks.
     A member EAGLE-3 needs keeps EAGLE-3's reading (its roles and requiredness); the others bring their
     target-side uses.  A tree without an algorithm enum (or none but EAGLE-3's code) gives `eagle3`."""
-    enum = find_enum(tree, cache)
+    enum = find_enum(run.cache)
     known = enum.algorithms if enum is not None else (EAGLE3,)
     unknown = [name for name in selected if name.upper() not in known]
     if unknown:
@@ -960,7 +960,7 @@ def run_protocol(
     only = tuple(dict.fromkeys(name.upper() for name in selected)) or None  # each protocol read costs: only those asked for
     if only == (EAGLE3,):
         return replace(eagle3, members={name: replace(m, algorithms=(EAGLE3,)) for name, m in eagle3.members.items()})
-    read = read_algorithms(tree, cache, extra_consumers, only=only, given={EAGLE3: eagle3})
+    read = read_algorithms(run, extra_consumers, only=only, given={EAGLE3: eagle3})
     chosen = only or hook_calling(read) or (EAGLE3,)
     members: dict[str, ProtocolMember] = {}
     if EAGLE3 in chosen:

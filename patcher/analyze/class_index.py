@@ -23,7 +23,6 @@ from ..errors import EaglepatchError
 from ..read.bindings import CHAINED, assigned_value, assignment_lines, forwards_any_name, may_bind_self, other_self_bindings
 from ..read.expressions import code_of, dotted_node, dotted_parts, parse_statement, parse_value, remember, root_name, source_code
 from ..read.imports import ImportTable
-from ..read.locate import SourceTree
 from ..read.outline import Outline
 from ..read.source_cache import SourceCache
 from ..read.text import SourceFile, bracket_scan, indent_width, is_code_line
@@ -32,6 +31,8 @@ from .mro import c3_order
 
 if TYPE_CHECKING:
     import libcst as cst
+
+    from .context import RunContext
 
 MAX_BASE_DEPTH = 12
 # a class-body line opening a block whose assignments still bind class attributes: these words at the body's indent
@@ -137,9 +138,9 @@ class ClassText:
 class ClassIndex:
     """Classes looked up by name, each read once per run."""
 
-    def __init__(self, tree: SourceTree, cache: SourceCache):
-        self.tree = tree
-        self.cache = cache
+    def __init__(self, run: RunContext):
+        self.tree = run.tree
+        self.cache = run.cache
         self._classes: dict[tuple[Path, str], ClassInfo | None] = {}
         self._rels: dict[tuple[Path, str], str] = {}  # each class's file, relative to srt
         self._texts: dict[tuple[Path, str], ClassText | None] = {}

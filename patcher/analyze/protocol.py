@@ -43,17 +43,19 @@ import tokenize
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import EaglepatchError, UnreadableFiles
 from ..read.imports import ImportTable
-from ..read.locate import SourceTree
 from ..read.outline import Outline, block_start, is_word_char
 from ..read.slices import invalid_python
-from ..read.source_cache import MemoKey, SourceCache
+from ..read.source_cache import MemoKey
 from ..read.statements import walk
 from ..read.text import SourceFile, block_text, dedent_lines
 from ..records import CallShape, Protocol, ProtocolMember, Use, UseKind, UseRole
+
+if TYPE_CHECKING:
+    from .context import RunContext
 
 _EAGLE_SPELLINGS = (b"eagle", b"EAGLE", b"Eagle")
 _EAGLE = re.compile(r"eagle", re.IGNORECASE)
@@ -886,20 +888,14 @@ def _positive_hasattr(test: ast.AST, block: Block) -> frozenset[str]:
 class ProtocolReader:
     """Finds the consumers, walks the slices that matter and follows helpers."""
 
-    def __init__(
-        self,
-        tree: SourceTree,
-        cache: SourceCache,
-        extra_consumers: list[Path] | None = None,
-        scope: CodeScope = EAGLE3_SCOPE,
-    ):
-        self.tree = tree
-        self.cache = cache
+    def __init__(self, run: RunContext, extra_consumers: list[Path] | None = None, scope: CodeScope = EAGLE3_SCOPE):
+        self.tree = run.tree
+        self.cache = run.cache
         self.scope = scope
         self._protocols: dict[tuple[Path, str], frozenset[str]] = {}
         self.extraction = Extraction()
         self.extra = extra_consumers or []
-        slices = cache.memo(_SLICES, ParsedSlices)
+        slices = run.cache.memo(_SLICES, ParsedSlices)
         self._blocks = slices.blocks
         self._slices = slices.general
 
@@ -1331,18 +1327,17 @@ class ScopeReading:
 
 
 def read_scope(
-    tree: SourceTree,
-    cache: SourceCache,
+    run: RunContext,
     scope: CodeScope = EAGLE3_SCOPE,
     extra_consumers: list[Path] | None = None,
     ignore: Iterable[str] | None = None,
 ) -> ScopeReading:
     """The members `scope`'s code uses, less `ignore` and the general model interface."""
-    reader = ProtocolReader(tree, cache, extra_consumers, scope)
+    reader = ProtocolReader(run, extra_consumers, scope)
     extraction = reader.read()
     general = reader.general_interface()
     if extraction.unread:  # the protocol read around a consumer is not the tree's protocol
-        raise UnreadableFiles([error for _, error in extraction.unread], [cache.rel(path) for path, _ in extraction.unread])
+        raise UnreadableFiles([error for _, error in extraction.unread], [run.cache.rel(path) for path, _ in extraction.unread])
     uses: dict[str, list[Use]] = {}
     set_aside: dict[str, str] = {}
     ignored = set(ignore or [])
@@ -1369,20 +1364,19 @@ def read_scope(
 
 
 def extract_protocol(
-    tree: SourceTree,
-    cache: SourceCache,
+    run: RunContext,
     extra_consumers: list[Path] | None = None,
     ignore: Iterable[str] | None = None,
     ignore_from: Mapping[str, str] | None = None,
 ) -> Protocol:
     """The members EAGLE-3 code uses, less `ignore`; a name in `ignore` that is no member is an
     error naming where it was asked for (`ignore_from`: "--ignore" or a pyproject.toml; default "--ignore")."""
-    reading = read_scope(tree, cache, EAGLE3_SCOPE, extra_consumers, ignore)
+    reading = read_scope(run, EAGLE3_SCOPE, extra_consumers, ignore)
     if not reading.protocol.members:
         raise EaglepatchError(
             "no EAGLE-3 consumer code found (no model member used in speculative/*eagle* files or EAGLE-guarded "
             "branches); is this an SGLang tree with EAGLE support?",
-            path=str(tree.srt),
+            path=str(run.tree.srt),
         )
     ignored = set(ignore or [])
     _check_ignored(ignored, {u.name for u in reading.extraction.uses} - set(reading.general), ignore_from or {})

@@ -12,15 +12,17 @@ import ast
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import EaglepatchError, UnreadableFiles
-from ..read.locate import SourceTree
-from ..read.source_cache import SourceCache
 from ..read.text import SourceFile
-from ..records import ClassInfo, InnerModel, Progress, Protocol, Wrapper
+from ..records import ClassInfo, InnerModel, Progress, Wrapper
 from ..selection import model_stem
 from .class_index import ClassIndex, ClassText
 from .wrappers import Assignment, WrapperFinder
+
+if TYPE_CHECKING:
+    from .context import RunContext
 
 _ENTRY = re.compile(r"^[ \t]*EntryClass\s*=\s*(.+)$", re.MULTILINE)  # indented under a module-level `if` too
 # why_not_found() clauses that mean the tree itself is broken (the import would fail at run time),
@@ -74,10 +76,11 @@ def entry_assignments(text: str) -> list[re.Match]:
 class Resolver:
     """The class index and the wrapper finder of one run, and which classes the run looks at."""
 
-    def __init__(self, tree: SourceTree, cache: SourceCache):
-        self.tree = tree
-        self.cache = cache
-        self.index = ClassIndex(tree, cache)
+    def __init__(self, run: RunContext):
+        self.run = run
+        self.tree = run.tree
+        self.cache = run.cache
+        self.index = ClassIndex(run)
         self.finder = WrapperFinder(self.index)
         self.warnings: list[str] = []
         self._model_files: list[Path] | None = None
@@ -102,11 +105,11 @@ class Resolver:
     def class_info(self, source: SourceFile, name: str) -> ClassInfo | None:
         return self.index.class_info(source, name)
 
-    def wrapper(self, source: SourceFile, name: str, protocol: Protocol) -> Wrapper:
-        return self.finder.wrapper(source, name, protocol)
+    def wrapper(self, source: SourceFile, name: str) -> Wrapper:
+        return self.finder.wrapper(source, name, self.run.protocol_read)
 
-    def inner_models(self, source: SourceFile, name: str, protocol: Protocol) -> list[InnerModel]:
-        return self.finder.inner_models(source, name, protocol)
+    def inner_models(self, source: SourceFile, name: str) -> list[InnerModel]:
+        return self.finder.inner_models(source, name, self.run.protocol_read)
 
     def init_assignments(self, source: SourceFile, name: str) -> list[Assignment]:
         return self.finder.init_assignments(source, name)
@@ -125,7 +128,7 @@ class Resolver:
             return named
         return top
 
-    def all_wrappers(self, protocol: Protocol, progress: Progress | None = None) -> list[Wrapper]:
+    def all_wrappers(self, progress: Progress | None = None) -> list[Wrapper]:
         """Every class an `EntryClass` names under models/: each gets a verdict, none is left out,
         and none twice (a module symlinked under another name is one file)."""
         files = []
@@ -147,7 +150,7 @@ class Resolver:
                 progress(self.tree.rel(path), len(files))
             try:
                 source = self.cache.read(path)
-                found += [self.wrapper(source, name, protocol) for name in self.wrapper_candidates(source, entry_only=True)]
+                found += [self.wrapper(source, name) for name in self.wrapper_candidates(source, entry_only=True)]
             except Exception as exc:  # a file that does not compile may trip the reading: said below, if so
                 failed[path] = exc
         join()
@@ -175,8 +178,9 @@ def one_path_per_file(paths: Iterable[Path]) -> list[Path]:
     return sorted(chosen.values())
 
 
-def select_wrappers(tree: SourceTree, cache: SourceCache, resolver: Resolver, selector: str, protocol: Protocol) -> list[Wrapper]:
+def select_wrappers(resolver: Resolver, selector: str) -> list[Wrapper]:
     """`--model kimi_k25` or `--model kimi_k25:KimiK25ForConditionalGeneration`."""
+    tree, cache = resolver.tree, resolver.cache
     module, class_name = model_stem(selector), selector.partition(":")[2]
     path = tree.models / f"{module}.py"
     rel = f"models/{module}.py"
@@ -199,7 +203,7 @@ def select_wrappers(tree: SourceTree, cache: SourceCache, resolver: Resolver, se
         names = resolver.wrapper_candidates(source)
     if not names:
         raise EaglepatchError("defines no class; pass --model with a model module", path=rel)
-    holding = [resolver.wrapper(source, name, protocol) for name in names]
+    holding = [resolver.wrapper(source, name) for name in names]
     for wrapper in holding:
         for inner in wrapper.inners:
             broken = [u for u in inner.unresolved if any(sign in u.why for sign in _BROKEN_IMPORT)]

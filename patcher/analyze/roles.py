@@ -22,12 +22,15 @@ import ast
 import os
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..errors import EaglepatchError
-from ..read.locate import SourceTree
 from ..read.source_cache import SourceCache
 from ..read.statements import statement_walk, walk
 from ..records import ClassInfo, ModelRole
+
+if TYPE_CHECKING:
+    from .context import RunContext
 
 # How SGLang names draft heads and non-generation models when the configuration is silent.
 _DRAFT_NAME = re.compile(r"Eagle|NextN|MTP|Mtp|Medusa|DFlash|DSpark|Draft")
@@ -101,10 +104,11 @@ class RoleBook:
         return self._held.get(name, "")
 
 
-def learn_roles(tree: SourceTree, cache: SourceCache | None = None) -> RoleBook:
-    """Read the configuration modules once (CPython's ast: they are only searched, never edited);
-    `cache` is the run's reading, through which encoders are found held by other classes."""
-    book = RoleBook(cache=cache)
+def learn_roles(run: RunContext) -> RoleBook:
+    """Read the configuration modules once (CPython's ast: they are only searched, never edited); the
+    run's reading is where encoders are found held by other classes."""
+    tree = run.tree
+    book = RoleBook(cache=run.cache)
     configs = tree.srt / "configs"
     if not configs.is_dir():
         return book

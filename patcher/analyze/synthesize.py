@@ -31,14 +31,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..codemods.names import LINE_LENGTH
 from ..errors import EaglepatchError
 from ..read.bindings import module_bound_names
 from ..read.expressions import capture_flag_read, dotted_name, dotted_parts, parse_value
 from ..read.source_cache import MemoKey, SourceCache
 from ..read.statements import statement_walk, walk
 from ..read.text import SourceFile, block_text
-from ..records import ClassInfo, InnerModel, MemberPlan, Protocol, Reference, SelfUse, Signature, Synthesis, SynthesisFit, Wrapper
+from ..records import ClassInfo, InnerModel, MemberPlan, Reference, SelfUse, Signature, Synthesis, SynthesisFit, Wrapper
 from .class_index import definition_ast, signature_node
 from .plan import ShapeCheck, backbones
 from .resolve import Resolver
@@ -89,9 +88,7 @@ def _node_of(cache: SourceCache, signature: Signature) -> cst.FunctionDef:
 class HookLibrary:
     """The tree's own hook implementations on the bare-backbone shape, read once per member per run."""
 
-    resolver: Resolver
-    protocol: Protocol
-    line_length: int = LINE_LENGTH  # black's width in the tree (patcher/read/style.py): a learned body must fit it
+    resolver: Resolver  # the run's: its context holds the protocol and the tree's style
     _references: dict[str, list[Reference]] = field(default_factory=dict)
     _forwards: dict[tuple[Path, int], _ForwardFacts] = field(default_factory=dict)
     _examples: dict[str, Reference | None] = field(default_factory=dict)
@@ -105,6 +102,11 @@ class HookLibrary:
     _captures: dict[str, bool] = field(default_factory=dict)  # member -> member_needs_capture
     _pp_built: dict[int, str] = field(default_factory=dict)  # id(reference) -> _pp_group_built
     _names: list[tuple[Path, frozenset[bytes]]] | None = None  # _defined_names
+
+    @property
+    def line_length(self) -> int:
+        """black's width in the tree (patcher/read/style.py): a learned body must fit it."""
+        return self.resolver.run.style.line_length
 
     # -- learning -----------------------------------------------------------------------------
     def references(self, member: str) -> list[Reference]:
@@ -184,7 +186,7 @@ class HookLibrary:
     def _holds_a_bare_model(self, source: SourceFile, info: ClassInfo) -> bool:
         """Some model the class holds is a bare backbone: else `_reference` finds no backbone in any body."""
         try:
-            inners = self.resolver.inner_models(source, info.name, self.protocol)
+            inners = self.resolver.inner_models(source, info.name)
         except EaglepatchError:
             return False
         return any(i.classes and _bare(i) for i in inners)
@@ -206,7 +208,7 @@ class HookLibrary:
         uses, free, unportable = body
         heads = {u.chain[0] for u in uses}
         try:
-            inners = self.resolver.inner_models(source, info.name, self.protocol)
+            inners = self.resolver.inner_models(source, info.name)
         except EaglepatchError:
             return None
         backbones = [i for i in inners if i.attribute in heads and i.classes and _bare(i)]

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from ..analyze.class_index import ClassText
     from ..analyze.resolve import Resolver
     from ..read.text import SourceFile
-    from ..records import Protocol as EagleProtocol
 
 HOOK = "set_eagle3_layers_to_capture"
 _CAPTURE_HOOK = re.compile(r"set_\w+_layers_to_capture")  # SGLang's name for the hook of each algorithm that captures aux states
@@ -1238,9 +1237,8 @@ class TreeClasses:
     the class index, bases through the file's imports, a backbone's class(es) through the wrapper
     finder.  One per run: every file is parsed once."""
 
-    def __init__(self, resolver: Resolver, protocol: EagleProtocol):
+    def __init__(self, resolver: Resolver):
         self.resolver = resolver
-        self.protocol = protocol
         self._classes: dict[str, ClassSource | None] = {}
         self._bases: dict[str, list[str]] = {}
         self._mro: dict[str, tuple[ClassSource, ...]] = {}
@@ -1291,16 +1289,16 @@ class TreeClasses:
         source = self._source(file)
         if source is None:
             return None
-        for inner in self.resolver.inner_models(source, name, self.protocol):
+        for inner in self.resolver.inner_models(source, name):
             if inner.attribute == attribute and inner.classes:
                 return tuple(f"{c.file}:{c.name}" for c in inner.classes)
         return None
 
 
-def tree_plumbing(resolver: Resolver, protocol: EagleProtocol, file: str, name: str, hook: str = HOOK, classes: TreeClasses | None = None) -> PlumbingReport:
+def tree_plumbing(resolver: Resolver, file: str, name: str, hook: str = HOOK, classes: TreeClasses | None = None) -> PlumbingReport:
     """`analyze_plumbing` for the class `name` of `file` (relative to srt) of a resolved tree; pass
     one `classes` for every class of a run."""
-    return analyze_plumbing(classes or TreeClasses(resolver, protocol), f"{file}:{name}", hook)
+    return analyze_plumbing(classes or TreeClasses(resolver), f"{file}:{name}", hook)
 
 
 def _class_node(text: ClassText) -> ast.ClassDef | None:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..analyze.plan import ShapeCheck as ShapeMisfit
     from ..analyze.resolve import Resolver
     from ..analyze.synthesize import HookLibrary
-    from ..records import MemberPlan, ModelPlan, PlumbingGap, PlumbingPlan, Protocol, Synthesis, Wrapper
+    from ..records import MemberPlan, ModelPlan, PlumbingGap, PlumbingPlan, Synthesis, Wrapper
     from .gate import ClassLookup, ClassSource, PlumbingReport, TreeClasses
 
 MAX_PLUMBING_REFERENCES = 4  # references whose plumbing is planned for one class before it is needs_code
@@ -32,12 +32,12 @@ class Plumber:
     The libcst write of a plan, its idempotence and revert are proven where files are written
     (rewrite/edits.py: with_plumbing), never in `check`."""
 
-    def __init__(self, resolver: Resolver, protocol: Protocol, library: HookLibrary):
+    def __init__(self, resolver: Resolver, library: HookLibrary):
         from .gate import TreeClasses
         from .planner import tree_planner
 
-        self.classes = TreeClasses(resolver, protocol)
-        self.planner = tree_planner(resolver, protocol, library, self.classes)
+        self.classes = TreeClasses(resolver)
+        self.planner = tree_planner(resolver, library, self.classes)
         self.library = library
         self._patched: dict[PlumbingPlan, dict[str, ClassSource]] = {}  # each plan's classes, patched once a run
         self._learned: dict[tuple[str, str, str, str, str, PlumbingPlan | None], tuple[str, ...]] = {}
@@ -219,7 +219,6 @@ def judge_riding(plans: list[ModelPlan]) -> list[ModelPlan]:
 
 def judge_plumbing(
     resolver: Resolver,
-    protocol: Protocol,
     plans: list[ModelPlan],
     classes: TreeClasses | None = None,
     override: Override | None = None,
@@ -235,10 +234,10 @@ def judge_plumbing(
     from ..analyze.plan import with_broken_plumbing
     from .gate import HOOK, TreeClasses, analyze_plumbing, is_capture_hook, method_of
 
-    hooks = [m for name, m in protocol.members.items() if is_capture_hook(name)]
+    hooks = [m for name, m in resolver.run.protocol_read.members.items() if is_capture_hook(name)]
     if not hooks:
         return plans
-    classes = classes or TreeClasses(resolver, protocol)  # the planner's, when one ran: each class parsed once
+    classes = classes or TreeClasses(resolver)  # the planner's, when one ran: each class parsed once
     delegating: dict[str, ClassLookup] = {}  # hook -> the classes with every delegation of it this run writes
     out = []
     for plan in plans:

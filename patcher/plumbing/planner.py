@@ -50,7 +50,6 @@ from .gate import HOOK, ClassLookup, ClassSource, FunctionNode, PlumbingReport, 
 if TYPE_CHECKING:
     from ..analyze.resolve import Resolver
     from ..analyze.synthesize import HookLibrary
-    from ..records import Protocol as EagleProtocol
 
 INDENT = "    "  # the unit of a piece's code; codemods/add_plumbing.py writes it in the file's own
 SELF = "self"
@@ -1497,11 +1496,11 @@ def tree_references(library: HookLibrary) -> tuple[str, ...]:
     return tuple(dict.fromkeys(f"{r.owner.file}:{r.owner.name}" for r in library.references(HOOK)))
 
 
-def tree_planner(resolver: Resolver, protocol: EagleProtocol, library: HookLibrary | None = None, classes: ClassLookup | None = None) -> PlumbingPlanner:
+def tree_planner(resolver: Resolver, library: HookLibrary | None = None, classes: ClassLookup | None = None) -> PlumbingPlanner:
     """A planner over a resolved tree: the run's hook library (one is made when none is given) names the
     candidate references; pass the run's TreeClasses to share its parses."""
     from ..analyze.synthesize import HookLibrary
     from .gate import TreeClasses
 
-    library = library or HookLibrary(resolver, protocol)
-    return PlumbingPlanner(classes or TreeClasses(resolver, protocol), tree_references(library))
+    library = library or HookLibrary(resolver)
+    return PlumbingPlanner(classes or TreeClasses(resolver), tree_references(library))

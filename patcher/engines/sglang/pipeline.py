@@ -8,17 +8,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...read.locate import SourceTree
 from ...read.style import FormatStyle
 from ...records import EAGLE3, SynthesisFit
 from ...selection import DEFAULT_MODEL, Analysis
 
 if TYPE_CHECKING:  # the stages import libcst: loaded by analyze(), so `check` answered from the cache never pays for it
+    from ...analyze.context import RunContext
     from ...analyze.overlay import Written
     from ...analyze.synthesize import HookLibrary
     from ...engine import Resolved
     from ...plumbing.judge import Plumber
-    from ...read.source_cache import SourceCache
     from ...records import CallShape, MemberPlan, ModelPlan, PlumbingPlan, Progress, Protocol, Signature, Synthesis, Wrapper
 
 MAX_ADOPTION_ROUNDS = 3
@@ -28,6 +27,7 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
     """The protocol is extracted once and shared by every wrapper looked at."""
     from ...analyze.algorithms import run_protocol
     from ...analyze.class_index import definition_ast
+    from ...analyze.context import RunContext
     from ...analyze.overlay import WrittenOverlay
     from ...analyze.plan import call_misfit, plan_wrapper
     from ...analyze.protocol import extract_protocol
@@ -41,13 +41,16 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
     models, all_models, ignore, ignore_from = selection.models, selection.all_models, selection.ignore, selection.ignore_from
     extra_consumers = list(request.consumers)
     cache = request.cache
-    protocol = run_protocol(tree, cache, extract_protocol(tree, cache, extra_consumers, ignore, ignore_from), selection.algorithms, extra_consumers)
-    resolver = Resolver(tree, cache)
+    style = load_style(tree.models, tree.given)
+    reading = RunContext(tree, cache, style)
+    protocol = run_protocol(reading, extract_protocol(reading, extra_consumers, ignore, ignore_from), selection.algorithms, extra_consumers)
+    run = reading.with_protocol(protocol)
+    resolver = Resolver(run)
     if all_models:
-        wrappers = resolver.all_wrappers(protocol, progress)
+        wrappers = resolver.all_wrappers(progress)
     else:
-        wrappers = [w for selector in models or [DEFAULT_MODEL] for w in select_wrappers(tree, cache, resolver, selector, protocol)]
-    roles = learn_roles(tree, cache)
+        wrappers = [w for selector in models or [DEFAULT_MODEL] for w in select_wrappers(resolver, selector)]
+    roles = learn_roles(run)
 
     def shape_misfit(signature: Signature, shape: CallShape) -> str | None:
         node = definition_ast(cache, signature)
@@ -56,7 +59,6 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
         static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in node.decorator_list)
         return call_misfit(node.args, shape, is_method=not static)
 
-    style = load_style(tree.models, tree.given)
     libraries: list[HookLibrary] = []  # the hook library, built when a first class needs a body learned (most runs need none)
     plumbers: list[Plumber] = []
 
@@ -64,7 +66,7 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
         if not libraries:
             from ...analyze.synthesize import HookLibrary
 
-            libraries.append(HookLibrary(resolver, protocol, style.line_length))
+            libraries.append(HookLibrary(resolver))
         return libraries[0]
 
     def synthesize(entry: MemberPlan, wrapper: Wrapper, decided: Sequence[MemberPlan]) -> SynthesisFit:
@@ -79,7 +81,7 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
             # each reference that fits, in this class, best first (the library's own reading of the
             # plumbing knows EAGLE-3's list capture alone: a backbone that marks its layers itself is not it)
             if not plumbers:
-                plumbers.append(Plumber(resolver, protocol, library()))
+                plumbers.append(Plumber(resolver, library()))
             plumber = plumbers[0]
 
             def works_here(synthesis: Synthesis) -> str:
@@ -100,7 +102,7 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
         if fit.synthesis is None and not fit.plumbing:
             return fit  # no body to learn, whatever the plumbing
         if not plumbers:
-            plumbers.append(Plumber(resolver, protocol, library()))
+            plumbers.append(Plumber(resolver, library()))
         return plumbers[0].fit(entry, wrapper, fit, shape_misfit)
 
     def with_sibling_hook(plumber: Plumber, entry: MemberPlan, wrapper: Wrapper, key: str) -> SynthesisFit | None:
@@ -130,7 +132,7 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
             companions[member] = carried_beside_hooks(library(), protocol, member)
         return companions[member]
 
-    reaches = [_reach(w) for w in wrappers]
+    reaches = [_classes_reached(w) for w in wrappers]
     planned: dict[int, tuple[Written, ModelPlan]] = {}  # by wrapper: the writes it saw, and its plan
 
     def plan_all(written: Written) -> list[ModelPlan]:
@@ -161,20 +163,20 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
 
     def override(entry: MemberPlan, wrapper: Wrapper) -> SynthesisFit:
         if not plumbers:
-            plumbers.append(Plumber(resolver, protocol, library()))
+            plumbers.append(Plumber(resolver, library()))
         return plumbers[0].override(entry, wrapper, shape_misfit)
 
     if plumbers:
         plans = judge_inherited(plumbers[0], plans, override)
     plans = judge_riding(plans)
-    plans = judge_plumbing(resolver, protocol, plans, plumbers[0].classes if plumbers else None, override)
-    _require_read(tree, cache, plans)
+    plans = judge_plumbing(resolver, plans, plumbers[0].classes if plumbers else None, override)
+    _require_read(run, plans)
     warnings = list(protocol.warnings) + resolver.warnings + [_not_followed(style, note) for note in style.not_followed]
     warnings += [f"{cache.rel(path)}: left out by --exclude: not read, and not checked" for path in sorted(excluded)]
     return Analysis(request.engine, tree, cache, protocol, tuple(plans), tuple(warnings), all_models, style)
 
 
-def _reach(wrapper: Wrapper) -> frozenset[str]:
+def _classes_reached(wrapper: Wrapper) -> frozenset[str]:
     """The class names whose writes a wrapper's plan can see: its class, its inner models' classes,
     and their bases (the overlay finds a base by name where it has no file)."""
     classes = (wrapper.cls, *(c for inner in wrapper.inners for c in inner.classes))
@@ -214,14 +216,15 @@ def depended_on(plans: Iterable[ModelPlan]) -> list[str]:
     return [f for f in files if f]
 
 
-def _require_read(tree: SourceTree, cache: SourceCache, plans: Iterable[ModelPlan]) -> None:
+def _require_read(run: RunContext, plans: Iterable[ModelPlan]) -> None:
     """Every file a verdict depends on parses, or the run stops naming each one that does not (exit 2):
     a gate that passed over an unreadable file would pass on a guess."""
     from ...errors import UnreadableFiles
 
+    cache = run.cache
     unread = []
     for rel in depended_on(plans):
-        path = Path(rel) if Path(rel).is_absolute() else tree.srt / rel
+        path = Path(rel) if Path(rel).is_absolute() else run.tree.srt / rel
         if not path.is_file() or cache.is_excluded(path):
             continue
         error = cache.unreadable(path)

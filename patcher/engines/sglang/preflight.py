@@ -75,7 +75,7 @@ def run_preflight(request: Resolved, words: Sequence[str], shell: Mapping[str, s
     tree, cache = request.tree, request.cache
     options = read_options(cache)
     line = read_launch(words, options, shell)
-    enum = find_enum(tree, cache)
+    enum = find_enum(cache)
     known = enum.algorithms if enum is not None else ()
     asked = line.get("speculative_algorithm")
     target = _checkpoint(line.get("model_path"), "the target")
