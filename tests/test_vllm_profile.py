@@ -32,6 +32,7 @@ from eaglepatch.engines.vllm.plan import VllmPlanner
 from eaglepatch.engines.vllm.protocol import read_protocol
 from eaglepatch.engines.vllm.tree import VllmTree
 from eaglepatch.errors import EaglepatchError
+from eaglepatch.read.source_cache import SourceCache
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "vllm"
@@ -95,11 +96,28 @@ def test_engine_overrides_the_shape_and_a_wrong_engine_is_an_error():
     assert result.exit_code == 2 and "no sglang/srt" in result.stderr
 
 
+def test_the_edits_read_the_modules_the_analysis_parsed(monkeypatch):
+    """One reading a run: the edits ask the run's VllmTree, so no module the analysis parsed is parsed again."""
+    import ast
+
+    from eaglepatch.run import analyze
+
+    analysis = analyze(FIXTURE, all_models=True)
+    assert VllmTree.of(analysis.cache).module("vllm.model_executor.models.interfaces") is not None
+    read = {path.read_bytes() for path in (FIXTURE / "vllm").rglob("*.py")}
+    parsed: list[bytes] = []
+    real = ast.parse
+    monkeypatch.setattr(ast, "parse", lambda source, *args, **kwargs: parsed.append(source if isinstance(source, bytes) else source.encode()) or real(source, *args, **kwargs))
+    edits, errors = analysis.engine.edits(analysis)
+    assert edits and not errors
+    assert parsed and not read.intersection(parsed)  # the written texts are proven; no file as it is is parsed again
+
+
 # --------------------------------------------------------------------------- protocol
 
 
 def test_the_protocol_is_read_from_interfaces_and_confirmed_by_the_runner():
-    protocol = read_protocol(VllmTree(FIXTURE / "vllm"))
+    protocol = read_protocol(VllmTree(SourceCache(FIXTURE / "vllm")))
     assert protocol.setter.name == "set_aux_hidden_state_layers"
     assert protocol.getter.name == "get_eagle3_default_aux_hidden_state_layers"
     assert not protocol.stubs and not protocol.warnings
@@ -149,7 +167,7 @@ def _stub_release(root: Path) -> None:
 
 def test_a_stub_release_needs_the_hooks_written_with_its_own_names(tree):
     _stub_release(tree)
-    protocol = read_protocol(VllmTree(tree / "vllm"))
+    protocol = read_protocol(VllmTree(SourceCache(tree / "vllm")))
     assert protocol.stubs and protocol.getter.name == "get_eagle3_aux_hidden_state_layers"
     result = cli("check", "--model", "asr", "--format", "json", tree)
     data = json.loads(result.stdout)
@@ -229,7 +247,7 @@ def test_an_over_declared_wrapper_needs_code(tree):
 
 
 def test_the_planner_follows_init_model_and_model_cls_to_the_decoder():
-    index = VllmTree(FIXTURE / "vllm")
+    index = VllmTree(SourceCache(FIXTURE / "vllm"))
     protocol = read_protocol(index)
     planner = VllmPlanner(index, protocol, protocol.as_protocol())
     (llama,) = index.resolve("vllm.model_executor.models.llama", "LlamaForCausalLM")

@@ -191,3 +191,30 @@ def test_0_10_1_apply_passes_the_runtime_check_and_the_hooks_reach_the_language_
 def test_0_9_2_duck_typed_release_is_refused_with_the_reason():
     result = cli("check", vllm_releases.site_packages("0.9.2"))
     assert result.exit_code == 2 and "duck typing" in result.stderr
+
+
+def _files(site: Path) -> dict[str, bytes]:
+    return {p.relative_to(site).as_posix(): p.read_bytes() for p in sorted(site.rglob("*.py"))}
+
+
+@pytest.mark.parametrize("version", ["0.10.1", "0.18.0", "0.33.0"])
+def test_apply_all_leaves_only_the_gaps_it_named_and_revert_all_restores_every_file(version, tmp_path):
+    """Every release with the SupportsEagle3 Protocol: what `check --all` says apply writes, `apply --all`
+    writes (each class then compliant, every other verdict as before), and `revert --all` takes it all out."""
+    pristine = vllm_releases.site_packages(version)
+    site = tmp_path / "site-packages"
+    shutil.copytree(pristine, site)
+    before, statuses_before = statuses(site, "--all")
+    fixable = {m["class"] for m in before["models"] if m["status"] == "fixable"}
+    assert fixable and before["summary"]["fixes"] > 0
+
+    applied = cli("apply", "--all", site)
+    assert applied.exit_code in (0, 1), applied.stderr
+    after, statuses_after = statuses(site, "--all")
+    assert after["summary"]["fixes"] == 0
+    assert {c for c in fixable if statuses_after[c] != "compliant"} == set()
+    assert {c: s for c, s in statuses_after.items() if c not in fixable} == {c: s for c, s in statuses_before.items() if c not in fixable}
+
+    reverted = cli("revert", "--all", site)
+    assert reverted.exit_code == 0, reverted.stderr
+    assert _files(site) == _files(pristine)

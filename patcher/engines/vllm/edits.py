@@ -23,7 +23,6 @@ from ...read.locate import SourceTree
 from ...read.slices import parse_module
 from ...read.source_cache import SourceCache
 from ...read.statements import walk
-from ...read.text import SourceFile
 from ...records import FileEdit, ModelPlan
 from . import VLLM_MODELS
 from .protocol import BASE, ProtocolMethod, read_protocol
@@ -32,15 +31,14 @@ from .tree import INTERFACES, VllmTree
 LINE_LENGTH = 88  # vLLM's ruff line-length (pyproject.toml of its checkouts)
 
 
-def build_vllm_edits(tree: SourceTree, plans: Sequence[ModelPlan], cache: SourceCache | None = None) -> tuple[list[FileEdit], list[EaglepatchError]]:
-    cache = cache or SourceCache(tree.srt)
+def build_vllm_edits(tree: SourceTree, plans: Sequence[ModelPlan], cache: SourceCache) -> tuple[list[FileEdit], list[EaglepatchError]]:
     by_file: dict[str, dict[str, ModelPlan]] = {}
     for plan in plans:
         if plan.writes:
             by_file.setdefault(plan.wrapper.path, {})[plan.wrapper.cls.name] = plan
     if not by_file:
         return [], []
-    protocol = read_protocol(VllmTree(tree.srt))
+    protocol = read_protocol(VllmTree.of(cache))
     hooks = {hook.name: hook for hook in protocol.hooks}
     edits: list[FileEdit] = []
     errors: list[EaglepatchError] = []
@@ -62,7 +60,7 @@ def _edit(cache: SourceCache, tree: SourceTree, rel: str, classes: dict[str, Mod
     }
     delegations = {cls: todo for cls, todo in delegations.items() if todo}
     updated = module
-    spelling = interfaces_spelling(source, rel)
+    spelling = spelling_of(cache.module_ast(source.path), rel)  # the module the analysis parsed
     transformer = AddBase(bases, spelling, LINE_LENGTH, module.default_indent, equivalents=equivalents(rel), mark=True)
     if bases:
         updated = updated.visit(transformer)
@@ -78,17 +76,18 @@ def _edit(cache: SourceCache, tree: SourceTree, rel: str, classes: dict[str, Mod
     return FileEdit(source.path, source.rel, source.data, data, added, imports)
 
 
-def interfaces_spelling(source: SourceFile, rel: str) -> str:
-    """How the file imports interfaces.py: as it already does, else `.interfaces` inside
-    model_executor/models (upstream's spelling there) and the absolute module elsewhere."""
-    return spelling_in(source.text, rel)
-
-
 def spelling_in(text: str, rel: str) -> str:
+    """spelling_of the module `text` holds (one that does not parse imports nothing)."""
     try:
         tree = ast.parse(text)
     except SyntaxError:
         tree = ast.Module(body=[], type_ignores=[])
+    return spelling_of(tree, rel)
+
+
+def spelling_of(tree: ast.Module, rel: str) -> str:
+    """How the file imports interfaces.py: as it already does, else `.interfaces` inside
+    model_executor/models (upstream's spelling there) and the absolute module elsewhere."""
     inside = rel.startswith(VLLM_MODELS + "/") and rel.count("/") == VLLM_MODELS.count("/") + 1
     for node in tree.body:
         if isinstance(node, ast.ImportFrom):
@@ -210,7 +209,7 @@ def _module_bindings(module: ast.Module) -> tuple[set[str], set[str], bool]:
     def targets(node: ast.AST, into: set[str]) -> None:
         into.update(n.id for n in walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
 
-    def walk(body: list[ast.stmt], into: set[str]) -> None:
+    def bind(body: list[ast.stmt], into: set[str]) -> None:
         nonlocal star
         for stmt in body:
             if isinstance(stmt, (ast.Import, ast.ImportFrom)):
@@ -226,25 +225,25 @@ def _module_bindings(module: ast.Module) -> tuple[set[str], set[str], bool]:
                     targets(target, into)
             elif isinstance(stmt, ast.If):
                 checking = "TYPE_CHECKING" in _loaded(stmt.test)
-                walk(stmt.body, typing_only if checking else into)
-                walk(stmt.orelse, into)
+                bind(stmt.body, typing_only if checking else into)
+                bind(stmt.orelse, into)
             elif isinstance(stmt, (ast.For, ast.AsyncFor)):
                 targets(stmt.target, into)
-                walk(stmt.body, into)
-                walk(stmt.orelse, into)
+                bind(stmt.body, into)
+                bind(stmt.orelse, into)
             elif isinstance(stmt, (ast.With, ast.AsyncWith)):
                 for item in stmt.items:
                     if item.optional_vars is not None:
                         targets(item.optional_vars, into)
-                walk(stmt.body, into)
+                bind(stmt.body, into)
             elif isinstance(stmt, ast.Try):
-                walk(stmt.body, into)
+                bind(stmt.body, into)
                 for handler in stmt.handlers:
                     if handler.name:
                         into.add(handler.name)
-                    walk(handler.body, into)
-                walk(stmt.orelse, into)
-                walk(stmt.finalbody, into)
+                    bind(handler.body, into)
+                bind(stmt.orelse, into)
+                bind(stmt.finalbody, into)
 
-    walk(module.body, runtime)
+    bind(module.body, runtime)
     return runtime, typing_only - runtime, star

@@ -60,12 +60,12 @@ class VllmEngine:
         others = [a for a in selection.algorithms if a.upper() != EAGLE3]
         if others:
             raise EaglepatchError(f"--algorithm {others[0]}: the vLLM profile reads EAGLE-3's interface (SupportsEagle3) only; pass --algorithm EAGLE3 or none")
-        return analyze_vllm(self, request.tree, selection.models, selection.all_models, progress, request.excluded)
+        return analyze_vllm(self, request, progress)
 
     def edits(self, analysis: Analysis) -> tuple[list[FileEdit], list[EaglepatchError]]:
         from .edits import build_vllm_edits
 
-        return build_vllm_edits(analysis.tree, analysis.plans)
+        return build_vllm_edits(analysis.tree, analysis.plans, analysis.cache)
 
     def revert(self, tree: SourceTree, selection: Selection) -> Reverted:
         """The marked files of the modules --model names, or all of them ([tool.eaglepatch] is not read)."""

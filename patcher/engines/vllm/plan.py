@@ -21,9 +21,8 @@ from .protocol import BASE, MIXIN, VllmProtocol
 from .tree import INTERFACES, TARGET_DICTS, ClassRef, VllmTree, is_stub, methods, module_of
 
 if TYPE_CHECKING:
-    from pathlib import Path
 
-    from ...read.locate import SourceTree
+    from ...engine import Resolved
     from ...records import Progress
 
 LM_ATTRIBUTES = ("language_model", "llm", "decoder", "text_model")
@@ -474,16 +473,15 @@ def _short_code(node: ast.expr, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def analyze_vllm(
-    engine: EngineTraits, tree: SourceTree, models: Sequence[str], all_models: bool, progress: Progress | None = None, excluded: frozenset[Path] = frozenset()
-) -> Analysis:
+def analyze_vllm(engine: EngineTraits, request: Resolved, progress: Progress | None = None) -> Analysis:
     """The vLLM profile's pipeline: protocol -> wrappers -> plans, as a selection.Analysis.  A module the
     answer needed that could not be read stops it, every such module named (exit 2)."""
     from ...errors import UnreadableFiles
-    from ...read.source_cache import SourceCache
     from .protocol import read_protocol
 
-    index = VllmTree(tree.srt, excluded)
+    tree, cache, selection = request.tree, request.cache, request.selection
+    models, all_models, excluded = selection.models, selection.all_models, request.excluded
+    index = VllmTree.of(cache)
     protocol = read_protocol(index)
     records = protocol.as_protocol()
     planner = VllmPlanner(index, protocol, records)
@@ -491,4 +489,4 @@ def analyze_vllm(
     if index.unread:
         raise UnreadableFiles(list(index.unread.values()), list(index.unread))
     warnings = list(records.warnings) + [f"{index.rel(p)}: left out by --exclude: not read, and not checked" for p in sorted(excluded)]
-    return Analysis(engine, tree, SourceCache(tree.srt), records, tuple(plans), tuple(warnings), all_models)
+    return Analysis(engine, tree, cache, records, tuple(plans), tuple(warnings), all_models)

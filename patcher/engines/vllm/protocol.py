@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ...errors import EaglepatchError
 from ...read.statements import walk
 from ...records import Protocol, ProtocolMember, Use
-from .tree import INTERFACES, VllmTree, is_stub, methods, unreadable
+from .tree import INTERFACES, VllmTree, is_stub, methods
 
 BASE = "SupportsEagle3"
 MIXIN = "EagleModelMixin"
@@ -93,13 +93,8 @@ def _read_consumers(tree: VllmTree, protocol: VllmProtocol) -> None:
     hooks = {m.name for m in protocol.hooks}
     called: set[str] = set()
     for rel in CONSUMERS:
-        path = tree.package / rel
-        if not path.is_file() or (tree.excluded and path.resolve() in tree.excluded):
-            continue
-        try:
-            module = ast.parse(path.read_bytes())
-        except (SyntaxError, ValueError) as exc:  # its EAGLE-3 calls could not be read: the gate does not pass
-            tree.unread[rel] = unreadable(rel, exc)
+        module = tree.module_ast(rel)  # one that cannot be read: its EAGLE-3 calls are unknown, the gate does not pass
+        if module is None:
             continue
         for func in walk(module):
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):

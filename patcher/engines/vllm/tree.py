@@ -1,5 +1,6 @@
-"""vLLM profile, reading: the modules of a vLLM tree read with `ast` (lazily, each once), names
-resolved through their imports, classes' bases, and the model registry's dict literals.
+"""vLLM profile, reading: the modules of a vLLM tree read with `ast` through the run's SourceCache
+(lazily, each once a run, for the analysis and the edits alike), names resolved through their
+imports, classes' bases, and the model registry's dict literals.
 
 Nothing here imports vLLM; every fact is read from the tree PATH names."""
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from ...analyze.mro import c3_order
 from ...errors import EaglepatchError
+from ...read.source_cache import MemoKey, SourceCache
 
 MODELS_PACKAGE = "vllm.model_executor.models"
 INTERFACES = f"{MODELS_PACKAGE}.interfaces"
@@ -47,11 +49,13 @@ class ClassRef:
 
 
 class VllmTree:
-    """The `.py` modules below the vllm package folder, parsed on first use."""
+    """The `.py` modules below the vllm package folder (the cache's srt), parsed on first use; one a
+    run (`of`), so the edits read the modules the analysis read."""
 
-    def __init__(self, package: Path, excluded: frozenset[Path] = frozenset()):
-        self.package = package
-        self.excluded = excluded  # resolved paths the user left out (--exclude): never read
+    def __init__(self, cache: SourceCache):
+        self.cache = cache
+        self.package = cache.srt
+        self.excluded = cache.excluded  # resolved paths the user left out (--exclude): never read
         self.unread: dict[str, EaglepatchError] = {}  # rel -> why a module the answer needed could not be read
         self._files: dict[str, Path] | None = None
         self._modules: dict[str, Module | None] = {}
@@ -68,6 +72,11 @@ class VllmTree:
             self._files = files
         return self._files
 
+    @classmethod
+    def of(cls, cache: SourceCache) -> VllmTree:
+        """The run's: made when first asked for."""
+        return cache.memo(_VLLM_TREE, lambda: cls(cache))
+
     def rel(self, path: Path) -> str:
         return path.relative_to(self.package).as_posix()
 
@@ -75,13 +84,24 @@ class VllmTree:
         if name not in self._modules:
             self._modules[name] = None
             path = self.files.get(name)
-            if path is not None and not (self.excluded and path.resolve() in self.excluded):
-                rel = self.rel(path)
+            if path is not None and not self.cache.is_excluded(path):
                 try:
-                    self._modules[name] = _read(name, path, rel)
-                except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
-                    self.unread[rel] = unreadable(rel, exc)
+                    self._modules[name] = _read(name, path, self.rel(path), self.cache.module_ast(path))
+                except EaglepatchError as exc:
+                    self.unread[self.rel(path)] = exc
         return self._modules[name]
+
+    def module_ast(self, rel: str) -> ast.Module | None:
+        """A file the profile reads whole (a runner), or None when it is missing or left out; one that
+        cannot be read is noted in `unread` (the gate does not pass on it)."""
+        path = self.package / rel
+        if not path.is_file() or self.cache.is_excluded(path):
+            return None
+        try:
+            return self.cache.module_ast(path)
+        except EaglepatchError as exc:
+            self.unread[rel] = exc
+            return None
 
     def required(self, name: str) -> Module:
         module = self.module(name)
@@ -157,22 +177,15 @@ class VllmTree:
         return dicts
 
 
-def unreadable(rel: str, exc: Exception) -> EaglepatchError:
-    """The one line a module the profile could not read gets: what the parser said, where, and the fix."""
-    if isinstance(exc, SyntaxError):
-        return EaglepatchError(f"is not valid Python ({exc.msg}); fix the syntax error", path=rel, line=exc.lineno)
-    if isinstance(exc, UnicodeDecodeError):
-        return EaglepatchError("is not UTF-8 text; re-encode it as UTF-8", path=rel)
-    return EaglepatchError(f"is not Python source ({exc}); fix or remove it", path=rel)
-
-
 def module_of(entry: str) -> str:
     """A registry module, relative to vllm.model_executor.models unless it names a vllm. package."""
     return entry if entry.startswith("vllm.") else f"{MODELS_PACKAGE}.{entry}"
 
 
-def _read(name: str, path: Path, rel: str) -> Module:
-    tree = ast.parse(path.read_bytes(), filename=str(path))
+_VLLM_TREE: MemoKey[VllmTree] = MemoKey("the vLLM profile's modules")
+
+
+def _read(name: str, path: Path, rel: str, tree: ast.Module) -> Module:
     module = Module(name, path, rel, tree)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     for node in _top_level(tree.body):
