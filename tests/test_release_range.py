@@ -1002,3 +1002,40 @@ def test_an_eagle3_hook_copied_onto_a_flag_marking_backbone_runs_like_upstreams_
         read = {k: v for k, v in theirs["on"][hook]["backbone"].items() if k in backbone_reads}  # what the backbone reads
         assert read == mine["on"][hook]["backbone"], (key, mine["on"][hook], theirs["on"][hook])
         assert behaviour(mine["off"]) == behaviour(theirs["off"]), (key, mine["off"], theirs["off"])
+
+
+# Another algorithm's capture hook inherited from a base whose forward path cannot use it: Cosmos3 (0.5.20+)
+# inherits Qwen3-VL's DFlash hook, which calls `self.model.set_dflash_layers_to_capture` on a Qwen3LLMModel
+# that defines none (upstream's bug, still in the newest pinned release).  (release, file, class.)
+OVERRIDDEN_OTHER_HOOK = [(VERSIONS[-1], "models/cosmos3.py", "Cosmos3ForConditionalGeneration")] if "0.5.20" in VERSIONS else []
+
+
+@pytest.mark.parametrize("case", OVERRIDDEN_OTHER_HOOK, ids=lambda c: c[0])
+def test_an_inherited_dflash_hook_that_cannot_work_gets_one_of_its_own(case, tmp_path, tmp_path_factory):
+    """`check` names the DFlash plumbing gap with a hook learned into the class as its fix.  On the release's
+    own code the inherited hook raises AttributeError; the patched class's hook, on a stub backbone that
+    captures the layers it is told, chooses the layers the class's own EAGLE-3 hook chooses for the same
+    ids, and the logits processor gets the same aux states; capture off runs as before."""
+    version, file, cls = case
+    hook = "set_dflash_layers_to_capture"
+    _, data, _ = all_report(version)
+    (model,) = [m for m in data["models"] if (m["file"], m["class"]) == (file, cls)]
+    (gap,) = [g for g in model["missing"] if g["name"] == hook]
+    assert gap["gap"] == "plumbing" and gap["fix"]["kind"] == "synthesize", gap
+    root, applied = applied_checkout(version, tmp_path_factory)
+    assert applied.returncode in (0, 1), describe(applied)
+    hooks = [hook, CAPTURE_HOOK]
+    spec = [{"module": _module_of(file), "class": cls, "hooks": hooks, "backbone": "stand-in"}]
+    real = [{"module": _module_of(file), "class": cls, "hooks": [hook], "backbone": "real", "key": "real"}]
+    code_cache = _stub_code_cache(tmp_path_factory)
+    from real_forward import run_fresh
+
+    patched = run_fresh(root / "python", spec, tmp_path, "patched", code_cache)[f"{_module_of(file)}:{cls}"]
+    pristine = run_fresh(sglang_releases.site_packages(version), spec + real, tmp_path, "pristine", code_cache)
+    assert pristine["real"]["on"][hook]["error"].startswith(f"AttributeError: 'Qwen3LLMModel' object has no attribute '{hook}'")
+    dflash, eagle3 = patched["on"][hook], patched["on"][CAPTURE_HOOK]
+    assert "error" not in dflash, dflash
+    (call,) = dflash["logits"]
+    assert call["aux_hidden_states"], call  # the capture reaches the logits processor
+    assert behaviour(dflash) == behaviour(eagle3) and dflash["backbone"]["layers_to_capture"] == eagle3["backbone"]["layers_to_capture"]
+    assert behaviour(patched["off"]) == behaviour(pristine[f"{_module_of(file)}:{cls}"]["off"])

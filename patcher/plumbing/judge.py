@@ -105,10 +105,23 @@ class Plumber:
         from .gate import HOOK
 
         held = backbones(wrapper)
-        if entry.member.name != HOOK or not held:
+        if not held:
             return SynthesisFit(why="no hook to learn on a bare backbone")
+        if entry.member.name != HOOK:
+            return self._learned_alone(entry, wrapper, shape_misfit)
         head = "the inherited hook cannot work here"
         return self._learned_with_plumbing(entry, wrapper, shape_misfit, held[0].attribute, head, None)
+
+    def _learned_alone(self, entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeMisfit) -> SynthesisFit:
+        """Another algorithm's capture hook learned into the class itself, on the plumbing as the tree
+        has it (eaglepatch writes plumbing for EAGLE-3's hook): the gate judges each reference that fits,
+        best first, as it judges the class once apply has written it."""
+        key, name = f"{wrapper.cls.file}:{wrapper.cls.name}", entry.member.name
+
+        def works_here(synthesis: Synthesis) -> str:
+            return "; ".join(self.judge_learned(key, name, synthesis))
+
+        return self.library.fit(entry, wrapper, shape_misfit, plumbed=True, judge=works_here)
 
     def _learned_with_plumbing(
         self, entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeMisfit, attribute: str, head: str, first: SynthesisFit | None
@@ -272,7 +285,7 @@ def judge_plumbing(
             delegated = any(m.member.name == member.name and m.fix is not None and m.fix.kind == "delegate" for m in plan.missing)
             inherited = not delegated and (member.name in cls.pending or (hook is not None and hook.owner != cls.name))
             if gaps:
-                plan = with_broken_plumbing(plan, member, gaps, report.read, override if member.name == HOOK and inherited else None)
+                plan = with_broken_plumbing(plan, member, gaps, report.read, override if inherited else None)
             else:
                 plan = replace(plan, read=tuple(dict.fromkeys([*plan.read, *report.read])))
         out.append(plan)
