@@ -90,7 +90,11 @@ ModelOpt = typer.Option(
     show_default=False,
 )
 AllOpt = typer.Option(
-    False, "--all", help="Every class an EntryClass names under models/: targets, drafts and others, each with a verdict."
+    False, "--all", help=(
+        "Every model class of the tree, each with a verdict: on SGLang every class an EntryClass names under "
+        "models/ (targets, drafts and others); on vLLM every class of the text-generation and multimodal "
+        "registries (pooling models are never a target)."
+    ),
 )
 FormatOpt = typer.Option(
     OutputFormat.table, "--format", "-f", help="table for people; json for scripts; github or sarif for CI."

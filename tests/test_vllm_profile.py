@@ -47,6 +47,10 @@ EXPECTED = {
     "OmniThinkerForConditionalGeneration": "needs_code",
     "AnyVLForConditionalGeneration": "dynamic",
     "ReadyVLForConditionalGeneration": "compliant",
+    # the causal LMs, each its own target: the base in the MRO, a decoder that collects
+    "LlamaForCausalLM": "compliant",
+    "MoeForCausalLM": "compliant",
+    "DeepForCausalLM": "compliant",
 }
 
 
@@ -192,12 +196,12 @@ def test_a_release_without_the_protocol_is_refused_with_the_reason(tree):
 # --------------------------------------------------------------------------- plans
 
 
-def test_every_registered_wrapper_holding_a_language_model_gets_its_status():
+def test_every_registered_target_class_gets_its_status():
     result = cli("check", "--all", "--format", "json", FIXTURE)
     assert result.exit_code == 1
     data = json.loads(result.stdout)
     assert data["engine"] == "vllm"
-    assert _statuses(data) == EXPECTED  # the LMs themselves and the embedding model are no wrappers
+    assert _statuses(data) == EXPECTED  # the embedding model is no target (not in the text-generation registry)
     by_class = {m["class"]: m for m in data["models"]}
     omni = by_class["OmniThinkerForConditionalGeneration"]
     forward = _line((FIXTURE / "vllm/model_executor/models/omni.py").read_text().splitlines(), "def forward")
@@ -473,3 +477,153 @@ def test_a_vllm_consumer_that_does_not_parse_stops_the_gate(tree):
     path.write_text(path.read_text() + "\ndef broken(:\n    pass\n")
     result = cli("check", "--all", tree)
     assert result.exit_code == 2 and f"{rel}:" in result.stderr and f"--exclude {rel}" in result.stderr
+
+
+# --------------------------------------------------------------------------- causal LMs, their own target
+
+CAUSAL = '''"""Causal LMs that are their own target, one per shape the verdict reads."""
+
+from .interfaces import EagleModelMixin, SupportsEagle3
+from .llama import LlamaForCausalLM, LlamaModel, Module
+
+
+class CollectingModel(Module, EagleModelMixin):
+    def __init__(self, *, vllm_config=None, prefix=""):
+        super().__init__()
+        self.layers = [object()] * 8
+
+    def forward(self, hidden_states, residual=None):
+        aux = []
+        for index, _layer in enumerate(self.layers):
+            aux = self._maybe_add_hidden_state(aux, index, hidden_states, residual)
+        return hidden_states, aux
+
+
+class SilentModel(Module):
+    def __init__(self, *, vllm_config=None, prefix=""):
+        super().__init__()
+        self.layers = [object()] * 8
+
+    def forward(self, hidden_states, residual=None):
+        for _layer in self.layers:
+            hidden_states = hidden_states + 1
+        return hidden_states
+
+
+class InlineModel(Module):
+    def __init__(self, *, vllm_config=None, prefix=""):
+        super().__init__()
+        self.layers = [object()] * 8
+        self.aux_hidden_state_layers = ()
+
+    def forward(self, hidden_states, residual=None):
+        return hidden_states, [hidden_states for i in range(len(self.layers)) if i in self.aux_hidden_state_layers]
+
+
+class HandingModel(LlamaModel):
+    def forward(self, hidden_states, residual=None):
+        return super().forward(hidden_states, residual)
+
+
+class Stack(Module, EagleModelMixin):
+    def forward(self, hidden_states, residual=None):
+        return hidden_states, self._maybe_add_hidden_state([], 0, hidden_states, residual)
+
+
+class StackModel(Module, EagleModelMixin):
+    def __init__(self, *, vllm_config=None, prefix=""):
+        super().__init__()
+        self.layers = Stack()
+
+    def forward(self, hidden_states, residual=None):
+        return self.layers(hidden_states, residual)
+
+
+class BaseMissingForCausalLM(Module):
+    def __init__(self, *, vllm_config=None, prefix=""):
+        super().__init__()
+        self.model = CollectingModel(vllm_config=vllm_config, prefix=prefix)
+
+
+class NothingForCausalLM(Module):
+    def __init__(self, *, vllm_config=None, prefix=""):
+        super().__init__()
+        self.model = SilentModel(vllm_config=vllm_config, prefix=prefix)
+
+
+class InlineForCausalLM(Module):
+    def __init__(self, *, vllm_config=None, prefix=""):
+        super().__init__()
+        self.model = InlineModel(vllm_config=vllm_config, prefix=prefix)
+
+
+class OverForCausalLM(Module, SupportsEagle3):
+    def __init__(self, *, vllm_config=None, prefix=""):
+        super().__init__()
+        self.model = SilentModel(vllm_config=vllm_config, prefix=prefix)
+
+
+class HandingForCausalLM(LlamaForCausalLM):
+    def _init_model(self, vllm_config, prefix=""):
+        return HandingModel(vllm_config=vllm_config, prefix=prefix)
+
+
+class StackForCausalLM(Module, SupportsEagle3):
+    def __init__(self, *, vllm_config=None, prefix=""):
+        super().__init__()
+        self.model = StackModel(vllm_config=vllm_config, prefix=prefix)
+'''
+
+# (class, status, what the reason must say) -- what SupportsEagle3's defaults and the runner make of each
+CAUSAL_CASES = [
+    ("BaseMissingForCausalLM", "fixable", "add SupportsEagle3 to its bases: CollectingModel.forward"),
+    ("NothingForCausalLM", "needs_code", "no SupportsEagle3 in its MRO, and SilentModel.forward"),
+    ("InlineForCausalLM", "needs_code", "is no EagleModelMixin and InlineForCausalLM does not override set_aux_hidden_state_layers"),
+    ("OverForCausalLM", "needs_code", "over-declared: SupportsEagle3 is in its MRO, but SilentModel.forward"),
+    ("HandingForCausalLM", "compliant", "SupportsEagle3 is in its MRO"),  # super().forward reaches Llama's, which collects
+    ("StackForCausalLM", "compliant", "SupportsEagle3 is in its MRO"),  # its decoder calls a stack module that collects
+]
+
+
+@pytest.fixture
+def causal_tree(tree) -> Path:
+    models = tree / "vllm" / "model_executor" / "models"
+    (models / "causal.py").write_text(CAUSAL)
+    registry = models / "registry.py"
+    entries = "".join(f'    "{name}": ("causal", "{name}"),\n' for name, _, _ in CAUSAL_CASES)
+    registry.write_text(registry.read_text().replace("_TEXT_GENERATION_MODELS = {\n", "_TEXT_GENERATION_MODELS = {\n" + entries, 1))
+    return tree
+
+
+@pytest.mark.parametrize("name, status, says", CAUSAL_CASES, ids=[c[0] for c in CAUSAL_CASES])
+def test_a_causal_lm_is_judged_as_its_own_target(causal_tree, name, status, says):
+    data = json.loads(cli("check", "--model", "causal", "--format", "json", causal_tree).stdout)
+    (model,) = [m for m in data["models"] if m["class"] == name]
+    assert (model["status"], model["inner"]) == (status, [])
+    assert says in model["reason"], model["reason"]
+    if name == "NothingForCausalLM":
+        assert "collects no aux hidden states" in model["reason"]
+
+
+RUN_CAUSAL = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from vllm.model_executor.models import causal
+from vllm.model_executor.models.interfaces import supports_eagle3
+model = causal.BaseMissingForCausalLM()
+model.set_aux_hidden_state_layers((2, 4))
+print(supports_eagle3(model), model.model.aux_hidden_state_layers, model.model.forward(1, 1)[1])
+"""
+
+
+def test_apply_makes_the_causal_lm_pass_the_runners_check_and_its_decoder_collect(causal_tree):
+    """Before: the runner's check refuses it (no hook at all).  After `apply`: vLLM's own isinstance check
+    passes, the Protocol's default setter reaches the decoder, which collects the chosen layers."""
+    before = subprocess.run([sys.executable, "-c", RUN_CAUSAL, str(causal_tree)], capture_output=True, text=True, timeout=60)
+    assert before.returncode != 0 and "set_aux_hidden_state_layers" in before.stderr
+    assert cli("apply", "--model", "causal", causal_tree).exit_code == 1  # the others need code: apply says so
+    after = subprocess.run([sys.executable, "-c", RUN_CAUSAL, str(causal_tree)], capture_output=True, text=True, timeout=60)
+    assert after.returncode == 0, after.stderr
+    assert after.stdout.split() == ["True", "(2,", "4)", "[2,", "2]"]  # layers 2 and 4, each hidden + residual
+    assert cli("revert", "--model", "causal", causal_tree).exit_code == 0
+    assert (causal_tree / "vllm/model_executor/models/causal.py").read_text() == CAUSAL

@@ -47,6 +47,10 @@ def statuses(site: Path, *args: str) -> tuple[dict, dict[str, str]]:
     return data, {m["class"]: m["status"] for m in data["models"]}
 
 
+def by_class_of(data: dict) -> dict[str, dict]:
+    return {m["class"]: m for m in data["models"]}
+
+
 def runtime_check(site: Path, *specs: str) -> dict:
     """isinstance(instance, SupportsEagle3) with the release's own interfaces.py (tests/vllm_protocol_check.py)."""
     done = subprocess.run(
@@ -119,12 +123,12 @@ SURVEY_GAPS_0_33_0 = {
 }  # the survey's 22, less Granite4Vision (needs_code) and MiniCPMO (dynamic), checked below
 
 
-def test_0_33_0_lists_every_registered_wrapper_with_a_status():
+def test_0_33_0_lists_every_registered_target_with_a_status():
     data, found = statuses(vllm_releases.site_packages("0.33.0"), "--all")
     listed = {(m["file"], m["class"]) for m in data["models"]}  # a class per platform folder: same name, other file
     assert sum(data["summary"]["by_status"].values()) == len(data["models"]) == len(listed)
     by_reason = {m["class"]: m["reason"] for m in data["models"]}
-    fixable = {c for c, s in found.items() if s == "fixable"}
+    fixable = {c for c, s in found.items() if s == "fixable" and by_class_of(data)[c]["inner"]}  # the wrappers
     assert fixable == SURVEY_GAPS_0_33_0 | {"DotsOCRForCausalLM"}
     assert found["Granite4VisionForConditionalGeneration"] == "needs_code"
     assert found["MiniCPMO"] == "dynamic"
@@ -132,7 +136,9 @@ def test_0_33_0_lists_every_registered_wrapper_with_a_status():
         assert found[name] == "compliant"  # fixed upstream
     # over-declared (survey §4): the base in the MRO, the language model's decoder collects nothing
     over = {c for c, s in found.items() if s == "needs_code" and by_reason[c].startswith("over-declared")}
-    assert over == {"CohereCompassForConditionalGeneration", "Exaone4_5_ForConditionalGeneration", "Qwen4ExpForConditionalGeneration"}
+    # ... and one causal LM: MiMoModel.forward replaces Qwen2Model's loop with one that collects nothing
+    assert over == {"CohereCompassForConditionalGeneration", "Exaone4_5_ForConditionalGeneration", "Qwen4ExpForConditionalGeneration", "MiMoForCausalLM"}
+    assert "MiMoModel.forward (model_executor/models/mimo.py:" in by_reason["MiMoForCausalLM"]
     assert "CohereCompassTextModel.forward (model_executor/models/cohere_compass.py:" in by_reason["CohereCompassForConditionalGeneration"]
     for dynamic in ("LlavaNextForConditionalGeneration", "InternVLChatModel", "Blip2ForConditionalGeneration"):
         assert found[dynamic] == "dynamic"
@@ -215,6 +221,16 @@ def test_apply_all_leaves_only_the_gaps_it_named_and_revert_all_restores_every_f
     assert {c for c in fixable if statuses_after[c] != "compliant"} == set()
     assert {c: s for c, s in statuses_after.items() if c not in fixable} == {c: s for c, s in statuses_before.items() if c not in fixable}
 
+    # the causal LMs that are their own target and only lacked the base: vLLM's own check now passes
+    causal = [f"{_module(m['file'])}:{m['class']}" for m in before["models"] if m["status"] == "fixable" and not m["inner"]]
+    if causal:
+        assert {k: v["isinstance"] for k, v in runtime_check(pristine, *causal).items() if k != "interfaces"} == dict.fromkeys(causal, False)
+        assert {k: v["isinstance"] for k, v in runtime_check(site, *causal).items() if k != "interfaces"} == dict.fromkeys(causal, True)
+
     reverted = cli("revert", "--all", site)
     assert reverted.exit_code == 0, reverted.stderr
     assert _files(site) == _files(pristine)
+
+
+def _module(rel: str) -> str:
+    return "vllm." + rel.removesuffix(".py").replace("/", ".")

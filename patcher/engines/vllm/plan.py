@@ -115,9 +115,7 @@ class VllmPlanner:
         for group, arch, ref in entries:
             if progress is not None:
                 progress(ref.module.rel, len(entries))
-            plan = self.plan(group, arch, ref)
-            if plan is not None:
-                plans.append(plan)
+            plans.append(self.plan(group, arch, ref))
         return self.inherit(plans)
 
     def inherit(self, plans: list[ModelPlan]) -> list[ModelPlan]:
@@ -149,10 +147,10 @@ class VllmPlanner:
             out.append(derived[key])
         return out
 
-    def plan(self, group: str, arch: str, ref: ClassRef) -> ModelPlan | None:
+    def plan(self, group: str, arch: str, ref: ClassRef) -> ModelPlan:
         held = self.held(ref)
         if not held:
-            return None  # not a wrapper: it holds no language model
+            return self.plan_own(group, arch, ref)
         info = self.class_info(ref)
         inners = tuple(
             InnerModel(
@@ -222,6 +220,48 @@ class VllmPlanner:
         else:
             reason = why
         return ModelPlan(wrapper, status, "target", registered, tuple(missing), reason=reason)
+
+    def plan_own(self, group: str, arch: str, ref: ClassRef) -> ModelPlan:
+        """A registered class that holds no language model is its own target: it needs SupportsEagle3 through its
+        MRO (the runner's supports_eagle3 check) and a decoder, its `self.model`, whose forward collects the
+        aux hidden states the hooks choose; the base alone fixes it only where the Protocol's defaults reach
+        that decoder (an EagleModelMixin, or a setter of its own)."""
+        wrapper = Wrapper(self.class_info(ref), (), ref.module.rel)
+        registered = f"registered in {group} as {arch}"
+        base = self.records.members[BASE]
+        setter = self.records.members[self.protocol.setter.name]
+        needed = [h.name for h in self.protocol.hooks if self.protocol.stubs and self.concrete(ref, h.name) is None]
+        decoder = self.decoder(ref)
+        forward = f"{decoder.forward.name}.forward ({decoder.forward.module.rel}:{decoder.forward_line})" if decoder.forward is not None else ""
+        collects_nothing = f"{forward}, the forward of its decoder self.model, collects no aux hidden states (no _maybe_add_hidden_state call, no read of aux_hidden_state_layers)"
+        if self.nominal(ref):
+            forwarded = (MemberPlan(base, None, None, required=True, uses=base.uses),)
+            if needed:
+                why = f"{BASE} is in its MRO, but {', '.join(needed)} {'has' if len(needed) == 1 else 'have'} no body in it: needs hand-written code"
+                gaps = tuple(MemberPlan(self.records.members[n], None, None, required=True, blocker=why, uses=self.records.members[n].uses) for n in needed)
+                return ModelPlan(wrapper, "needs_code", "target", registered, gaps, forwarded, why)
+            if decoder.forward is not None and not decoder.collects:
+                why = f"over-declared: {BASE} is in its MRO, but {collects_nothing}: needs hand-written code, or the base removed"
+                gap = MemberPlan(setter, None, "model", required=True, blocker=why, uses=setter.uses)
+                return ModelPlan(wrapper, "needs_code", "target", registered, (gap,), forwarded, why)
+            return ModelPlan(wrapper, "compliant", "target", registered, forwarded=forwarded, reason=f"{BASE} is in its MRO")
+        lacks = f"no {BASE} in its MRO"
+        if decoder.cls is None:
+            why = f"{lacks}, and its decoder could not be followed ({decoder.why}): the base alone is not shown to work"
+        elif decoder.forward is None:
+            why = f"{lacks}, and {decoder.cls.name} ({decoder.cls.at}), its decoder, has no forward in the tree"
+        elif not decoder.collects:
+            why = f"{lacks}, and {collects_nothing}: needs hand-written code"
+        elif needed:
+            why = f"{lacks}, and {', '.join(needed)} {'has' if len(needed) == 1 else 'have'} no body in it: needs hand-written code"
+        elif not decoder.mixin and self.concrete(ref, setter.name, outside_interfaces=True) is None:
+            why = f"{lacks}, and {decoder.cls.name} ({decoder.cls.at}) is no {MIXIN} and {ref.name} does not override {setter.name}: the Protocol's default would assert"
+        else:
+            entry = MemberPlan(base, None, None, required=True, uses=base.uses, fix=Fix("base", BASE))
+            return ModelPlan(wrapper, "fixable", "target", registered, (entry,), reason=f"add {BASE} to its bases: {forward} collects aux hidden states")
+        missing = [MemberPlan(base, None, None, required=True, uses=base.uses, blocker=why)]
+        missing += [MemberPlan(self.records.members[n], None, None, required=True, blocker=why, uses=self.records.members[n].uses) for n in needed]
+        return ModelPlan(wrapper, "needs_code", "target", registered, tuple(missing), reason=why)
 
     def over_declared(self, held: list[Held]) -> tuple[str, str] | None:
         """(LM attribute, why) when a language model the wrapper holds has a decoder whose `forward`
@@ -425,8 +465,41 @@ class VllmPlanner:
         for owner in chain:
             forward = methods(owner.node).get("forward")
             if forward is not None:
-                return Decoder(cls, forward=owner, forward_line=forward.lineno, collects=_collects(forward), mixin=mixin)
+                return Decoder(cls, forward=owner, forward_line=forward.lineno, collects=self.collects(cls), mixin=mixin)
         return Decoder(cls, mixin=mixin)
+
+    def collects(self, cls: ClassRef, depth: int = 0) -> bool:
+        """Whether the `forward` bound on `cls` collects aux hidden states: itself, through `super().forward`
+        (Mistral's decoder hands its call to Llama's), or through a module of its own it calls
+        (`self.layers(...)`, a decoder-stack class built in `__init__`: Plamo 3's)."""
+        chain = self.tree.mro(cls)
+        owners = [c for c in chain if "forward" in methods(c.node)]
+        for index, owner in enumerate(owners):
+            forward = methods(owner.node)["forward"]
+            if _collects(forward):
+                return True
+            if depth < 2:
+                for attribute in _called_modules(forward):
+                    built = self._built_in_init(chain, attribute)
+                    if built is not None and self.collects(built, depth + 1):
+                        return True
+            if not _calls_super_forward(forward) or index + 1 == len(owners):
+                return False
+        return False
+
+    def _built_in_init(self, chain: Sequence[ClassRef], attribute: str) -> ClassRef | None:
+        """The one class the nearest `__init__` of `chain` builds for `self.<attribute> = X(...)`."""
+        for cls in chain:
+            init = methods(cls.node).get("__init__")
+            if init is None:
+                continue
+            for node in walk(init):
+                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and _is_self(t.value) and t.attr == attribute for t in node.targets):
+                    if not isinstance(node.value, ast.Call):
+                        return None
+                    found = self.tree.resolve(cls.module.name, ast.unparse(node.value.func))
+                    return found[0] if len(found) == 1 else None
+        return None
 
     def built_by_member(self, held: Held, lm: ClassRef, module: str, call: ast.Call) -> Held:
         """`self.model = X(...)`, `self._init_model(...)` (a method returning X(...)) or `self.model_cls(...)`
@@ -447,6 +520,21 @@ def _collects(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         if isinstance(node, ast.Attribute) and node.attr in ("_maybe_add_hidden_state", "aux_hidden_state_layers") and isinstance(node.ctx, ast.Load):
             return True
     return False
+
+
+def _calls_super_forward(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """`super().forward(...)` in the method."""
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "forward"
+        and isinstance(n.func.value, ast.Call) and isinstance(n.func.value.func, ast.Name) and n.func.value.func.id == "super"
+        for n in walk(func)
+    )
+
+
+def _called_modules(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """The attributes `self.<name>(...)` the method calls as modules (in order, once each)."""
+    called = [n.func.attr for n in walk(func) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and _is_self(n.func.value)]
+    return list(dict.fromkeys(called))
 
 
 def _getter_attributes(node: ast.ClassDef) -> set[str]:
