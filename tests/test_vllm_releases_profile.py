@@ -234,3 +234,23 @@ def test_apply_all_leaves_only_the_gaps_it_named_and_revert_all_restores_every_f
 
 def _module(rel: str) -> str:
     return "vllm." + rel.removesuffix(".py").replace("/", ".")
+
+
+# Causal LMs upstream gave SupportsEagle3 between 0.18.0 and 0.33.0, each with a decoder that collects
+# (read off both releases: the base absent from the class's MRO in 0.18.0, present in 0.33.0)
+UPSTREAM_CAUSAL_0_33_0 = {
+    "GraniteForCausalLM", "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "MiMoV2FlashForCausalLM",
+    "MiniMaxM2ForCausalLM", "NemotronHForCausalLM", "Plamo3ForCausalLM", "Qwen3NextForCausalLM", "SarvamMLAForCausalLM",
+}
+
+
+def test_0_18_0_names_every_causal_lm_upstream_later_declared():
+    """Each is listed on the release before, needs_code, its reason naming the missing base and what
+    else the class lacks (a decoder that collects, or one the Protocol's default reaches); on 0.33.0 each
+    is compliant."""
+    old, found = statuses(vllm_releases.site_packages("0.18.0"), "--all")
+    reasons = {m["class"]: m["reason"] for m in old["models"]}
+    assert {c: found.get(c) for c in UPSTREAM_CAUSAL_0_33_0} == dict.fromkeys(UPSTREAM_CAUSAL_0_33_0, "needs_code")
+    assert all(reasons[c].startswith("no SupportsEagle3 in its MRO, and ") for c in UPSTREAM_CAUSAL_0_33_0)
+    _, now = statuses(vllm_releases.site_packages("0.33.0"), "--all")
+    assert {c: now[c] for c in UPSTREAM_CAUSAL_0_33_0} == dict.fromkeys(UPSTREAM_CAUSAL_0_33_0, "compliant")
