@@ -288,9 +288,46 @@ def test_one_model_shows_the_protocol_table():
     assert "fix: add SupportsEagle3 to the class's bases, with its import" in text
 
 
-def test_a_model_that_is_not_registered_is_an_error():
-    result = cli("check", "--model", "llama_nope", FIXTURE)
-    assert result.exit_code == 2 and "no class registered" in result.stderr
+# (--model, the one line it gets): a module the registry does not name, echoed as typed, with the nearest
+# one it names; a registered module without the class named
+MODEL_ERRORS = [
+    ("lama", "--model lama: the registry names no such model module; did you mean --model llama?"),
+    ("nosuch", "--model nosuch: the registry names no such model module; pass --model MODULE[:CLASS] with a model module the registry names"),
+    ("../../llama", "--model ../../llama: the registry names no such model module;"),
+    ("llama:Nope", "model_executor/models/llama.py: no class registered in _TEXT_GENERATION_MODELS or _MULTIMODAL_MODELS is defined there under the name Nope"),
+]
+
+
+@pytest.mark.parametrize("selector, says", MODEL_ERRORS, ids=[s for s, _ in MODEL_ERRORS])
+def test_a_model_that_is_not_registered_is_one_line_and_exit_2(selector, says):
+    result = cli("check", "--model", selector, FIXTURE)
+    assert result.exit_code == 2 and says in " ".join(result.stderr.split()), result.stderr
+
+
+def test_a_per_platform_package_is_named_as_the_registry_names_it(tree):
+    """vLLM's newest releases register `vllm.models.<name>` packages (a folder per platform): `--model
+    <name>` and the dotted module both select its class."""
+    package = tree / "vllm" / "models" / "plat"
+    package.mkdir(parents=True)
+    (tree / "vllm" / "models" / "__init__.py").write_text("")
+    (package / "nvidia").mkdir()
+    (package / "nvidia" / "__init__.py").write_text("")
+    plat = (
+        "from vllm.model_executor.models.llama import LlamaModel, Module\n\n\n"
+        "class PlatForCausalLM(Module):\n    def __init__(self, *, vllm_config=None, prefix=''):\n"
+        "        super().__init__()\n        self.model = LlamaModel(vllm_config=vllm_config, prefix=prefix)\n"
+    )
+    (package / "nvidia" / "causal.py").write_text(plat)
+    (package / "__init__.py").write_text("from .nvidia.causal import PlatForCausalLM\n")
+    registry = tree / "vllm" / "model_executor" / "models" / "registry.py"
+    registry.write_text(registry.read_text().replace("_TEXT_GENERATION_MODELS = {\n", '_TEXT_GENERATION_MODELS = {\n    "PlatForCausalLM": ("vllm.models.plat", "PlatForCausalLM"),\n', 1))
+    for selector in ("plat", "vllm.models.plat"):
+        data = json.loads(cli("check", "--model", selector, "--format", "json", tree).stdout)
+        assert [(m["class"], m["file"], m["status"]) for m in data["models"]] == [("PlatForCausalLM", "models/plat/nvidia/causal.py", "fixable")]
+        assert cli("apply", "--model", selector, tree).exit_code == 0
+        assert "SupportsEagle3" in (package / "nvidia" / "causal.py").read_text()
+        assert cli("revert", "--model", selector, tree).exit_code == 0
+        assert (package / "nvidia" / "causal.py").read_text() == plat
 
 
 # --------------------------------------------------------------------------- apply

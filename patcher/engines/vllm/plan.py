@@ -9,6 +9,7 @@ report.py, preview.py and write.py serve it unchanged."""
 from __future__ import annotations
 
 import ast
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -89,15 +90,21 @@ class VllmPlanner:
     def select(self, selectors: list[str] | None) -> list[tuple[str, str, ClassRef]]:
         if selectors is None:
             return self.registered()
-        named = {module_of(s.partition(":")[0].removesuffix(".py").replace("/", ".")) for s in selectors}
+        named = {self.registry_module(s.partition(":")[0]) for s in selectors}
         entries = self._entries(named)  # the module a registry entry names (the class may live elsewhere)
         out: list[tuple[str, str, ClassRef]] = []
         for selector in selectors:
             module, _, cls = selector.partition(":")
-            name = module_of(module.removesuffix(".py").replace("/", "."))
+            name = self.registry_module(module)
             picked = [(g, a, r) for g, a, m, r in entries if m == name and (not cls or r.name == cls)]
             if not picked:
                 where = name.replace(".", "/").removeprefix("vllm/") + ".py"
+                registered = sorted({module_of(m) for m, _ in self.every.values()})
+                if name not in registered:
+                    short = sorted({m.rsplit(".", 1)[-1] for m in registered})
+                    near = difflib.get_close_matches(module.rsplit(".", 1)[-1], short, n=1, cutoff=0.75)
+                    hint = f"did you mean --model {near[0]}?" if near else "pass --model MODULE[:CLASS] with a model module the registry names"
+                    raise EaglepatchError(f"--model {module}: the registry names no such model module; {hint}")
                 raise EaglepatchError(
                     f"no class registered in {' or '.join(TARGET_DICTS)} is defined there"
                     + (f" under the name {cls}" if cls else "")
@@ -106,6 +113,17 @@ class VllmPlanner:
                 )
             out += [e for e in picked if e not in out]
         return out
+
+    def registry_module(self, module: str) -> str:
+        """The registry's module a `--model` selector names: `llama` (under model_executor/models), a
+        dotted module, or a per-platform package's name (`dots3_note` for `vllm.models.dots3_note`)
+        where exactly one module the registry names ends so."""
+        name = module_of(module.removesuffix(".py").replace("/", "."))
+        registered = {module_of(m) for m, _ in self.every.values()}
+        if name in registered or "." in module:
+            return name
+        tails = [m for m in registered if m.endswith("." + module)]
+        return tails[0] if len(tails) == 1 else name
 
     # -- plans ---------------------------------------------------------------------------------
 

@@ -53,10 +53,11 @@ def revert_vllm_edits(
     if models:
         picked: list[Path] = []
         for selector in models:
-            stem = model_stem(selector)
-            found = [p for p in files if p.with_suffix("").as_posix().endswith("/" + stem)]
+            stem = model_stem(selector).removeprefix("vllm/models/").removeprefix("vllm/model_executor/models/")
+            # a module, or a package the registry names (a folder per platform: every module in it)
+            found = [p for p in files if p.with_suffix("").as_posix().endswith("/" + stem) or f"/models/{stem}/" in p.as_posix()]
             if not found:
-                raise EaglepatchError("no such model module under model_executor/models or models/", path=f"{stem}.py")
+                raise EaglepatchError(f"--model {selector}: no such model module or package under model_executor/models or models/")
             picked.extend(p for p in found if p not in picked)
         files = picked
     edits: list[FileEdit] = []
