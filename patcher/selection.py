@@ -40,6 +40,11 @@ class EngineTraits(typing.Protocol):  # typing.Protocol: records.Protocol is the
         ...
 
     @property
+    def tree_key(self) -> str:
+        """The JSON report's key for the folder read: SGLang's `srt`, vLLM's package `root`."""
+        ...
+
+    @property
     def lists_clean_classes(self) -> bool:
         """`check --all` lists the classes that need nothing too (a registry of wrappers, a short list),
         not only those with something to say."""

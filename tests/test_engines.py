@@ -70,6 +70,7 @@ class OtherTraits:
     name: str = "other"
     display_name: str = "Other Engine"
     report_name: str | None = "other"
+    tree_key: str = "root"
     lists_clean_classes: bool = True
 
 

@@ -200,7 +200,7 @@ def test_every_registered_target_class_gets_its_status():
     result = cli("check", "--all", "--format", "json", FIXTURE)
     assert result.exit_code == 1
     data = json.loads(result.stdout)
-    assert data["engine"] == "vllm"
+    assert data["engine"] == "vllm" and data["root"] == str(FIXTURE / "vllm") and "srt" not in data  # vLLM's package, named so
     assert _statuses(data) == EXPECTED  # the embedding model is no target (not in the text-generation registry)
     by_class = {m["class"]: m for m in data["models"]}
     omni = by_class["OmniThinkerForConditionalGeneration"]

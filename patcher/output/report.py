@@ -118,7 +118,7 @@ def model_json(plan: ModelPlan) -> dict:
 def analysis_json(analysis: Analysis, gate: Gate | None = None) -> dict:
     data: dict[str, object] = {
         "schema": SCHEMA,
-        "srt": str(analysis.tree.srt),
+        analysis.engine.tree_key: str(analysis.tree.srt),
         "layout": analysis.tree.layout,
         **({"engine": analysis.engine.report_name} if analysis.engine.report_name is not None else {}),
         "protocol": [protocol_json(m) for m in analysis.protocol.members.values()],

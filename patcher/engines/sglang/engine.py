@@ -31,6 +31,7 @@ class SglangEngine:
     name = "sglang"
     display_name = "SGLang"
     report_name: str | None = None
+    tree_key: str = "srt"
     lists_clean_classes = False  # `check --all` reads hundreds of classes: the clean ones go unsaid
     hint = HINT
     not_found = f"no sglang/srt folder with models/ found below it; {HINT}"

@@ -30,6 +30,7 @@ class VllmEngine:
     name = "vllm"
     display_name = "vLLM"
     report_name: str | None = "vllm"
+    tree_key: str = "root"
     lists_clean_classes = True  # `check --all` reads the registered wrappers: a short list, each said
     hint = HINT
     not_found = f"no vllm/{VLLM_MARKER} found below it; {HINT}"
