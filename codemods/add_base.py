@@ -32,9 +32,13 @@ BASES_ON_THEIR_LINE = "bases on a line of their own"
 IMPORT_ON_ONE_LINE = "import on one line"
 
 
-def base_marker(base: str, notes: tuple[str, ...] = ()) -> str:
+NOTES_PREFIX = "# (before: "  # the marker's second line, when it has notes: short lines, as ruff wants them
+
+
+def base_marker(base: str, notes: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The marker's comment lines: what apply added, then how the header and import were before."""
     text = f"# eaglepatch: added {base} to the bases"
-    return f"{text} (before: {'; '.join(notes)})" if notes else text
+    return (text, f"{NOTES_PREFIX}{'; '.join(notes)})") if notes else (text,)
 
 
 def header_layout(node: cst.ClassDef) -> str:
@@ -291,23 +295,31 @@ class AddBase(cst.CSTTransformer):
         return [*body[:position], statement, *body[position:]]
 
 
+def _comment_line(text: str) -> cst.EmptyLine:
+    return cst.EmptyLine(indent=True, whitespace=cst.SimpleWhitespace(""), comment=cst.Comment(text))
+
+
 def _renoted(node: cst.ClassDef, note: str) -> cst.ClassDef:
+    """The class's marker with `note` added to its notes line (one written when it had none)."""
     assert isinstance(node.body, cst.IndentedBlock)
     statements = []
     for statement in node.body.body:
-        lines = []
         assert isinstance(statement, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
-        for line in statement.leading_lines:
-            if line.comment is not None and line.comment.value.startswith("# eaglepatch: added "):
-                text = line.comment.value
-                text = f"{text[:-1]}; {note})" if text.endswith(")") else f"{text} (before: {note})"
-                line = line.with_changes(comment=cst.Comment(text))
-            lines.append(line)
+        lines = list(statement.leading_lines)
+        for index, line in enumerate(lines):
+            if line.comment is None or not line.comment.value.startswith("# eaglepatch: added "):
+                continue
+            after = lines[index + 1] if index + 1 < len(lines) else None
+            if after is not None and after.comment is not None and after.comment.value.startswith(NOTES_PREFIX):
+                lines[index + 1] = after.with_changes(comment=cst.Comment(f"{after.comment.value[:-1]}; {note})"))
+            else:
+                lines.insert(index + 1, _comment_line(f"{NOTES_PREFIX}{note})"))
+            break
         statements.append(statement.with_changes(leading_lines=lines))
     return node.with_changes(body=node.body.with_changes(body=statements))
 
 
-def _with_marker(node: cst.ClassDef, marker: str) -> cst.ClassDef:
+def _with_marker(node: cst.ClassDef, marker: tuple[str, ...]) -> cst.ClassDef:
     """The marker comment above the class's first statement after its docstring (above the docstring
     when it is the only one); a one-line body (`class X(A): pass`) has no place for it."""
     body = node.body
@@ -317,12 +329,12 @@ def _with_marker(node: cst.ClassDef, marker: str) -> cst.ClassDef:
     at = 1 if len(statements) > 1 and _is_leading_expression(statements[0]) else 0
     first = statements[at]
     assert isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
-    line = cst.EmptyLine(indent=True, whitespace=cst.SimpleWhitespace(""), comment=cst.Comment(marker))
+    lines = [_comment_line(text) for text in marker]
     leading = list(first.leading_lines)
     blanks = 0
     while blanks < len(leading) and leading[blanks].comment is None:
         blanks += 1
-    statements[at] = first.with_changes(leading_lines=[*leading[:blanks], line, *leading[blanks:]])
+    statements[at] = first.with_changes(leading_lines=[*leading[:blanks], *lines, *leading[blanks:]])
     return node.with_changes(body=body.with_changes(body=statements))
 
 

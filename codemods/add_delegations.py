@@ -284,6 +284,17 @@ def _fits(line: str, width: int) -> bool:
     return len(line.expandtabs(4)) <= width
 
 
+def _raise(indent: str, unit: str, me: str, attr: str, name: str, tail: str, width: int) -> list[str]:
+    """`raise AttributeError(f"<class>.<attr> has no <name>")` as black lays it out; a message too long
+    for its own line is two strings, split before the member's name (black keeps them as written, and
+    ruff's line length holds)."""
+    message = f'f"{{{me}.__class__.__name__}}.{attr} has no {name}"'
+    inner = indent + unit
+    if _fits(f"{inner}{message}", width):
+        return fit_call(indent, unit, "raise AttributeError(", [message], tail, width)
+    return [f"{indent}raise AttributeError(", f'{inner}f"{{{me}.__class__.__name__}}.{attr} has no "', f'{inner}"{name}"', f"{indent}{tail}"]
+
+
 def render_delegation(delegation: Delegation, unit: str = "    ", newline: str = "\n", width: int = LINE_LENGTH) -> str:
     """The source text of one delegating member, at class-body indentation (a settable one: the property,
     a blank line, its setter), laid out for black at `width` columns."""
@@ -311,7 +322,6 @@ def render_delegation(delegation: Delegation, unit: str = "    ", newline: str =
     lines += fit_call(i1, unit, f"{keyword} {name}(", params, f"){returns}:", width)
     lines.append(f'{i2}"""Forward to ``self.{attr}`` ({delegation.purpose} speculative decoding)."""')
     me = "self" if delegation.style == "property" else signature.receiver
-    message = f'f"{{{me}.__class__.__name__}}.{attr} has no {name}"'
     if "hasattr" not in signature.names:  # upstream's shape: look before you leap
         lines.append(f"{i2}{local} = {me}.{attr}")
         condition = f'{local} is None or not hasattr({local}, "{name}")'
@@ -321,13 +331,13 @@ def render_delegation(delegation: Delegation, unit: str = "    ", newline: str =
             lines += fit_call(i2, unit, "if (", [condition], "):", width)
         else:  # no room in parentheses either: black splits at hasattr's own
             lines += fit_call(i2, unit, f"if {local} is None or not hasattr(", [local, f'"{name}"'], "):", width)
-        lines += fit_call(i3, unit, "raise AttributeError(", [message], ")", width)
+        lines += _raise(i3, unit, me, attr, name, ")", width)
         target = f"{local}.{name}"
     else:  # a parameter shadows hasattr: ask forgiveness instead, with no builtin but AttributeError
         lines.append(f"{i2}try:")
         lines.append(f"{i3}{local} = {me}.{attr}.{name}")
         lines.append(f"{i2}except AttributeError:")
-        lines += fit_call(i3, unit, "raise AttributeError(", [message], ") from None", width)
+        lines += _raise(i3, unit, me, attr, name, ") from None", width)
         target = local
     if delegation.style == "property":
         lines.append(f"{i2}return {target}")
@@ -348,12 +358,11 @@ def render_setter(delegation: Delegation, unit: str = "    ", newline: str = "\n
     """The setter of a forwarding property: `model.x = value` on the wrapper sets it on the inner model."""
     attr, name = delegation.inner_attribute, delegation.name
     i1, i2, i3 = unit, unit * 2, unit * 3
-    message = f'f"{{self.__class__.__name__}}.{attr} has no {name}"'
     lines = [f"{i1}{marker_text(delegation)}", f"{i1}@{name}.setter", f"{i1}def {name}(self, value):"]
     lines.append(f'{i2}"""Forward to ``self.{attr}`` ({delegation.purpose} speculative decoding)."""')
     lines.append(f"{i2}inner = self.{attr}")
     lines.append(f"{i2}if inner is None:")
-    lines += fit_call(i3, unit, "raise AttributeError(", [message], ")", width)
+    lines += _raise(i3, unit, "self", attr, name, ")", width)
     lines.append(f"{i2}inner.{name} = value")
     return newline.join(lines) + newline
 

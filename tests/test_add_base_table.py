@@ -159,9 +159,11 @@ def test_revert_gives_back_the_yapf_layout():
 
 def test_the_marker_says_what_the_change_relaid():
     one_line = "from .interfaces import SupportsMultiModal, SupportsPP\n\n\nclass AVeryLongWrapperNameForConditionalGeneration(nn.Module, SupportsMultiModal, SupportsPP):\n    pass\n"
-    assert "    # eaglepatch: added SupportsEagle3 to the bases (before: header on one line)\n    pass\n" in marked(one_line)
+    assert "    # eaglepatch: added SupportsEagle3 to the bases\n    # (before: header on one line)\n    pass\n" in marked(one_line)
     long_import = CASES[4].values[0]
-    assert "# eaglepatch: added SupportsEagle3 to the bases (before: import on one line)\n" in marked(long_import)
+    assert "# eaglepatch: added SupportsEagle3 to the bases\n    # (before: import on one line)\n" in marked(long_import)
+    both = "from .interfaces import SupportsMultiModal, SupportsPP, SupportsTranscriptionAndMoreNamesHere\n\n\n" + one_line.split("\n\n\n", 1)[1]
+    assert all(len(line) <= 88 for line in marked(both).splitlines())  # the notes on a line of their own: ruff's width holds
     documented = 'class Wrapper(nn.Module):\n    """Doc."""\n\n    x = 1\n'
     assert marked(documented).endswith('    """Doc."""\n\n    # eaglepatch: added SupportsEagle3 to the bases\n    x = 1\n')
 
@@ -178,3 +180,13 @@ def test_revert_leaves_a_base_without_marker_an_edited_header_and_a_name_still_u
     back, removed, kept = revert(used)
     assert "class Wrapper(nn.Module, SupportsPP):\n    pass\n" in back and "import SupportsEagle3, SupportsPP" in back
     assert removed == {"Wrapper": ["SupportsEagle3"]}
+
+
+def test_a_marker_with_its_notes_inline_as_older_versions_wrote_it_still_reverts():
+    one_line = "from .interfaces import SupportsMultiModal, SupportsPP\n\n\nclass AVeryLongWrapperNameForConditionalGeneration(nn.Module, SupportsMultiModal, SupportsPP):\n    pass\n"
+    two_lines = marked(one_line)
+    inline = two_lines.replace("to the bases\n    # (before: header on one line)", "to the bases (before: header on one line)")
+    assert inline != two_lines
+    for text in (two_lines, inline):
+        back, removed, kept = revert(text)
+        assert (back, removed, kept) == (one_line, {"AVeryLongWrapperNameForConditionalGeneration": ["SupportsEagle3"]}, {})

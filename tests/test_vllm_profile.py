@@ -448,7 +448,7 @@ def test_revert_takes_out_the_bases_hooks_and_imports_apply_wrote_and_only_those
     pristine = _snapshot(tree)
     assert cli("apply", "--all", tree).exit_code == 1  # OmniThinker needs code: apply says so
     models = tree / "vllm" / "model_executor" / "models"
-    assert "    # eaglepatch: added SupportsEagle3 to the bases (before: header on one line)\n" in (models / "deep_vl.py").read_text()
+    assert "    # eaglepatch: added SupportsEagle3 to the bases\n    # (before: header on one line)\n" in (models / "deep_vl.py").read_text()
     ready = models / "ready_vl.py"  # declares the base by hand (no marker): revert leaves it
     assert "SupportsEagle3" in ready.read_text()
     result = cli("revert", tree)

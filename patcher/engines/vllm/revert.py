@@ -38,7 +38,8 @@ from ...selection import model_stem
 from .edits import LINE_LENGTH, equivalents, spelling_in
 
 _MARKED = re.compile(rb"# eaglepatch: (added \w+ to the bases|forwards to self\.)")
-_BASE_MARKER = re.compile(r"# eaglepatch: added (\w+) to the bases(?: \(before: ([^)]*)\))?")
+_BASE_MARKER = re.compile(r"# eaglepatch: added (\w+) to the bases(?: \(before: ([^)]*)\))?")  # notes inline: before 0.2
+_NOTES = re.compile(r"# \(before: ([^)]*)\)")  # the marker's second line
 _EMPTY = cst.Module(body=[])
 
 
@@ -139,26 +140,36 @@ def reverted(module: cst.Module, rel: str) -> tuple[cst.Module, dict[str, list[s
 # -- the base ----------------------------------------------------------------------------------------
 
 
-def _marked_bases(node: cst.ClassDef) -> list[tuple[str, set[str], str]]:
-    """(base, the marker's notes, the marker) for each base the class's markers say apply added."""
+def _marked_bases(node: cst.ClassDef) -> list[tuple[str, set[str], tuple[str, ...]]]:
+    """(base, the marker's notes, the marker's comment lines) for each base the class's markers say
+    apply added (its notes on the next comment line, or inline as older versions wrote them)."""
     if not isinstance(node.body, cst.IndentedBlock):
         return []
     listed = {_code(arg.value) for arg in node.bases}
-    found: list[tuple[str, set[str], str]] = []
+    found: list[tuple[str, set[str], tuple[str, ...]]] = []
     for stmt in node.body.body:
-        for line in _leading(stmt):
-            if line.comment is not None:
-                match = _BASE_MARKER.fullmatch(line.comment.value)
-                if match and match.group(1) in listed and all(match.group(1) != f[0] for f in found):
-                    notes = {n.strip() for n in (match.group(2) or "").split(";") if n.strip()}
-                    found.append((match.group(1), notes, line.comment.value))
+        leading = _leading(stmt)
+        for index, line in enumerate(leading):
+            if line.comment is None:
+                continue
+            match = _BASE_MARKER.fullmatch(line.comment.value)
+            if not match or match.group(1) not in listed or any(match.group(1) == f[0] for f in found):
+                continue
+            texts: tuple[str, ...] = (line.comment.value,)
+            inline = match.group(2)
+            after = leading[index + 1].comment if index + 1 < len(leading) else None
+            noted = _NOTES.fullmatch(after.value) if after is not None and inline is None else None
+            if noted is not None and after is not None:
+                texts, inline = (*texts, after.value), noted.group(1)
+            notes = {n.strip() for n in (inline or "").split(";") if n.strip()}
+            found.append((match.group(1), notes, texts))
     return found
 
 
-def _unmarked(node: cst.ClassDef, text: str) -> cst.ClassDef:
+def _unmarked(node: cst.ClassDef, texts: tuple[str, ...]) -> cst.ClassDef:
     assert isinstance(node.body, cst.IndentedBlock)
     statements = [
-        s.with_changes(leading_lines=[line for line in _leading(s) if line.comment is None or line.comment.value != text])
+        s.with_changes(leading_lines=[line for line in _leading(s) if line.comment is None or line.comment.value not in texts])
         for s in node.body.body
     ]
     return node.with_changes(body=node.body.with_changes(body=statements))
