@@ -664,3 +664,38 @@ def test_apply_makes_the_causal_lm_pass_the_runners_check_and_its_decoder_collec
     assert after.stdout.split() == ["True", "(2,", "4)", "[2,", "2]"]  # layers 2 and 4, each hidden + residual
     assert cli("revert", "--model", "causal", causal_tree).exit_code == 0
     assert (causal_tree / "vllm/model_executor/models/causal.py").read_text() == CAUSAL
+
+
+# --------------------------------------------------------------------------- the speculative config's gate
+
+GATED = '''
+class SpeculativeConfig:
+    def _verify_args(self):
+        eagle3_target_supported = ["llama", "qwen"]
+        if self.method == "eagle3" and not any(
+            m in self.target_model_config.hf_text_config.model_type for m in eagle3_target_supported
+        ):
+            raise ValueError(f"Eagle3 is only supported for {eagle3_target_supported} models.")
+'''
+# (the config module's text, the gate read: (name, words, line) or None)
+GATE_CASES = [
+    (GATED, ("eagle3_target_supported", ("llama", "qwen"), 4)),
+    (GATED.replace("model_type", "architecture"), None),  # not tested against the model type
+    (GATED.replace('            raise ValueError(f"Eagle3 is only supported for {eagle3_target_supported} models.")', "            pass"), None),  # no raise
+    (GATED.replace('["llama", "qwen"]', '["llama", NAME]'), None),  # not a list of words
+    ("", None),
+]
+
+
+@pytest.mark.parametrize("text, expected", GATE_CASES, ids=["gate", "other-field", "no-raise", "not-words", "none"])
+def test_the_target_gate_is_read_from_the_speculative_config(tree, text, expected):
+    from eaglepatch.engines.vllm.protocol import read_target_gate
+
+    (tree / "vllm" / "config").mkdir(exist_ok=True)
+    (tree / "vllm" / "config" / "speculative.py").write_text(text)
+    gate = read_target_gate(VllmTree(SourceCache(tree / "vllm")))
+    got = None if gate is None else (gate.name, gate.words, int(gate.at.rsplit(":", 1)[1]))
+    assert got == expected
+    if gate is not None:
+        data = json.loads(cli("check", "--all", "--format", "json", tree).stdout)
+        assert any(w.startswith(f"{gate.at}: this release runs EAGLE-3 only for a target whose text model_type contains 'llama' or 'qwen'") for w in data["warnings"])

@@ -254,3 +254,19 @@ def test_0_18_0_names_every_causal_lm_upstream_later_declared():
     assert all(reasons[c].startswith("no SupportsEagle3 in its MRO, and ") for c in UPSTREAM_CAUSAL_0_33_0)
     _, now = statuses(vllm_releases.site_packages("0.33.0"), "--all")
     assert {c: now[c] for c in UPSTREAM_CAUSAL_0_33_0} == dict.fromkeys(UPSTREAM_CAUSAL_0_33_0, "compliant")
+
+
+@pytest.mark.parametrize("version", ["0.10.1", "0.18.0", "0.33.0"])
+def test_the_speculative_configs_model_type_whitelist_is_named_where_the_release_has_one(version):
+    """0.10.x's config package holds `eagle3_target_supported = [...]`, tested against the target's text
+    model_type before raising; later releases dropped it."""
+    site = vllm_releases.site_packages(version)
+    config = site / "vllm" / "config" / "__init__.py"
+    lines = config.read_text(encoding="utf-8").splitlines() if config.is_file() else []
+    at = next((i + 1 for i, line in enumerate(lines) if line.strip().startswith("eagle3_target_supported = [")), None)
+    data, _ = statuses(site, "--model", "llama")
+    gated = [w for w in data["warnings"] if "runs EAGLE-3 only for a target whose text model_type" in w]
+    if at is None:
+        assert gated == []
+    else:
+        assert gated == [gated[0]] and gated[0].startswith(f"config/__init__.py:{at}: ") and "'llama' or 'qwen'" in gated[0]

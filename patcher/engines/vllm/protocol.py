@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ...errors import EaglepatchError
 from ...read.statements import walk
@@ -20,6 +20,18 @@ MIXIN = "EagleModelMixin"
 SETTER = "set_aux_hidden_state_layers"
 # the runner's files that call the hooks on the target (the second exists from 0.18)
 CONSUMERS = ("v1/worker/gpu_model_runner.py", "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py")
+# where the speculative config vets the target before any class is loaded (0.10.x: the config package)
+SPECULATIVE_CONFIGS = ("config/speculative.py", "config/__init__.py")
+
+
+@dataclass(frozen=True)
+class TargetGate:
+    """The speculative config's whitelist: EAGLE-3 only for a target whose text `model_type` contains one
+    of `words` (vLLM up to at least 0.15 refuses any other with `Eagle3 is only supported for [...]`)."""
+
+    name: str  # the list's name, e.g. eagle3_target_supported
+    words: tuple[str, ...]
+    at: str  # rel:line of the list
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,7 @@ class VllmProtocol:
     getter: ProtocolMethod  # get_eagle3_aux_hidden_state_layers before 0.18, get_eagle3_default_... after
     uses: dict[str, list[Use]] = field(default_factory=dict)  # member -> where the runner uses it
     warnings: list[str] = field(default_factory=list)
+    target_gate: TargetGate | None = None
 
     @property
     def hooks(self) -> list[ProtocolMethod]:
@@ -85,7 +98,45 @@ def read_protocol(tree: VllmTree) -> VllmProtocol:
         ProtocolMethod(getters[0].name, getters[0], is_stub(getters[0])),
     )
     _read_consumers(tree, protocol)
+    gate = read_target_gate(tree)
+    if gate is not None:
+        protocol = replace(protocol, target_gate=gate)
+        protocol.warnings.append(
+            f"{gate.at}: this release runs EAGLE-3 only for a target whose text model_type contains "
+            f"{' or '.join(repr(w) for w in gate.words)} ({gate.name}): it refuses any other before a class is "
+            "loaded, whatever the class's verdict here"
+        )
     return protocol
+
+
+def read_target_gate(tree: VllmTree) -> TargetGate | None:
+    """A list of model-type words the speculative config holds a target's `model_type` against before
+    raising for EAGLE-3: a list literal of strings bound in a function that raises, whose name and the
+    raise's message both speak of EAGLE-3 and the list is tested against `model_type`."""
+    for rel in SPECULATIVE_CONFIGS:
+        module = tree.module_ast(rel)
+        for func in walk(module) if module is not None else ():
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            lists = {
+                t.id: (node.value, node.lineno)
+                for node in walk(func)
+                if isinstance(node, ast.Assign) and isinstance(node.value, (ast.List, ast.Tuple))
+                for t in node.targets
+                if isinstance(t, ast.Name) and "eagle3" in t.id.lower()
+            }
+            for name, (value, line) in lists.items():
+                words = [e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+                if not words or len(words) != len(value.elts):
+                    continue
+                tested = any(
+                    isinstance(n, ast.Compare) and any(isinstance(x, ast.Attribute) and x.attr == "model_type" for x in walk(n))
+                    for n in walk(func)
+                ) and any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in walk(func))
+                raises = any(isinstance(n, ast.Raise) for n in walk(func))
+                if tested and raises:
+                    return TargetGate(name, tuple(words), f"{rel}:{line}")
+    return None
 
 
 def _read_consumers(tree: VllmTree, protocol: VllmProtocol) -> None:
