@@ -50,6 +50,7 @@ DUNDERS = {"__func__"}
 VALUES = {
     "triton.runtime.driver.active.get_current_target.backend": "cpu",
     "transformers.PretrainedConfig.__class_validators__": [],
+    "torch.library.Library.ns": "vllm",  # vLLM 0.34 looks its custom ops up under the library's namespace
 }
 # Packages whose job the standard library does well enough at import time (SGLang serializes a class with
 # dill, and builds patterns with `regex` that `re` reads the same).
@@ -201,8 +202,17 @@ def _dtype(name: str):
     """`torch.int64` and its kind: one instance of the stub `torch.dtype` per name, so that
     `isinstance(torch.int64, torch.dtype)` holds (SGLang asserts it at import time) and `is` compares."""
     if name not in _DTYPES:
-        _DTYPES[name] = stub_class("dtype", "torch")()
+        dtype = _DTYPES[name] = stub_class("dtype", "torch")()
+        size = _ITEMSIZES.get(name)
+        if size is None:
+            bits = re.search(r"(\d+)", name)
+            size = max(int(bits.group(1)) // 8, 1) if bits else None
+        if size is not None:  # vLLM 0.34 asserts array typecodes' item sizes against its dtypes' at import
+            dtype.itemsize = size
     return _DTYPES[name]
+
+
+_ITEMSIZES = {"bool": 1, "half": 2, "float": 4, "double": 8, "short": 2, "int": 4, "long": 8, "cfloat": 8, "cdouble": 16}
 
 
 class StubModule(types.ModuleType):

@@ -576,6 +576,24 @@ class StackModel(Module, EagleModelMixin):
         return self.layers(hidden_states, residual)
 
 
+class HelperModel(Module, EagleModelMixin):
+    def __init__(self, *, vllm_config=None, prefix=""):
+        super().__init__()
+        self.layers = [object()] * 8
+
+    def forward(self, hidden_states, residual=None):
+        return self._stock_forward(hidden_states, residual)
+
+    def _stock_forward(self, hidden_states, residual):
+        return hidden_states, self._maybe_add_hidden_state([], 0, hidden_states, residual)
+
+
+class HelperForCausalLM(Module, SupportsEagle3):
+    def __init__(self, *, vllm_config=None, prefix=""):
+        super().__init__()
+        self.model = HelperModel(vllm_config=vllm_config, prefix=prefix)
+
+
 class BaseMissingForCausalLM(Module):
     def __init__(self, *, vllm_config=None, prefix=""):
         super().__init__()
@@ -619,6 +637,7 @@ CAUSAL_CASES = [
     ("OverForCausalLM", "needs_code", "over-declared: SupportsEagle3 is in its MRO, but SilentModel.forward"),
     ("HandingForCausalLM", "compliant", "SupportsEagle3 is in its MRO"),  # super().forward reaches Llama's, which collects
     ("StackForCausalLM", "compliant", "SupportsEagle3 is in its MRO"),  # its decoder calls a stack module that collects
+    ("HelperForCausalLM", "compliant", "SupportsEagle3 is in its MRO"),  # its decoder's forward calls a method that collects
 ]
 
 

@@ -203,7 +203,7 @@ def _files(site: Path) -> dict[str, bytes]:
     return {p.relative_to(site).as_posix(): p.read_bytes() for p in sorted(site.rglob("*.py"))}
 
 
-@pytest.mark.parametrize("version", ["0.10.1", "0.18.0", "0.33.0"])
+@pytest.mark.parametrize("version", ["0.10.1", "0.18.0", "0.33.0", "0.34.0"])
 def test_apply_all_leaves_only_the_gaps_it_named_and_revert_all_restores_every_file(version, tmp_path):
     """Every release with the SupportsEagle3 Protocol: what `check --all` says apply writes, `apply --all`
     writes (each class then compliant, every other verdict as before), and `revert --all` takes it all out."""
@@ -256,7 +256,7 @@ def test_0_18_0_names_every_causal_lm_upstream_later_declared():
     assert {c: now[c] for c in UPSTREAM_CAUSAL_0_33_0} == dict.fromkeys(UPSTREAM_CAUSAL_0_33_0, "compliant")
 
 
-@pytest.mark.parametrize("version", ["0.10.1", "0.18.0", "0.33.0"])
+@pytest.mark.parametrize("version", ["0.10.1", "0.18.0", "0.33.0", "0.34.0"])
 def test_the_speculative_configs_model_type_whitelist_is_named_where_the_release_has_one(version):
     """0.10.x's config package holds `eagle3_target_supported = [...]`, tested against the target's text
     model_type before raising; later releases dropped it."""
@@ -270,3 +270,20 @@ def test_the_speculative_configs_model_type_whitelist_is_named_where_the_release
         assert gated == []
     else:
         assert gated == [gated[0]] and gated[0].startswith(f"config/__init__.py:{at}: ") and "'llama' or 'qwen'" in gated[0]
+
+
+def test_0_34_0_reads_the_runners_check_from_its_new_home_and_fixes_every_wrapper_it_names():
+    """0.34.0 deleted gpu_model_runner.py: the protocol is confirmed in eagle3_utils.py, where the
+    runner raises; the wrappers whose language model supports EAGLE-3 but which lack the base are
+    fixable, and `apply` makes vLLM's own isinstance check pass for each."""
+    site = vllm_releases.site_packages("0.34.0")
+    assert not (site / "vllm/v1/worker/gpu_model_runner.py").exists()
+    runner = (site / "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py").read_text(encoding="utf-8").splitlines()
+    check_line = next(i + 1 for i, line in enumerate(runner) if "supports_eagle3(model)" in line)
+    data, found = statuses(site, "--all")
+    base = next(p for p in data["protocol"] if p["name"] == "SupportsEagle3")
+    assert base["called_at"] == [f"v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:{check_line}"]
+    assert data["consumers"] == ["v1/worker/gpu/spec_decode/eagle/eagle3_utils.py"]
+    by_class = by_class_of(data)
+    wrappers = sorted(c for c, s in found.items() if s == "fixable" and by_class[c]["inner"])
+    assert len(wrappers) >= 19

@@ -494,15 +494,28 @@ class VllmPlanner:
         owners = [c for c in chain if "forward" in methods(c.node)]
         for index, owner in enumerate(owners):
             forward = methods(owner.node)["forward"]
-            if _collects(forward):
+            if self._method_collects(chain, forward, depth):
                 return True
-            if depth < 2:
-                for attribute in _called_modules(forward):
-                    built = self._built_in_init(chain, attribute)
-                    if built is not None and self.collects(built, depth + 1):
-                        return True
             if not _calls_super_forward(forward) or index + 1 == len(owners):
                 return False
+        return False
+
+    def _method_collects(self, chain: Sequence[ClassRef], func: ast.FunctionDef | ast.AsyncFunctionDef, depth: int) -> bool:
+        """`func` collects, or a method of the class it calls does (`self._stock_forward(...)`: Mistral
+        Large 4's), or a module the class builds that it calls."""
+        if _collects(func):
+            return True
+        if depth >= 2:
+            return False
+        for attribute in _called_modules(func):
+            method = next((methods(c.node)[attribute] for c in chain if attribute in methods(c.node)), None)
+            if method is not None:
+                if method is not func and self._method_collects(chain, method, depth + 1):
+                    return True
+                continue
+            built = self._built_in_init(chain, attribute)
+            if built is not None and self.collects(built, depth + 1):
+                return True
         return False
 
     def _built_in_init(self, chain: Sequence[ClassRef], attribute: str) -> ClassRef | None:
