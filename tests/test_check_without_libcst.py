@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -57,8 +58,9 @@ def test_a_learned_body_said_to_fit_does_fit(sglang_059: Path, monkeypatch) -> N
     for library, synthesis in asked:
         assert real(library, synthesis)
         assert library._overlong(synthesis) == ""  # libcst's layout, asked directly
-        library.line_length = 20  # a limit every def outgrows: the bound must give way
+        run = library.resolver.run  # the tree's style is the run's: a narrower one, for this question
+        library.resolver.run = replace(run, style=replace(run.style, line_length=20))  # every def outgrows it
         assert not real(library, synthesis) and library._overlong(synthesis)
-        library.line_length = 88
+        library.resolver.run = run
 
 
