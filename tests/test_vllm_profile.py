@@ -520,7 +520,7 @@ def test_a_vllm_consumer_that_does_not_parse_stops_the_gate(tree):
 
 CAUSAL = '''"""Causal LMs that are their own target, one per shape the verdict reads."""
 
-from .interfaces import EagleModelMixin, SupportsEagle3
+from .interfaces import EagleModelMixin, SupportsEagle3, SupportsMultiModal
 from .llama import LlamaForCausalLM, LlamaModel, Module
 
 
@@ -594,6 +594,26 @@ class HelperForCausalLM(Module, SupportsEagle3):
         self.model = HelperModel(vllm_config=vllm_config, prefix=prefix)
 
 
+class Composite(Module):
+    def __init__(self, *, vllm_config=None, prefix=""):
+        super().__init__()
+        self.text_model = CollectingModel(vllm_config=vllm_config, prefix=prefix)
+
+
+class MarkedForConditionalGeneration(Module, SupportsMultiModal):
+    def __init__(self, *, vllm_config=None, prefix=""):
+        super().__init__()
+        with self._mark_composite_model(vllm_config, language_targets=CollectingModel, tower_targets={}):
+            self.model = Composite(vllm_config=vllm_config, prefix=prefix)
+
+
+class MarkedSilentForConditionalGeneration(Module, SupportsMultiModal):
+    def __init__(self, *, vllm_config=None, prefix=""):
+        super().__init__()
+        with self._mark_language_model(vllm_config, targets=SilentModel):
+            self.text = SilentModel(vllm_config=vllm_config, prefix=prefix)
+
+
 class BaseMissingForCausalLM(Module):
     def __init__(self, *, vllm_config=None, prefix=""):
         super().__init__()
@@ -638,6 +658,9 @@ CAUSAL_CASES = [
     ("HandingForCausalLM", "compliant", "SupportsEagle3 is in its MRO"),  # super().forward reaches Llama's, which collects
     ("StackForCausalLM", "compliant", "SupportsEagle3 is in its MRO"),  # its decoder calls a stack module that collects
     ("HelperForCausalLM", "compliant", "SupportsEagle3 is in its MRO"),  # its decoder's forward calls a method that collects
+    # a language model marked while built, which has no .model: this (0.18-shaped) default asserts one
+    ("MarkedForConditionalGeneration", "needs_code", "needs the language model's .model, and CollectingModel"),
+    ("MarkedSilentForConditionalGeneration", "needs_code", "needs the language model's .model, and SilentModel"),
 ]
 
 
@@ -718,3 +741,30 @@ def test_the_target_gate_is_read_from_the_speculative_config(tree, text, expecte
     if gate is not None:
         data = json.loads(cli("check", "--all", "--format", "json", tree).stdout)
         assert any(w.startswith(f"{gate.at}: this release runs EAGLE-3 only for a target whose text model_type contains 'llama' or 'qwen'") for w in data["warnings"])
+
+
+UNWRAPPING = """        parent = self.get_language_model() if hasattr(self, "get_language_model") else self
+        holder = getattr(parent, "model", parent)
+        assert isinstance(holder, EagleModelMixin)
+        holder._set_aux_hidden_state_layers(layers)
+"""
+
+
+def test_a_marked_language_model_is_reached_where_the_default_unwraps_only_when_it_can(causal_tree):
+    """vLLM 0.33 on: the setter's default takes `.model` only when the language model has one, so the
+    decoder a class marks as its language model (Idefics3's LlamaModel, built inside its composite
+    model) is reached by the base alone, and is judged by its own forward."""
+    interfaces = causal_tree / "vllm" / "model_executor" / "models" / "interfaces.py"
+    text = interfaces.read_text()
+    old = """        parent = self.get_language_model() if hasattr(self, "get_language_model") else self
+        assert isinstance(parent.model, EagleModelMixin)
+        parent.model._set_aux_hidden_state_layers(layers)
+"""
+    assert old in text
+    interfaces.write_text(text.replace(old, UNWRAPPING))
+    data = json.loads(cli("check", "--model", "causal", "--format", "json", causal_tree).stdout)
+    by_class = {m["class"]: m for m in data["models"]}
+    assert by_class["MarkedForConditionalGeneration"]["status"] == "fixable"
+    assert "add SupportsEagle3 to its bases: CollectingModel.forward" in by_class["MarkedForConditionalGeneration"]["reason"]
+    silent = by_class["MarkedSilentForConditionalGeneration"]
+    assert silent["status"] == "needs_code" and "the forward of the language model it marks (SilentModel, model_executor/models/causal.py:" in silent["reason"]

@@ -249,9 +249,11 @@ class VllmPlanner:
         base = self.records.members[BASE]
         setter = self.records.members[self.protocol.setter.name]
         needed = [h.name for h in self.protocol.hooks if self.protocol.stubs and self.concrete(ref, h.name) is None]
-        decoder = self.decoder(ref)
+        marked = self.marked_language_target(ref)
+        decoder = self.decoder(ref) if marked is None else self.target_decoder(marked)
+        which = "its decoder self.model" if marked is None else f"the language model it marks ({marked.name}, {marked.at})"
         forward = f"{decoder.forward.name}.forward ({decoder.forward.module.rel}:{decoder.forward_line})" if decoder.forward is not None else ""
-        collects_nothing = f"{forward}, the forward of its decoder self.model, collects no aux hidden states (no _maybe_add_hidden_state call, no read of aux_hidden_state_layers)"
+        collects_nothing = f"{forward}, the forward of {which}, collects no aux hidden states (no _maybe_add_hidden_state call, no read of aux_hidden_state_layers)"
         if self.nominal(ref):
             forwarded = (MemberPlan(base, None, None, required=True, uses=base.uses),)
             if needed:
@@ -280,6 +282,40 @@ class VllmPlanner:
         missing = [MemberPlan(base, None, None, required=True, uses=base.uses, blocker=why)]
         missing += [MemberPlan(self.records.members[n], None, None, required=True, blocker=why, uses=self.records.members[n].uses) for n in needed]
         return ModelPlan(wrapper, "needs_code", "target", registered, tuple(missing), reason=why)
+
+    def marked_language_target(self, ref: ClassRef) -> ClassRef | None:
+        """The class a multimodal model marks as its language model while it builds it (`with
+        self._mark_composite_model(..., language_targets=X)` or `self._mark_language_model(...,
+        targets=X)` in its `__init__` chain), when the class answers `get_language_model` (the
+        Protocol's defaults ask it): that module, however deep it is built, is what the hooks reach."""
+        if self.concrete(ref, "get_language_model") is None:
+            return None
+        for cls in self.tree.mro(ref):
+            init = methods(cls.node).get("__init__")
+            for node in walk(init) if init is not None else ():
+                if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute) or not _is_self(node.func.value):
+                    continue
+                keyword = {"_mark_composite_model": "language_targets", "_mark_language_model": "targets"}.get(node.func.attr)
+                value = next((k.value for k in node.keywords if k.arg == keyword), None) if keyword else None
+                if value is not None:
+                    found = self.tree.resolve(cls.module.name, ast.unparse(value))
+                    return found[0] if len(found) == 1 else None
+        return None
+
+    def target_decoder(self, target: ClassRef) -> Decoder:
+        """The Protocol's defaults hand the layers to the marked module's `model` when it has one, else
+        to the module itself."""
+        if any("model" in {t.attr for n in walk(methods(c.node).get("__init__") or c.node) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Attribute) and _is_self(t.value)} for c in self.tree.mro(target)):
+            return self.decoder(target)
+        if not self.protocol.unwraps_language_model:
+            setter = self.protocol.setter
+            return Decoder(None, f"{BASE}.{setter.name}'s default ({self.protocol.rel}:{setter.line}) needs the language model's .model, and {target.name} ({target.at}) has none")
+        chain = self.tree.mro(target)
+        mixin = any(c.module.name == INTERFACES and c.name == MIXIN for c in chain)
+        owner = next((c for c in chain if "forward" in methods(c.node)), None)
+        if owner is None:
+            return Decoder(target, mixin=mixin)
+        return Decoder(target, forward=owner, forward_line=methods(owner.node)["forward"].lineno, collects=self.collects(target), mixin=mixin)
 
     def over_declared(self, held: list[Held]) -> tuple[str, str] | None:
         """(LM attribute, why) when a language model the wrapper holds has a decoder whose `forward`

@@ -63,6 +63,17 @@ class VllmProtocol:
     def stubs(self) -> bool:
         return any(m.stub for m in self.hooks)
 
+    @property
+    def unwraps_language_model(self) -> bool:
+        """The setter's default takes the language model's `.model` only when it has one
+        (`getattr(parent, "model", parent)`, 0.33 on): a decoder marked as the language model itself
+        is reached; before, the default asserts the language model has a `.model`."""
+        return any(
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr" and len(n.args) == 3
+            and isinstance(n.args[1], ast.Constant) and n.args[1].value == "model"
+            for n in walk(self.setter.node)
+        )
+
     def as_protocol(self) -> Protocol:
         """The records.Protocol report.py prints: the base, then the two hooks."""
         members = {
