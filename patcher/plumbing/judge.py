@@ -108,18 +108,18 @@ class Plumber:
         if not held:
             return SynthesisFit(why="no hook to learn on a bare backbone")
         if entry.member.name != HOOK:
-            return self._learned_alone(entry, wrapper, shape_misfit)
+            return self.learned_judged(entry, wrapper, shape_misfit)
         head = "the inherited hook cannot work here"
         return self._learned_with_plumbing(entry, wrapper, shape_misfit, held[0].attribute, head, None)
 
-    def _learned_alone(self, entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeMisfit) -> SynthesisFit:
-        """Another algorithm's capture hook learned into the class itself, on the plumbing as the tree
-        has it (eaglepatch writes plumbing for EAGLE-3's hook): the gate judges each reference that fits,
-        best first, as it judges the class once apply has written it."""
+    def learned_judged(self, entry: MemberPlan, wrapper: Wrapper, shape_misfit: ShapeMisfit, plan: PlumbingPlan | None = None) -> SynthesisFit:
+        """Another algorithm's capture hook learned into the class itself, on the plumbing as the tree has
+        it or with `plan` written (eaglepatch writes plumbing for EAGLE-3's hook): the gate judges each
+        reference that fits, best first, as it judges the class once apply has written it."""
         key, name = f"{wrapper.cls.file}:{wrapper.cls.name}", entry.member.name
 
         def works_here(synthesis: Synthesis) -> str:
-            return "; ".join(self.judge_learned(key, name, synthesis))
+            return "; ".join(self.judge_learned(key, name, synthesis, plan))
 
         return self.library.fit(entry, wrapper, shape_misfit, plumbed=True, judge=works_here)
 

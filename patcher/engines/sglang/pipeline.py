@@ -83,11 +83,7 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
             if not plumbers:
                 plumbers.append(Plumber(resolver, library()))
             plumber = plumbers[0]
-
-            def works_here(synthesis: Synthesis) -> str:
-                return "; ".join(plumber.judge_learned(key, name, synthesis, carried))
-
-            judged = library().fit(entry, wrapper, shape_misfit, plumbed=True, judge=works_here)
+            judged = plumber.learned_judged(entry, wrapper, shape_misfit, carried)
             if judged.synthesis is not None:
                 return replace(judged, rides_on=carried)
             copied = None if carried is not None else with_sibling_hook(plumber, entry, wrapper, key)
@@ -96,7 +92,8 @@ def analyze_sglang(request: Resolved, progress: Progress | None = None) -> Analy
             if fit.plumbing and carried is not None:
                 fit = library().fit(entry, wrapper, shape_misfit, plumbed=True)  # on the plumbing written for EAGLE-3's hook
             if fit.synthesis is not None:  # the best that fits, and why it would not work here
-                why = f"the {name} learned from {fit.synthesis.reference.label} would not work here: " + works_here(fit.synthesis)
+                broken = "; ".join(plumber.judge_learned(key, name, fit.synthesis, carried))
+                why = f"the {name} learned from {fit.synthesis.reference.label} would not work here: {broken}"
                 return SynthesisFit(why=why + f" (eaglepatch writes plumbing for {HOOK} alone)")
             return fit
         if fit.synthesis is None and not fit.plumbing:

@@ -254,12 +254,16 @@ class VllmPlanner:
         which = "its decoder self.model" if marked is None else f"the language model it marks ({marked.name}, {marked.at})"
         forward = f"{decoder.forward.name}.forward ({decoder.forward.module.rel}:{decoder.forward_line})" if decoder.forward is not None else ""
         collects_nothing = f"{forward}, the forward of {which}, collects no aux hidden states (no _maybe_add_hidden_state call, no read of aux_hidden_state_layers)"
+        no_body = f"{', '.join(needed)} {'has' if len(needed) == 1 else 'have'} no body in it: needs hand-written code"
+
+        def hook_gaps(why: str) -> list[MemberPlan]:
+            return [MemberPlan(self.records.members[n], None, None, required=True, blocker=why, uses=self.records.members[n].uses) for n in needed]
+
         if self.nominal(ref):
             forwarded = (MemberPlan(base, None, None, required=True, uses=base.uses),)
             if needed:
-                why = f"{BASE} is in its MRO, but {', '.join(needed)} {'has' if len(needed) == 1 else 'have'} no body in it: needs hand-written code"
-                gaps = tuple(MemberPlan(self.records.members[n], None, None, required=True, blocker=why, uses=self.records.members[n].uses) for n in needed)
-                return ModelPlan(wrapper, "needs_code", "target", registered, gaps, forwarded, why)
+                why = f"{BASE} is in its MRO, but {no_body}"
+                return ModelPlan(wrapper, "needs_code", "target", registered, tuple(hook_gaps(why)), forwarded, why)
             if decoder.forward is not None and not decoder.collects:
                 why = f"over-declared: {BASE} is in its MRO, but {collects_nothing}: needs hand-written code, or the base removed"
                 gap = MemberPlan(setter, None, "model", required=True, blocker=why, uses=setter.uses)
@@ -273,14 +277,13 @@ class VllmPlanner:
         elif not decoder.collects:
             why = f"{lacks}, and {collects_nothing}: needs hand-written code"
         elif needed:
-            why = f"{lacks}, and {', '.join(needed)} {'has' if len(needed) == 1 else 'have'} no body in it: needs hand-written code"
+            why = f"{lacks}, and {no_body}"
         elif not decoder.mixin and self.concrete(ref, setter.name, outside_interfaces=True) is None:
             why = f"{lacks}, and {decoder.cls.name} ({decoder.cls.at}) is no {MIXIN} and {ref.name} does not override {setter.name}: the Protocol's default would assert"
         else:
             entry = MemberPlan(base, None, None, required=True, uses=base.uses, fix=Fix("base", BASE))
             return ModelPlan(wrapper, "fixable", "target", registered, (entry,), reason=f"add {BASE} to its bases: {forward} collects aux hidden states")
-        missing = [MemberPlan(base, None, None, required=True, uses=base.uses, blocker=why)]
-        missing += [MemberPlan(self.records.members[n], None, None, required=True, blocker=why, uses=self.records.members[n].uses) for n in needed]
+        missing = [MemberPlan(base, None, None, required=True, uses=base.uses, blocker=why), *hook_gaps(why)]
         return ModelPlan(wrapper, "needs_code", "target", registered, tuple(missing), reason=why)
 
     def marked_language_target(self, ref: ClassRef) -> ClassRef | None:
@@ -305,17 +308,12 @@ class VllmPlanner:
     def target_decoder(self, target: ClassRef) -> Decoder:
         """The Protocol's defaults hand the layers to the marked module's `model` when it has one, else
         to the module itself."""
-        if any("model" in {t.attr for n in walk(methods(c.node).get("__init__") or c.node) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Attribute) and _is_self(t.value)} for c in self.tree.mro(target)):
+        if self._init_assignment(self.tree.mro(target), "model") is not None:
             return self.decoder(target)
         if not self.protocol.unwraps_language_model:
             setter = self.protocol.setter
             return Decoder(None, f"{BASE}.{setter.name}'s default ({self.protocol.rel}:{setter.line}) needs the language model's .model, and {target.name} ({target.at}) has none")
-        chain = self.tree.mro(target)
-        mixin = any(c.module.name == INTERFACES and c.name == MIXIN for c in chain)
-        owner = next((c for c in chain if "forward" in methods(c.node)), None)
-        if owner is None:
-            return Decoder(target, mixin=mixin)
-        return Decoder(target, forward=owner, forward_line=methods(owner.node)["forward"].lineno, collects=self.collects(target), mixin=mixin)
+        return self._decoder_of(target)
 
     def over_declared(self, held: list[Held]) -> tuple[str, str] | None:
         """(LM attribute, why) when a language model the wrapper holds has a decoder whose `forward`
@@ -493,27 +491,23 @@ class VllmPlanner:
         return replace(held, classes=classes)
 
     def decoder(self, lm: ClassRef) -> Decoder:
-        held = None
-        for cls in self.tree.mro(lm):
-            init = methods(cls.node).get("__init__")
-            if init is None:
-                continue
-            for node in walk(init):
-                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and _is_self(t.value) and t.attr == "model" for t in node.targets):
-                    held = Held("model", node.lineno, cls.module.rel, _short_code(node.value))
-                    if isinstance(node.value, ast.Call):
-                        held = self.built_by_member(held, lm, cls.module.name, node.value)
-                    else:
-                        held = replace(held, unresolved="not a call that builds a model")
-                    break
-            if held is not None:
-                break
-        if held is None:
+        found = self._init_assignment(self.tree.mro(lm), "model")
+        if found is None:
             return Decoder(None, f"no self.model assigned in the __init__ of {lm.name} or its bases")
+        cls, node = found
+        held = Held("model", node.lineno, cls.module.rel, _short_code(node.value))
+        if isinstance(node.value, ast.Call):
+            held = self.built_by_member(held, lm, cls.module.name, node.value)
+        else:
+            held = replace(held, unresolved="not a call that builds a model")
         if held.unresolved or held.dynamic or len(held.classes) != 1:
             why = held.unresolved or held.dynamic or f"{held.construct} names {len(held.classes)} classes"
             return Decoder(None, f"self.model = {held.construct} ({held.file}:{held.line}): {why}")
-        cls = held.classes[0]
+        return self._decoder_of(held.classes[0])
+
+    def _decoder_of(self, cls: ClassRef) -> Decoder:
+        """`cls` as the decoder the hooks reach: the forward bound on it, whether it collects, whether
+        it is an EagleModelMixin."""
         chain = self.tree.mro(cls)
         mixin = any(c.module.name == INTERFACES and c.name == MIXIN for c in chain)
         for owner in chain:
@@ -521,6 +515,15 @@ class VllmPlanner:
             if forward is not None:
                 return Decoder(cls, forward=owner, forward_line=forward.lineno, collects=self.collects(cls), mixin=mixin)
         return Decoder(cls, mixin=mixin)
+
+    def _init_assignment(self, chain: Sequence[ClassRef], attribute: str) -> tuple[ClassRef, ast.Assign] | None:
+        """The first `self.<attribute> = ...` of the nearest `__init__` of `chain` that assigns it."""
+        for cls in chain:
+            init = methods(cls.node).get("__init__")
+            for node in walk(init) if init is not None else ():
+                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and _is_self(t.value) and t.attr == attribute for t in node.targets):
+                    return cls, node
+        return None
 
     def collects(self, cls: ClassRef, depth: int = 0) -> bool:
         """Whether the `forward` bound on `cls` collects aux hidden states: itself, through `super().forward`
@@ -556,17 +559,11 @@ class VllmPlanner:
 
     def _built_in_init(self, chain: Sequence[ClassRef], attribute: str) -> ClassRef | None:
         """The one class the nearest `__init__` of `chain` builds for `self.<attribute> = X(...)`."""
-        for cls in chain:
-            init = methods(cls.node).get("__init__")
-            if init is None:
-                continue
-            for node in walk(init):
-                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and _is_self(t.value) and t.attr == attribute for t in node.targets):
-                    if not isinstance(node.value, ast.Call):
-                        return None
-                    found = self.tree.resolve(cls.module.name, ast.unparse(node.value.func))
-                    return found[0] if len(found) == 1 else None
-        return None
+        found = self._init_assignment(chain, attribute)
+        if found is None or not isinstance(found[1].value, ast.Call):
+            return None
+        classes = self.tree.resolve(found[0].module.name, ast.unparse(found[1].value.func))
+        return classes[0] if len(classes) == 1 else None
 
     def built_by_member(self, held: Held, lm: ClassRef, module: str, call: ast.Call) -> Held:
         """`self.model = X(...)`, `self._init_model(...)` (a method returning X(...)) or `self.model_cls(...)`

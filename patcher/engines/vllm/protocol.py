@@ -129,23 +129,22 @@ def read_target_gate(tree: VllmTree) -> TargetGate | None:
         for func in walk(module) if module is not None else ():
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
+            nodes = list(walk(func))
             lists = {
                 t.id: (node.value, node.lineno)
-                for node in walk(func)
+                for node in nodes
                 if isinstance(node, ast.Assign) and isinstance(node.value, (ast.List, ast.Tuple))
                 for t in node.targets
                 if isinstance(t, ast.Name) and "eagle3" in t.id.lower()
             }
+            if not lists or not any(isinstance(n, ast.Raise) for n in nodes):
+                continue
+            if not any(isinstance(n, ast.Compare) and any(isinstance(x, ast.Attribute) and x.attr == "model_type" for x in walk(n)) for n in nodes):
+                continue  # no test against the target's model type
+            loaded = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
             for name, (value, line) in lists.items():
                 words = [e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-                if not words or len(words) != len(value.elts):
-                    continue
-                tested = any(
-                    isinstance(n, ast.Compare) and any(isinstance(x, ast.Attribute) and x.attr == "model_type" for x in walk(n))
-                    for n in walk(func)
-                ) and any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in walk(func))
-                raises = any(isinstance(n, ast.Raise) for n in walk(func))
-                if tested and raises:
+                if words and len(words) == len(value.elts) and name in loaded:
                     return TargetGate(name, tuple(words), f"{rel}:{line}")
     return None
 

@@ -38,7 +38,7 @@ from ...selection import model_stem
 from .edits import LINE_LENGTH, equivalents, spelling_in
 
 _MARKED = re.compile(rb"# eaglepatch: (added \w+ to the bases|forwards to self\.)")
-_BASE_MARKER = re.compile(r"# eaglepatch: added (\w+) to the bases(?: \(before: ([^)]*)\))?")  # notes inline: before 0.2
+_BASE_MARKER = re.compile(r"# eaglepatch: added (\w+) to the bases(?: \(before: ([^)]*)\))?")  # notes inline: as earlier versions wrote them
 _NOTES = re.compile(r"# \(before: ([^)]*)\)")  # the marker's second line
 _EMPTY = cst.Module(body=[])
 

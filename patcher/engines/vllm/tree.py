@@ -55,7 +55,6 @@ class VllmTree:
     def __init__(self, cache: SourceCache):
         self.cache = cache
         self.package = cache.srt
-        self.excluded = cache.excluded  # resolved paths the user left out (--exclude): never read
         self.unread: dict[str, EaglepatchError] = {}  # rel -> why a module the answer needed could not be read
         self._files: dict[str, Path] | None = None
         self._modules: dict[str, Module | None] = {}
