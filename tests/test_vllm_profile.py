@@ -719,6 +719,13 @@ class SpeculativeConfig:
         ):
             raise ValueError(f"Eagle3 is only supported for {eagle3_target_supported} models.")
 '''
+ONE_WORD = '''
+class SpeculativeConfig:
+    def _verify_args(self):
+        if self.method == "eagle3" and self.target_model_config and \\
+            "llama" not in self.target_model_config.hf_text_config.model_type:
+            raise ValueError("Eagle3 is only supported for Llama models.")
+'''
 # (the config module's text, the gate read: (name, words, line) or None)
 GATE_CASES = [
     (GATED, ("eagle3_target_supported", ("llama", "qwen"), 4)),
@@ -726,10 +733,12 @@ GATE_CASES = [
     (GATED.replace('            raise ValueError(f"Eagle3 is only supported for {eagle3_target_supported} models.")', "            pass"), None),  # no raise
     (GATED.replace('["llama", "qwen"]', '["llama", NAME]'), None),  # not a list of words
     ("", None),
+    (ONE_WORD, ("'llama' not in model_type", ("llama",), 5)),  # vLLM 0.9's form
+    (ONE_WORD.replace('"eagle3"', '"eagle"'), None),  # another method's test
 ]
 
 
-@pytest.mark.parametrize("text, expected", GATE_CASES, ids=["gate", "other-field", "no-raise", "not-words", "none"])
+@pytest.mark.parametrize("text, expected", GATE_CASES, ids=["gate", "other-field", "no-raise", "not-words", "none", "one-word", "other-method"])
 def test_the_target_gate_is_read_from_the_speculative_config(tree, text, expected):
     from eaglepatch.engines.vllm.protocol import read_target_gate
 
@@ -740,7 +749,8 @@ def test_the_target_gate_is_read_from_the_speculative_config(tree, text, expecte
     assert got == expected
     if gate is not None:
         data = json.loads(cli("check", "--all", "--format", "json", tree).stdout)
-        assert any(w.startswith(f"{gate.at}: this release runs EAGLE-3 only for a target whose text model_type contains 'llama' or 'qwen'") for w in data["warnings"])
+        said = " or ".join(repr(w) for w in gate.words)
+        assert any(w.startswith(f"{gate.at}: this release runs EAGLE-3 only for a target whose text model_type contains {said}") for w in data["warnings"])
 
 
 UNWRAPPING = """        parent = self.get_language_model() if hasattr(self, "get_language_model") else self

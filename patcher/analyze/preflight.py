@@ -780,9 +780,11 @@ def _evaluate(node: ast.expr, env: Mapping[str, object]) -> object:
         return not _evaluate(node.operand, env)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         return -_as_int(_evaluate(node.operand, env))
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)):
         left, right = _as_int(_evaluate(node.left, env)), _as_int(_evaluate(node.right, env))
-        return left + right if isinstance(node.op, ast.Add) else left - right
+        if isinstance(node.op, ast.FloorDiv) and right == 0:
+            raise _Unknown(_clipped_source(node))
+        return _ARITHMETIC[type(node.op)](left, right)
     if isinstance(node, ast.Subscript):
         sequence, index = _evaluate(node.value, env), _evaluate(node.slice, env)
         if isinstance(sequence, list) and isinstance(index, int) and -len(sequence) <= index < len(sequence):
@@ -816,6 +818,20 @@ def _evaluate(node: ast.expr, env: Mapping[str, object]) -> object:
 def _clipped_source(node: ast.AST) -> str:
     text = ast.unparse(node)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+_ARITHMETIC: dict[type, Callable[[int, int], int]] = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b, ast.FloorDiv: lambda a, b: a // b,
+}
+
+
+def evaluate(node: ast.expr, env: Mapping[str, object]) -> object | None:
+    """`node`'s value in the small language layer-id code is written in, `env` bound; None where the
+    reading cannot follow it."""
+    try:
+        return _evaluate(node, env)
+    except _Unknown:
+        return None
 
 
 _SEQUENCE_CALLS: dict[str, Callable[[list], object]] = {"list": list, "sorted": sorted, "len": len, "max": max, "min": min}

@@ -93,3 +93,14 @@ def read_checkpoint(folder: Path, what: str) -> Checkpoint:
     for name in files:
         weights.update(read_header(base / name))
     return Checkpoint(base, config, weights, tuple(files))
+
+
+def local_checkpoint(value: str | None, what: str) -> Checkpoint | None:
+    """The checkpoint a launch names by `value` (None when it names none); a name that is no local
+    folder stops preflight, which reads config.json and never downloads."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise EaglepatchError(f"{what} {value!r} is not a local folder: preflight reads its config.json; download it first", path=value)
+    return read_checkpoint(path, what)

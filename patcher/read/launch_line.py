@@ -447,9 +447,9 @@ def _entry_at(words: Sequence[str]) -> int:
     )
 
 
-def read_launch(words: Sequence[str], options: Options, shell: Mapping[str, str] | None = None) -> LaunchLine:
-    """`words` as typed (one string is split as a POSIX shell would), run from a shell whose exported
-    variables are `shell` (the launch inherits them unless it starts with `env -i`)."""
+def split_environment(words: Sequence[str], shell: Mapping[str, str] | None) -> tuple[Sequence[str], dict[str, str], dict[str, str], list[str]]:
+    """(the words, one string split as a POSIX shell would; the assignments before the command,
+    `VAR=1 cmd` and `env [-i] VAR=1 cmd`; what it inherits from the shell; the command's own words)."""
     inherited = dict(shell or {})
     if len(words) == 1 and " " in words[0]:
         words = shlex.split(words[0])
@@ -468,6 +468,13 @@ def read_launch(words: Sequence[str], options: Options, shell: Mapping[str, str]
         while rest and _ASSIGNMENT.match(rest[0]):
             name, _, value = rest.pop(0).partition("=")
             environment[name] = value
+    return words, environment, inherited, rest
+
+
+def read_launch(words: Sequence[str], options: Options, shell: Mapping[str, str] | None = None) -> LaunchLine:
+    """`words` as typed (one string is split as a POSIX shell would), run from a shell whose exported
+    variables are `shell` (the launch inherits them unless it starts with `env -i`)."""
+    words, environment, inherited, rest = split_environment(words, shell)
     begin = _entry_at(rest)
     serve = begin >= 2 and rest[begin - 1] == "serve" and _SERVE_SCRIPT.fullmatch(rest[begin - 2]) is not None
     values: dict[str, str | bool | tuple[str, ...]] = {}

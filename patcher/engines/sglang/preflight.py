@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...errors import EaglepatchError
@@ -19,7 +18,6 @@ from ...records import Finding, PreflightReport
 if TYPE_CHECKING:
     from ...analyze.preflight import TargetHook
     from ...engine import Resolved
-    from ...read.checkpoint import Checkpoint
     from ...read.source_cache import SourceCache
 
 
@@ -52,23 +50,13 @@ def _target_hook(cache: SourceCache, rel: str, line: int, at: str) -> TargetHook
     return rules.TargetHook(source, at, final)
 
 
-def _checkpoint(value: str | None, what: str) -> Checkpoint | None:
-    from ...read.checkpoint import read_checkpoint
-
-    if value is None:
-        return None
-    path = Path(value).expanduser()
-    if not path.exists():
-        raise EaglepatchError(f"{what} {value!r} is not a local folder: preflight reads its config.json; download it first", path=value)
-    return read_checkpoint(path, what)
-
-
 def run_preflight(request: Resolved, words: Sequence[str], shell: Mapping[str, str]) -> PreflightReport:
     """The launch `words`, run from a shell exporting `shell`, read against the tree of `request`: one
     run, one reading of the tree (the options, the rules' facts and the target's analysis share
     `request.cache`)."""
     from ...analyze import preflight as rules
     from ...analyze.algorithms import find_enum
+    from ...read.checkpoint import local_checkpoint
     from ...read.launch_line import read_launch, read_options
     from ...selection import Selection
 
@@ -78,8 +66,8 @@ def run_preflight(request: Resolved, words: Sequence[str], shell: Mapping[str, s
     enum = find_enum(cache)
     known = enum.algorithms if enum is not None else ()
     asked = line.get("speculative_algorithm")
-    target = _checkpoint(line.get("model_path"), "the target")
-    draft = _checkpoint(line.get("speculative_draft_model_path"), "the draft")
+    target = local_checkpoint(line.get("model_path"), "the target")
+    draft = local_checkpoint(line.get("speculative_draft_model_path"), "the draft")
     facts = rules.read_facts(cache, known)
     algorithm = asked.upper() if asked else None
     if algorithm is not None and algorithm in facts.aliases:

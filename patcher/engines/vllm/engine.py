@@ -23,7 +23,7 @@ HINT = (
     "(with vllm/model_executor/models/interfaces.py)"
 )
 # what a command the profile does not serve yet points at instead
-INSTEAD: dict[str, str] = {"explain": "eaglepatch check shows each wrapper's reasons", "preflight": "it reads SGLang launches"}
+INSTEAD: dict[str, str] = {"explain": "eaglepatch check shows each wrapper's reasons"}
 
 
 class VllmEngine:
@@ -34,7 +34,7 @@ class VllmEngine:
     lists_clean_classes = True  # `check --all` reads the registered wrappers: a short list, each said
     hint = HINT
     not_found = f"no vllm/{VLLM_MARKER} found below it; {HINT}"
-    commands: frozenset[Command] = frozenset({"check", "diff", "apply", "revert"})
+    commands: frozenset[Command] = frozenset({"check", "diff", "apply", "revert", "preflight"})
 
     def locate(self, given: Path) -> SourceTree | None:
         """A checkout root or a site-packages folder (both hold vllm/), or the vllm folder itself."""
@@ -80,7 +80,9 @@ class VllmEngine:
         raise NotImplementedError(self.refusal("explain"))  # cli asks refusal() first
 
     def preflight(self, request: Resolved, words: Sequence[str], shell: Mapping[str, str]) -> PreflightReport:
-        raise NotImplementedError(self.refusal("preflight"))  # cli asks refusal() first
+        from .preflight import run_vllm_preflight
+
+        return run_vllm_preflight(request, words, shell)
 
 
 VLLM = VllmEngine()

@@ -21,7 +21,7 @@ SETTER = "set_aux_hidden_state_layers"
 # the runner's files that call the hooks on the target (the second exists from 0.18)
 CONSUMERS = ("v1/worker/gpu_model_runner.py", "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py")
 # where the speculative config vets the target before any class is loaded (0.10.x: the config package)
-SPECULATIVE_CONFIGS = ("config/speculative.py", "config/__init__.py")
+SPECULATIVE_CONFIGS = ("config/speculative.py", "config/__init__.py", "config.py")  # as releases moved it
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def read_target_gate(tree: VllmTree) -> TargetGate | None:
                 for t in node.targets
                 if isinstance(t, ast.Name) and "eagle3" in t.id.lower()
             }
-            if not lists or not any(isinstance(n, ast.Raise) for n in nodes):
+            if not any(isinstance(n, ast.Raise) for n in nodes):
                 continue
             if not any(isinstance(n, ast.Compare) and any(isinstance(x, ast.Attribute) and x.attr == "model_type" for x in walk(n)) for n in nodes):
                 continue  # no test against the target's model type
@@ -146,6 +146,27 @@ def read_target_gate(tree: VllmTree) -> TargetGate | None:
                 words = [e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
                 if words and len(words) == len(value.elts) and name in loaded:
                     return TargetGate(name, tuple(words), f"{rel}:{line}")
+            one = _one_word_gate(func)
+            if one is not None:
+                return TargetGate(f"{one[0]!r} not in model_type", (one[0],), f"{rel}:{one[1]}")
+    return None
+
+
+def _one_word_gate(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, int] | None:
+    """The gate before it was a list (vLLM 0.9): `if method == "eagle3" and "llama" not in ....model_type:
+    raise ...`, as (the word, its line)."""
+    for node in walk(func):
+        if not (isinstance(node, ast.If) and any(isinstance(s, ast.Raise) for s in node.body)):
+            continue
+        if not any(isinstance(c, ast.Constant) and c.value == "eagle3" for c in walk(node.test)):
+            continue
+        for test in walk(node.test):
+            if (
+                isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotIn)
+                and isinstance(test.left, ast.Constant) and isinstance(test.left.value, str)
+                and isinstance(test.comparators[0], ast.Attribute) and test.comparators[0].attr == "model_type"
+            ):
+                return test.left.value, test.lineno
     return None
 
 

@@ -1,0 +1,196 @@
+"""Read stage: a vLLM launch line (`vllm serve MODEL ...`, `python -m vllm.entrypoints.openai.api_server
+--model MODEL ...`), read for what preflight judges: the model, the speculative config and the options
+that size the run.
+
+vLLM builds most of its options from its config dataclasses' fields, so the reading is lenient on purpose:
+an option it does not know is skipped (with its value, when the next word is one), never called an error,
+since only the release's own parser can say which words it refuses.  What it reads, it reads as that
+parser does: `--opt value` and `--opt=value`, underscores spelled as dashes, `--speculative-config` as
+JSON (or as dotted keys, `--speculative-config.method eagle3`), the last spelling of an option winning,
+a positional model after `serve` winning over `--model`.  Whether an option takes no value is read from
+the release (`bool` fields of its argument dataclasses, `store_true` actions), not listed here.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import EaglepatchError
+from .launch_line import split_environment
+from .source_cache import SourceCache
+from .statements import walk
+
+_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
+_CLI_MODULE = "vllm.entrypoints.cli.main"
+_CONSOLE = re.compile(r"(?:.*/)?vllm")
+# the files whose dataclasses and parsers declare the server's options, as releases have moved them
+ARGUMENT_FILES = (
+    "engine/arg_utils.py",
+    "entrypoints/openai/cli_args.py",
+    "entrypoints/common/cli_args.py",
+)
+# the options preflight reads, by their long spelling (dashes)
+_READ = {
+    "--model": "model",
+    "--speculative-config": "speculative_config",
+    "--max-model-len": "max_model_len",
+    "--tensor-parallel-size": "tensor_parallel_size",
+    "-tp": "tensor_parallel_size",
+    "--spec-method": "spec_method",
+    "--spec-model": "spec_model",
+    "--spec-tokens": "spec_tokens",
+    "--speculative-model": "speculative_model",
+    "--num-speculative-tokens": "num_speculative_tokens",
+    "--trust-remote-code": "trust_remote_code",
+    "--config": "config",
+}
+
+
+@dataclass(frozen=True)
+class VllmFlags:
+    """The release's options that take no value, read from its argument dataclasses and parsers."""
+
+    flags: frozenset[str]
+    at: str  # the file they were read from, relative to the vllm folder
+
+
+@dataclass(frozen=True)
+class VllmLaunch:
+    """A vLLM launch line as preflight reads it."""
+
+    words: tuple[str, ...]
+    environment: Mapping[str, str]
+    values: Mapping[str, str | bool]  # dest -> the value as typed (flags: True)
+    speculative: Mapping[str, object] | None  # the speculative config as the release builds its dict
+    spelled: Mapping[str, str]  # dest -> the word the user wrote
+    errors: tuple[str, ...] = ()  # what the release's parser stops on (JSON it cannot read)
+    serve: bool = False  # `vllm serve`, not the api_server module
+    shell: Mapping[str, str] = field(default_factory=dict)
+
+    def get(self, dest: str) -> str | None:
+        value = self.values.get(dest)
+        return value if isinstance(value, str) else None
+
+
+def read_flags(cache: SourceCache) -> VllmFlags:
+    """`--x` options of the release that take no value: `bool` fields of the dataclasses in its argument
+    files (EngineArgs, the front end's), and `store_true`/`store_false` arguments its parsers add."""
+    flags: set[str] = set()
+    at = ""
+    for rel in ARGUMENT_FILES:
+        path = cache.srt / rel
+        if not path.is_file():
+            continue
+        try:
+            module = cache.module_ast(path)
+        except EaglepatchError:
+            continue
+        at = at or rel
+        for node in walk(module):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and _is_bool(node.annotation):
+                flags.add("--" + node.target.id.replace("_", "-"))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+                action = next((k.value for k in node.keywords if k.arg == "action"), None)
+                if isinstance(action, ast.Constant) and action.value in ("store_true", "store_false"):
+                    flags.update(a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str))
+    return VllmFlags(frozenset(flags), at)
+
+
+def _is_bool(annotation: ast.expr) -> bool:
+    text = ast.unparse(annotation).replace(" ", "")
+    return text in ("bool", "Optional[bool]", "bool|None")
+
+
+def _server_entry(words: Sequence[str]) -> tuple[int, bool]:
+    """(the index of the first word after the program, whether it is `serve`)."""
+    for i, word in enumerate(words):
+        if word in _SERVER_MODULES or word.endswith("/api_server.py"):
+            return i + 1, False
+        if word == _CLI_MODULE and i + 1 < len(words) and words[i + 1] == "serve":
+            return i + 2, True
+        if _CONSOLE.fullmatch(word) and i + 1 < len(words) and words[i + 1] == "serve":
+            return i + 2, True
+    raise EaglepatchError(
+        "the launch command starts no vLLM server: pass it after `--`, as you would type it "
+        "(`vllm serve MODEL --speculative-config '{...}'` or `python -m vllm.entrypoints.openai.api_server --model MODEL ...`)",
+        path="LAUNCH",
+    )
+
+
+def _dashed(word: str) -> str:
+    """vLLM's parser reads `--max_model_len` as `--max-model-len` (the name only, not a dotted key)."""
+    if not word.startswith("--"):
+        return word
+    name, dot, key = word[2:].partition(".")
+    return "--" + name.replace("_", "-") + dot + key
+
+
+def read_vllm_launch(words: Sequence[str], flags: VllmFlags, shell: Mapping[str, str] | None = None) -> VllmLaunch:
+    """`words` as typed, run from a shell exporting `shell`."""
+    words, environment, inherited, rest = split_environment(words, shell)
+    begin, serve = _server_entry(rest)
+    args = rest[begin:]
+    values: dict[str, str | bool] = {}
+    spelled: dict[str, str] = {}
+    dotted: dict[str, object] = {}
+    errors: list[str] = []
+    positional: str | None = None
+    i = 0
+    if serve and args and not args[0].startswith("-"):
+        positional, i = args[0], 1
+    while i < len(args):
+        word = args[i]
+        i += 1
+        if not word.startswith("-") or word == "-":
+            continue
+        head, eq, inline = word.partition("=")
+        head = _dashed(head)
+        takes = head not in flags.flags and head not in ("--help", "-h")
+        value: str | bool = True
+        if eq:
+            value = inline
+        elif takes and i < len(args) and not (args[i].startswith("-") and len(args[i]) > 1 and not args[i][1].isdigit()):
+            value = args[i]
+            i += 1
+        name, dot, key = head.partition(".")
+        if dot and name == "--speculative-config":
+            dotted[key.replace("-", "_")] = _dotted_value(value) if isinstance(value, str) else value
+            spelled.setdefault("speculative_config", name)
+            continue
+        dest = _READ.get(head)
+        if dest is None:
+            continue
+        values[dest] = value
+        spelled[dest] = head
+    if positional is not None:
+        values["model"] = positional
+        spelled["model"] = "MODEL (after serve)"
+    speculative: dict[str, object] | None = None
+    raw = values.get("speculative_config")
+    if isinstance(raw, str):
+        try:
+            loaded = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            errors.append(f"argument --speculative-config: invalid JSON ({exc.msg} at column {exc.colno}): {raw}")
+        else:
+            if isinstance(loaded, dict):
+                speculative = dict(loaded)
+            else:
+                errors.append(f"argument --speculative-config: a JSON object is wanted, not {type(loaded).__name__}: {raw}")
+    elif raw is True:
+        errors.append("argument --speculative-config: expected one argument")
+    if dotted:
+        speculative = {**(speculative or {}), **dotted}
+    return VllmLaunch(tuple(words), environment, values, speculative, spelled, tuple(errors), serve, inherited)
+
+
+def _dotted_value(text: str) -> object:
+    """A dotted key's value as vLLM's parser reads it: JSON where it is JSON, else the string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
