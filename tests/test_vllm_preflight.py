@@ -17,14 +17,14 @@ from typer.testing import CliRunner
 from eaglepatch.cli import app
 from eaglepatch.errors import EaglepatchError
 from eaglepatch.read.source_cache import SourceCache
-from eaglepatch.read.vllm_launch import VllmFlags, read_flags, read_vllm_launch
+from eaglepatch.read.vllm_launch import VllmOptions, read_vllm_launch, read_vllm_options
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "vllm"
 TARGET = REPO / "fixtures" / "checkpoints" / "llama-3.1-8b"
 DRAFT = REPO / "fixtures" / "checkpoints" / "llama-3.1-8b-eagle3"
 RUNNER = CliRunner()
-FLAGS = VllmFlags(frozenset({"--trust-remote-code", "--enforce-eager"}), "engine/arg_utils.py")
+FLAGS = VllmOptions(frozenset({"--trust-remote-code", "--enforce-eager"}))
 SPEC = '{"method": "eagle3", "model": "/d", "num_speculative_tokens": 3}'
 
 
@@ -98,10 +98,34 @@ def test_a_line_that_starts_no_vllm_server_is_bad_input():
         read_vllm_launch(["python", "-m", "sglang.launch_server", "--model-path", "/m"], FLAGS, {})
 
 
-def test_the_options_without_a_value_are_read_from_the_release():
-    flags = read_flags(SourceCache(FIXTURE / "vllm"))
-    assert {"--trust-remote-code", "--enforce-eager"} <= flags.flags
-    assert "--max-model-len" not in flags.flags and flags.at == "engine/arg_utils.py"
+def test_the_options_and_those_without_a_value_are_read_from_the_release():
+    options = read_vllm_options(SourceCache(FIXTURE / "vllm"))
+    assert {"--trust-remote-code", "--enforce-eager"} <= options.flags
+    assert "--max-model-len" not in options.flags and options.at == "engine/arg_utils.py"
+    assert {"--model", "--max-model-len", "-tp", "--speculative-config"} <= options.known
+
+
+# (an option word, whether the fixture's parser has no such option)
+UNKNOWN = [
+    ("--max-model-len", False),
+    ("--max-model", False),  # argparse takes a prefix
+    ("--no-enforce-eager", False),  # a boolean's negation
+    ("--speculative-config.method", False),  # a dotted key of a JSON option
+    ("--speculative-model", True),
+    ("--use-v2-block-manager", True),
+    ("-x", False),  # a short option is not judged
+]
+
+
+@pytest.mark.parametrize("word, unknown", UNKNOWN)
+def test_an_option_is_unknown_only_when_no_declared_option_could_be_it(word, unknown):
+    assert read_vllm_options(SourceCache(FIXTURE / "vllm")).unknown(word) is unknown
+
+
+def test_an_option_the_release_lacks_is_a_warning_naming_it(tmp_path):
+    draft = checkpoint(tmp_path, DRAFT, "draft", max_position_embeddings=131072, eagle_aux_hidden_state_layer_ids=[1, 15, 28])
+    code, data = preflight(FIXTURE, TARGET, draft, "--speculative_model", "/d", "--max-model-len", "4096")
+    assert code == 0 and checks(data, "warn") == ["launch-arguments"] and "--speculative-model" in data["findings"][0]["message"]
 
 
 # --------------------------------------------------------------------------- the rules

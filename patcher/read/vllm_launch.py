@@ -32,6 +32,7 @@ ARGUMENT_FILES = (
     "engine/arg_utils.py",
     "entrypoints/openai/cli_args.py",
     "entrypoints/common/cli_args.py",
+    "entrypoints/cli/serve.py",
 )
 # the options preflight reads, by their long spelling (dashes)
 _READ = {
@@ -51,11 +52,22 @@ _READ = {
 
 
 @dataclass(frozen=True)
-class VllmFlags:
-    """The release's options that take no value, read from its argument dataclasses and parsers."""
+class VllmOptions:
+    """The release's options as its parsers declare them: every `--x` an `add_argument` names, each field
+    of its front-end argument dataclasses (`--field-name`), and which of them take no value."""
 
-    flags: frozenset[str]
-    at: str  # the file they were read from, relative to the vllm folder
+    flags: frozenset[str]  # options that take no value
+    known: frozenset[str] = frozenset()  # every option spelled out ((): not read, nothing is called unknown)
+    at: str = ""  # the file they were first read from, relative to the vllm folder
+
+    def unknown(self, word: str) -> bool:
+        """No option is spelled so, nor starts so (argparse takes a unique prefix), nor is its `--no-` form."""
+        if not self.known or not word.startswith("--"):
+            return False
+        name = word.split(".", 1)[0]
+        if name.startswith("--no-") and "--" + name[5:] in self.known:
+            return False
+        return not any(option.startswith(name) for option in self.known)
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,7 @@ class VllmLaunch:
     speculative: Mapping[str, object] | None  # the speculative config as the release builds its dict
     spelled: Mapping[str, str]  # dest -> the word the user wrote
     errors: tuple[str, ...] = ()  # what the release's parser stops on (JSON it cannot read)
+    unknown: tuple[str, ...] = ()  # options no parser of the release declares
     serve: bool = False  # `vllm serve`, not the api_server module
     shell: Mapping[str, str] = field(default_factory=dict)
 
@@ -76,10 +89,12 @@ class VllmLaunch:
         return value if isinstance(value, str) else None
 
 
-def read_flags(cache: SourceCache) -> VllmFlags:
-    """`--x` options of the release that take no value: `bool` fields of the dataclasses in its argument
-    files (EngineArgs, the front end's), and `store_true`/`store_false` arguments its parsers add."""
+def read_vllm_options(cache: SourceCache) -> VllmOptions:
+    """The options of the release's server parsers: `--x` strings its `add_argument` calls name and the
+    fields of its `*FrontendArgs` dataclasses; those taking no value are `bool` fields of the dataclasses in
+    its argument files (EngineArgs, the front end's) and `store_true`/`store_false` arguments."""
     flags: set[str] = set()
+    known: set[str] = set()
     at = ""
     for rel in ARGUMENT_FILES:
         path = cache.srt / rel
@@ -93,11 +108,15 @@ def read_flags(cache: SourceCache) -> VllmFlags:
         for node in walk(module):
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and _is_bool(node.annotation):
                 flags.add("--" + node.target.id.replace("_", "-"))
+            elif isinstance(node, ast.ClassDef) and node.name.endswith("FrontendArgs"):
+                known.update("--" + s.target.id.replace("_", "-") for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name))
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+                spelled = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-")]
+                known.update(spelled)
                 action = next((k.value for k in node.keywords if k.arg == "action"), None)
                 if isinstance(action, ast.Constant) and action.value in ("store_true", "store_false"):
-                    flags.update(a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str))
-    return VllmFlags(frozenset(flags), at)
+                    flags.update(spelled)
+    return VllmOptions(frozenset(flags), frozenset(known), at)
 
 
 def _is_bool(annotation: ast.expr) -> bool:
@@ -129,7 +148,7 @@ def _dashed(word: str) -> str:
     return "--" + name.replace("_", "-") + dot + key
 
 
-def read_vllm_launch(words: Sequence[str], flags: VllmFlags, shell: Mapping[str, str] | None = None) -> VllmLaunch:
+def read_vllm_launch(words: Sequence[str], flags: VllmOptions, shell: Mapping[str, str] | None = None) -> VllmLaunch:
     """`words` as typed, run from a shell exporting `shell`."""
     words, environment, inherited, rest = split_environment(words, shell)
     begin, serve = _server_entry(rest)
@@ -138,6 +157,7 @@ def read_vllm_launch(words: Sequence[str], flags: VllmFlags, shell: Mapping[str,
     spelled: dict[str, str] = {}
     dotted: dict[str, object] = {}
     errors: list[str] = []
+    unknown: list[str] = []
     positional: str | None = None
     i = 0
     if serve and args and not args[0].startswith("-"):
@@ -149,6 +169,8 @@ def read_vllm_launch(words: Sequence[str], flags: VllmFlags, shell: Mapping[str,
             continue
         head, eq, inline = word.partition("=")
         head = _dashed(head)
+        if flags.unknown(head):
+            unknown.append(head)
         takes = head not in flags.flags and head not in ("--help", "-h")
         value: str | bool = True
         if eq:
@@ -185,7 +207,7 @@ def read_vllm_launch(words: Sequence[str], flags: VllmFlags, shell: Mapping[str,
         errors.append("argument --speculative-config: expected one argument")
     if dotted:
         speculative = {**(speculative or {}), **dotted}
-    return VllmLaunch(tuple(words), environment, values, speculative, spelled, tuple(errors), serve, inherited)
+    return VllmLaunch(tuple(words), environment, values, speculative, spelled, tuple(errors), tuple(unknown), serve, inherited)
 
 
 def _dotted_value(text: str) -> object:

@@ -328,12 +328,13 @@ def _target_findings(request: Resolved, registry: tuple[str, str], name: str) ->
 
 def run_vllm_preflight(request: Resolved, words: Sequence[str], shell: Mapping[str, str]) -> PreflightReport:
     from ...read.checkpoint import local_checkpoint
-    from ...read.vllm_launch import read_flags, read_vllm_launch
+    from ...read.vllm_launch import read_vllm_launch, read_vllm_options
     from .tree import VllmTree, module_of
 
     cache = request.cache
     tree = VllmTree.of(cache)
-    line = read_vllm_launch(words, read_flags(cache), shell)
+    options = read_vllm_options(cache)
+    line = read_vllm_launch(words, options, shell)
     facts = read_vllm_facts(tree)
     spec = dict(line.speculative or {})
     for option, key in (("spec_method", "method"), ("spec_model", "model"), ("spec_tokens", "num_speculative_tokens")):
@@ -345,6 +346,10 @@ def run_vllm_preflight(request: Resolved, words: Sequence[str], shell: Mapping[s
     draft_path = spec.get("model")
     draft = local_checkpoint(draft_path, "the draft") if isinstance(draft_path, str) else None
     findings = list(config_rules(line, facts))
+    if line.unknown:
+        findings.append(_finding("warn", "launch-arguments", f"no parser of this release declares {', '.join(line.unknown)}: it stops with "
+                                 "`unrecognized arguments` unless a plugin adds the option", "arguments", options.at,
+                                 "check the option's name in `vllm serve --help` of this release"))
     if not spec:
         findings.append(_finding("info", "speculative-config", "the launch has no --speculative-config: it runs no speculative decoding",
                                  "arguments", facts.fields_at))
