@@ -30,6 +30,9 @@ demo: venv
 	-$(BIN)/eaglepatch diff $(DEMO)
 	$(BIN)/eaglepatch apply $(DEMO)
 	$(BIN)/eaglepatch check $(DEMO)
+	# a vLLM launch read the same way: a draft with 2048 positions under --max-model-len 8192, and no layer ids
+	-$(BIN)/eaglepatch preflight fixtures/vllm -- vllm serve fixtures/checkpoints/llama-3.1-8b --max-model-len 8192 \
+	    --speculative-config '{"method": "eagle3", "model": "fixtures/checkpoints/llama-3.1-8b-eagle3", "num_speculative_tokens": 3}'
 	# a class that is itself the causal LM: its hooks are learned from a class of the tree that has them
 	-$(BIN)/eaglepatch diff --model olmo_like $(DEMO)
 	$(BIN)/eaglepatch apply --model olmo_like $(DEMO)

@@ -18,6 +18,8 @@ once into .cache/ by tests/sglang_releases.py):
 * `--help` and `--version` against `python -c pass`;
 * `preflight` of the seed's launch (fixtures/checkpoints/) against `check --model kimi_k25` without
   the cache, on the same tree (preflight reads the target class's verdict, then the launch's rules);
+* on the newest pinned vLLM release (`tests/vllm_releases.txt`), `preflight` of a `vllm serve` launch
+  (the bundled Llama-3.1-8B-shaped pair) against `check --model llama` without the cache;
 * the scaling of `check --all` (cold) over 1x, 2x, 4x and 8x copies of models/ on the newest release:
   time per size, the paired slope (seconds per added copy from 4x to 8x over that from 2x to 4x:
   1.0 is linear) and peak RSS.
@@ -47,6 +49,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 import sglang_releases  # noqa: E402
+import vllm_releases  # noqa: E402
 
 OLDEST, NEWEST = "0.5.9", "0.5.23"
 
@@ -237,6 +240,25 @@ def release_block(version: str, args, cli: list[str], bare: Command, scratch: Pa
             "check_warm_median_s": check_warm.median()}
 
 
+def vllm_block(args, cli: list[str]) -> dict:
+    """vLLM's preflight of a `vllm serve` launch (the bundled Llama-3.1-8B-shaped pair) against `check
+    --model llama` without the cache on the same tree: what the launch's rules cost beyond the target's
+    verdict, on the newest pinned vLLM release."""
+    version = vllm_releases.pinned_releases()[-1]
+    site = str(vllm_releases.site_packages(version))
+    print(f"bench: vllm {version} at {site}", file=sys.stderr)
+    checkpoints = REPO / "fixtures" / "checkpoints"
+    spec = json.dumps({"method": "eagle3", "model": str(checkpoints / "llama-3.1-8b-eagle3"), "num_speculative_tokens": 3})
+    launch = ["vllm", "serve", str(checkpoints / "llama-3.1-8b"), "--speculative-config", spec, "--max-model-len", "8192"]
+    flight = Command("preflight (vllm serve, EAGLE-3)", [*cli, "preflight", site, "--", *launch], (0, 1))
+    llama = Command("check --model llama cold", [*cli, "check", "--no-cache", "--model", "llama", site], (0, 1))
+    print("  vLLM preflight vs check --model llama (no cache), same tree", file=sys.stderr)
+    interleave([flight, llama], args.runs)
+    rows = [pair_row(flight, llama)]
+    print_pairs(f"vllm {version}", rows)
+    return {"version": version, "pairs": rows}
+
+
 def copy_models(srt: Path, into: Path, copies: int) -> Path:
     """A copy of sglang/srt whose models/ holds `copies` copies of every model module (the original
     and `name_xK` beside it)."""
@@ -358,12 +380,12 @@ def main() -> int:
     parser.add_argument("--startup-runs", type=int, default=21, help="pairs for --help/--version (default: 21)")
     parser.add_argument("--libcst-runs", type=int, default=2, help="pairs against libcst's full parse, 0 to skip (default: 2)")
     parser.add_argument("--scaling-runs", type=int, default=3, help="rounds of the 1x/2x/4x/8x scaling, 0 to skip (default: 3)")
-    parser.add_argument("--only", choices=["startup", "releases", "scaling"], action="append", help="run only these parts")
+    parser.add_argument("--only", choices=["startup", "releases", "scaling", "vllm"], action="append", help="run only these parts")
     parser.add_argument("--json", type=Path, default=REPO / "build" / "bench.json", help="where to write the results")
     args = parser.parse_args()
     if min(args.runs, args.startup_runs) < 1 or min(args.libcst_runs, args.scaling_runs) < 0:
         parser.error("--runs and --startup-runs must be at least 1; the others at least 0")
-    parts = set(args.only or ["startup", "releases", "scaling"])
+    parts = set(args.only or ["startup", "releases", "scaling", "vllm"])
 
     cli = [sys.executable, "-m", "eaglepatch"]
     compiled = compile_eaglepatch()
@@ -378,7 +400,7 @@ def main() -> int:
         "bytecode_written_for": compiled,
     }
     bare = Command("python -c pass", [sys.executable, "-c", "pass"])
-    results: dict = {"machine": machine, "startup": [], "releases": [], "scaling": None}
+    results: dict = {"machine": machine, "startup": [], "releases": [], "scaling": None, "vllm": None}
     with tempfile.TemporaryDirectory(prefix="eaglepatch-bench-") as tmp:
         scratch = Path(tmp)
         if "startup" in parts:
@@ -393,6 +415,8 @@ def main() -> int:
                 results["releases"].append(release_block(release, args, cli, bare, scratch))
         if "scaling" in parts and args.scaling_runs:
             results["scaling"] = scaling(args, cli, scratch)
+        if "vllm" in parts:
+            results["vllm"] = vllm_block(args, cli)
 
     machine["loadavg_after"] = os.getloadavg()[0]
     print(f"\nMachine: {machine['nproc']} CPUs, Python {machine['python']} ({machine['platform']}), "

@@ -811,10 +811,15 @@ Examples:
   eaglepatch preflight /root/sglang -- python -m sglang.launch_server --model-path /models/kimi-k2.5 \\
       --speculative-algorithm EAGLE3 --speculative-draft-model-path /models/kimi-k2.5-eagle3 --tp 8
   eaglepatch preflight --installed --format json -- SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 sglang serve ...
+  eaglepatch preflight .venv/lib/python3.12/site-packages -- vllm serve /models/llama-3.1-8b \\
+      --speculative-config '{"method": "eagle3", "model": "/models/llama-3.1-8b-eagle3", "num_speculative_tokens": 3}'
 
-Everything after `--` is the launch as you would type it, environment assignments first. The
-options are read the way this tree's server parser reads them; the two checkpoints' config.json
-and the draft's safetensors headers are read, never a tensor. Nothing is written.
+Everything after `--` is the launch as you would type it, environment assignments first. On
+SGLang the options are read the way the tree's server parser reads them; on vLLM (`vllm serve`,
+`python -m vllm.entrypoints.openai.api_server`) the model, the --speculative-config JSON and the
+options that size the run are read, and an option no parser of the release declares is a warning.
+The two checkpoints' config.json and the draft's safetensors headers are read, never a tensor.
+Nothing is written.
 Exit codes: 0 no fail finding, 1 some, 2 error (unreadable config, a path that is no checkpoint).
 """
 
@@ -822,13 +827,16 @@ Exit codes: 0 no fail finding, 1 some, 2 error (unreadable config, a path that i
 @app.command(epilog=EPILOG_PREFLIGHT, context_settings={"allow_interspersed_args": False})
 def preflight(
     words: Optional[list[str]] = typer.Argument(
-        None, metavar="[PATH] -- LAUNCH...", help="The SGLang tree (default: the current folder), then the launch command.", show_default=False
+        None, metavar="[PATH] -- LAUNCH...", help="The SGLang or vLLM tree (default: the current folder), then the launch command.", show_default=False
     ),
     output_format: ExplainFormat = typer.Option(ExplainFormat.table, "--format", "-f", help="table or json."),
     installed: bool = InstalledOpt,
     python: Optional[str] = PythonOpt,
 ) -> None:
-    """Predict the launch's failures before any weight loads: the target's hooks, the draft and its context length, layer ids, vocabulary."""
+    """Predict the launch's failures before any weight loads: the target's hooks, the draft and its context length, layer ids, vocabulary.
+
+    On vLLM trees: the EAGLE-3 whitelist of older releases, the speculative config's fields, the
+    draft's positions under the max model len, and the aux-layer ids the runner will capture."""
     errors_as(output_format.value)
     from .errors import EaglepatchError
     from .run import resolve

@@ -310,7 +310,8 @@ def _target_findings(request: Resolved, registry: tuple[str, str], name: str) ->
     try:
         analysis = request.engine.analyze(request.asking(Selection(path=request.tree.given, models=(selector,))))
     except EaglepatchError as exc:
-        return [_finding("info", "target-hooks", f"{name}'s EAGLE-3 support is not checked: {exc.message}", "after-target-load", exc.path or "")], ""
+        where = module.removeprefix("vllm.").replace(".", "/") + f".py:{cls}"
+        return [_finding("info", "target-hooks", f"{name}'s EAGLE-3 support is not checked: {exc.message}", "after-target-load", exc.path or "")], where
     findings = []
     target_class = ""
     for plan in analysis.plans:
