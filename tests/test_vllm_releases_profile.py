@@ -301,3 +301,39 @@ def test_0_34_0_reads_the_runners_check_from_its_new_home_and_fixes_every_wrappe
     by_class = by_class_of(data)
     wrappers = sorted(c for c, s in found.items() if s == "fixable" and by_class[c]["inner"])
     assert len(wrappers) >= 19
+
+
+def _registry_classes(version: str) -> set[str]:
+    """The classes of the release's text-generation and multimodal registries, read here from the dict
+    literals of its registry.py (the entries' second element), not by eaglepatch."""
+    import ast
+
+    text = (vllm_releases.site_packages(version) / "vllm" / "model_executor" / "models" / "registry.py").read_text()
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(text)):
+        target = node.targets[0] if isinstance(node, ast.Assign) else node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(target, ast.Name) and target.id in ("_TEXT_GENERATION_MODELS", "_MULTIMODAL_MODELS") and isinstance(node.value, ast.Dict):
+            found |= {v.elts[1].value for v in node.value.values if isinstance(v, ast.Tuple) and len(v.elts) >= 2 and isinstance(v.elts[1], ast.Constant)}
+    return found
+
+
+# 0.9.2 checks EAGLE-3 support by duck typing: check refuses it (test_0_9_2_duck_typed_release_is_refused_with_the_reason)
+@pytest.mark.parametrize("version", vllm_releases.pinned_releases()[1:])
+def test_every_class_of_the_text_generation_and_multimodal_registries_is_listed(version):
+    data, found = pristine_statuses(version, "--all")
+    registered = _registry_classes(version)
+    assert len(registered) > 100 and registered - set(found) == set()
+
+
+def test_0_10_1_names_the_whitelist_and_the_causal_lms_upstream_fixed_by_0_18_0():
+    """0.10.1 is the whitelist era (`["llama", "qwen"]`) and the first with SupportsEagle3, given to Llama
+    and Qwen3 alone; Qwen2 and Qwen3-MoE pass the whitelist but not the runner's check until upstream
+    gave them the base with decoder work (compliant on 0.18.0)."""
+    data, found = pristine_statuses("0.10.1", "--all")
+    assert any("eagle3_target_supported" in w and "'llama' or 'qwen'" in w for w in data["warnings"])
+    assert found["LlamaForCausalLM"] == found["Qwen3ForCausalLM"] == "compliant"
+    by_class = {m["class"]: m for m in data["models"]}
+    for name in ("Qwen2ForCausalLM", "Qwen3MoeForCausalLM"):
+        assert found[name] == "needs_code" and by_class[name]["reason"].startswith("no SupportsEagle3 in its MRO, and ")
+    later = pristine_statuses("0.18.0", "--all")[1]
+    assert later["Qwen2ForCausalLM"] == later["Qwen3MoeForCausalLM"] == "compliant"
