@@ -185,12 +185,44 @@ def test_a_stub_release_needs_the_hooks_written_with_its_own_names(tree):
     }
 
 
-def test_a_release_without_the_protocol_is_refused_with_the_reason(tree):
+def test_a_release_without_the_protocol_and_no_class_to_learn_the_hooks_from_is_refused(tree):
     interfaces = tree / "vllm" / "model_executor" / "models" / "interfaces.py"
     interfaces.write_text(interfaces.read_text().replace("class SupportsEagle3(Protocol)", "class SomethingElse(Protocol)"))
-    result = cli("check", tree)
+    result = cli("check", "--all", tree)
     assert result.exit_code == 2
-    assert "declares no SupportsEagle3" in result.stderr and "duck typing" in result.stderr
+    assert "declares no SupportsEagle3" in result.stderr and "no model class of the tree defines both" in result.stderr
+
+
+DUCK_HOOKS = """
+    def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:
+        self.model.aux_hidden_state_layers = layers
+
+    def get_eagle3_default_aux_hidden_state_layers(self) -> tuple[int, ...]:
+        n = len(self.model.layers)
+        return (2, n // 2, n - 3)
+"""
+
+
+def test_a_release_that_calls_the_hooks_by_name_needs_them_not_the_base(tree):
+    """Before 0.10.1 the runner calls the hooks on the target by name: no base is checked.  Llama defines
+    both (compliant, with the classes inheriting them), the wrappers holding it get forwarders only."""
+    models = tree / "vllm" / "model_executor" / "models"
+    interfaces = models / "interfaces.py"
+    interfaces.write_text(interfaces.read_text().replace("class SupportsEagle3(Protocol)", "class SomethingElse(Protocol)"))
+    llama = models / "llama.py"
+    llama.write_text(llama.read_text().replace("SupportsEagle3", "SupportsPP") .replace(
+        "        return LlamaModel(vllm_config=vllm_config, prefix=prefix)\n",
+        "        return LlamaModel(vllm_config=vllm_config, prefix=prefix)\n" + DUCK_HOOKS))
+    data = json.loads(cli("check", "--all", "--format", "json", tree).stdout)
+    found = _statuses(data)
+    assert any("duck typing" in w for w in data["warnings"]) and [m["name"] for m in data["protocol"]] == [
+        "set_aux_hidden_state_layers", "get_eagle3_default_aux_hidden_state_layers"]
+    assert found["LlamaForCausalLM"] == "compliant"
+    asr = next(m for m in data["models"] if m["class"] == "AsrForConditionalGeneration")
+    assert asr["status"] == "fixable" and {m["fix"]["kind"] for m in asr["missing"]} == {"delegate"}
+    assert cli("apply", "--model", "asr", tree).exit_code == 0
+    written = (models / "asr.py").read_text()
+    assert "SupportsEagle3" not in written and "def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:" in written
 
 
 # --------------------------------------------------------------------------- plans

@@ -205,9 +205,34 @@ def test_0_10_1_apply_passes_the_runtime_check_and_the_hooks_reach_the_language_
     assert patched.read_bytes() == (pristine / "vllm/model_executor/models/mllama4.py").read_bytes()
 
 
-def test_0_9_2_duck_typed_release_is_refused_with_the_reason():
-    result = cli("check", vllm_releases.site_packages("0.9.2"))
-    assert result.exit_code == 2 and "duck typing" in result.stderr
+PHI3V = f"{MODELS}.phi3v:Phi3VForCausalLM"
+MLLAMA4 = f"{MODELS}.mllama4:Llama4ForConditionalGeneration"
+
+
+def test_0_9_2_duck_typed_release_is_read_by_the_calls_and_apply_makes_the_wrappers_answer_them(tmp_path):
+    """0.9.2 has no SupportsEagle3: its runner calls set_aux_hidden_state_layers and
+    get_eagle3_aux_hidden_state_layers on the target by name.  Llama and the classes inheriting its hooks
+    are compliant; the two wrappers whose language model has them (upstream gave Llama 4's its hooks in
+    0.11.2) get forwarders, and on stubs the forwarded setter reaches the language model's decoder."""
+    pristine = vllm_releases.site_packages("0.9.2")
+    runner = (pristine / "vllm/v1/worker/gpu_model_runner.py").read_text()
+    assert "self.model.set_aux_hidden_state_layers(" in runner and "self.model.get_eagle3_aux_hidden_state_layers()" in runner
+    data, found = pristine_statuses("0.9.2", "--all")
+    assert any("duck typing" in w for w in data["warnings"]) and "SupportsEagle3" not in {m["name"] for m in data["protocol"]}
+    assert found["LlamaForCausalLM"] == "compliant"
+    assert {c for c, s in found.items() if s == "fixable"} == {"Phi3VForCausalLM", "Llama4ForConditionalGeneration"}
+    before = runtime_check(pristine, PHI3V, MLLAMA4)
+    assert before[PHI3V] == before[MLLAMA4] == {"hooks": False}
+
+    site = tmp_path / "site-packages"
+    shutil.copytree(pristine, site)
+    assert cli("apply", "--model", "phi3v", "--model", "mllama4", site).exit_code == 0
+    after = runtime_check(site, f"{PHI3V}>language_model={MODELS}.llama:LlamaForCausalLM", f"{MLLAMA4}>language_model={MODELS}.llama4:Llama4ForCausalLM")
+    for spec in after:
+        if spec != "interfaces":
+            assert after[spec] == {"hooks": True, "forwarded": {"set": True, "get": [2, 24, 45]}}, (spec, after[spec])
+    assert cli("revert", "--all", site).exit_code == 0
+    assert _files(site) == _files(pristine)
 
 
 def _files(site: Path) -> dict[str, bytes]:
@@ -317,8 +342,7 @@ def _registry_classes(version: str) -> set[str]:
     return found
 
 
-# 0.9.2 checks EAGLE-3 support by duck typing: check refuses it (test_0_9_2_duck_typed_release_is_refused_with_the_reason)
-@pytest.mark.parametrize("version", vllm_releases.pinned_releases()[1:])
+@pytest.mark.parametrize("version", vllm_releases.pinned_releases())
 def test_every_class_of_the_text_generation_and_multimodal_registries_is_listed(version):
     data, found = pristine_statuses(version, "--all")
     registered = _registry_classes(version)

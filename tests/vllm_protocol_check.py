@@ -6,7 +6,8 @@ process):
     python tests/vllm_protocol_check.py SITE_PACKAGES MODULE:CLASS[>ATTRIBUTE=MODULE:CLASS] ...
 
 It prints one JSON object: for each spec, whether `isinstance(instance, SupportsEagle3)`
-holds, with `SupportsEagle3` from that tree's own interfaces.py and an instance made without running
+holds (in a release without the Protocol, `hooks`: whether the instance has both methods the runner
+calls by name), with `SupportsEagle3` from that tree's own interfaces.py and an instance made without running
 `__init__` (the Protocol checks the class's members, not the weights), or the error the import raised.
 With `>ATTRIBUTE=MODULE:CLASS` (the wrapper's language model), it also calls the wrapper's hooks on an
 instance holding that class's instance (its decoder `model` a plain object with 48 `layers`):
@@ -42,6 +43,10 @@ MISSING = {
 }
 
 
+# what the runner of a release without SupportsEagle3 (0.9.2) calls on the target, by name
+DUCK = frozenset({"set_aux_hidden_state_layers", "get_eagle3_aux_hidden_state_layers"})
+
+
 def _protocol_compatible_stubs() -> None:
     meta = type(typing.Protocol)
     if not issubclass(stub_imports._StubMeta, meta):
@@ -69,9 +74,9 @@ def check(site: str, specs: list[str]) -> dict:
         interfaces = importlib.import_module(INTERFACES)
     except BaseException as exc:
         return {"interfaces": f"{type(exc).__name__}: {exc}"[:500]}
-    protocol = interfaces.SupportsEagle3
+    protocol = getattr(interfaces, "SupportsEagle3", None)
     # a stub base (nn.Module) answers any attribute: not the Protocol's, or every class would pass
-    declared = frozenset(typing._get_protocol_attrs(protocol))  # type: ignore[attr-defined]
+    declared = frozenset(typing._get_protocol_attrs(protocol)) if protocol is not None else DUCK  # type: ignore[attr-defined]
     answer = stub_imports.StubBase.__getattr__
 
     def honest(self, name):
@@ -87,7 +92,10 @@ def check(site: str, specs: list[str]) -> dict:
         try:
             cls = _class(wrapper)
             instance = object.__new__(cls)
-            report[spec] = {"isinstance": isinstance(instance, protocol), "declares": protocol in cls.__mro__}
+            if protocol is None:  # the runner calls the hooks by name: what counts is that the class has them
+                report[spec] = {"hooks": all(callable(getattr(instance, name, None)) for name in DUCK)}
+            else:
+                report[spec] = {"isinstance": isinstance(instance, protocol), "declares": protocol in cls.__mro__}
         except BaseException as exc:
             report[spec] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
             continue

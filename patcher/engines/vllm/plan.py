@@ -184,21 +184,20 @@ class VllmPlanner:
         wrapper = Wrapper(info, inners, ref.module.rel)
         registered = f"registered in {group} as {arch}"
         nominal = self.nominal(ref)
-        base = self.records.members[BASE]
         setter = self.protocol.setter
         # hooks the class needs written: in stub releases every hook the MRO lacks a body for; with
         # defaults, the setter when the language model overrides it and its decoder is no EagleModelMixin
         needed = [h.name for h in self.protocol.hooks if self.protocol.stubs and self.concrete(ref, h.name) is None]
         if nominal and not needed:
-            forwarded = (MemberPlan(base, None, None, required=True, uses=base.uses),)
-            reason = f"{BASE} is in its MRO" + ("" if not self.protocol.stubs else " and both hooks have a body")
+            forwarded = self.base_forwarded()
+            reason = self.compliant_reason()
             over = self.over_declared(held)
             if over is None:
                 return ModelPlan(wrapper, "compliant", "target", registered, forwarded=forwarded, reason=reason)
             # the check passes, but the layers set reach a decoder that collects nothing
             holder, why = over
             setter_member = self.records.members[setter.name]
-            reason = f"over-declared: {BASE} is in its MRO, but {why}"
+            reason = f"over-declared: {self.has_it()}, but {why}"
             gap = MemberPlan(setter_member, None, holder, required=True, blocker=reason, uses=setter_member.uses)
             return ModelPlan(wrapper, "needs_code", "target", registered, (gap,), forwarded, reason)
         status, why, attribute, lm, decoder = self.judge(held)
@@ -222,6 +221,7 @@ class VllmPlanner:
         if status != "fixable":
             missing = []
         if not nominal:
+            base = self.records.members[BASE]
             if status == "fixable":
                 entry = MemberPlan(base, None, attribute, required=True, uses=base.uses, fix=Fix("base", BASE))
             else:
@@ -246,7 +246,6 @@ class VllmPlanner:
         that decoder (an EagleModelMixin, or a setter of its own)."""
         wrapper = Wrapper(self.class_info(ref), (), ref.module.rel)
         registered = f"registered in {group} as {arch}"
-        base = self.records.members[BASE]
         setter = self.records.members[self.protocol.setter.name]
         needed = [h.name for h in self.protocol.hooks if self.protocol.stubs and self.concrete(ref, h.name) is None]
         marked = self.marked_language_target(ref)
@@ -260,15 +259,16 @@ class VllmPlanner:
             return [MemberPlan(self.records.members[n], None, None, required=True, blocker=why, uses=self.records.members[n].uses) for n in needed]
 
         if self.nominal(ref):
-            forwarded = (MemberPlan(base, None, None, required=True, uses=base.uses),)
+            forwarded = self.base_forwarded()
             if needed:
-                why = f"{BASE} is in its MRO, but {no_body}"
+                why = f"{self.has_it()}, but {no_body}"
                 return ModelPlan(wrapper, "needs_code", "target", registered, tuple(hook_gaps(why)), forwarded, why)
             if decoder.forward is not None and not decoder.collects:
-                why = f"over-declared: {BASE} is in its MRO, but {collects_nothing}: needs hand-written code, or the base removed"
+                why = f"over-declared: {self.has_it()}, but {collects_nothing}: needs hand-written code" + ("" if self.protocol.duck else ", or the base removed")
                 gap = MemberPlan(setter, None, "model", required=True, blocker=why, uses=setter.uses)
                 return ModelPlan(wrapper, "needs_code", "target", registered, (gap,), forwarded, why)
-            return ModelPlan(wrapper, "compliant", "target", registered, forwarded=forwarded, reason=f"{BASE} is in its MRO")
+            return ModelPlan(wrapper, "compliant", "target", registered, forwarded=forwarded, reason=self.compliant_reason())
+        base = self.records.members[BASE]
         lacks = f"no {BASE} in its MRO"
         if decoder.cls is None:
             why = f"{lacks}, and its decoder could not be followed ({decoder.why}): the base alone is not shown to work"
@@ -385,7 +385,27 @@ class VllmPlanner:
     # -- facts ---------------------------------------------------------------------------------
 
     def nominal(self, ref: ClassRef) -> bool:
-        return any(c.module.name == INTERFACES and c.name == BASE for c in self.tree.mro(ref))
+        """The base through the MRO; where the runner checks by duck typing (no Protocol), there is none to have."""
+        return self.protocol.duck or any(c.module.name == INTERFACES and c.name == BASE for c in self.tree.mro(ref))
+
+    def has_it(self) -> str:
+        """What makes a class pass the runner's check, said in a reason."""
+        if self.protocol.duck:
+            return f"the runner checks no base in this release (it calls {self.protocol.setter.name} and {self.protocol.getter.name} by name)"
+        return f"{BASE} is in its MRO"
+
+    def compliant_reason(self) -> str:
+        if self.protocol.duck:
+            hooks = f"{self.protocol.setter.name} and {self.protocol.getter.name}"
+            return f"it has both hooks the runner calls by name ({hooks}); this release checks no base"
+        return f"{BASE} is in its MRO" + (" and both hooks have a body" if self.protocol.stubs else "")
+
+    def base_forwarded(self) -> tuple[MemberPlan, ...]:
+        """The base as a member a nominal class has, for the report (nothing where the runner checks no base)."""
+        if self.protocol.duck:
+            return ()
+        base = self.records.members[BASE]
+        return (MemberPlan(base, None, None, required=True, uses=base.uses),)
 
     def concrete(self, ref: ClassRef, name: str, outside_interfaces: bool = False) -> ClassRef | None:
         """The class of the MRO whose definition of `name` a call reaches, when it has a body."""

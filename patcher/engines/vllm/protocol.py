@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from ...errors import EaglepatchError
 from ...read.statements import walk
 from ...records import Protocol, ProtocolMember, Use
-from .tree import INTERFACES, VllmTree, is_stub, methods
+from .tree import INTERFACES, MODELS_PACKAGE, VllmTree, is_stub, methods
 
 BASE = "SupportsEagle3"
 MIXIN = "EagleModelMixin"
@@ -54,6 +54,7 @@ class VllmProtocol:
     uses: dict[str, list[Use]] = field(default_factory=dict)  # member -> where the runner uses it
     warnings: list[str] = field(default_factory=list)
     target_gate: TargetGate | None = None
+    duck: bool = False  # no Protocol (before 0.10.1): the runner calls the hooks by name, no base is checked
 
     @property
     def hooks(self) -> list[ProtocolMethod]:
@@ -78,7 +79,7 @@ class VllmProtocol:
         """The records.Protocol report.py prints: the base, then the two hooks."""
         members = {
             name: ProtocolMember(name, tuple(self.uses.get(name, [])))
-            for name in (BASE, self.setter.name, self.getter.name)
+            for name in ((BASE,) if not self.duck else ()) + (self.setter.name, self.getter.name)
         }
         consumers = tuple(sorted({u.at.rsplit(":", 1)[0] for uses in self.uses.values() for u in uses}))
         return Protocol(members, consumers, {}, tuple(self.warnings))
@@ -88,11 +89,7 @@ def read_protocol(tree: VllmTree) -> VllmProtocol:
     interfaces = tree.required(INTERFACES)
     node = interfaces.classes.get(BASE)
     if node is None:
-        raise EaglepatchError(
-            f"declares no {BASE} Protocol: this vLLM release checks EAGLE-3 support by duck typing "
-            "(before 0.10.1), which the vLLM profile does not read yet",
-            path=interfaces.rel,
-        )
+        return _with_gate(tree, _duck_protocol(tree, interfaces.rel))
     defs = methods(node)
     setter = defs.get(SETTER)
     getters = [d for name, d in defs.items() if name.startswith("get_eagle3") and name.endswith("aux_hidden_state_layers")]
@@ -109,6 +106,10 @@ def read_protocol(tree: VllmTree) -> VllmProtocol:
         ProtocolMethod(getters[0].name, getters[0], is_stub(getters[0])),
     )
     _read_consumers(tree, protocol)
+    return _with_gate(tree, protocol)
+
+
+def _with_gate(tree: VllmTree, protocol: VllmProtocol) -> VllmProtocol:
     gate = read_target_gate(tree)
     if gate is not None:
         protocol = replace(protocol, target_gate=gate)
@@ -118,6 +119,57 @@ def read_protocol(tree: VllmTree) -> VllmProtocol:
             "loaded, whatever the class's verdict here"
         )
     return protocol
+
+
+def _is_hook_name(name: str) -> bool:
+    return name == SETTER or (name.startswith("get_eagle3") and name.endswith("aux_hidden_state_layers"))
+
+
+def _duck_protocol(tree: VllmTree, interfaces: str) -> VllmProtocol:
+    """Before 0.10.1 there is no Protocol: the runner calls the hooks on the target by name (`self.model.
+    set_aux_hidden_state_layers(self.model.get_eagle3_aux_hidden_state_layers())`).  The names are read
+    from those calls, the signatures from the first model class of the tree that defines both; a class
+    needs both itself (each hook a "stub"), and no base is checked."""
+    calls: dict[str, str] = {}
+    for rel in CONSUMERS:
+        module = tree.module_ast(rel)
+        for node in walk(module) if module is not None else ():
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _is_hook_name(node.func.attr):
+                owner = node.func.value
+                if isinstance(owner, ast.Attribute) and owner.attr == "model":
+                    calls.setdefault(node.func.attr, f"{rel}:{node.lineno}")
+    setters = [n for n in calls if n == SETTER]
+    getters = [n for n in calls if n != SETTER]
+    if not setters or len(getters) != 1:
+        raise EaglepatchError(
+            f"declares no {BASE} Protocol, and the model runner ({', '.join(CONSUMERS)}) calls no {SETTER} and one "
+            "get_eagle3_..._aux_hidden_state_layers on the target: a shape of EAGLE-3 support the vLLM profile does not know",
+            path=interfaces,
+        )
+    getter = getters[0]
+    for name, path in sorted(tree.files.items()):
+        try:
+            if not name.startswith(MODELS_PACKAGE) or name == INTERFACES or f"def {getter}(" not in tree.cache.read(path).text:
+                continue
+        except EaglepatchError:
+            continue
+        held = tree.module(name)
+        for cls in held.classes.values() if held is not None else ():
+            found = methods(cls)
+            if SETTER in found and getter in found and not is_stub(found[SETTER]) and not is_stub(found[getter]):
+                rel, line = calls[SETTER].rsplit(":", 1)
+                protocol = VllmProtocol(int(line), rel, ProtocolMethod(SETTER, found[SETTER], True), ProtocolMethod(getter, found[getter], True), duck=True)
+                _read_consumers(tree, protocol)
+                protocol.warnings.append(
+                    f"{calls[SETTER]}: this release checks EAGLE-3 support by duck typing (no {BASE} before 0.10.1): the runner calls "
+                    f"{SETTER} and {getter} on the target, so a class needs both itself (their signatures as {cls.name} in {held.rel} has them)"
+                )
+                return protocol
+    raise EaglepatchError(
+        f"declares no {BASE} Protocol, and no model class of the tree defines both {SETTER} and {getter}, which the runner calls "
+        f"by name ({calls[SETTER]}): nothing to learn their signatures from",
+        path=interfaces,
+    )
 
 
 def read_target_gate(tree: VllmTree) -> TargetGate | None:
@@ -191,7 +243,7 @@ def _read_consumers(tree: VllmTree, protocol: VllmProtocol) -> None:
                 elif isinstance(target, ast.Attribute) and name in hooks:
                     called.add(name)
                     protocol.uses.setdefault(name, []).append(Use(name, "call", "target", True, at, f"called in {guard}"))
-                elif isinstance(target, ast.Attribute) and (name == SETTER or (name.startswith("get_eagle3") and name.endswith("aux_hidden_state_layers"))):
+                elif isinstance(target, ast.Attribute) and _is_hook_name(name):
                     protocol.warnings.append(f"{at} calls {name}, which {BASE} (interfaces.py:{protocol.line}) does not declare")
     for uses in protocol.uses.values():
         uses.sort(key=lambda use: (CONSUMERS.index(use.at.rsplit(":", 1)[0]), int(use.at.rsplit(":", 1)[1])))
