@@ -154,7 +154,9 @@ def _duck_protocol(tree: VllmTree, interfaces: str) -> VllmProtocol:
         except EaglepatchError:
             continue
         held = tree.module(name)
-        for cls in held.classes.values() if held is not None else ():
+        if held is None:
+            continue
+        for cls in held.classes.values():
             found = methods(cls)
             if SETTER in found and getter in found and not is_stub(found[SETTER]) and not is_stub(found[getter]):
                 rel, line = calls[SETTER].rsplit(":", 1)
