@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from ...errors import EaglepatchError
 from ...read.statements import walk
 from ...records import Finding, PreflightReport
+from .protocol import BASE
 
 if TYPE_CHECKING:
     from ...engine import Resolved
@@ -314,14 +315,16 @@ def _target_findings(request: Resolved, registry: tuple[str, str], name: str) ->
         return [_finding("info", "target-hooks", f"{name}'s EAGLE-3 support is not checked: {exc.message}", "after-target-load", exc.path or "")], where
     findings = []
     target_class = ""
+    checked = BASE in analysis.protocol.members  # the runner's isinstance check; before 0.10.1 it calls the hooks by name
     for plan in analysis.plans:
         target_class = target_class or f"{plan.wrapper.path}:{plan.wrapper.cls.name}"
         for entry in plan.required_gaps:
             fix = f"eaglepatch apply --model {selector} {request.tree.given}" if entry.fix is not None else f"needs code: {entry.blocker}"
+            raised = "`Model does not support EAGLE3 interface`" if checked else f"`AttributeError: ... has no attribute '{entry.member.name}'`"
             findings.append(_finding(
                 "fail", "target-hooks",
                 f"{plan.wrapper.cls.name} lacks {entry.member.name} (the runner needs it at {', '.join(entry.called_at[:2])}): "
-                "`Model does not support EAGLE3 interface` once the target loads",
+                f"{raised} once the target loads",
                 "after-target-load", f"{plan.wrapper.path}:{plan.wrapper.cls.line}", fix,
             ))
     return findings, target_class
