@@ -361,3 +361,22 @@ def test_0_10_1_names_the_whitelist_and_the_causal_lms_upstream_fixed_by_0_18_0(
         assert found[name] == "needs_code" and by_class[name]["reason"].startswith("no SupportsEagle3 in its MRO, and ")
     later = pristine_statuses("0.18.0", "--all")[1]
     assert later["Qwen2ForCausalLM"] == later["Qwen3MoeForCausalLM"] == "compliant"
+
+
+# the releases test_apply_all_leaves_only_the_gaps_it_named_and_revert_all_restores_every_file does not run
+@pytest.mark.parametrize("version", [v for v in vllm_releases.pinned_releases() if v not in ("0.10.1", "0.34.0")])
+def test_apply_all_keeps_ruffs_width_and_revert_all_gives_every_byte_back(version, tmp_path):
+    """Every line `apply --all` adds fits vLLM's ruff line length (88); `revert --all` restores each file."""
+    pristine = vllm_releases.site_packages(version)
+    site = tmp_path / "site-packages"
+    shutil.copytree(pristine, site)
+    assert cli("apply", "--all", site).exit_code in (0, 1)
+    before, after = _files(pristine), _files(site)
+    changed = [rel for rel in after if after[rel] != before[rel]]
+    assert changed
+    for rel in changed:
+        old = set(before[rel].decode().splitlines())
+        long = [line for line in after[rel].decode().splitlines() if line not in old and len(line) > 88]
+        assert not long, (rel, long)
+    assert cli("revert", "--all", site).exit_code == 0
+    assert _files(site) == before
