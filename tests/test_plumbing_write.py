@@ -740,9 +740,22 @@ BLOCKED: dict[str, tuple[str, list[Edit], str, str]] = {
     ),
     "a return of an expression": (
         "mono",
-        [("        hidden_states = self.norm(hidden_states)\n        return hidden_states\n", "        return self.norm(hidden_states)\n")],
+        [("        hidden_states = self.norm(hidden_states)\n        return hidden_states\n", "        return self.norm(hidden_states) + positions\n")],
         "tail",
-        "returns self.norm(hidden_states)",
+        "returns self.norm(hidden_states) + positions",
+    ),
+    "a stack of streams": (  # Gemma 3n's AltUp: the loop's stream holds several, taken apart after it
+        "mono",
+        [("        hidden_states = self.norm(hidden_states)\n", "        hidden_states = self.norm(hidden_states[0])\n")],
+        "stream",
+        "indexes hidden_states after its layer loop",
+    ),
+    "the layer loop run several times": (  # IQuest LoopCoder: every layer once a pass
+        "mono",
+        [("        for i in range(len(self.layers)):\n            hidden_states = self.layers[i](positions, hidden_states, forward_batch)\n",
+          "        for _ in range(2):\n            for i in range(len(self.layers)):\n                hidden_states = self.layers[i](positions, hidden_states, forward_batch)\n")],
+        "loop",
+        "runs inside the loop at line",
     ),
     "the backbone called twice": (
         "mono",
@@ -783,10 +796,53 @@ def test_blocker(case: str) -> None:
 
 
 def test_no_reference_of_that_shape() -> None:
-    """One stream a layer, and only references capturing hidden and residual: nothing to learn from."""
-    plan = plan_for("models/mono.py", MONO, "MonoForCausalLM", REFERENCES[:2])
+    """One stream a layer, and only a reference capturing hidden and residual that says nothing of a
+    missing residual: nothing to learn from."""
+    plan = plan_for("models/mono.py", MONO, "MonoForCausalLM", REFERENCES[:1])
     assert [b.piece for b in plan.blockers] == ["reference"]
-    assert "captures the hidden states alone" in plan.why and "2 because it captures hidden and residual" in plan.why
+    assert "captures the hidden states alone" in plan.why and "1 because it captures hidden and residual" in plan.why
+
+
+def test_one_stream_learns_the_branch_a_reference_takes_without_a_residual() -> None:
+    """qwen_like captures `hidden_states + residual if residual is not None else hidden_states`: for a
+    backbone whose layers hand on the hidden states alone, what it captures then is the stream."""
+    plan = plan_for("models/mono.py", MONO, "MonoForCausalLM", REFERENCES[1:2])
+    assert not plan.blockers and plan.reference == "models/qwen_like.py:QLikeForCausalLM"
+    (capture,) = [p for p in plan.pieces if p.kind == "capture"]
+    assert capture.code == "if i in self.layers_to_capture:\n    aux_hidden_states.append(hidden_states)"
+    with_solo = plan_for("models/mono.py", MONO, "MonoForCausalLM", REFERENCES)
+    assert with_solo.reference == "models/solo_like.py:SoloForCausalLM"  # a capture of this very stream comes first
+
+
+def test_a_last_step_on_one_stream_is_kept_in_the_tail() -> None:
+    """`return self.norm(hidden_states)` (Persimmon's `self.final_layernorm(...)`): the tail returns it,
+    with the aux states when there are some."""
+    text = edited(MONO, [("        hidden_states = self.norm(hidden_states)\n        return hidden_states\n", "        return self.norm(hidden_states)\n")])
+    plan = plan_for("models/mono.py", text, "MonoForCausalLM")
+    assert not plan.blockers
+    (tail,) = [p for p in plan.pieces if p.kind == "tail" and "self.norm" in p.code]  # the other return hands on the stream itself
+    assert tail.code.splitlines()[-1] == "return self.norm(hidden_states), aux_hidden_states"
+    assert "    return self.norm(hidden_states)" in tail.code.splitlines()
+
+
+def test_a_last_step_that_leaves_out_the_residual_is_not_guessed() -> None:
+    """Lfm2 ends on `self.embedding_norm(hidden_states)` though its layers hand back a residual: whether
+    that residual is part of the stream is not shown by reading, so nothing is written."""
+    file, source, cls, _, _ = TARGETS["plain"]
+    text = _lfm2_like(source)
+    plan = plan_for(file, text, cls)
+    assert "tail" in {b.piece for b in plan.blockers} and "leaving out the residual its layers hand back" in plan.why
+
+
+def _lfm2_like(source: str) -> str:
+    tree = ast.parse(source)
+    forward = next(f for c in tree.body if isinstance(c, ast.ClassDef) and c.name.endswith("Model") for f in c.body
+                   if isinstance(f, ast.FunctionDef) and f.name == "forward")
+    last = forward.body[-1]
+    lines = source.splitlines(keepends=True)
+    start = forward.body[-2].lineno if isinstance(last, ast.Return) and isinstance(last.value, ast.Name) else last.lineno
+    lines[start - 1:last.end_lineno] = ["        return self.norm(hidden_states)\n"]
+    return "".join(lines)
 
 
 def test_every_blocker_is_named_not_the_first() -> None:

@@ -288,6 +288,9 @@ def read_loop(owner: ClassSource, function: FunctionNode) -> _Loop | PlumbingBlo
         return PlumbingBlocker("loop", f"{owner.name}.{function.name} loops over its decoder layers {len(loops)} times (lines {lines})", where)
     loop, top = loops[0]
     at = _at(owner, loop)
+    outer = _enclosing_loop(function, loop)
+    if outer is not None:
+        return PlumbingBlocker("loop", f"the layer loop runs inside the loop at line {outer.lineno}: each layer would be captured once a pass", at)
     index = _loop_index(loop)
     header = ""
     if isinstance(index, str):
@@ -339,6 +342,13 @@ def read_loop(owner: ClassSource, function: FunctionNode) -> _Loop | PlumbingBlo
             if statement.lineno < first and isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _stored_names(statement) & stream:
                 return PlumbingBlocker("layer-call", f"line {statement.lineno} changes the stream inside the statement that calls the layer", at)
     return _Loop(loop, top, index[0], index[1], hidden, residual, call_top, position, anchor, tuple(before), header)
+
+
+def _enclosing_loop(function: FunctionNode, loop: ast.For) -> ast.For | ast.AsyncFor | ast.While | None:
+    for node in walk_body(function):
+        if isinstance(node, (ast.For, ast.While, ast.AsyncFor)) and node is not loop and any(n is loop for n in walk(node)):
+            return node
+    return None
 
 
 def _rebound_index(loop: ast.For, position: int, index: tuple[str, str]) -> str | None:
@@ -397,6 +407,23 @@ def two_batch_overlap(owner: ClassSource, function: FunctionNode) -> str:
         if word is not None and _TBO.search(word):
             return word
     return ""
+
+
+def _indexed_after(function: FunctionNode, loop: ast.For, name: str) -> ast.Subscript | None:
+    """The first `name[...]` read after the loop (Gemma 3n's `hidden_states[0]`: a stack of streams)."""
+    end = loop.end_lineno or loop.lineno
+    for node in walk_body(function):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == name and node.lineno > end:
+            return node
+    return None
+
+
+def _on_the_stream(value: ast.expr | None, loop: _Loop) -> bool:
+    """A call whose only name is the stream, `self.embedding_norm(hidden_states)`: the backbone's last step."""
+    if not isinstance(value, ast.Call):
+        return False
+    names = {n.id for n in walk(value) if isinstance(n, ast.Name)} - {"self"}
+    return names == {loop.hidden}
 
 
 def _pp_proxy(node: ast.Return) -> bool:
@@ -461,6 +488,22 @@ class _Reference:
     aux: str = ""  # the backbone's aux list
     tail: tuple[str, ast.expr] | None = None  # ("if", test) | ("ifexp", test), in `aux`
     form: str = ""  # the capture with the stream's names made generic: which references capture alike
+
+
+def _alone(ref: _Reference) -> ast.expr | None:
+    """What the reference captures when the stream is its hidden states alone: its capture, or, where it
+    captures hidden and residual, the branch it takes when the residual is None (`hidden_states +
+    residual if residual is not None else hidden_states`); None when it says nothing for that case."""
+    capture = ref.capture
+    if capture is None or ref.residual is None:
+        return capture
+    if isinstance(capture, ast.IfExp) and isinstance(capture.test, ast.Compare) and len(capture.test.ops) == 1:
+        test = capture.test
+        if isinstance(test.left, ast.Name) and test.left.id == ref.residual and _is_none(test.comparators[0]):
+            branch = capture.orelse if isinstance(test.ops[0], ast.IsNot) else capture.body if isinstance(test.ops[0], ast.Is) else None
+            if branch is not None and {n.id for n in walk(branch) if isinstance(n, ast.Name)} == {ref.hidden}:
+                return branch
+    return None
 
 
 def _capture_form(capture: ast.expr, hidden: str, residual: str | None) -> str:
@@ -1006,6 +1049,10 @@ class PlumbingPlanner:
         routed = routed_elsewhere(owner, function, loop)
         if routed:
             found.block("residual", f"{owner.name}.forward routes the stream through {routed}: the layer call's targets are not the stream entering a layer", _at(owner, function))
+        stacked = _indexed_after(function, loop.node, loop.hidden)
+        if stacked is not None:
+            found.block("stream", f"{owner.name}.forward indexes {loop.hidden} after its layer loop (line {stacked.lineno}, "
+                        f"`{ast.unparse(stacked)}`): it holds several streams, not the one a layer hands on", _at(owner, stacked))
         returns: list[ast.Return] = []
         for node, _tests, looped in _backbone_returns(function):
             if looped:
@@ -1016,6 +1063,14 @@ class PlumbingPlanner:
                 continue
             elif isinstance(node.value, ast.Name) and node.value.id not in (loop.residual,):
                 returns.append(node)
+            elif _on_the_stream(node.value, loop) and loop.residual is None:
+                returns.append(node)  # a last step on the stream, `return self.final_layernorm(hidden_states)`: kept, then the tail
+            elif node.value is not None and _on_the_stream(node.value, loop):
+                # Lfm2 ends on `self.embedding_norm(hidden_states)` though its layers hand back a residual: their
+                # own input (the stream is the hidden states alone) or one dropped by mistake, which reading cannot tell
+                found.block("tail", f"line {node.lineno} returns {ast.unparse(node.value)}, leaving out the {loop.residual} its layers hand back: "
+                            f"whether that is part of the stream (capture {loop.hidden} + {loop.residual}) or a layer's own input handed back "
+                            f"(capture {loop.hidden} alone) is not shown by reading", _at(owner, node))
             else:
                 spelled = ast.unparse(node.value) if node.value is not None else "nothing"
                 found.block("tail", f"line {node.lineno} returns {spelled}, neither the stream nor a pipeline proxy", _at(owner, node))
@@ -1039,7 +1094,7 @@ class PlumbingPlanner:
                 why["its hook writes other names"] += 1
             elif needs_capture and ref.capture is None:
                 why[ref.backbone_why] += 1
-            elif needs_capture and loop is not None and ref.arity != (2 if loop.residual else 1):
+            elif needs_capture and loop is not None and ref.arity != (2 if loop.residual else 1) and not (loop.residual is None and _alone(ref) is not None):
                 why[f"it captures {'hidden and residual' if ref.arity == 2 else 'the hidden states alone'}"] += 1
             elif side.logits_class and ref.logits_class and side.logits_class != ref.logits_class:
                 why[f"its logits processor is {ref.logits_class}"] += 1
@@ -1073,7 +1128,9 @@ class PlumbingPlanner:
             same_loop = loop is None or ref.index_kind == loop.index_kind
             # a residual that starts as None wants a capture that says what to take then
             safe = not unset or ref.residual is None or ref.capture is None or _tests_none(ref.capture, ref.residual)
-            return (not related, not same_file, not safe, not same_loop, -forms[ref.form], ref.key)
+            # a capture of this very stream before one derived from the branch a reference takes without a residual
+            derived = loop is not None and needs_capture and ref.arity != (2 if loop.residual else 1)
+            return (not related, derived, not same_file, not safe, not same_loop, -forms[ref.form], ref.key)
 
         return min(fitting, key=rank)
 
@@ -1139,7 +1196,9 @@ class PlumbingPlanner:
             found.block("aux-init", f"{owner.name}.forward already uses the name {aux}", _at(owner, function))
             return
         names = {ref.hidden: loop.hidden, **({ref.residual: loop.residual} if ref.residual and loop.residual else {})}
-        expression = ast.unparse(_renamed(ref.capture, names))
+        captured = ref.capture if loop.residual is not None else _alone(ref)
+        assert captured is not None, "_choose takes a reference only when it captures this stream"
+        expression = ast.unparse(_renamed(captured, names))
         if loop.header:
             found.add("index", owner, function, "header", loop.header, origin, loop.node)
         found.add("aux-init", owner, function, "before", f"{aux} = []", origin, loop.top)
@@ -1147,8 +1206,8 @@ class PlumbingPlanner:
         found.add("capture", owner, function, "before", capture, origin, loop.anchor)
         form, test = ref.tail
         for node in backbone.returns:
-            assert isinstance(node.value, ast.Name)
-            name = node.value.id
+            assert node.value is not None
+            name = ast.unparse(node.value)  # the stream, or its last step (`self.norm(hidden_states)`), kept as written
             spelled = ast.unparse(_renamed(test, {ref.aux: aux}))
             if form == "if":
                 code = f"if {spelled}:\n{INDENT}return {name}\nreturn {name}, {aux}"
