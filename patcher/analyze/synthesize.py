@@ -147,6 +147,8 @@ class HookLibrary:
                 signature = info.members.get(member)
                 if signature is None or signature.owner != name or signature.file != info.file or signature.kind != "method":
                     continue
+                if _written_by_eaglepatch(source, signature.line):
+                    continue  # learned from the tree, not upstream's: what apply writes never teaches the next check
                 if "lm_head" not in info.members:
                     continue  # not the shape: the head lives elsewhere
                 if not self._holds_a_bare_model(source, info):
@@ -900,3 +902,12 @@ def _source_order(node: ast.AST) -> list[ast.AST]:
     if isinstance(node, ast.IfExp):
         return [node.body, node.test, node.orelse]
     return list(ast.iter_child_nodes(node))
+
+
+def _written_by_eaglepatch(source: SourceFile, line: int) -> bool:
+    """A def eaglepatch wrote: its marker comment right above it (above its decorators)."""
+    lines = source.lines
+    index = line - 2  # the line above the def, 0-based
+    while index >= 0 and lines[index].lstrip().startswith("@"):
+        index -= 1
+    return index >= 0 and lines[index].lstrip().startswith("# eaglepatch:")
