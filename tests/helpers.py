@@ -116,3 +116,20 @@ def committed_copy(source: Path, root: Path) -> Path:
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "fixture tree")
     return root
+
+
+def checkpoint_copy(tmp_path: Path, source: Path, name: str, **changes: object) -> Path:
+    """A copy of a checkpoint folder with `changes` made to its config.json (None deletes a key)."""
+    import json
+    import shutil
+
+    folder = tmp_path / name
+    shutil.copytree(source, folder)
+    config = json.loads((folder / "config.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder

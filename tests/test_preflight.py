@@ -15,7 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import flat, snapshot
+from helpers import checkpoint_copy, flat, snapshot
 from typer.testing import CliRunner
 
 from eaglepatch.analyze import preflight as rules
@@ -246,19 +246,6 @@ def test_an_unregistered_draft_architecture_fails(tmp_path):
     assert arch["severity"] == "fail" and "KimiK25Eagle3MLA is not served by this release" in arch["message"]
 
 
-def _copy_checkpoint(tmp_path: Path, source: Path, name: str, **changes: object) -> Path:
-    folder = tmp_path / name
-    shutil.copytree(source, folder)
-    config = json.loads((folder / "config.json").read_text())
-    for key, value in changes.items():
-        if value is None:
-            config.pop(key, None)
-        else:
-            config[key] = value
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
-
-
 @pytest.mark.parametrize(
     ("draft_dtype", "extra", "fires"),
     [
@@ -270,7 +257,7 @@ def _copy_checkpoint(tmp_path: Path, source: Path, name: str, **changes: object)
     ],
 )
 def test_a_draft_loaded_in_another_dtype_than_the_target_fails(tmp_path, draft_dtype, extra, fires):
-    draft = _copy_checkpoint(tmp_path, DRAFT, "draft", torch_dtype=draft_dtype)
+    draft = checkpoint_copy(tmp_path, DRAFT, "draft", torch_dtype=draft_dtype)
     _, data = preflight(CHECKOUT, launch(*extra, draft=draft))
     found = by_check(data).get("dtype", [])
     assert [f["severity"] for f in found] == (["fail"] if fires else [])
@@ -314,7 +301,7 @@ def test_nextn_runs_as_eagle_as_the_trees_arguments_rename_it():
     ],
 )
 def test_a_missing_draft_path_reads_the_trees_self_drafting_list(tmp_path, arch, algorithm, severity):
-    target = _copy_checkpoint(tmp_path, TARGET, "target", architectures=[arch])
+    target = checkpoint_copy(tmp_path, TARGET, "target", architectures=[arch])
     _, data = preflight(CHECKOUT, launch(target=target, draft=None, algorithm=algorithm))
     (missing,) = by_check(data)["draft-path-missing"]
     assert missing["severity"] == severity
@@ -333,7 +320,7 @@ def test_a_missing_draft_path_reads_the_trees_self_drafting_list(tmp_path, arch,
     ],
 )
 def test_an_mla_target_hands_its_attention_kernel_to_the_draft(tmp_path, extra, draft_mla, severity):
-    draft = _copy_checkpoint(tmp_path, DRAFT, "draft", kv_lora_rank=512 if draft_mla else None)
+    draft = checkpoint_copy(tmp_path, DRAFT, "draft", kv_lora_rank=512 if draft_mla else None)
     _, data = preflight(CHECKOUT, launch(*extra, draft=draft))
     found = by_check(data).get("draft-attention-backend", [])
     assert [f["severity"] for f in found] == ([severity] if severity else [])
@@ -352,7 +339,7 @@ def test_an_mla_target_hands_its_attention_kernel_to_the_draft(tmp_path, extra, 
     ],
 )
 def test_the_targets_quantization_is_carried_to_the_draft(tmp_path, extra, quantized_draft, fires):
-    draft = _copy_checkpoint(tmp_path, DRAFT, "draft", quantization_config={"quant_method": "fp8"} if quantized_draft else None)
+    draft = checkpoint_copy(tmp_path, DRAFT, "draft", quantization_config={"quant_method": "fp8"} if quantized_draft else None)
     _, data = preflight(CHECKOUT, launch(*extra, draft=draft))
     found = by_check(data).get("draft-quantization", [])
     assert bool(found) == fires
@@ -781,7 +768,7 @@ def test_each_rule_both_ways_on_the_oldest_and_newest_release(release_site, tmp_
     assert quantized["draft-quantization"][0]["fix"] == "pass --speculative-draft-model-quantization unquant"
     assert "draft-quantization" not in checks(launch("--quantization", "fp8", "--speculative-draft-model-quantization", "unquant"))
     assert "draft-quantization" not in seed
-    half = _copy_checkpoint(tmp_path, DRAFT, "half", torch_dtype="float16")
+    half = checkpoint_copy(tmp_path, DRAFT, "half", torch_dtype="float16")
     assert checks(launch(draft=half))["dtype"][0]["severity"] == "fail"
     assert "dtype" not in checks(launch("--dtype", "bfloat16", draft=half)) and "dtype" not in seed
     deepseek = tmp_path / "deepseek"
@@ -1177,7 +1164,7 @@ def test_a_dflash_drafts_layer_ids_are_followed_through_the_release(release_site
     ],
 )
 def test_a_draft_config_key_no_code_reads_is_a_silent_warning(tmp_path, added, fires):
-    draft = _copy_checkpoint(tmp_path, DRAFT, "draft", **added)
+    draft = checkpoint_copy(tmp_path, DRAFT, "draft", **added)
     _, data = preflight(CHECKOUT, launch(draft=draft))
     found = by_check(data).get("draft-config-keys", [])
     assert [f["severity"] for f in found] == (["warn"] if fires else [])
@@ -1192,8 +1179,8 @@ def test_a_draft_config_key_is_checked_against_the_whole_release(release_site, t
     import sglang_releases
 
     version = next(v for v in sglang_releases.read_releases() if sglang_releases.site_packages(v) == release_site)
-    unread = _copy_checkpoint(tmp_path, DRAFT, "unread", norm_before_fc=True)
-    read = _copy_checkpoint(tmp_path, DRAFT, "read", tie_word_embeddings=True)  # a key every release reads
+    unread = checkpoint_copy(tmp_path, DRAFT, "unread", norm_before_fc=True)
+    read = checkpoint_copy(tmp_path, DRAFT, "read", tie_word_embeddings=True)  # a key every release reads
     found = by_check(preflight(release_site, launch(draft=unread))[1]).get("draft-config-keys", [])
     before_0_5_17 = tuple(int(p) for p in version.split(".")[:3]) < (0, 5, 17)
     assert [f["severity"] for f in found] == (["warn"] if before_0_5_17 else [])
@@ -1203,7 +1190,7 @@ def test_a_draft_config_key_is_checked_against_the_whole_release(release_site, t
 
 def _quantized_mtp_target(tmp_path: Path, mtp_quantized: bool) -> Path:
     """A GPTQ DeepSeek-V3-shaped target (2 layers) whose MTP layer (index 2) is quantized or not."""
-    target = _copy_checkpoint(tmp_path, TARGET, "gptq", architectures=["DeepseekV3ForCausalLM"], num_hidden_layers=2, text_config=None, vision_config=None,
+    target = checkpoint_copy(tmp_path, TARGET, "gptq", architectures=["DeepseekV3ForCausalLM"], num_hidden_layers=2, text_config=None, vision_config=None,
                               quantization_config={"quant_method": "gptq", "bits": 4})
     for old in target.glob("*.safetensors"):
         old.unlink()

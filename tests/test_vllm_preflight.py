@@ -12,9 +12,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from helpers import checkpoint_copy, invoke
 
-from eaglepatch.cli import app
 from eaglepatch.errors import EaglepatchError
 from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.read.vllm_launch import VllmOptions, read_vllm_launch, read_vllm_options
@@ -23,16 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "vllm"
 TARGET = REPO / "fixtures" / "checkpoints" / "llama-3.1-8b"
 DRAFT = REPO / "fixtures" / "checkpoints" / "llama-3.1-8b-eagle3"
-RUNNER = CliRunner()
 FLAGS = VllmOptions(frozenset({"--trust-remote-code", "--enforce-eager"}))
 SPEC = '{"method": "eagle3", "model": "/d", "num_speculative_tokens": 3}'
-
-
-def cli(*args) -> object:
-    result = RUNNER.invoke(app, [*map(str, args)])
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
 
 
 @pytest.fixture
@@ -42,23 +33,9 @@ def tree(tmp_path) -> Path:
     return root
 
 
-def checkpoint(tmp_path: Path, source: Path, name: str, **changes: object) -> Path:
-    """A copy of a fixture checkpoint with `changes` made to its config.json (None deletes a key)."""
-    folder = tmp_path / name
-    folder.mkdir()
-    config = json.loads((source / "config.json").read_text())
-    for key, value in changes.items():
-        if value is None:
-            config.pop(key, None)
-        else:
-            config[key] = value
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
-
-
 def preflight(site: Path, target: Path, draft: Path | None, *extra: str, spec: dict | None = None) -> tuple[int, dict]:
     config = {"method": "eagle3", "model": str(draft), "num_speculative_tokens": 3, **(spec or {})}
-    result = cli("preflight", "--format", "json", site, "--", "vllm", "serve", target, "--speculative-config", json.dumps(config), *extra)
+    result = invoke("preflight", "--format", "json", site, "--", "vllm", "serve", target, "--speculative-config", json.dumps(config), *extra)
     assert result.exit_code in (0, 1), result.output
     return result.exit_code, json.loads(result.stdout)
 
@@ -123,7 +100,7 @@ def test_an_option_is_unknown_only_when_no_declared_option_could_be_it(word, unk
 
 
 def test_an_option_the_release_lacks_is_a_warning_naming_it(tmp_path):
-    draft = checkpoint(tmp_path, DRAFT, "draft", max_position_embeddings=131072, eagle_aux_hidden_state_layer_ids=[1, 15, 28])
+    draft = checkpoint_copy(tmp_path, DRAFT, "draft", max_position_embeddings=131072, eagle_aux_hidden_state_layer_ids=[1, 15, 28])
     code, data = preflight(FIXTURE, TARGET, draft, "--speculative_model", "/d", "--max-model-len", "4096")
     assert code == 0 and checks(data, "warn") == ["launch-arguments"] and "--speculative-model" in data["findings"][0]["message"]
 
@@ -143,7 +120,7 @@ def test_the_fixture_launch_predicts_the_draft_context_and_the_missing_layer_ids
 
 
 def test_a_draft_with_its_layer_ids_and_enough_positions_passes(tmp_path):
-    draft = checkpoint(tmp_path, DRAFT, "draft", max_position_embeddings=131072, eagle_aux_hidden_state_layer_ids=[1, 15, 28])
+    draft = checkpoint_copy(tmp_path, DRAFT, "draft", max_position_embeddings=131072, eagle_aux_hidden_state_layer_ids=[1, 15, 28])
     code, data = preflight(FIXTURE, TARGET, draft)
     assert code == 0 and checks(data) == []
 
@@ -151,10 +128,10 @@ def test_a_draft_with_its_layer_ids_and_enough_positions_passes(tmp_path):
 def test_the_target_max_len_is_the_smallest_config_key_the_release_reads(tmp_path):
     """The fixture's model config reads max_position_embeddings and seq_length (not model_max_length):
     the smaller of the two sets the max model len the draft is held against."""
-    draft = checkpoint(tmp_path, DRAFT, "draft", eagle_aux_hidden_state_layer_ids=[1, 15, 28])
-    short = checkpoint(tmp_path, TARGET, "short", seq_length=2048)
+    draft = checkpoint_copy(tmp_path, DRAFT, "draft", eagle_aux_hidden_state_layer_ids=[1, 15, 28])
+    short = checkpoint_copy(tmp_path, TARGET, "short", seq_length=2048)
     assert preflight(FIXTURE, short, draft)[0] == 0
-    unread = checkpoint(tmp_path, TARGET, "unread", model_max_length=2048)
+    unread = checkpoint_copy(tmp_path, TARGET, "unread", model_max_length=2048)
     code, data = preflight(FIXTURE, unread, draft)
     assert code == 1 and "(131072, the target's config.json)" in data["findings"][0]["message"]
 
@@ -180,11 +157,11 @@ def test_a_release_that_raises_the_drafts_positions_says_so_and_holds_other_rope
     speculative = tree / "vllm" / "config" / "speculative.py"
     text = speculative.read_text().replace("\n\n@dataclass", ROPE + "\n@dataclass") + RAISE
     speculative.write_text(text)
-    draft = checkpoint(tmp_path, DRAFT, "draft", eagle_aux_hidden_state_layer_ids=[1, 15, 28])
+    draft = checkpoint_copy(tmp_path, DRAFT, "draft", eagle_aux_hidden_state_layer_ids=[1, 15, 28])
     code, data = preflight(tree, TARGET, draft, "--max-model-len", "8192")
     assert code == 0 and checks(data, "info") == ["draft-context"]
     assert data["findings"][0]["where"].startswith("config/speculative.py:")
-    yarn = checkpoint(tmp_path, DRAFT, "yarn", eagle_aux_hidden_state_layer_ids=[1, 15, 28], rope_scaling={"rope_type": "yarn", "factor": 4.0})
+    yarn = checkpoint_copy(tmp_path, DRAFT, "yarn", eagle_aux_hidden_state_layer_ids=[1, 15, 28], rope_scaling={"rope_type": "yarn", "factor": 4.0})
     code, data = preflight(tree, TARGET, yarn, "--max-model-len", "8192")
     assert code == 0 and checks(data, "warn") == ["draft-context"] and "yarn" in data["findings"][0]["message"]
 
@@ -192,23 +169,23 @@ def test_a_release_that_raises_the_drafts_positions_says_so_and_holds_other_rope
 def test_a_release_that_never_reads_the_drafts_ids_says_which_layers_it_captures(tree, tmp_path):
     runner = tree / "vllm" / "v1" / "worker" / "gpu_model_runner.py"
     runner.write_text(runner.read_text().replace('getattr(hf_config, "eagle_aux_hidden_state_layer_ids", None)', "None"))
-    trained = checkpoint(tmp_path, DRAFT, "trained", max_position_embeddings=131072, eagle_aux_hidden_state_layer_ids=[1, 15, 28])
+    trained = checkpoint_copy(tmp_path, DRAFT, "trained", max_position_embeddings=131072, eagle_aux_hidden_state_layer_ids=[1, 15, 28])
     code, data = preflight(tree, TARGET, trained)
     assert code == 0 and checks(data, "warn") == ["aux-layer-ids"] and "[2, 16, 29]" in data["findings"][0]["message"]
-    default = checkpoint(tmp_path, DRAFT, "default", max_position_embeddings=131072, eagle_aux_hidden_state_layer_ids=[2, 16, 29])
+    default = checkpoint_copy(tmp_path, DRAFT, "default", max_position_embeddings=131072, eagle_aux_hidden_state_layer_ids=[2, 16, 29])
     assert checks(preflight(tree, TARGET, default)[1]) == []
-    bare = checkpoint(tmp_path, DRAFT, "bare", max_position_embeddings=131072)
+    bare = checkpoint_copy(tmp_path, DRAFT, "bare", max_position_embeddings=131072)
     assert checks(preflight(tree, TARGET, bare)[1], "info") == ["aux-layer-ids"]
 
 
 def test_ids_beyond_the_targets_layers_fail(tmp_path):
-    draft = checkpoint(tmp_path, DRAFT, "draft", max_position_embeddings=131072, eagle_aux_hidden_state_layer_ids=[2, 16, 32])
+    draft = checkpoint_copy(tmp_path, DRAFT, "draft", max_position_embeddings=131072, eagle_aux_hidden_state_layer_ids=[2, 16, 32])
     code, data = preflight(FIXTURE, TARGET, draft)
     assert code == 1 and checks(data, "fail") == ["aux-layer-ids"] and "[32]" in data["findings"][0]["message"]
 
 
 def test_a_key_the_speculative_config_lacks_is_refused_with_the_field_it_meant(tmp_path):
-    draft = checkpoint(tmp_path, DRAFT, "draft", max_position_embeddings=131072, eagle_aux_hidden_state_layer_ids=[1, 15, 28])
+    draft = checkpoint_copy(tmp_path, DRAFT, "draft", max_position_embeddings=131072, eagle_aux_hidden_state_layer_ids=[1, 15, 28])
     code, data = preflight(FIXTURE, TARGET, draft, spec={"num_speculative_token": 3})
     assert code == 1 and checks(data, "fail") == ["speculative-config"]
     assert data["findings"][0]["fix"] == "use 'num_speculative_tokens'" and data["findings"][0]["where"] == "config/speculative.py:9"
@@ -232,42 +209,42 @@ def test_the_whitelist_refuses_a_target_whose_text_model_type_has_none_of_its_wo
     text = speculative.read_text() + GATE
     speculative.write_text(text)
     listed = next(i for i, line in enumerate(text.splitlines(), 1) if "eagle3_target_supported = [" in line)
-    draft = checkpoint(tmp_path, DRAFT, "draft", max_position_embeddings=131072, eagle_aux_hidden_state_layer_ids=[1, 15, 28])
+    draft = checkpoint_copy(tmp_path, DRAFT, "draft", max_position_embeddings=131072, eagle_aux_hidden_state_layer_ids=[1, 15, 28])
     assert preflight(tree, TARGET, draft)[0] == 0  # llama
-    qwen_vl = checkpoint(tmp_path, TARGET, "qwen-vl", model_type="qwen2_5_vl", text_config={"model_type": "qwen2_5_vl_text", "num_hidden_layers": 32})
+    qwen_vl = checkpoint_copy(tmp_path, TARGET, "qwen-vl", model_type="qwen2_5_vl", text_config={"model_type": "qwen2_5_vl_text", "num_hidden_layers": 32})
     assert "eagle3-target-gate" not in checks(preflight(tree, qwen_vl, draft)[1])
-    glm = checkpoint(tmp_path, TARGET, "glm", model_type="glm4_moe")
+    glm = checkpoint_copy(tmp_path, TARGET, "glm", model_type="glm4_moe")
     code, data = preflight(tree, glm, draft)
     gate = next(f for f in data["findings"] if f["check"] == "eagle3-target-gate")
     assert code == 1 and gate["severity"] == "fail" and "'glm4_moe'" in gate["message"] and gate["where"] == f"config/speculative.py:{listed}"
-    other = cli("preflight", "--format", "json", tree, "--", "vllm", "serve", glm, "--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 3}))
+    other = invoke("preflight", "--format", "json", tree, "--", "vllm", "serve", glm, "--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 3}))
     assert "eagle3-target-gate" not in checks(json.loads(other.stdout))  # the list holds EAGLE-3 only
 
 
 def test_a_target_class_without_the_interface_fails_until_apply_writes_it(tree, tmp_path):
     """The target-hooks finding is `check --model`'s verdict: after `apply --model asr` the same launch passes it."""
-    asr = checkpoint(tmp_path, TARGET, "asr", architectures=["AsrForConditionalGeneration"])
-    draft = checkpoint(tmp_path, DRAFT, "draft", max_position_embeddings=131072, eagle_aux_hidden_state_layer_ids=[1, 15, 28])
+    asr = checkpoint_copy(tmp_path, TARGET, "asr", architectures=["AsrForConditionalGeneration"])
+    draft = checkpoint_copy(tmp_path, DRAFT, "draft", max_position_embeddings=131072, eagle_aux_hidden_state_layer_ids=[1, 15, 28])
     code, data = preflight(tree, asr, draft)
     hooks = [f for f in data["findings"] if f["check"] == "target-hooks"]
     assert code == 1 and hooks and all(f["severity"] == "fail" for f in hooks)
     assert hooks[0]["fix"].startswith("eaglepatch apply --model vllm.model_executor.models.asr:AsrForConditionalGeneration")
-    assert cli("apply", "--model", "asr", tree).exit_code == 0
+    assert invoke("apply", "--model", "asr", tree).exit_code == 0
     assert preflight(tree, asr, draft) == (0, {**data, "findings": [], "summary": {"fail": 0, "warn": 0, "info": 0}})
 
 
 def test_a_launch_without_speculation_or_without_a_method_says_what_it_does_not_check(tmp_path):
-    plain = cli("preflight", "--format", "json", FIXTURE, "--", "vllm", "serve", TARGET)
+    plain = invoke("preflight", "--format", "json", FIXTURE, "--", "vllm", "serve", TARGET)
     assert plain.exit_code == 0 and checks(json.loads(plain.stdout), "info") == ["speculative-config"]
-    unnamed = cli("preflight", "--format", "json", FIXTURE, "--", "vllm", "serve", TARGET, "--speculative-config", json.dumps({"model": str(DRAFT)}))
+    unnamed = invoke("preflight", "--format", "json", FIXTURE, "--", "vllm", "serve", TARGET, "--speculative-config", json.dumps({"model": str(DRAFT)}))
     data = json.loads(unnamed.stdout)
     assert unnamed.exit_code == 0 and checks(data) == ["speculative-config"] and data["algorithm"] is None
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
-    missing = cli("preflight", FIXTURE, "--", "vllm", "serve", tmp_path / "nowhere", "--speculative-config", SPEC)
+    missing = invoke("preflight", FIXTURE, "--", "vllm", "serve", tmp_path / "nowhere", "--speculative-config", SPEC)
     assert missing.exit_code == 2 and "is not a local folder" in missing.stderr
-    sglang_line = cli("preflight", FIXTURE, "--", "python", "-m", "sglang.launch_server", "--model-path", TARGET)
+    sglang_line = invoke("preflight", FIXTURE, "--", "python", "-m", "sglang.launch_server", "--model-path", TARGET)
     assert sglang_line.exit_code == 2 and "starts no vLLM server" in sglang_line.stderr
-    json_error = cli("preflight", "--format", "json", FIXTURE, "--", "vllm", "serve", TARGET, "--speculative-config", "{method: eagle3}")
+    json_error = invoke("preflight", "--format", "json", FIXTURE, "--", "vllm", "serve", TARGET, "--speculative-config", "{method: eagle3}")
     assert json_error.exit_code == 1 and checks(json.loads(json_error.stdout), "fail") == ["launch-arguments"]

@@ -14,13 +14,10 @@ from pathlib import Path
 
 import pytest
 import vllm_releases
-from typer.testing import CliRunner
-
-from eaglepatch.cli import app
+from helpers import invoke
 
 pytestmark = pytest.mark.integration
 
-RUNNER = CliRunner()
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
          "max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}}
 GLM = {"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "hidden_size": 4096, "num_hidden_layers": 46, "max_position_embeddings": 131072}
@@ -42,7 +39,7 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
 def preflight(version: str, target: Path, draft: Path, *extra: str) -> tuple[int, dict]:
     site = vllm_releases.site_packages(version)
     spec = json.dumps({"method": "eagle3", "model": str(draft), "num_speculative_tokens": 3})
-    result = RUNNER.invoke(app, ["preflight", "--format", "json", str(site), "--", "vllm", "serve", str(target), "--speculative-config", spec, *extra])
+    result = invoke("preflight", "--format", "json", site, "--", "vllm", "serve", target, "--speculative-config", spec, *extra)
     assert result.exit_code in (0, 1), result.output
     return result.exit_code, json.loads(result.stdout)
 
