@@ -248,3 +248,34 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert sglang_line.exit_code == 2 and "starts no vLLM server" in sglang_line.stderr
     json_error = invoke("preflight", "--format", "json", FIXTURE, "--", "vllm", "serve", TARGET, "--speculative-config", "{method: eagle3}")
     assert json_error.exit_code == 1 and checks(json.loads(json_error.stdout), "fail") == ["launch-arguments"]
+
+
+def test_a_config_file_is_read_before_the_lines_own_options(tmp_path, monkeypatch):
+    """`vllm serve MODEL --config serve.yaml`: vLLM puts the file's options in after the model and before
+    the line's own, so the line wins; a mapping is its option's JSON, `true` a flag."""
+    draft = checkpoint_copy(tmp_path, DRAFT, "draft", eagle_aux_hidden_state_layer_ids=[1, 15, 28])
+    (tmp_path / "serve.yaml").write_text(
+        "max-model-len: 8192\ntrust_remote_code: true\nspeculative-config:\n"
+        f"  method: eagle3\n  model: {draft}\n  num_speculative_tokens: 3\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    line = read_vllm_launch(["vllm", "serve", "/m", "--config", "serve.yaml", "--max-model-len", "2048"], FLAGS, {})
+    assert line.get("model") == "/m" and line.get("max_model_len") == "2048" and line.values["trust_remote_code"] is True
+    assert line.speculative == {"method": "eagle3", "model": str(draft), "num_speculative_tokens": 3}
+    fails = invoke("preflight", "--format", "json", FIXTURE, "--", "vllm", "serve", TARGET, "--config", "serve.yaml")
+    assert fails.exit_code == 1 and checks(json.loads(fails.stdout), "fail") == ["draft-context"]  # 2048 positions, 8192 from the file
+    capped = invoke("preflight", "--format", "json", FIXTURE, "--", "vllm", "serve", TARGET, "--config=serve.yaml", "--max-model-len", "2048")
+    assert capped.exit_code == 0 and checks(json.loads(capped.stdout)) == []
+
+
+@pytest.mark.parametrize("words, said", [
+    (["--config", "missing.yaml"], "cannot be read"),
+    (["--config", "serve.json"], "only a YAML config file"),
+    (["--config", "list.yaml"], "no mapping of options"),
+])
+def test_a_config_file_vllm_cannot_read_is_one_line_and_exit_2(tmp_path, monkeypatch, words, said):
+    (tmp_path / "serve.json").write_text("{}")
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    monkeypatch.chdir(tmp_path)
+    result = invoke("preflight", FIXTURE, "--", "vllm", "serve", TARGET, *words)
+    assert result.exit_code == 2 and said in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -7,7 +7,8 @@ an option it does not know is skipped (with its value, when the next word is one
 since only the release's own parser can say which words it refuses.  What it reads, it reads as that
 parser does: `--opt value` and `--opt=value`, underscores spelled as dashes, `--speculative-config` as
 JSON (or as dotted keys, `--speculative-config.method eagle3`), the last spelling of an option winning,
-a positional model after `serve` winning over `--model`.  Whether an option takes no value is read from
+a positional model after `serve` winning over `--model`, a `--config FILE` (YAML) put in before the
+line's own options, as vLLM's parser puts it.  Whether an option takes no value is read from
 the release (`bool` fields of its argument dataclasses, `store_true` actions), not listed here.
 """
 
@@ -18,6 +19,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import EaglepatchError
 from .launch_line import split_environment
@@ -47,7 +49,6 @@ _READ = {
     "--speculative-model": "speculative_model",
     "--num-speculative-tokens": "num_speculative_tokens",
     "--trust-remote-code": "trust_remote_code",
-    "--config": "config",
 }
 
 
@@ -152,7 +153,7 @@ def read_vllm_launch(words: Sequence[str], flags: VllmOptions, shell: Mapping[st
     """`words` as typed, run from a shell exporting `shell`."""
     words, environment, inherited, rest = split_environment(words, shell)
     begin, serve = _server_entry(rest)
-    args = rest[begin:]
+    args = _with_config_file(rest[begin:], serve)
     values: dict[str, str | bool] = {}
     spelled: dict[str, str] = {}
     dotted: dict[str, object] = {}
@@ -208,6 +209,51 @@ def read_vllm_launch(words: Sequence[str], flags: VllmOptions, shell: Mapping[st
     if dotted:
         speculative = {**(speculative or {}), **dotted}
     return VllmLaunch(tuple(words), environment, values, speculative, spelled, tuple(errors), tuple(unknown), serve, inherited)
+
+
+def _with_config_file(args: list[str], serve: bool) -> list[str]:
+    """The words with `--config FILE`'s options put in, as vLLM's parser does before it parses: after the
+    positional model (`serve`), before the other words, so the line's own options win."""
+    spelled = [i for i, word in enumerate(args) if word == "--config" or word.startswith("--config=")]
+    if not spelled:
+        return args
+    index = spelled[0]
+    inline = args[index].partition("=")[2]
+    name = inline or (args[index + 1] if index + 1 < len(args) else "")
+    rest = args[:index] + args[index + (1 if inline else 2):]
+    if not name:
+        raise EaglepatchError("--config names no file: vLLM stops before it parses the line", path="LAUNCH")
+    if not name.endswith((".yaml", ".yml")):
+        raise EaglepatchError("vLLM reads only a YAML config file (.yaml or .yml): it stops before it parses the line", path=name)
+    words = _config_words(Path(name).expanduser())
+    model_first = serve and rest and not rest[0].startswith("-")
+    return [rest[0], *words, *rest[1:]] if model_first else [*words, *rest]
+
+
+def _config_words(path: Path) -> list[str]:
+    """A config file's keys as the options vLLM turns them into: `true` a flag, a mapping its JSON."""
+    import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs; only safe_load is used
+
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise EaglepatchError(f"the launch's --config file cannot be read ({exc.strerror or exc}): preflight reads it as vLLM does", path=str(path)) from None
+    except yaml.YAMLError as exc:
+        raise EaglepatchError(f"the launch's --config file is not YAML vLLM can read ({str(exc).splitlines()[0]})", path=str(path)) from None
+    if not isinstance(loaded, dict):
+        raise EaglepatchError("the launch's --config file holds no mapping of options", path=str(path))
+    words: list[str] = []
+    for key, value in loaded.items():
+        option = f"--{key}"
+        if isinstance(value, bool):
+            words += [option] if value else []
+        elif isinstance(value, dict):
+            words += [option, json.dumps(value)]
+        elif isinstance(value, list):
+            words += [option, *(str(v) for v in value)] if value else []
+        elif value is not None:
+            words += [option, str(value)]
+    return words
 
 
 def _dotted_value(text: str) -> object:
