@@ -418,10 +418,8 @@ def _indexed_after(function: FunctionNode, loop: ast.For, name: str) -> ast.Subs
     return None
 
 
-def _on_the_stream(value: ast.expr | None, loop: _Loop) -> bool:
+def _on_the_stream(value: ast.Call, loop: _Loop) -> bool:
     """A call whose only name is the stream, `self.embedding_norm(hidden_states)`: the backbone's last step."""
-    if not isinstance(value, ast.Call):
-        return False
     names = {n.id for n in walk(value) if isinstance(n, ast.Name)} - {"self"}
     return names == {loop.hidden}
 
@@ -1063,14 +1061,15 @@ class PlumbingPlanner:
                 continue
             elif isinstance(node.value, ast.Name) and node.value.id not in (loop.residual,):
                 returns.append(node)
-            elif _on_the_stream(node.value, loop) and loop.residual is None:
-                returns.append(node)  # a last step on the stream, `return self.final_layernorm(hidden_states)`: kept, then the tail
-            elif node.value is not None and _on_the_stream(node.value, loop):
-                # Lfm2 ends on `self.embedding_norm(hidden_states)` though its layers hand back a residual: their
-                # own input (the stream is the hidden states alone) or one dropped by mistake, which reading cannot tell
-                found.block("tail", f"line {node.lineno} returns {ast.unparse(node.value)}, leaving out the {loop.residual} its layers hand back: "
-                            f"whether that is part of the stream (capture {loop.hidden} + {loop.residual}) or a layer's own input handed back "
-                            f"(capture {loop.hidden} alone) is not shown by reading", _at(owner, node))
+            elif isinstance(node.value, ast.Call) and _on_the_stream(node.value, loop):
+                if loop.residual is None:
+                    returns.append(node)  # a last step on the stream, `return self.final_layernorm(hidden_states)`: kept, then the tail
+                else:
+                    # Lfm2 ends on `self.embedding_norm(hidden_states)` though its layers hand back a residual: their
+                    # own input (the stream is the hidden states alone) or one dropped by mistake, which reading cannot tell
+                    found.block("tail", f"line {node.lineno} returns {ast.unparse(node.value)}, leaving out the {loop.residual} its layers "
+                                f"hand back: whether that is part of the stream (capture {loop.hidden} + {loop.residual}) or a layer's own "
+                                f"input handed back (capture {loop.hidden} alone) is not shown by reading", _at(owner, node))
             else:
                 spelled = ast.unparse(node.value) if node.value is not None else "nothing"
                 found.block("tail", f"line {node.lineno} returns {spelled}, neither the stream nor a pipeline proxy", _at(owner, node))
