@@ -133,3 +133,20 @@ def checkpoint_copy(tmp_path: Path, source: Path, name: str, **changes: object) 
             config[key] = value
     (folder / "config.json").write_text(json.dumps(config))
     return folder
+
+
+def parser_verdicts(script: Path, site: Path, entries: list[tuple[list[str], bool]], folder: Path, cwd: Path, timeout: float) -> list[dict]:
+    """A release's own parser's verdict on each (argv, serve) entry: `script` (tests/release_parser.py,
+    tests/vllm_release_parser.py) run once in a fresh interpreter on `site`, from `cwd`; the lines go
+    through a file in `folder`."""
+    import json
+    import subprocess
+    import sys
+
+    spec = folder / "lines.json"
+    spec.write_text(json.dumps([{"argv": argv, "serve": serve} for argv, serve in entries]))
+    done = subprocess.run([sys.executable, "-I", "-B", str(script), str(site), str(spec)], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    verdicts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(verdicts) == len(entries)
+    return verdicts

@@ -10,15 +10,13 @@ list of choices) about every launch the parser refuses.
 
 from __future__ import annotations
 
-import json
 import shlex
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import sglang_releases
+from helpers import parser_verdicts
 
 from eaglepatch.analyze.preflight import launch_rules
 from eaglepatch.read.launch_line import read_launch, read_options
@@ -67,15 +65,8 @@ LINES = read_corpus()
 
 def oracle(version: str, lines: list[CorpusLine], tmp_path: Path) -> list[dict]:
     """The release parser's verdict on each line: one fresh interpreter for all of them."""
-    spec = tmp_path / "lines.json"
-    spec.write_text(json.dumps([dict(zip(("argv", "serve"), line.entry())) for line in lines]))
     site = sglang_releases.site_packages(version)
-    done = subprocess.run([sys.executable, "-I", "-B", str(HERE / "release_parser.py"), str(site), str(spec)],
-                          cwd=CONFIGS, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    verdicts = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(verdicts) == len(lines)
-    return verdicts
+    return parser_verdicts(HERE / "release_parser.py", site, [line.entry() for line in lines], tmp_path, CONFIGS, 300)
 
 
 def static_findings(options, line: CorpusLine) -> list[tuple[str, str]]:

@@ -1235,7 +1235,7 @@ def test_rules_are_registered_units_run_in_order_over_one_launch(monkeypatch):
     with pytest.raises(FrozenInstanceError):
         launch_record.algorithm = "EAGLE3"  # type: ignore[misc]
     monkeypatch.setattr(rules, "RULES", list(rules.RULES))
-    rules.register(lambda launch: iter([rules._finding("info", "extra", f"{len(launch.line.errors)} error(s)", "arguments")]))
+    rules.register(lambda launch: iter([rules.finding("info", "extra", f"{len(launch.line.errors)} error(s)", "arguments")]))
     found = rules.run_rules(launch_record)
     assert [f.check for f in found] == ["launch-arguments", "extra"]  # the unknown option, then the rule registered last
     assert found[-1].message == "1 error(s)"

@@ -12,14 +12,12 @@ declares is a warning naming the options the parser names (a warning, since a pl
 
 from __future__ import annotations
 
-import json
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import vllm_releases
+from helpers import parser_verdicts
 
 from eaglepatch.read.source_cache import SourceCache
 from eaglepatch.read.vllm_launch import read_vllm_launch, read_vllm_options
@@ -63,15 +61,8 @@ def test_the_corpus_is_sourced_and_varied():
 
 
 def oracle(version: str, tmp_path: Path) -> list[dict]:
-    spec = tmp_path / "lines.json"
-    spec.write_text(json.dumps([dict(zip(("argv", "serve"), entry(words))) for _, words in LINES]))
     site = vllm_releases.site_packages(version)
-    done = subprocess.run([sys.executable, "-I", "-B", str(HERE / "vllm_release_parser.py"), str(site), str(spec)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    verdicts = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(verdicts) == len(LINES)
-    return verdicts
+    return parser_verdicts(HERE / "vllm_release_parser.py", site, [entry(words) for _, words in LINES], tmp_path, tmp_path, 600)
 
 
 def _number(value: object) -> int | None:

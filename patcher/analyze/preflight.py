@@ -187,7 +187,7 @@ def draft_weights_rule(draft: Checkpoint, loader: DraftLoader | None) -> Iterato
     if not skipped:
         return
     shown = ", ".join(skipped[:4]) + (f", and {len(skipped) - 4} more" if len(skipped) > 4 else "")
-    yield _finding("warn", "draft-weights", f"{len(skipped)} of the draft's {len(draft.weights)} weights name modules {loader.cls} "
+    yield finding("warn", "draft-weights", f"{len(skipped)} of the draft's {len(draft.weights)} weights name modules {loader.cls} "
                    f"does not hold ({shown}): its load_weights skips them without a word and those parameters keep their "
                    "initial values", "silent", loader.at,
                    f"rename the draft's weights to the modules {loader.cls} loads, or use a draft exported for this release")
@@ -387,7 +387,7 @@ def derived_context(config: Checkpoint, keys: Sequence[str]) -> int | None:
     return None
 
 
-def _finding(severity: str, check: str, message: str, when: str, where: str = "", fix: str = "") -> Finding:
+def finding(severity: str, check: str, message: str, when: str, where: str = "", fix: str = "") -> Finding:
     return Finding(severity, check, message, when, where, fix)  # type: ignore[arg-type]  # the rules pass literals
 
 
@@ -397,24 +397,24 @@ def _finding(severity: str, check: str, message: str, when: str, where: str = ""
 def launch_rules(line: LaunchLine) -> Iterator[Finding]:
     for error in line.errors:
         fix = "spell the option out in full" if error.startswith("ambiguous") else "check the option's name in `--help` of this release"
-        yield _finding("fail", "launch-arguments", f"the server's parser stops: {error}", "arguments", line.options.at, fix)
+        yield finding("fail", "launch-arguments", f"the server's parser stops: {error}", "arguments", line.options.at, fix)
     for option in line.missing_required:
-        yield _finding("fail", "launch-arguments", f"{option.strings[0]} is required", "arguments", option.at, f"pass {option.strings[0]}")
+        yield finding("fail", "launch-arguments", f"{option.strings[0]} is required", "arguments", option.at, f"pass {option.strings[0]}")
     for message, extended in line.doubts:
-        yield _finding("warn", "launch-arguments", f"the server's parser stops unless a plugin adds the value: {message}", "arguments",
+        yield finding("warn", "launch-arguments", f"the server's parser stops unless a plugin adds the value: {message}", "arguments",
                        extended, "check the value against `--help` of this release, or load the plugin that adds it")
 
 
 def registry_rule(facts: TreeFacts) -> Iterator[Finding]:
     if facts.unreadable:
-        yield _finding("warn", "registry", f"{len(facts.unreadable)} model file(s) could not be read, so an architecture they register "
+        yield finding("warn", "registry", f"{len(facts.unreadable)} model file(s) could not be read, so an architecture they register "
                        f"is not seen: {', '.join(facts.unreadable[:5])}", "before-load", facts.unreadable[0], "make the files readable (UTF-8)")
 
 
 def alias_rule(asked: str | None, facts: TreeFacts) -> Iterator[Finding]:
     if asked is not None and asked.upper() in facts.aliases:
         runs_as, where = facts.aliases[asked.upper()]
-        yield _finding("info", "algorithm-alias", f"--speculative-algorithm {asked} runs as {runs_as} in this release: "
+        yield finding("info", "algorithm-alias", f"--speculative-algorithm {asked} runs as {runs_as} in this release: "
                        f"{runs_as}'s hooks and draft are checked", "arguments", where)
 
 
@@ -425,14 +425,14 @@ def draft_path_rule(line: LaunchLine, algorithm: str | None, draft_option_at: st
     arch = target.architectures[0] if target is not None and target.architectures else None
     itself = arch is not None and arch in facts.self_drafting
     if itself and algorithm == "EAGLE":
-        yield _finding("info", "draft-path-missing", f"no --speculative-draft-model-path: {arch}'s own MTP layers are the draft "
+        yield finding("info", "draft-path-missing", f"no --speculative-draft-model-path: {arch}'s own MTP layers are the draft "
                        "(the server uses the target's folder for it)", "arguments", facts.self_drafting_at)
         return
     said = (f"--speculative-algorithm {algorithm} without --speculative-draft-model-path: the server takes {arch} itself as the draft, "
             "which is no EAGLE-3 head: the target loads twice, then the draft fails") if itself else (
         f"--speculative-algorithm {algorithm} without --speculative-draft-model-path: the target loads, then the draft cannot")
     where = facts.self_drafting_at if itself else draft_option_at
-    yield _finding("fail", "draft-path-missing", said, "after-target-load", where,
+    yield finding("fail", "draft-path-missing", said, "after-target-load", where,
                    "pass --speculative-draft-model-path with the EAGLE-3 draft's folder")
 
 
@@ -459,10 +459,10 @@ def draft_attention_rule(target: Checkpoint, draft: Checkpoint, line: LaunchLine
     fix = f"pass --speculative-draft-attention-backend {plain} (or another of the release's backends that is not MLA)"
     if latent:
         spelled = ", ".join(f"--{dest.replace('_', '-')} {value}" for dest, value in latent.items())
-        yield _finding("fail", "draft-attention-backend", f"{spelled} is an MLA kernel, and the draft ({arch}) inherits it: its attention "
+        yield finding("fail", "draft-attention-backend", f"{spelled} is an MLA kernel, and the draft ({arch}) inherits it: its attention "
                        "is not MLA (no kv_lora_rank in its config.json)", "after-target-load", facts.draft_attention_at, fix)
     elif not given:  # users' reports: on Hopper and Blackwell the pick is an MLA kernel (trtllm_mla on GB300)
-        yield _finding("warn", "draft-attention-backend", f"the target is MLA and the draft ({arch}) is not, and no backend is given: "
+        yield finding("warn", "draft-attention-backend", f"the target is MLA and the draft ({arch}) is not, and no backend is given: "
                        "the draft runs the attention backend the server picks for the target on this GPU, an MLA kernel on Hopper "
                        "and Blackwell GPUs, which the draft cannot run", "after-target-load", facts.draft_attention_at, fix)
 
@@ -479,7 +479,7 @@ def draft_quantization_rule(draft: Checkpoint, line: LaunchLine, facts: TreeFact
     held = f"its weights are {', '.join(dtypes)}" if dtypes else "its config.json has no quantization_config"
     fix = "pass --speculative-draft-model-quantization unquant" if own is not None and "unquant" in own.choices else (
         "pass --speculative-draft-model-quantization with the draft's own method")
-    yield _finding("warn", "draft-quantization", f"the draft inherits --quantization {method}, but its checkpoint is not quantized ({held}): "
+    yield finding("warn", "draft-quantization", f"the draft inherits --quantization {method}, but its checkpoint is not quantized ({held}): "
                    "it fails to load, or is quantized on the fly unlike how it was trained", "after-target-load",
                    facts.draft_quantization_at, fix)
 
@@ -511,7 +511,7 @@ def self_mtp_quantization_rule(target: Checkpoint | None, line: LaunchLine, algo
     option = line.options.by_string.get("--speculative-draft-model-quantization")
     fix = "pass --speculative-draft-model-quantization unquant" if option is not None and "unquant" in option.choices else (
         "point --speculative-draft-model-path at an MTP checkpoint quantized as the target")
-    yield _finding("fail", "draft-quantization", f"the draft is the target's own MTP layers, which inherit its quantization ({method}), "
+    yield finding("fail", "draft-quantization", f"the draft is the target's own MTP layers, which inherit its quantization ({method}), "
                    f"but the checkpoint keeps them unquantized ({len(mtp)} tensors such as {sorted(mtp)[0]}, {'/'.join(plain) or 'plain'} "
                    "`.weight`s, where its other layers hold `.qweight`s): loading the draft fails", "after-target-load",
                    facts.draft_quantization_at, fix)
@@ -532,20 +532,20 @@ def architecture_rules(target: Checkpoint | None, draft: Checkpoint | None, algo
         names = checkpoint.architectures
         loaded, rewritten_at = draft_loaded_as(names[0], facts.draft_rewrites) if what == "draft" and names else ("", "")
         if rewritten_at:  # what the registry is asked for is the class the model config names
-            yield _finding("info", "draft-architecture", f"the draft's {names[0]} is loaded as {loaded} (the model config "
+            yield finding("info", "draft-architecture", f"the draft's {names[0]} is loaded as {loaded} (the model config "
                            "rewrites it for a draft)", when, rewritten_at)
             names = (loaded, *names[1:])
         if not names:
-            yield _finding("fail", f"{what}-architecture", f"the {what}'s config.json names no architectures", when,
+            yield finding("fail", f"{what}-architecture", f"the {what}'s config.json names no architectures", when,
                            str(checkpoint.path / "config.json"), "set `architectures` in config.json")
         elif names[0] not in facts.registry:
-            yield _finding("fail", f"{what}-architecture", f"the {what}'s architecture {names[0]} is not served by this release "
+            yield finding("fail", f"{what}-architecture", f"the {what}'s architecture {names[0]} is not served by this release "
                            "(no EntryClass under models/ names it)", when, "models/", "use a release that has it, or a draft of a registered class")
         else:
-            yield _finding("info", f"{what}-architecture", f"the {what}'s {names[0]} is served by {facts.registry[names[0]]}", when,
+            yield finding("info", f"{what}-architecture", f"the {what}'s {names[0]} is served by {facts.registry[names[0]]}", when,
                            facts.registry[names[0]])
     if draft is not None and algorithm == "EAGLE" and draft.architectures and "Eagle3" in draft.architectures[0]:
-        yield _finding("warn", "algorithm-draft-mismatch", f"--speculative-algorithm EAGLE with an EAGLE-3 draft ({draft.architectures[0]}): "
+        yield finding("warn", "algorithm-draft-mismatch", f"--speculative-algorithm EAGLE with an EAGLE-3 draft ({draft.architectures[0]}): "
                        "the draft gets no aux hidden states and accepts almost nothing", "silent", "", "pass --speculative-algorithm EAGLE3")
 
 
@@ -561,10 +561,10 @@ def context_rule(target: Checkpoint, draft: Checkpoint, line: LaunchLine, facts:
         ", --context-length)" if asked is not None else ", from its config.json)")
     value, source = line.variable(switch) or ("", "")
     if value.lower() in ("1", "true", "yes"):
-        yield _finding("warn", "context-length", said + f"; {switch}={value} ({source}) lets the draft run past the positions it was built "
+        yield finding("warn", "context-length", said + f"; {switch}={value} ({source}) lets the draft run past the positions it was built "
                        "for: long requests may fail or degrade", "first-request", where, "use a draft trained for the target's context, or cap --context-length")
     else:
-        yield _finding("fail", "context-length", said + ": the draft's model config raises once the target has loaded", "after-target-load", where,
+        yield finding("fail", "context-length", said + ": the draft's model config raises once the target has loaded", "after-target-load", where,
                        f"set {switch}=1 before the command, or pass --context-length {draft_context}")
 
 
@@ -583,16 +583,16 @@ def aux_layer_rule(target: Checkpoint, draft: Checkpoint, hook: TargetHook | Non
         limit = layers + 1 if hook is not None and hook.captures_final else layers
         beyond = [i for i in (captured if captured is not None else ids) if i >= limit]
         if beyond and captured is not None and captured != ids:
-            yield _finding("fail", "aux-layer-ids", f"the draft's eagle_aux_hidden_state_layer_ids {ids} become layers {captured} in this "
+            yield finding("fail", "aux-layer-ids", f"the draft's eagle_aux_hidden_state_layer_ids {ids} become layers {captured} in this "
                            f"release's set_eagle3_layers_to_capture: {beyond} at or beyond the target's {layers} never capture",
                            "first-request", where, "use a draft trained on this target (for this release's layer-id convention)")
         elif beyond:
-            yield _finding("fail", "aux-layer-ids", f"the draft's eagle_aux_hidden_state_layer_ids {ids} name layers {beyond} "
+            yield finding("fail", "aux-layer-ids", f"the draft's eagle_aux_hidden_state_layer_ids {ids} name layers {beyond} "
                            f"at or beyond the target's {layers}", "first-request", where, "use a draft trained on this target")
     if mapping is not None:
         chosen = f" (its test {mapping.condition})" if mapping.condition else ""
         layers_of = f": the backbone captures what enters layers {captured}" if captured is not None else ""
-        yield _finding("info", "aux-layer-ids", f"the draft's ids {ids} are {mapping.how} by the target's "
+        yield finding("info", "aux-layer-ids", f"the draft's ids {ids} are {mapping.how} by the target's "
                        f"set_eagle3_layers_to_capture in this release{chosen}{layers_of}", "silent", where)
 
 
@@ -603,7 +603,7 @@ def vocab_rule(draft: Checkpoint, line: LaunchLine) -> Iterator[Finding]:
     if any(name.endswith("d2t") for name in draft.weights) or line.get("speculative_token_map"):
         return
     where = ", ".join(draft.weight_files) or "no .safetensors in the folder"
-    yield _finding("warn", "draft-vocab-mapping", f"the draft's draft_vocab_size ({small}) is below vocab_size ({full}) and its weights hold no d2t "
+    yield finding("warn", "draft-vocab-mapping", f"the draft's draft_vocab_size ({small}) is below vocab_size ({full}) and its weights hold no d2t "
                    "mapping: its tokens map to the wrong ids and nearly nothing is accepted", "silent", where,
                    "use the draft's weights with their d2t tensor, or pass --speculative-token-map")
 
@@ -637,7 +637,7 @@ def dtype_rule(target: Checkpoint, draft: Checkpoint, line: LaunchLine, facts: T
     mine, theirs = loaded_dtype(target, asked), loaded_dtype(draft, asked)
     if mine is None or theirs is None or mine == theirs:
         return
-    yield _finding("fail", "dtype", f"with --dtype auto the target loads in {mine} and the draft in {theirs} (each from its config.json): "
+    yield finding("fail", "dtype", f"with --dtype auto the target loads in {mine} and the draft in {theirs} (each from its config.json): "
                    "the draft's first layer gets the target's hidden states in the other dtype and raises 'mat1 and mat2 must have "
                    "the same dtype' when its CUDA graphs are captured", "after-target-load", facts.dtype_at,
                    f"pass --dtype {mine}, so both load in the target's dtype")
@@ -659,7 +659,7 @@ def dflash_layer_rule(target: Checkpoint, draft: Checkpoint, hook: TargetHook | 
     ids = ids if ids is not None else draft.config.get("target_layer_ids")
     layers = target.number("num_hidden_layers")
     if ids is None:
-        yield _finding("warn", "dflash-layer-ids", "the draft's config.json names no dflash_config.target_layer_ids: the release picks the "
+        yield finding("warn", "dflash-layer-ids", "the draft's config.json names no dflash_config.target_layer_ids: the release picks the "
                        "target's layers itself; unless the draft was trained on those, it accepts almost nothing, without an error",
                        "silent", facts.dflash_fallback_at, "use the draft's own config.json, with the target_layer_ids it was trained on")
         return
@@ -667,7 +667,7 @@ def dflash_layer_rule(target: Checkpoint, draft: Checkpoint, hook: TargetHook | 
         return
     outside = [i for i in ids if i < 0 or i >= layers]
     if outside:
-        yield _finding("fail", "dflash-layer-ids", f"the draft's dflash_config.target_layer_ids {ids} name {outside}, outside the target's "
+        yield finding("fail", "dflash-layer-ids", f"the draft's dflash_config.target_layer_ids {ids} name {outside}, outside the target's "
                        f"{layers} layers: the release refuses them at start-up", "after-target-load", facts.dflash_range_at or facts.dflash_fallback_at,
                        "use a draft trained on this target")
         return
@@ -676,7 +676,7 @@ def dflash_layer_rule(target: Checkpoint, draft: Checkpoint, hook: TargetHook | 
     limit = layers + 1 if hook is not None and hook.captures_final else layers
     beyond = [i for i in captured or () if i >= limit]
     if beyond and hook is not None and mapping is not None:
-        yield _finding("fail", "dflash-layer-ids", f"the target's DFlash hook takes the draft's target_layer_ids {ids} to layers {captured}, "
+        yield finding("fail", "dflash-layer-ids", f"the target's DFlash hook takes the draft's target_layer_ids {ids} to layers {captured}, "
                        f"{mapping.how}: {beyond} at or beyond its {layers} layers capture nothing, and the draft's first step fails",
                        "after-target-load", hook.at, "use a draft whose target_layer_ids stop below the last layer")
 
@@ -714,7 +714,7 @@ def draft_keys_rule(target: Checkpoint, draft: Checkpoint, srt: Path) -> Iterato
     unread = sorted(set(added) - keys_read(srt, added)) if added else []
     if unread:
         spelled = ", ".join(f"{k} = {json.dumps(added[k])}" for k in unread)
-        yield _finding("warn", "draft-config-keys", f"the draft's config.json sets {spelled}, which no code of this release reads: the draft "
+        yield finding("warn", "draft-config-keys", f"the draft's config.json sets {spelled}, which no code of this release reads: the draft "
                        "runs as if unset, and accepts fewer tokens than it was trained to, without an error", "silent",
                        str(draft.path / "config.json"), "use a release that reads it, or a draft trained without it")
 
@@ -724,7 +724,7 @@ def hidden_size_rule(target: Checkpoint, draft: Checkpoint) -> Iterator[Finding]
     have = draft.number("target_hidden_size", text=False) or draft.number("hidden_size", text=False)
     if want is not None and have is not None and want != have:
         key = "target_hidden_size" if draft.number("target_hidden_size", text=False) else "hidden_size"
-        yield _finding("fail", "hidden-size", f"the draft expects target hidden states of {have} ({key}), the target's are {want}",
+        yield finding("fail", "hidden-size", f"the draft expects target hidden states of {have} ({key}), the target's are {want}",
                        "after-target-load", str(draft.path / "config.json"), "use a draft trained on this target")
 
 

@@ -149,7 +149,7 @@ def _dashed(word: str) -> str:
     return "--" + name.replace("_", "-") + dot + key
 
 
-def read_vllm_launch(words: Sequence[str], flags: VllmOptions, shell: Mapping[str, str] | None = None) -> VllmLaunch:
+def read_vllm_launch(words: Sequence[str], options: VllmOptions, shell: Mapping[str, str] | None = None) -> VllmLaunch:
     """`words` as typed, run from a shell exporting `shell`."""
     words, environment, inherited, rest = split_environment(words, shell)
     begin, serve = _server_entry(rest)
@@ -170,9 +170,9 @@ def read_vllm_launch(words: Sequence[str], flags: VllmOptions, shell: Mapping[st
             continue
         head, eq, inline = word.partition("=")
         head = _dashed(head)
-        if flags.unknown(head):
+        if options.unknown(head):
             unknown.append(head)
-        takes = head not in flags.flags and head not in ("--help", "-h")
+        takes = head not in options.flags and head not in ("--help", "-h")
         value: str | bool = True
         if eq:
             value = inline

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ...analyze.preflight import evaluate, finding, hidden_size_rule
 from ...errors import EaglepatchError
 from ...read.statements import walk
 from ...records import Finding, PreflightReport
@@ -142,21 +143,17 @@ def read_vllm_facts(tree: VllmTree) -> VllmFacts:
 # --------------------------------------------------------------------------- the rules
 
 
-def _finding(severity: str, check: str, message: str, when: str, where: str = "", fix: str = "") -> Finding:
-    return Finding(severity, check, message, when, where, fix)  # type: ignore[arg-type]  # the rules pass literals
-
-
 def config_rules(line: VllmLaunch, facts: VllmFacts) -> Iterator[Finding]:
     """What the release refuses before it loads anything: the line's JSON, keys SpeculativeConfig lacks."""
     for error in line.errors:
-        yield _finding("fail", "launch-arguments", f"the server's parser stops: {error}", "arguments", fix="pass the speculative config as one JSON object")
+        yield finding("fail", "launch-arguments", f"the server's parser stops: {error}", "arguments", fix="pass the speculative config as one JSON object")
     spec = line.speculative
     if spec is None or not facts.fields:
         return
     for key in spec:
         if key.replace("-", "_") not in facts.fields:
             near = difflib.get_close_matches(key.replace("-", "_"), facts.fields, n=1, cutoff=0.7)
-            yield _finding("fail", "speculative-config", f"--speculative-config has {key!r}, which this release's SpeculativeConfig has no field for: "
+            yield finding("fail", "speculative-config", f"--speculative-config has {key!r}, which this release's SpeculativeConfig has no field for: "
                            "it refuses the config before loading", "before-load", facts.fields_at,
                            f"use {near[0]!r}" if near else "remove it (the fields are SpeculativeConfig's)")
 
@@ -175,7 +172,7 @@ def gate_rule(target: Checkpoint, facts: VllmFacts) -> Iterator[Finding]:
     if any(word in model_type for word in gate.words):
         return
     words = ", ".join(repr(w) for w in gate.words)
-    yield _finding("fail", "eagle3-target-gate", f"this release runs EAGLE-3 only for a target whose text model_type contains {words}; "
+    yield finding("fail", "eagle3-target-gate", f"this release runs EAGLE-3 only for a target whose text model_type contains {words}; "
                    f"the target's is {model_type or 'not given'!r}: `Eagle3 is only supported for ...` before anything loads",
                    "before-load", gate.at, "use a release without this list (it is gone from vLLM's speculative config in later releases), or another method")
 
@@ -217,14 +214,14 @@ def draft_context_rule(target: Checkpoint, draft: Checkpoint, line: VllmLaunch, 
     if facts.raises_positions_at:
         kinds = _rope_types(draft)
         if facts.cache_only_rope is None or all(k in facts.cache_only_rope for k in kinds):
-            yield _finding("info", "draft-context", f"{said}: this release raises the draft's to {length}, as its RoPE only sizes a cache",
+            yield finding("info", "draft-context", f"{said}: this release raises the draft's to {length}, as its RoPE only sizes a cache",
                            "silent", facts.raises_positions_at)
             return
-        yield _finding("warn", "draft-context", f"{said}, and its RoPE ({', '.join(kinds)}) is not one this release stretches "
+        yield finding("warn", "draft-context", f"{said}, and its RoPE ({', '.join(kinds)}) is not one this release stretches "
                        f"({', '.join(facts.cache_only_rope)}): the draft runs on positions it was not built for",
                        "first-request", facts.raises_positions_at, f"pass --max-model-len {positions}, or use a draft built for {length} positions")
         return
-    yield _finding("fail", "draft-context", f"{said}: this release sizes the draft's rotary cache by it and never raises it, so a "
+    yield finding("fail", "draft-context", f"{said}: this release sizes the draft's rotary cache by it and never raises it, so a "
                    f"sequence past {positions} tokens indexes the cache out of bounds (a device-side assert)", "first-request",
                    str(draft.path / "config.json"),
                    f"pass --max-model-len {positions}, or (for a draft whose RoPE only sizes a cache) set {_DRAFT_POSITIONS} to {length} in its config.json")
@@ -232,7 +229,6 @@ def draft_context_rule(target: Checkpoint, draft: Checkpoint, line: VllmLaunch, 
 
 def _default_layers(tree: VllmTree, registry: tuple[str, str] | None, layers: int | None) -> tuple[list[int] | None, str]:
     """The layers the target's own default hook names for `layers` decoder layers, and where it is."""
-    from ...analyze.preflight import evaluate
     from .tree import methods
 
     if registry is None:
@@ -274,29 +270,23 @@ def aux_ids_rule(target: Checkpoint, draft: Checkpoint, facts: VllmFacts, defaul
     fallback = f" {tuple(default)}" if default is not None else ""
     if ids is None:
         if facts.aux_ids_at:
-            yield _finding("warn", "aux-layer-ids", f"the draft's config.json has no {_AUX_IDS}: the runner takes the target's default "
+            yield finding("warn", "aux-layer-ids", f"the draft's config.json has no {_AUX_IDS}: the runner takes the target's default "
                            f"layers{fallback} ({default_at or 'its get_eagle3_default_aux_hidden_state_layers'}); a draft trained on "
                            "others is accepted about 1% of the time", "silent", facts.aux_ids_at,
                            f"set {_AUX_IDS} in the draft's config.json to the layers it was trained on")
         elif default is not None:
-            yield _finding("info", "aux-layer-ids", f"this release never reads a draft's {_AUX_IDS}: its runner captures the "
+            yield finding("info", "aux-layer-ids", f"this release never reads a draft's {_AUX_IDS}: its runner captures the "
                            f"target's default layers {tuple(default)}", "silent", default_at)
         return
     if not (isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
         return
     if layers is not None and (beyond := [i for i in ids if i >= layers]):
-        yield _finding("fail", "aux-layer-ids", f"the draft's {_AUX_IDS} {ids} name layers {beyond} at or beyond the target's {layers}",
+        yield finding("fail", "aux-layer-ids", f"the draft's {_AUX_IDS} {ids} name layers {beyond} at or beyond the target's {layers}",
                        "first-request", str(draft.path / "config.json"), "use a draft trained on this target")
     if not facts.aux_ids_at and default is not None and ids != default:
-        yield _finding("warn", "aux-layer-ids", f"this release never reads the draft's {_AUX_IDS} {ids}: its runner captures the target's "
+        yield finding("warn", "aux-layer-ids", f"this release never reads the draft's {_AUX_IDS} {ids}: its runner captures the target's "
                        f"default layers {default} ({default_at}), so the draft gets states it was not trained on", "silent", default_at,
                        "use a release whose runner reads the draft's ids, or a draft trained on the default layers")
-
-
-def _hidden_size_rule(target: Checkpoint, draft: Checkpoint) -> Iterator[Finding]:
-    from ...analyze.preflight import hidden_size_rule
-
-    yield from hidden_size_rule(target, draft)
 
 
 # --------------------------------------------------------------------------- the run
@@ -312,7 +302,7 @@ def _target_findings(request: Resolved, registry: tuple[str, str], name: str) ->
         analysis = request.engine.analyze(request.asking(Selection(path=request.tree.given, models=(selector,))))
     except EaglepatchError as exc:
         where = module.removeprefix("vllm.").replace(".", "/") + f".py:{cls}"
-        return [_finding("info", "target-hooks", f"{name}'s EAGLE-3 support is not checked: {exc.message}", "after-target-load", exc.path or "")], where
+        return [finding("info", "target-hooks", f"{name}'s EAGLE-3 support is not checked: {exc.message}", "after-target-load", exc.path or "")], where
     findings = []
     target_class = ""
     checked = BASE in analysis.protocol.members  # the runner's isinstance check; before 0.10.1 it calls the hooks by name
@@ -321,7 +311,7 @@ def _target_findings(request: Resolved, registry: tuple[str, str], name: str) ->
         for entry in plan.required_gaps:
             fix = f"eaglepatch apply --model {selector} {request.tree.given}" if entry.fix is not None else f"needs code: {entry.blocker}"
             raised = "`Model does not support EAGLE3 interface`" if checked else f"`AttributeError: ... has no attribute '{entry.member.name}'`"
-            findings.append(_finding(
+            findings.append(finding(
                 "fail", "target-hooks",
                 f"{plan.wrapper.cls.name} lacks {entry.member.name} (the runner needs it at {', '.join(entry.called_at[:2])}): "
                 f"{raised} once the target loads",
@@ -351,14 +341,14 @@ def run_vllm_preflight(request: Resolved, words: Sequence[str], shell: Mapping[s
     draft = local_checkpoint(draft_path, "the draft") if isinstance(draft_path, str) else None
     findings = list(config_rules(line, facts))
     if line.unknown:
-        findings.append(_finding("warn", "launch-arguments", f"no parser of this release declares {', '.join(line.unknown)}: it stops with "
+        findings.append(finding("warn", "launch-arguments", f"no parser of this release declares {', '.join(line.unknown)}: it stops with "
                                  "`unrecognized arguments` unless a plugin adds the option", "arguments", options.at,
                                  "check the option's name in `vllm serve --help` of this release"))
     if not spec:
-        findings.append(_finding("info", "speculative-config", "the launch has no --speculative-config: it runs no speculative decoding",
+        findings.append(finding("info", "speculative-config", "the launch has no --speculative-config: it runs no speculative decoding",
                                  "arguments", facts.fields_at))
     elif method is None:
-        findings.append(_finding("info", "speculative-config", "--speculative-config names no method: the release infers it from the draft; "
+        findings.append(finding("info", "speculative-config", "--speculative-config names no method: the release infers it from the draft; "
                                  "the EAGLE-3 checks run only for \"method\": \"eagle3\"", "arguments", facts.fields_at))
     target_class = draft_class = None
     registry = tree.registry()
@@ -370,7 +360,7 @@ def run_vllm_preflight(request: Resolved, words: Sequence[str], shell: Mapping[s
         if method == EAGLE3_METHOD:
             findings += gate_rule(target, facts)
             if found is None:
-                findings.append(_finding("warn", "target-hooks", f"{name} is in none of this release's model registries: vLLM may serve it "
+                findings.append(finding("warn", "target-hooks", f"{name} is in none of this release's model registries: vLLM may serve it "
                                          "through its Transformers backend, whose EAGLE-3 support is not checked here", "before-load"))
             else:
                 gaps, target_class = _target_findings(request, found, name)
@@ -382,6 +372,6 @@ def run_vllm_preflight(request: Resolved, words: Sequence[str], shell: Mapping[s
         findings += draft_context_rule(target, draft, line, facts)
         default, default_at = _default_layers(tree, found, target.number("num_hidden_layers"))
         findings += aux_ids_rule(target, draft, facts, default, default_at)
-        findings += _hidden_size_rule(target, draft)
+        findings += hidden_size_rule(target, draft)
     algorithm = "EAGLE3" if method == EAGLE3_METHOD else (method.upper() if method else None)
     return PreflightReport(str(request.tree.srt), algorithm, target_class, draft_class, tuple(findings))
